@@ -1,0 +1,1 @@
+//! Reading packets: capture files (pcap, pcapng), link layers, and the lab's own live capture.

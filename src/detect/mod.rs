@@ -1,0 +1,1 @@
+//! The stall detector, one rule per cause, shared by every verb.

@@ -1,0 +1,1 @@
+//! The TCP flow table: per-connection, per-direction sequence state.

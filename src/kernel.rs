@@ -1,0 +1,107 @@
+//! Facts about the running kernel that explain the figures tcpstall prints: release, timer
+//! frequency (HZ rounds the 40 ms delayed-ACK timer up by one jiffy), autocorking, and the
+//! TcpExt counters of `/proc/net/netstat`.
+
+use std::fs;
+
+use serde::Serialize;
+
+/// What the lab and the reports print at the top, so that "44 ms" reads as "40 ms + one jiffy".
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct KernelFacts {
+    /// `uname -r`.
+    pub release: String,
+    /// CONFIG_HZ from the kernel's config, when the config is readable.
+    pub hz: Option<u32>,
+    /// `net.ipv4.tcp_autocorking` (1 by default): small sends wait while the qdisc holds data.
+    pub tcp_autocorking: Option<bool>,
+    /// `net.ipv4.tcp_delack_min`-style floor is not a sysctl on Linux; this is the compiled
+    /// minimum, `TCP_DELACK_MIN = HZ/25` jiffies, in milliseconds (40 for any HZ).
+    pub delack_min_ms: u32,
+}
+
+impl KernelFacts {
+    /// Reads the facts of the running kernel; what cannot be read is left `None`.
+    pub fn read() -> KernelFacts {
+        let release = fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|_| "unknown".to_string());
+        let tcp_autocorking = read_sysctl_u64("/proc/sys/net/ipv4/tcp_autocorking").map(|v| v != 0);
+        KernelFacts {
+            hz: config_hz(&release),
+            release,
+            tcp_autocorking,
+            delack_min_ms: 40,
+        }
+    }
+
+    /// The delayed-ACK window this kernel fires in: (40 ms, 40 ms + 1 jiffy], from
+    /// `TCP_DELACK_MIN` and the timer wheel's round-up (`__mod_timer` → `calc_wheel_index`).
+    pub fn delack_window_ms(&self) -> (f64, f64) {
+        let jiffy_ms = self.hz.map(|hz| 1000.0 / hz as f64).unwrap_or(10.0);
+        (40.0, 40.0 + jiffy_ms)
+    }
+
+    /// One line for the head of a report.
+    pub fn summary_line(&self) -> String {
+        let hz = self
+            .hz
+            .map(|hz| format!("HZ={hz}"))
+            .unwrap_or_else(|| "HZ unknown".to_string());
+        let cork = match self.tcp_autocorking {
+            Some(true) => "tcp_autocorking=1",
+            Some(false) => "tcp_autocorking=0",
+            None => "tcp_autocorking unknown",
+        };
+        let (lo, hi) = self.delack_window_ms();
+        format!(
+            "kernel {} ({hz}, {cork}): delayed ACK fires in ({lo:.0} ms, {hi:.0} ms]",
+            self.release
+        )
+    }
+}
+
+fn read_sysctl_u64(path: &str) -> Option<u64> {
+    fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// CONFIG_HZ from `/boot/config-RELEASE`; `/proc/config.gz` would need a gzip reader for one line.
+fn config_hz(release: &str) -> Option<u32> {
+    let text = fs::read_to_string(format!("/boot/config-{release}")).ok()?;
+    text.lines()
+        .find_map(|line| line.strip_prefix("CONFIG_HZ="))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// One counter of the `TcpExt:` block of `/proc/net/netstat` (e.g. `TCPAutoCorking`), or `None`
+/// when the file or the counter is missing. The block is a header line of names followed by a
+/// line of values in the same order.
+pub fn tcpext_counter(name: &str) -> Option<u64> {
+    let text = fs::read_to_string("/proc/net/netstat").ok()?;
+    let mut lines = text.lines();
+    while let Some(header) = lines.next() {
+        let values = lines.next()?;
+        if let Some(names) = header.strip_prefix("TcpExt:") {
+            let values = values.strip_prefix("TcpExt:")?;
+            return names
+                .split_whitespace()
+                .zip(values.split_whitespace())
+                .find(|(n, _)| *n == name)
+                .and_then(|(_, v)| v.parse().ok());
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_release_and_a_known_counter() {
+        let facts = KernelFacts::read();
+        assert_ne!(facts.release, "unknown");
+        assert!(tcpext_counter("DelayedACKs").is_some());
+        assert!(tcpext_counter("NoSuchCounter").is_none());
+    }
+}

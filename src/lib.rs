@@ -1,0 +1,27 @@
+//! tcpstall: reproduce, find, explain and fix TCP small-write stalls.
+//!
+//! The classic case is Nagle's algorithm (RFC 896, Linux `tcp_nagle_check`) holding a small
+//! segment until the peer's delayed ACK (RFC 1122 §4.2.3.2, Linux `tcp_send_delayed_ack`)
+//! releases it: 40 ms on Linux, 200 ms on Windows. Every verb of the command line is a module
+//! here with one public entry point, `run`; they share one decoder ([`decode`]), one flow table
+//! ([`flow`]) and one detector ([`detect`]).
+
+pub mod analyze;
+pub mod capture;
+pub mod decode;
+pub mod detect;
+pub mod flow;
+pub mod kernel;
+pub mod lab;
+pub mod process;
+pub mod report;
+pub mod sockopt;
+
+/// What a verb found, for the exit status (0 done, 1 stalls found with `--fail-on-stall`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The work is done and nothing calls for a non-zero exit.
+    Done,
+    /// Stalls were found; `main` exits 1 when the user asked for `--fail-on-stall`.
+    StallsFound,
+}

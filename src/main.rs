@@ -1,0 +1,48 @@
+//! The `tcpstall` command: parses arguments, runs one verb, maps the result to an exit status
+//! (0 done, 1 stalls found with `--fail-on-stall`, 2 error with the reason on stderr).
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use tcpstall::Outcome;
+
+/// Reproduce, find, explain and fix TCP small-write stalls (Nagle's algorithm × delayed ACK).
+#[derive(Parser)]
+#[command(name = "tcpstall", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    verb: Verb,
+}
+
+#[derive(Subcommand)]
+enum Verb {
+    /// Run the source documents' experiments on real kernel sockets over loopback.
+    Lab(tcpstall::lab::LabArgs),
+    /// Find and explain stalls in pcap/pcapng captures (`-` reads standard input).
+    Analyze(tcpstall::analyze::AnalyzeArgs),
+    /// Show Nagle, cork and quick-ACK state of a process's TCP sockets.
+    Sockets(tcpstall::process::sockets::SocketsArgs),
+    /// Switch TCP_NODELAY on for a running process's TCP sockets.
+    Fix(tcpstall::process::fix::FixArgs),
+    /// Follow a program's socket syscalls and name write-write-read patterns.
+    Trace(tcpstall::process::trace::TraceArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let (result, fail_on_stall) = match &cli.verb {
+        Verb::Lab(args) => (tcpstall::lab::run(args), args.fail_on_stall),
+        Verb::Analyze(args) => (tcpstall::analyze::run(args), args.fail_on_stall),
+        Verb::Sockets(args) => (tcpstall::process::sockets::run(args), false),
+        Verb::Fix(args) => (tcpstall::process::fix::run(args), false),
+        Verb::Trace(args) => (tcpstall::process::trace::run(args), args.fail_on_stall),
+    };
+    match result {
+        Ok(Outcome::StallsFound) if fail_on_stall => ExitCode::from(1),
+        Ok(_) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("tcpstall: error: {err:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! Rendering results: terminal tables and stable JSON.
