@@ -192,7 +192,9 @@ const STREAM: Variant = Variant {
     ..ECHO
 };
 
-const STREAM_EXPLANATION: &str = "receiver never sends data, so it stays in quick-ACK mode: ACKs come at once, nothing waits for the timer; merging shows in the share";
+const STREAM_EXPLANATION: &str = "Nagle on: a write waits only while an earlier sub-MSS segment is unacknowledged; on loopback the ACK (the receiver never sends data, so it stays in quick-ACK mode) is back within microseconds, so little is merged; doc 001's 22% needs a real RTT";
+
+const STREAM_NODELAY_EXPLANATION: &str = "TCP_NODELAY: every write leaves at once unless autocorking defers it (tcp_should_autocork: an earlier skb of the socket still queued below TCP); lo has no qdisc, so that is rare";
 
 /// The catalogue. `tcpstall lab` runs every row; `--scenario`/`--variant` select.
 pub const CATALOGUE: &[Variant] = &[
@@ -341,28 +343,28 @@ pub const CATALOGUE: &[Variant] = &[
     Variant {
         name: "nodelay-0ms",
         client_nodelay: true,
-        explanation: STREAM_EXPLANATION,
+        explanation: STREAM_NODELAY_EXPLANATION,
         ..STREAM
     },
     Variant {
         name: "nodelay-5ms",
         client_nodelay: true,
         pause_ms: 5,
-        explanation: STREAM_EXPLANATION,
+        explanation: STREAM_NODELAY_EXPLANATION,
         ..STREAM
     },
     Variant {
         name: "nodelay-10ms",
         client_nodelay: true,
         pause_ms: 10,
-        explanation: STREAM_EXPLANATION,
+        explanation: STREAM_NODELAY_EXPLANATION,
         ..STREAM
     },
     Variant {
         name: "nodelay-15ms",
         client_nodelay: true,
         pause_ms: 15,
-        explanation: STREAM_EXPLANATION,
+        explanation: STREAM_NODELAY_EXPLANATION,
         ..STREAM
     },
     Variant {
