@@ -13,6 +13,7 @@ pub mod scenarios;
 pub mod server;
 pub mod write;
 
+use std::io::{self, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -111,7 +112,8 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
         check_size(&selected, size)?;
     }
     if args.list {
-        print_list(&selected, &settings);
+        print_list(&mut std::io::stdout().lock(), &selected, &settings)
+            .context("cannot write the catalogue to standard output")?;
         return Ok(Outcome::Done);
     }
     let kernel = KernelFacts::read();
@@ -160,11 +162,15 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
         rows,
         capture,
     };
+    let mut out = std::io::stdout().lock();
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        serde_json::to_writer_pretty(&mut out, &report)
+            .map_err(io::Error::from)
+            .and_then(|()| writeln!(out))
     } else {
-        print_table(&report);
+        print_table(&mut out, &report)
     }
+    .context("cannot write the results to standard output")?;
     Ok(if unexpected {
         Outcome::StallsFound
     } else {
@@ -253,14 +259,18 @@ fn select(args: &LabArgs) -> anyhow::Result<Vec<Variant>> {
         .collect())
 }
 
-fn print_list(selected: &[Variant], settings: &RunSettings) {
-    println!("A row is stalled when its median latency is >= 30 ms (40 ms delayed-ACK floor minus 10 ms).");
+fn print_list(
+    out: &mut impl Write,
+    selected: &[Variant],
+    settings: &RunSettings,
+) -> io::Result<()> {
+    writeln!(out, "A row is stalled when its median latency is >= 30 ms (40 ms delayed-ACK floor minus 10 ms).")?;
     for scenario in SCENARIOS {
         let rows: Vec<&Variant> = selected.iter().filter(|v| v.scenario == scenario).collect();
         if rows.is_empty() {
             continue;
         }
-        println!("\n{}: {}", scenario.name(), scenario.description());
+        writeln!(out, "\n{}: {}", scenario.name(), scenario.description())?;
         for v in rows {
             let size = settings.size.unwrap_or(v.size);
             let stall = if expected_stall(v, size, settings.mss.or(v.mss)) {
@@ -268,14 +278,16 @@ fn print_list(selected: &[Variant], settings: &RunSettings) {
             } else {
                 "no stall"
             };
-            println!("  {:<18} {:<8} {}", v.name, stall, v.explanation);
+            writeln!(out, "  {:<18} {:<8} {}", v.name, stall, v.explanation)?;
         }
     }
+    Ok(())
 }
 
-fn print_table(report: &LabReport) {
-    println!("{}", report.kernel_summary);
-    println!(
+fn print_table(out: &mut impl Write, report: &LabReport) -> io::Result<()> {
+    writeln!(out, "{}", report.kernel_summary)?;
+    writeln!(
+        out,
         "{:<10} {:<18} {:>5} {:>8} {:>8} {:>8} {:>7} {:<7} {:<8} why",
         "scenario",
         "variant",
@@ -286,7 +298,7 @@ fn print_table(report: &LabReport) {
         "seg/req",
         "stalled",
         "expected"
-    );
+    )?;
     let yes_no = |b: bool| if b { "yes" } else { "no" };
     for r in &report.rows {
         let mut why = r.explanation.clone();
@@ -302,7 +314,8 @@ fn print_table(report: &LabReport) {
         if !r.errors.is_empty() {
             why = format!("ERROR {}; {why}", r.errors.join("; "));
         }
-        println!(
+        writeln!(
+            out,
             "{:<10} {:<18} {:>5} {:>8.2} {:>8.2} {:>8.2} {:>7.2} {:<7} {:<8} {why}",
             r.scenario,
             r.variant,
@@ -313,14 +326,16 @@ fn print_table(report: &LabReport) {
             r.segments_per_request,
             yes_no(r.stalled),
             yes_no(r.expected_stall),
-        );
+        )?;
     }
     if let Some(c) = &report.capture {
-        println!(
+        writeln!(
+            out,
             "capture: {} packets, {} connections written to {}",
             c.packets,
             c.flows,
             c.file.display()
-        );
+        )?;
     }
+    Ok(())
 }

@@ -99,11 +99,24 @@ pub fn expected_stall(variant: &Variant, size: usize, mss: Option<u32>) -> bool 
             // (`__tcp_ack_snd_check`: more than one MSS unacknowledged). MSS <= 1400: the first
             // write is no sub-MSS segment, or already more than one MSS.
             let reply = memcached_reply_len(size);
-            let mss = mss.unwrap_or(65_483) as usize;
+            let mss = payload_mss(mss.unwrap_or(65_495)) as usize;
             mss > MEMCACHED_FIRST_WRITE_CAP
                 && reply > MEMCACHED_FIRST_WRITE_CAP
                 && reply - MEMCACHED_FIRST_WRITE_CAP < mss
         }
+    }
+}
+
+/// Payload bytes of a full segment for an MSS set with TCP_MAXSEG: the TCP timestamps option
+/// (RFC 7323, on unless `net.ipv4.tcp_timestamps=0`) takes 12 bytes of it (`tcp_current_mss`).
+pub fn payload_mss(mss: u32) -> u32 {
+    let timestamps = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_timestamps")
+        .map(|v| v.trim() != "0")
+        .unwrap_or(true);
+    if timestamps {
+        mss.saturating_sub(12)
+    } else {
+        mss
     }
 }
 

@@ -104,7 +104,7 @@ pub enum Expectation {
     /// Never waits for the timer.
     NoStall,
     /// memcached cut: stalls when the second write ends in a sub-MSS segment that the
-    /// receiver does not ACK at once, i.e. when `1400 < reply < 1400 + MSS`.
+    /// receiver does not ACK at once, i.e. when `1400 < reply < 1400 + payload MSS`.
     MemcachedCut,
 }
 
@@ -298,7 +298,7 @@ pub const CATALOGUE: &[Variant] = &[
     Variant {
         name: "value-4000",
         size: 4000,
-        explanation: "rest fills a full 1460 B segment, which Nagle never holds; the client then has more than one MSS unacknowledged and ACKs at once (__tcp_ack_snd_check), releasing the tail",
+        explanation: "rest starts with a full segment (1448 B: MSS 1460 minus 12 B of timestamps) that Nagle never holds; with more than one MSS unacknowledged the client ACKs at once (__tcp_ack_snd_check), releasing the tail",
         ..MEMCACHED
     },
     Variant {
