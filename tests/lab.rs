@@ -378,3 +378,93 @@ fn list_describes_every_scenario_and_the_stall_rule() {
     assert!(text.contains(">= 30 ms"));
     assert!(text.contains("value-4000"));
 }
+
+/// A real server outside the lab: CPython's `http.server` in HTTP/1.1 mode writes the header
+/// block and the file in two writes (CPython issue 108736), so the lab's keep-alive client
+/// stalls on it, and re-arming TCP_QUICKACK on the client removes the stall.
+mod python_http_server {
+    use std::io::{BufRead, BufReader};
+    use std::net::SocketAddr;
+    use std::process::{Child, Command, Stdio};
+    use std::sync::mpsc;
+    use std::time::{Duration, Instant};
+
+    use tcpstall::lab::client::{ClientConfig, HttpClient};
+    use tcpstall::lab::measure::LatencySummary;
+
+    /// Kills the server when the test ends, passed or failed.
+    struct ServerGuard(Child);
+
+    impl Drop for ServerGuard {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    fn start(dir: &std::path::Path) -> (ServerGuard, SocketAddr) {
+        let mut child = Command::new("python3")
+            .args(["-u", "-m", "http.server", "--protocol", "HTTP/1.1"])
+            .args(["--bind", "127.0.0.1", "--directory"])
+            .arg(dir)
+            .arg("0")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python3 is installed by scripts/install-deps");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let guard = ServerGuard(child);
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        // "Serving HTTP on 127.0.0.1 port 41234 (http://127.0.0.1:41234/) ..."
+        let line = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("http.server announces its port");
+        let port: u16 = line
+            .split_whitespace()
+            .skip_while(|w| *w != "port")
+            .nth(1)
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("no port in {line:?}"));
+        (guard, SocketAddr::from(([127, 0, 0, 1], port)))
+    }
+
+    fn p50_ms(addr: SocketAddr, config: &ClientConfig) -> f64 {
+        let mut client = HttpClient::connect(addr, config).expect("connects to http.server");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let latencies = client
+            .time_gets("/file.txt", 8, deadline)
+            .expect("GETs succeed");
+        assert_eq!(latencies.len(), 8);
+        LatencySummary::of(&latencies).p50_ms
+    }
+
+    #[test]
+    fn cpython_keep_alive_stalls_and_client_quickack_fixes_it() {
+        let dir = std::env::temp_dir().join(format!("tcpstall-lab-http-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("file.txt"), vec![b'x'; 200]).unwrap();
+        let (_server, addr) = start(&dir);
+        let plain = p50_ms(addr, &ClientConfig::default());
+        let quickack = p50_ms(
+            addr,
+            &ClientConfig {
+                quickack_rearm: true,
+                ..ClientConfig::default()
+            },
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(
+            plain >= super::STALL_MIN_MS,
+            "http.server keep-alive p50 {plain} ms"
+        );
+        assert!(
+            quickack < super::NO_STALL_MAX_MS,
+            "with client TCP_QUICKACK p50 {quickack} ms"
+        );
+    }
+}

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use serde::Serialize;
 
-use super::client::{http_get_request, ClientConfig, Connection, HttpClient};
+use super::client::{http_get_request, ClientConfig, Connection};
 use super::framing;
 use super::measure::{is_stalled, LatencySummary};
 use super::scenarios::{ConnectionMode, Expectation, Variant, Workload};
@@ -312,7 +312,20 @@ fn run_requests(
         }
     }
     finish_connection(&mut connection, &mut outcome);
+    note_timeout(&mut outcome, settings.requests, settings.row_timeout);
     outcome
+}
+
+/// Says so when the row timeout cut a row short, so that fewer requests are not mistaken for
+/// the whole run.
+fn note_timeout(outcome: &mut ClientOutcome, asked: usize, row_timeout: Duration) {
+    if outcome.errors.is_empty() && outcome.requests < asked {
+        outcome.errors.push(format!(
+            "stopped by the {} s row timeout after {} of {asked} requests (raise --row-timeout)",
+            row_timeout.as_secs(),
+            outcome.requests
+        ));
+    }
 }
 
 /// Adds the connection's segment count and closes it.
@@ -359,7 +372,16 @@ fn run_stream(
             });
         }
     });
-    outcome.into_inner().unwrap_or_default()
+    let mut outcome = outcome.into_inner().unwrap_or_default();
+    if outcome.errors.is_empty() && outcome.connections < settings.stream_connections {
+        outcome.errors.push(format!(
+            "stopped by the {} s row timeout after {} of {} connections (raise --row-timeout)",
+            settings.row_timeout.as_secs(),
+            outcome.connections,
+            settings.stream_connections
+        ));
+    }
+    outcome
 }
 
 /// One stream connection: `stream_writes` writes of `payload` with `pause` between them.
@@ -405,20 +427,4 @@ fn stream_latencies(
                 .map(|(s, a)| a.saturating_duration_since(*s))
         })
         .collect()
-}
-
-/// Keep-alive HTTP requests against any loopback HTTP server, timed one by one; bounded by
-/// `count` and `deadline`. For other verbs and tests that want the lab's client on a real server.
-pub fn time_http_requests(
-    addr: SocketAddr,
-    config: &ClientConfig,
-    count: usize,
-    deadline: Instant,
-) -> std::io::Result<Vec<Duration>> {
-    let mut client = HttpClient::connect(addr, config)?;
-    let mut latencies = Vec::with_capacity(count);
-    while latencies.len() < count && Instant::now() < deadline {
-        latencies.push(client.get("/", false)?);
-    }
-    Ok(latencies)
 }
