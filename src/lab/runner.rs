@@ -169,10 +169,18 @@ pub fn run_variant(
         ..ClientConfig::default()
     };
     let corking_before = tcpext_counter("TCPAutoCorking");
+    let row = RowContext {
+        variant,
+        settings,
+        size,
+        addr,
+        client: &client,
+        deadline,
+    };
     let mut outcome = if variant.workload == Workload::Stream {
-        run_stream(variant, settings, size, addr, &client, deadline)
+        run_stream(&row)
     } else {
-        run_requests(variant, settings, size, addr, &client, deadline)
+        run_requests(&row)
     };
     let corking_after = tcpext_counter("TCPAutoCorking");
     let report = server.stop();
@@ -239,6 +247,17 @@ pub fn run_variant(
     })
 }
 
+/// What the client side of a row needs to run.
+#[derive(Clone, Copy)]
+struct RowContext<'a> {
+    variant: &'a Variant,
+    settings: &'a RunSettings,
+    size: usize,
+    addr: SocketAddr,
+    client: &'a ClientConfig,
+    deadline: Instant,
+}
+
 /// What the client side of a row measured.
 #[derive(Debug, Default)]
 struct ClientOutcome {
@@ -251,25 +270,20 @@ struct ClientOutcome {
     errors: Vec<String>,
 }
 
-fn run_requests(
-    variant: &Variant,
-    settings: &RunSettings,
-    size: usize,
-    addr: SocketAddr,
-    client: &ClientConfig,
-    deadline: Instant,
-) -> ClientOutcome {
+fn run_requests(row: &RowContext<'_>) -> ClientOutcome {
     let mut outcome = ClientOutcome::default();
-    let (head, body) = echo_parts(size);
+    let (head, body) = echo_parts(row.size);
     let get = b"get k\r\n".to_vec();
-    let per_request = variant.connections == ConnectionMode::PerRequest;
+    let per_request = row.variant.connections == ConnectionMode::PerRequest;
     let mut connection: Option<Connection> = None;
-    while outcome.requests < settings.requests && Instant::now() < deadline {
+    while outcome.requests < row.settings.requests && Instant::now() < row.deadline {
         if connection.is_none() {
-            match Connection::connect(addr, client) {
+            match Connection::connect(row.addr, row.client) {
                 Ok(c) => connection = Some(c),
                 Err(err) => {
-                    outcome.errors.push(format!("connect to {addr}: {err}"));
+                    outcome
+                        .errors
+                        .push(format!("connect to {}: {err}", row.addr));
                     break;
                 }
             }
@@ -278,17 +292,19 @@ fn run_requests(
         let Some(conn) = connection.as_mut() else {
             break;
         };
-        let result = match variant.workload {
+        let result = match row.variant.workload {
             Workload::Echo => {
-                conn.round_trip(variant.client_write, &[&head, &body], framing::line_end)
+                conn.round_trip(row.variant.client_write, &[&head, &body], framing::line_end)
             }
-            Workload::Memcached => {
-                conn.round_trip(variant.client_write, &[&get], framing::memcached_reply_end)
-            }
+            Workload::Memcached => conn.round_trip(
+                row.variant.client_write,
+                &[&get],
+                framing::memcached_reply_end,
+            ),
             Workload::Http => {
-                let request = http_get_request(&addr.to_string(), "/file", per_request);
+                let request = http_get_request(&row.addr.to_string(), "/file", per_request);
                 conn.round_trip(
-                    variant.client_write,
+                    row.variant.client_write,
                     &[request.as_bytes()],
                     framing::http_response_end,
                 )
@@ -312,7 +328,11 @@ fn run_requests(
         }
     }
     finish_connection(&mut connection, &mut outcome);
-    note_timeout(&mut outcome, settings.requests, settings.row_timeout);
+    note_timeout(
+        &mut outcome,
+        row.settings.requests,
+        row.settings.row_timeout,
+    );
     outcome
 }
 
@@ -339,26 +359,18 @@ fn finish_connection(connection: &mut Option<Connection>, outcome: &mut ClientOu
     }
 }
 
-fn run_stream(
-    variant: &Variant,
-    settings: &RunSettings,
-    size: usize,
-    addr: SocketAddr,
-    client: &ClientConfig,
-    deadline: Instant,
-) -> ClientOutcome {
+fn run_stream(row: &RowContext<'_>) -> ClientOutcome {
     let next = AtomicUsize::new(0);
     let outcome = Mutex::new(ClientOutcome::default());
-    let payload = vec![b's'; size];
-    let pause = Duration::from_millis(variant.pause_ms);
+    let payload = vec![b's'; row.size];
+    let pause = Duration::from_millis(row.variant.pause_ms);
     std::thread::scope(|scope| {
-        for _ in 0..settings.stream_parallel.max(1) {
+        for _ in 0..row.settings.stream_parallel.max(1) {
             scope.spawn(|| {
-                while next.fetch_add(1, Ordering::SeqCst) < settings.stream_connections
-                    && Instant::now() < deadline
+                while next.fetch_add(1, Ordering::SeqCst) < row.settings.stream_connections
+                    && Instant::now() < row.deadline
                 {
-                    let result =
-                        stream_connection(addr, client, &payload, pause, settings, deadline);
+                    let result = stream_connection(row, &payload, pause);
                     let Ok(mut o) = outcome.lock() else { return };
                     o.connections += 1;
                     match result {
@@ -373,12 +385,12 @@ fn run_stream(
         }
     });
     let mut outcome = outcome.into_inner().unwrap_or_default();
-    if outcome.errors.is_empty() && outcome.connections < settings.stream_connections {
+    if outcome.errors.is_empty() && outcome.connections < row.settings.stream_connections {
         outcome.errors.push(format!(
             "stopped by the {} s row timeout after {} of {} connections (raise --row-timeout)",
-            settings.row_timeout.as_secs(),
+            row.settings.row_timeout.as_secs(),
             outcome.connections,
-            settings.stream_connections
+            row.settings.stream_connections
         ));
     }
     outcome
@@ -387,19 +399,16 @@ fn run_stream(
 /// One stream connection: `stream_writes` writes of `payload` with `pause` between them.
 /// Returns the client port, when each write was made, and the data segments sent.
 fn stream_connection(
-    addr: SocketAddr,
-    client: &ClientConfig,
+    row: &RowContext<'_>,
     payload: &[u8],
     pause: Duration,
-    settings: &RunSettings,
-    deadline: Instant,
 ) -> std::io::Result<(u16, Vec<Instant>, u32)> {
     use std::io::Write;
-    let mut conn = Connection::connect(addr, client)?;
+    let mut conn = Connection::connect(row.addr, row.client)?;
     let port = conn.stream().local_addr()?.port();
-    let mut writes = Vec::with_capacity(settings.stream_writes);
-    for index in 0..settings.stream_writes {
-        if Instant::now() >= deadline {
+    let mut writes = Vec::with_capacity(row.settings.stream_writes);
+    for index in 0..row.settings.stream_writes {
+        if Instant::now() >= row.deadline {
             break;
         }
         if index > 0 && !pause.is_zero() {
