@@ -9,7 +9,7 @@ use anyhow::Context;
 use serde::Serialize;
 
 use super::client::{http_get_request, ClientConfig, Connection};
-use super::framing;
+use super::framing::{self, FrameEnd};
 use super::measure::{is_stalled, LatencySummary};
 use super::scenarios::{ConnectionMode, Expectation, Variant, Workload};
 use super::server::{Protocol, Server, ServerConfig, ServerNodelay, MEMCACHED_FIRST_WRITE_CAP};
@@ -177,11 +177,7 @@ pub fn run_variant(
         client: &client,
         deadline,
     };
-    let mut outcome = if variant.workload == Workload::Stream {
-        run_stream(&row)
-    } else {
-        run_requests(&row)
-    };
+    let mut outcome = run_requests(&row);
     let corking_after = tcpext_counter("TCPAutoCorking");
     let report = server.stop();
     let mut latencies = outcome.latencies;
@@ -272,9 +268,20 @@ struct ClientOutcome {
 
 fn run_requests(row: &RowContext<'_>) -> ClientOutcome {
     let mut outcome = ClientOutcome::default();
-    let (head, body) = echo_parts(row.size);
-    let get = b"get k\r\n".to_vec();
     let per_request = row.variant.connections == ConnectionMode::PerRequest;
+    // The request's parts, written with the row's strategy, and where the reply ends.
+    let (request, reply_end): (Vec<Vec<u8>>, FrameEnd) = match row.variant.workload {
+        Workload::Echo => {
+            let (head, body) = echo_parts(row.size);
+            (vec![head, body], framing::line_end)
+        }
+        Workload::Memcached => (vec![b"get k\r\n".to_vec()], framing::memcached_reply_end),
+        Workload::Http => {
+            let get = http_get_request(&row.addr.to_string(), "/file", per_request);
+            (vec![get.into_bytes()], framing::http_response_end)
+        }
+        Workload::Stream => return run_stream(row),
+    };
     let mut connection: Option<Connection> = None;
     while outcome.requests < row.settings.requests && Instant::now() < row.deadline {
         if connection.is_none() {
@@ -292,25 +299,8 @@ fn run_requests(row: &RowContext<'_>) -> ClientOutcome {
         let Some(conn) = connection.as_mut() else {
             break;
         };
-        let result = match row.variant.workload {
-            Workload::Echo => {
-                conn.round_trip(row.variant.client_write, &[&head, &body], framing::line_end)
-            }
-            Workload::Memcached => conn.round_trip(
-                row.variant.client_write,
-                &[&get],
-                framing::memcached_reply_end,
-            ),
-            Workload::Http => {
-                let request = http_get_request(&row.addr.to_string(), "/file", per_request);
-                conn.round_trip(
-                    row.variant.client_write,
-                    &[request.as_bytes()],
-                    framing::http_response_end,
-                )
-            }
-            Workload::Stream => unreachable!("streams are run by run_stream"),
-        };
+        let parts: Vec<&[u8]> = request.iter().map(Vec::as_slice).collect();
+        let result = conn.round_trip(row.variant.client_write, &parts, reply_end);
         match result {
             Ok(latency) => {
                 outcome.latencies.push(latency);

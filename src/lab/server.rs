@@ -322,7 +322,8 @@ fn serve_connection(
                 };
                 config.reply.write_message(stream, parts)?;
             }
-            Protocol::Sink { .. } => unreachable!("handled above"),
+            // Served by `sink` above; nothing to answer.
+            Protocol::Sink { .. } => return Ok(()),
         }
     }
     Ok(())
