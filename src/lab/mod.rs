@@ -41,7 +41,7 @@ pub struct LabArgs {
     /// Run only these variants of the selected scenarios (comma-separated or repeated).
     #[arg(long, value_delimiter = ',')]
     pub variant: Vec<String>,
-    /// Requests per row (1-100000).
+    /// Requests per row (1-100000); stream rows use --connections and --writes instead.
     #[arg(long, default_value_t = 20)]
     pub requests: usize,
     /// Payload size in bytes, replacing each row's own: echo line, HTTP body, memcached

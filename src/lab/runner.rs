@@ -266,6 +266,8 @@ struct ClientOutcome {
     errors: Vec<String>,
 }
 
+/// Runs the client side of a row: request/response turns (or the stream's one-way writes),
+/// bounded by the request count and the row's deadline.
 fn run_requests(row: &RowContext<'_>) -> ClientOutcome {
     let mut outcome = ClientOutcome::default();
     let per_request = row.variant.connections == ConnectionMode::PerRequest;
