@@ -301,6 +301,32 @@ fn capture_is_read_by_tcpdump_and_tshark_with_one_flow_per_connection() {
     assert_eq!(data_segments_per_port[&split], 3 * r);
     assert_eq!(data_segments_per_port[&single], 2 * r);
     assert_eq!(flows_per_port[&short].len() as u64, r);
+
+    // Kernel timestamps show the stall: after the first turn (quick-ACK mode), `world` leaves
+    // one delayed-ACK timeout after `hello `.
+    let to_split = format!("tcp.dstport=={split} && tcp.len>0");
+    let times = read_with(
+        "tshark",
+        &[
+            "-r",
+            pcap_str,
+            "-Y",
+            &to_split,
+            "-T",
+            "fields",
+            "-e",
+            "frame.time_epoch",
+        ],
+    );
+    let times: Vec<f64> = times.lines().map(|t| t.trim().parse().unwrap()).collect();
+    assert_eq!(times.len() as u64, 2 * r);
+    for (turn, pair) in times.chunks(2).enumerate().skip(1) {
+        let gap_ms = (pair[1] - pair[0]) * 1000.0;
+        assert!(
+            gap_ms >= STALL_MIN_MS,
+            "turn {turn}: `world` {gap_ms:.3} ms after `hello `"
+        );
+    }
     let _ = std::fs::remove_file(&pcap);
 }
 
