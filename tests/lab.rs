@@ -218,6 +218,7 @@ fn capture_is_read_by_tcpdump_and_tshark_with_one_flow_per_connection() {
     ]);
     let rows = rows(&report);
     assert_eq!(report["capture"]["unclosed_flows"], 0);
+    assert_eq!(report["capture"]["dropped"], 0);
 
     let tcpdump = read_with("tcpdump", &["-n", "-r", pcap_str]);
     assert_eq!(

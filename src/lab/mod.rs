@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
 use self::runner::{expected_stall, Row, RunSettings};
@@ -102,6 +103,8 @@ pub struct CaptureReport {
     pub flows: u64,
     /// Connections whose FINs were not all seen before the capture stopped.
     pub unclosed_flows: u64,
+    /// Packets the kernel dropped before the capture read them (0 for a complete capture).
+    pub dropped: u64,
 }
 
 /// Runs the lab.
@@ -127,30 +130,46 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
             capture.watch_port(port);
         }
     };
+    // Progress on a terminal only (indicatif draws nothing when stderr is not a TTY).
+    let progress = if args.json {
+        ProgressBar::hidden()
+    } else {
+        let bar = ProgressBar::new(selected.len() as u64);
+        if let Ok(style) = ProgressStyle::with_template("lab {bar:30} {pos}/{len} {msg}") {
+            bar.set_style(style);
+        }
+        bar
+    };
     let mut rows = Vec::with_capacity(selected.len());
     for variant in &selected {
+        progress.set_message(format!("{}/{}", variant.scenario.name(), variant.name));
         let row = runner::run_variant(variant, &settings, &watch)
             .with_context(|| format!("{}/{}", variant.scenario.name(), variant.name))?;
-        if !args.json {
-            eprint!(".");
-        }
+        progress.inc(1);
         rows.push(row);
     }
-    if !args.json {
-        eprintln!();
-    }
+    progress.finish_and_clear();
     let capture = match (capture, &args.capture) {
         (Some(capture), Some(file)) => {
             let CaptureSummary {
                 packets,
                 flows,
                 unclosed_flows,
+                dropped,
             } = capture.finish()?;
+            if dropped > 0 || unclosed_flows > 0 {
+                eprintln!(
+                    "tcpstall: warning: the capture in {} is incomplete: {dropped} packets \
+                     dropped, {unclosed_flows} connections not seen closing",
+                    file.display()
+                );
+            }
             Some(CaptureReport {
                 file: file.clone(),
                 packets,
                 flows,
                 unclosed_flows,
+                dropped,
             })
         }
         _ => None,
