@@ -495,3 +495,29 @@ mod python_http_server {
         );
     }
 }
+
+/// The boundary of the rule, at MSS 1460 (1448 payload bytes with timestamps): a body one byte
+/// short of a full segment is held for the delayed ACK; a full-segment body is not.
+#[test]
+fn http_body_stalls_up_to_one_byte_below_a_full_segment() {
+    for (size, stalls) in [("1447", true), ("1448", false)] {
+        let rows = rows(&lab_json(&[
+            "--scenario",
+            "http",
+            "--variant",
+            "split",
+            "--mss",
+            "1460",
+            "--size",
+            size,
+            "--requests",
+            "6",
+        ]));
+        assert_stalls_as_expected(&rows);
+        assert_eq!(
+            rows[0]["stalled"].as_bool(),
+            Some(stalls),
+            "body of {size} B"
+        );
+    }
+}

@@ -12,7 +12,10 @@ use super::client::{http_get_request, ClientConfig, Connection};
 use super::framing::{self, FrameEnd};
 use super::measure::{is_stalled, LatencySummary};
 use super::scenarios::{ConnectionMode, Expectation, Variant, Workload};
-use super::server::{Protocol, Server, ServerConfig, ServerNodelay, MEMCACHED_FIRST_WRITE_CAP};
+use super::server::{
+    http_response_head, memcached_reply_len, Protocol, Server, ServerConfig, ServerNodelay,
+    MEMCACHED_FIRST_WRITE_CAP,
+};
 use crate::kernel::tcpext_counter;
 
 /// Knobs of a run that apply to every row.
@@ -83,27 +86,42 @@ pub struct Row {
     pub errors: Vec<String>,
 }
 
-/// Bytes of a memcached reply to `get k` with a `value_len`-byte value.
-pub fn memcached_reply_len(value_len: usize) -> usize {
-    format!("VALUE k 0 {value_len}\r\n").len() + value_len + b"\r\nEND\r\n".len()
-}
-
 /// Whether Linux stalls the row, from the catalogue and the kernel rules.
 pub fn expected_stall(variant: &Variant, size: usize, mss: Option<u32>) -> bool {
     match variant.expected {
-        Expectation::Stall => true,
         Expectation::NoStall => false,
-        Expectation::MemcachedCut => {
-            // The rest is held (Minshall: the 1400 B segment is sub-MSS and unacknowledged)
-            // unless it contains a full segment, whose arrival makes the client ACK at once
-            // (`__tcp_ack_snd_check`: more than one MSS unacknowledged). MSS <= 1400: the first
-            // write is no sub-MSS segment, or already more than one MSS.
-            let reply = memcached_reply_len(size);
-            let mss = payload_mss(mss.unwrap_or(65_495)) as usize;
-            mss > MEMCACHED_FIRST_WRITE_CAP
-                && reply > MEMCACHED_FIRST_WRITE_CAP
-                && reply - MEMCACHED_FIRST_WRITE_CAP < mss
+        Expectation::Stall => {
+            // The second part is held only behind a sub-MSS first segment (Minshall,
+            // `tcp_minshall_check`) and only while the receiver sees at most one MSS
+            // unacknowledged: a full segment in either part makes it ACK at once
+            // (`__tcp_ack_snd_check`), which releases the tail.
+            let mss = payload_mss(mss.unwrap_or(LOOPBACK_MSS)) as usize;
+            let (first, second) = split_write_sizes(variant, size);
+            first < mss && second > 0 && second < mss
         }
+    }
+}
+
+/// MSS of a TCP connection over `lo` (MTU 65536 minus 40 bytes of IPv4 and TCP headers).
+const LOOPBACK_MSS: u32 = 65_495;
+
+/// Sizes of the two writes of a split message: echo request, HTTP reply, memcached reply.
+fn split_write_sizes(variant: &Variant, size: usize) -> (usize, usize) {
+    match variant.workload {
+        Workload::Echo => {
+            let (head, body) = echo_parts(size);
+            (head.len(), body.len())
+        }
+        Workload::Http => {
+            let close = variant.connections == ConnectionMode::PerRequest;
+            (http_response_head(size, close).len(), size)
+        }
+        Workload::Memcached => {
+            let reply = memcached_reply_len(size);
+            let first = reply.min(MEMCACHED_FIRST_WRITE_CAP);
+            (first, reply - first)
+        }
+        Workload::Stream => (size, 0),
     }
 }
 
