@@ -299,10 +299,10 @@ fn serve_connection(
     if config.nodelay == ServerNodelay::Accepted {
         sockopt::set_nodelay(stream.as_fd(), true)?;
     }
-    let mut reader = MessageReader::new(config.quickack_rearm);
     if let Protocol::Sink { chunk } = config.protocol {
-        return sink(stream, chunk.max(1), config, stop, &mut reader, arrivals);
+        return sink(stream, chunk.max(1), config, stop, arrivals);
     }
+    let mut reader = MessageReader::new(config.quickack_rearm);
     let frame_end = match config.protocol {
         Protocol::Http { .. } => framing::http_head_end,
         _ => framing::line_end,
@@ -351,12 +351,12 @@ fn serve_connection(
     Ok(())
 }
 
+/// Reads a one-way stream to its end, noting when every `chunk` bytes have arrived.
 fn sink(
     stream: &mut TcpStream,
     chunk: usize,
     config: &ServerConfig,
     stop: &AtomicBool,
-    reader: &mut MessageReader,
     arrivals: &mut Vec<Instant>,
 ) -> io::Result<()> {
     use std::io::Read;
@@ -371,7 +371,7 @@ fn sink(
                 while arrivals.len() < total / chunk {
                     arrivals.push(now);
                 }
-                if reader.quickack_rearm {
+                if config.quickack_rearm {
                     sockopt::set_quickack(stream.as_fd(), true)?;
                 }
             }
