@@ -195,7 +195,7 @@ pub fn run_variant(
         client: &client,
         deadline,
     };
-    let mut outcome = run_requests(&row);
+    let mut outcome = run_client(&row);
     let corking_after = tcpext_counter("TCPAutoCorking");
     let report = server.stop();
     let mut latencies = outcome.latencies;
@@ -286,7 +286,7 @@ struct ClientOutcome {
 
 /// Runs the client side of a row: request/response turns (or the stream's one-way writes),
 /// bounded by the request count and the row's deadline.
-fn run_requests(row: &RowContext<'_>) -> ClientOutcome {
+fn run_client(row: &RowContext<'_>) -> ClientOutcome {
     let mut outcome = ClientOutcome::default();
     let per_request = row.variant.connections == ConnectionMode::PerRequest;
     // The request's parts, written with the row's strategy, and where the reply ends.
