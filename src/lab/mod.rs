@@ -71,7 +71,7 @@ pub struct LabArgs {
     #[arg(long, default_value_t = 5)]
     pub parallel: usize,
     /// No row runs longer than this many seconds (1-3600).
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = 60)]
     pub row_timeout: u64,
     /// Exit 1 when a row stalls that is not expected to.
     #[arg(long)]
