@@ -447,3 +447,43 @@ fn stream_latencies(
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lab::scenarios::CATALOGUE;
+
+    fn row(scenario: &str, name: &str) -> &'static Variant {
+        CATALOGUE
+            .iter()
+            .find(|v| v.scenario.name() == scenario && v.name == name)
+            .unwrap()
+    }
+
+    #[test]
+    fn echo_line_of_13_bytes_is_hello_world() {
+        let (head, body) = echo_parts(13);
+        assert_eq!((&head[..], &body[..]), (&b"hello "[..], &b"world\r\n"[..]));
+        let (head, body) = echo_parts(3);
+        assert_eq!(head.len() + body.len(), 3);
+    }
+
+    #[test]
+    fn memcached_expectation_follows_the_segment_rule() {
+        let split = row("memcached", "value-1400");
+        let mss = Some(1460);
+        // Reply 1400 + rest: rest below the 1448-byte payload MSS stalls, a full one does not.
+        let rest = |value: usize| memcached_reply_len(value) - MEMCACHED_FIRST_WRITE_CAP;
+        assert!(!expected_stall(split, 100, mss), "one write");
+        assert!(expected_stall(split, 1400, mss) && rest(1400) < 1448);
+        assert!(expected_stall(split, 2400, mss));
+        assert!(!expected_stall(split, 4000, mss) && rest(4000) >= 1448);
+        // At loopback's own MSS the 1400-byte cut always leaves a small rest.
+        assert!(expected_stall(split, 4000, None));
+        assert!(!expected_stall(
+            row("memcached", "quickack-1400"),
+            1400,
+            mss
+        ));
+    }
+}
