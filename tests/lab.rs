@@ -88,8 +88,16 @@ fn echo_split_writes_stall_and_every_fix_does_not() {
     assert_eq!(rows.len(), 9);
     assert_stalls_as_expected(&rows);
     for stalls in ["split", "flush"] {
-        assert!(variant(&rows, stalls)["expected_stall"].as_bool().unwrap());
+        let row = variant(&rows, stalls);
+        assert!(row["expected_stall"].as_bool().unwrap());
+        assert_eq!(
+            row["held_side"], "client",
+            "the client writes `hello ` `world`"
+        );
+        // The first turn runs in quick-ACK mode, every later one waits for the timer.
+        assert_eq!(row["stalled_requests"], 5);
     }
+    assert!(variant(&rows, "single")["held_side"].is_null());
     // Short connections: one connection per request.
     assert_eq!(variant(&rows, "short")["connections"], 6);
     assert_eq!(variant(&rows, "split")["connections"], 1);
@@ -116,7 +124,9 @@ fn http_header_then_body_stalls_on_keep_alive_only() {
     assert_eq!(rows.len(), 4);
     assert_stalls_as_expected(&rows);
     assert!(variant(&rows, "split")["stalled"].as_bool().unwrap());
+    assert_eq!(variant(&rows, "split")["held_side"], "server");
     assert!(!variant(&rows, "short")["stalled"].as_bool().unwrap());
+    assert_eq!(variant(&rows, "short")["stalled_requests"], 0);
 }
 
 #[test]

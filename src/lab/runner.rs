@@ -60,6 +60,14 @@ pub struct Row {
     pub expected_stall: bool,
     /// Why, from the kernel's rules.
     pub explanation: String,
+    /// Requests that took at least the stall threshold: with a capture, the number of
+    /// Nagle × delayed-ACK events an analyzer should find in this row's flows.
+    pub stalled_requests: usize,
+    /// Which end's write Nagle holds when the row stalls as expected: `client` (the
+    /// connection's initiator) or `server`, as in `analyze --json`; absent when no stall is
+    /// expected.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_side: Option<Side>,
     /// The server's port: a flow to this port in a capture belongs to this row.
     pub server_port: u16,
     /// TCP connections the row opened.
@@ -84,6 +92,25 @@ pub struct Row {
     /// What went wrong (timeouts, resets), if anything.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<String>,
+}
+
+/// An end of a lab connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Side {
+    /// The connection's initiator.
+    Client,
+    /// The end that accepted it.
+    Server,
+}
+
+/// Which end writes the split message of a row (the end whose second write Nagle holds).
+pub fn split_writer(variant: &Variant) -> Option<Side> {
+    match variant.workload {
+        Workload::Echo => Some(Side::Client),
+        Workload::Http | Workload::Memcached => Some(Side::Server),
+        Workload::Stream => None,
+    }
 }
 
 /// Whether Linux stalls the row, from the catalogue and the kernel rules.
@@ -242,6 +269,15 @@ pub fn run_variant(
         stalled,
         expected_stall: expected,
         explanation,
+        stalled_requests: latencies
+            .iter()
+            .filter(|l| is_stalled(l.as_secs_f64() * 1000.0))
+            .count(),
+        held_side: if expected {
+            split_writer(variant)
+        } else {
+            None
+        },
         server_port: addr.port(),
         connections: outcome.connections,
         size,
