@@ -1,0 +1,525 @@
+//! Runs one catalogue row on real sockets and measures it.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use serde::Serialize;
+
+use super::client::{http_get_request, ClientConfig, Connection};
+use super::framing::{self, FrameEnd};
+use super::measure::{is_stalled, LatencySummary};
+use super::scenarios::{ConnectionMode, Expectation, Variant, Workload};
+use super::server::{
+    http_response_head, memcached_reply_len, Protocol, Server, ServerConfig, ServerNodelay,
+    MEMCACHED_FIRST_WRITE_CAP,
+};
+use crate::kernel::tcpext_counter;
+
+/// Knobs of a run that apply to every row.
+#[derive(Debug, Clone)]
+pub struct RunSettings {
+    /// Requests per row (stream: ignored, see `stream_connections` and `stream_writes`).
+    pub requests: usize,
+    /// Payload size replacing each row's own, in bytes.
+    pub size: Option<usize>,
+    /// TCP_MAXSEG on both ends replacing each row's own.
+    pub mss: Option<u32>,
+    /// Stream: connections per row.
+    pub stream_connections: usize,
+    /// Stream: writes per connection.
+    pub stream_writes: usize,
+    /// Stream: connections running at once.
+    pub stream_parallel: usize,
+    /// No row runs longer than this.
+    pub row_timeout: Duration,
+}
+
+/// One measured row: the stable keys of `lab --json` and the lab's own additions.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// Scenario name.
+    pub scenario: &'static str,
+    /// Variant name.
+    pub variant: &'static str,
+    /// Requests completed (stream: writes).
+    pub requests: usize,
+    /// Median latency (stream: from a write to its last byte reaching the receiver).
+    pub p50_ms: f64,
+    /// 99th percentile latency.
+    pub p99_ms: f64,
+    /// Largest latency.
+    pub max_ms: f64,
+    /// Data segments of both ends per request (`tcpi_data_segs_out` deltas).
+    pub segments_per_request: f64,
+    /// p50 at or above [`super::measure::STALL_THRESHOLD_MS`].
+    pub stalled: bool,
+    /// What Linux is expected to do, from the catalogue.
+    pub expected_stall: bool,
+    /// Why, from the kernel's rules.
+    pub explanation: String,
+    /// Requests that took at least the stall threshold: with a capture, the number of
+    /// Nagle × delayed-ACK events an analyzer should find in this row's flows.
+    pub stalled_requests: usize,
+    /// Which end's write Nagle holds when the row stalls as expected: `client` (the
+    /// connection's initiator) or `server`, as in `analyze --json`; absent when no stall is
+    /// expected.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_side: Option<Side>,
+    /// The server's port: a flow to this port in a capture belongs to this row.
+    pub server_port: u16,
+    /// TCP connections the row opened.
+    pub connections: usize,
+    /// Payload size, in bytes.
+    pub size: usize,
+    /// TCP_MAXSEG set on both ends, if any.
+    pub mss: Option<u32>,
+    /// Data segments the clients sent.
+    pub client_data_segments: u64,
+    /// Data segments the server sent.
+    pub server_data_segments: u64,
+    /// Stream: data segments per write, at most 1 (1 = every write left as its own segment).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub own_segment_share: Option<f64>,
+    /// Stream: change of TcpExt TCPAutoCorking during the row (system-wide counter).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub autocorking_delta: Option<u64>,
+    /// Inherit: the option read on the accepted socket before anything was set on it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inherited: Option<bool>,
+    /// What went wrong (timeouts, resets), if anything.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<String>,
+}
+
+/// An end of a lab connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Side {
+    /// The connection's initiator.
+    Client,
+    /// The end that accepted it.
+    Server,
+}
+
+/// Which end writes the split message of a row (the end whose second write Nagle holds).
+pub fn split_writer(variant: &Variant) -> Option<Side> {
+    match variant.workload {
+        Workload::Echo => Some(Side::Client),
+        Workload::Http | Workload::Memcached => Some(Side::Server),
+        Workload::Stream => None,
+    }
+}
+
+/// Whether Linux stalls the row, from the catalogue and the kernel rules.
+pub fn expected_stall(variant: &Variant, size: usize, mss: Option<u32>) -> bool {
+    match variant.expected {
+        Expectation::NoStall => false,
+        Expectation::Stall => {
+            // The second part is held only behind a sub-MSS first segment (Minshall,
+            // `tcp_minshall_check`) and only while the receiver sees at most one MSS
+            // unacknowledged: a full segment in either part makes it ACK at once
+            // (`__tcp_ack_snd_check`), which releases the tail.
+            let mss = payload_mss(mss.unwrap_or(LOOPBACK_MSS)) as usize;
+            let (first, second) = split_write_sizes(variant, size);
+            first < mss && second > 0 && second < mss
+        }
+    }
+}
+
+/// MSS of a TCP connection over `lo` (MTU 65536 minus 40 bytes of IPv4 and TCP headers).
+const LOOPBACK_MSS: u32 = 65_495;
+
+/// Sizes of the two writes of a split message: echo request, HTTP reply, memcached reply.
+fn split_write_sizes(variant: &Variant, size: usize) -> (usize, usize) {
+    match variant.workload {
+        Workload::Echo => {
+            let (head, body) = echo_parts(size);
+            (head.len(), body.len())
+        }
+        Workload::Http => {
+            let close = variant.connections == ConnectionMode::PerRequest;
+            (http_response_head(size, close).len(), size)
+        }
+        Workload::Memcached => {
+            let reply = memcached_reply_len(size);
+            let first = reply.min(MEMCACHED_FIRST_WRITE_CAP);
+            (first, reply - first)
+        }
+        Workload::Stream => (size, 0),
+    }
+}
+
+/// Payload bytes of a full segment for an MSS set with TCP_MAXSEG: the TCP timestamps option
+/// (RFC 7323, on unless `net.ipv4.tcp_timestamps=0`) takes 12 bytes of it (`tcp_current_mss`).
+pub fn payload_mss(mss: u32) -> u32 {
+    let timestamps = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_timestamps")
+        .map(|v| v.trim() != "0")
+        .unwrap_or(true);
+    if timestamps {
+        mss.saturating_sub(12)
+    } else {
+        mss
+    }
+}
+
+/// The two parts of the echo line of `size` bytes: for 13, `hello ` and `world\r\n`.
+pub fn echo_parts(size: usize) -> (Vec<u8>, Vec<u8>) {
+    let text: Vec<u8> = b"hello world "
+        .iter()
+        .copied()
+        .cycle()
+        .take(size.saturating_sub(2))
+        .collect();
+    let head_len = (size.div_ceil(2))
+        .saturating_sub(1)
+        .clamp(1, text.len().max(1));
+    let mut body = text[head_len.min(text.len())..].to_vec();
+    body.extend_from_slice(b"\r\n");
+    (text[..head_len.min(text.len())].to_vec(), body)
+}
+
+/// Runs `variant`; `watch_port` is called with the server's port before the first connect.
+pub fn run_variant(
+    variant: &Variant,
+    settings: &RunSettings,
+    watch_port: &dyn Fn(u16),
+) -> anyhow::Result<Row> {
+    let size = settings.size.unwrap_or(variant.size);
+    let mss = settings.mss.or(variant.mss);
+    let deadline = Instant::now() + settings.row_timeout;
+    let protocol = match variant.workload {
+        Workload::Echo => Protocol::Echo,
+        Workload::Http => Protocol::Http { body_len: size },
+        Workload::Memcached => Protocol::Memcached { value_len: size },
+        Workload::Stream => Protocol::Sink { chunk: size },
+    };
+    let server = Server::start(ServerConfig {
+        reply: variant.server_reply,
+        mss,
+        nodelay: variant.server_nodelay,
+        listener_quickack: variant.listener_quickack,
+        quickack_rearm: variant.server_quickack,
+        ..ServerConfig::new(protocol, deadline)
+    })
+    .context("cannot start the lab server on 127.0.0.1")?;
+    let addr = server.addr();
+    watch_port(addr.port());
+    let client = ClientConfig {
+        mss,
+        nodelay: variant.client_nodelay,
+        quickack_rearm: variant.client_quickack,
+        ..ClientConfig::default()
+    };
+    let corking_before = tcpext_counter("TCPAutoCorking");
+    let row = RowContext {
+        variant,
+        settings,
+        size,
+        addr,
+        client: &client,
+        deadline,
+    };
+    let mut outcome = run_client(&row);
+    let corking_after = tcpext_counter("TCPAutoCorking");
+    let report = server.stop();
+    let mut latencies = outcome.latencies;
+    if variant.workload == Workload::Stream {
+        latencies = stream_latencies(&outcome.stream_writes, &report.arrivals);
+        outcome.requests = outcome.stream_writes.iter().map(|(_, w)| w.len()).sum();
+        if latencies.len() < outcome.requests {
+            outcome.errors.push(format!(
+                "the server saw {} of {} writes arrive",
+                latencies.len(),
+                outcome.requests
+            ));
+        }
+    }
+    outcome.errors.extend(report.errors);
+    let summary = LatencySummary::of(&latencies);
+    let requests = outcome.requests.max(1) as f64;
+    let stalled = is_stalled(summary.p50_ms);
+    let expected = expected_stall(variant, size, mss);
+    let explanation = if stalled == expected {
+        variant.explanation.to_string()
+    } else {
+        format!(
+            "UNEXPECTED on this kernel; catalogue says: {}",
+            variant.explanation
+        )
+    };
+    let is_stream = variant.workload == Workload::Stream;
+    let inherited = match (variant.server_nodelay, variant.listener_quickack) {
+        (ServerNodelay::Listener, _) => report.accepted_nodelay,
+        // The accepted socket reads TCP_QUICKACK as !pingpong: equal to the listener's value
+        // means the setting was carried over.
+        (_, Some(on)) => report.accepted_quickack.map(|q| q == on),
+        _ => None,
+    };
+    Ok(Row {
+        scenario: variant.scenario.name(),
+        variant: variant.name,
+        requests: outcome.requests,
+        p50_ms: summary.p50_ms,
+        p99_ms: summary.p99_ms,
+        max_ms: summary.max_ms,
+        segments_per_request: (outcome.client_segments + report.data_segs_out) as f64 / requests,
+        stalled,
+        expected_stall: expected,
+        explanation,
+        stalled_requests: latencies
+            .iter()
+            .filter(|l| is_stalled(l.as_secs_f64() * 1000.0))
+            .count(),
+        held_side: if expected {
+            split_writer(variant)
+        } else {
+            None
+        },
+        server_port: addr.port(),
+        connections: outcome.connections,
+        size,
+        mss,
+        client_data_segments: outcome.client_segments,
+        server_data_segments: report.data_segs_out,
+        own_segment_share: is_stream.then(|| (outcome.client_segments as f64 / requests).min(1.0)),
+        autocorking_delta: if is_stream {
+            corking_before
+                .zip(corking_after)
+                .map(|(before, after)| after.saturating_sub(before))
+        } else {
+            None
+        },
+        inherited,
+        errors: outcome.errors,
+    })
+}
+
+/// What the client side of a row needs to run.
+#[derive(Clone, Copy)]
+struct RowContext<'a> {
+    variant: &'a Variant,
+    settings: &'a RunSettings,
+    size: usize,
+    addr: SocketAddr,
+    client: &'a ClientConfig,
+    deadline: Instant,
+}
+
+/// What the client side of a row measured.
+#[derive(Debug, Default)]
+struct ClientOutcome {
+    requests: usize,
+    connections: usize,
+    client_segments: u64,
+    latencies: Vec<Duration>,
+    /// Stream: per client port, when each write was handed to the kernel.
+    stream_writes: Vec<(u16, Vec<Instant>)>,
+    errors: Vec<String>,
+}
+
+/// Runs the client side of a row: request/response turns (or the stream's one-way writes),
+/// bounded by the request count and the row's deadline.
+fn run_client(row: &RowContext<'_>) -> ClientOutcome {
+    let mut outcome = ClientOutcome::default();
+    let per_request = row.variant.connections == ConnectionMode::PerRequest;
+    // The request's parts, written with the row's strategy, and where the reply ends.
+    let (request, reply_end): (Vec<Vec<u8>>, FrameEnd) = match row.variant.workload {
+        Workload::Echo => {
+            let (head, body) = echo_parts(row.size);
+            (vec![head, body], framing::line_end)
+        }
+        Workload::Memcached => (vec![b"get k\r\n".to_vec()], framing::memcached_reply_end),
+        Workload::Http => {
+            let get = http_get_request(&row.addr.to_string(), "/file", per_request);
+            (vec![get.into_bytes()], framing::http_response_end)
+        }
+        Workload::Stream => return run_stream(row),
+    };
+    let mut connection: Option<Connection> = None;
+    while outcome.requests < row.settings.requests && Instant::now() < row.deadline {
+        if connection.is_none() {
+            match Connection::connect(row.addr, row.client) {
+                Ok(c) => connection = Some(c),
+                Err(err) => {
+                    outcome
+                        .errors
+                        .push(format!("connect to {}: {err}", row.addr));
+                    break;
+                }
+            }
+            outcome.connections += 1;
+        }
+        let Some(conn) = connection.as_mut() else {
+            break;
+        };
+        let parts: Vec<&[u8]> = request.iter().map(Vec::as_slice).collect();
+        let result = conn.round_trip(row.variant.client_write, &parts, reply_end);
+        match result {
+            Ok(latency) => {
+                outcome.latencies.push(latency);
+                outcome.requests += 1;
+            }
+            Err(err) => {
+                outcome
+                    .errors
+                    .push(format!("request {}: {err}", outcome.requests + 1));
+                break;
+            }
+        }
+        if per_request {
+            finish_connection(&mut connection, &mut outcome);
+        }
+    }
+    finish_connection(&mut connection, &mut outcome);
+    note_timeout(
+        &mut outcome,
+        row.settings.requests,
+        row.settings.row_timeout,
+    );
+    outcome
+}
+
+/// Says so when the row timeout cut a row short, so that fewer requests are not mistaken for
+/// the whole run.
+fn note_timeout(outcome: &mut ClientOutcome, asked: usize, row_timeout: Duration) {
+    if outcome.errors.is_empty() && outcome.requests < asked {
+        outcome.errors.push(format!(
+            "stopped by the {} s row timeout after {} of {asked} requests (raise --row-timeout)",
+            row_timeout.as_secs(),
+            outcome.requests
+        ));
+    }
+}
+
+/// Adds the connection's segment count and closes it.
+fn finish_connection(connection: &mut Option<Connection>, outcome: &mut ClientOutcome) {
+    if let Some(conn) = connection.take() {
+        let _ = conn.wait_until_acked(Duration::from_secs(1));
+        match conn.data_segs_out() {
+            Ok(segments) => outcome.client_segments += u64::from(segments),
+            Err(err) => outcome.errors.push(format!("TCP_INFO: {err}")),
+        }
+    }
+}
+
+fn run_stream(row: &RowContext<'_>) -> ClientOutcome {
+    let next = AtomicUsize::new(0);
+    let outcome = Mutex::new(ClientOutcome::default());
+    let payload = vec![b's'; row.size];
+    let pause = Duration::from_millis(row.variant.pause_ms);
+    std::thread::scope(|scope| {
+        for _ in 0..row.settings.stream_parallel.max(1) {
+            scope.spawn(|| {
+                while next.fetch_add(1, Ordering::SeqCst) < row.settings.stream_connections
+                    && Instant::now() < row.deadline
+                {
+                    let result = stream_connection(row, &payload, pause);
+                    let Ok(mut o) = outcome.lock() else { return };
+                    o.connections += 1;
+                    match result {
+                        Ok((port, writes, segments)) => {
+                            o.client_segments += u64::from(segments);
+                            o.stream_writes.push((port, writes));
+                        }
+                        Err(err) => o.errors.push(format!("stream connection: {err}")),
+                    }
+                }
+            });
+        }
+    });
+    let mut outcome = outcome.into_inner().unwrap_or_default();
+    if outcome.errors.is_empty() && outcome.connections < row.settings.stream_connections {
+        outcome.errors.push(format!(
+            "stopped by the {} s row timeout after {} of {} connections (raise --row-timeout)",
+            row.settings.row_timeout.as_secs(),
+            outcome.connections,
+            row.settings.stream_connections
+        ));
+    }
+    outcome
+}
+
+/// One stream connection: `stream_writes` writes of `payload` with `pause` between them.
+/// Returns the client port, when each write was made, and the data segments sent.
+fn stream_connection(
+    row: &RowContext<'_>,
+    payload: &[u8],
+    pause: Duration,
+) -> std::io::Result<(u16, Vec<Instant>, u32)> {
+    use std::io::Write;
+    let mut conn = Connection::connect(row.addr, row.client)?;
+    let port = conn.stream().local_addr()?.port();
+    let mut writes = Vec::with_capacity(row.settings.stream_writes);
+    for index in 0..row.settings.stream_writes {
+        if Instant::now() >= row.deadline {
+            break;
+        }
+        if index > 0 && !pause.is_zero() {
+            std::thread::sleep(pause);
+        }
+        writes.push(Instant::now());
+        conn.stream().write_all(payload)?;
+    }
+    conn.wait_until_acked(Duration::from_secs(1))?;
+    let segments = conn.data_segs_out()?;
+    Ok((port, writes, segments))
+}
+
+/// Delivery latency of every stream write: from the write to its last byte being read.
+fn stream_latencies(
+    writes: &[(u16, Vec<Instant>)],
+    arrivals: &std::collections::HashMap<u16, Vec<Instant>>,
+) -> Vec<Duration> {
+    writes
+        .iter()
+        .filter_map(|(port, sent)| Some((sent, arrivals.get(port)?)))
+        .flat_map(|(sent, arrived)| {
+            sent.iter()
+                .zip(arrived)
+                .map(|(s, a)| a.saturating_duration_since(*s))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lab::scenarios::CATALOGUE;
+
+    fn row(scenario: &str, name: &str) -> &'static Variant {
+        CATALOGUE
+            .iter()
+            .find(|v| v.scenario.name() == scenario && v.name == name)
+            .unwrap()
+    }
+
+    #[test]
+    fn echo_line_of_13_bytes_is_hello_world() {
+        let (head, body) = echo_parts(13);
+        assert_eq!((&head[..], &body[..]), (&b"hello "[..], &b"world\r\n"[..]));
+        let (head, body) = echo_parts(3);
+        assert_eq!(head.len() + body.len(), 3);
+    }
+
+    #[test]
+    fn memcached_expectation_follows_the_segment_rule() {
+        let split = row("memcached", "value-1400");
+        let mss = Some(1460);
+        // Reply 1400 + rest: rest below the 1448-byte payload MSS stalls, a full one does not.
+        let rest = |value: usize| memcached_reply_len(value) - MEMCACHED_FIRST_WRITE_CAP;
+        assert!(!expected_stall(split, 100, mss), "one write");
+        assert!(expected_stall(split, 1400, mss) && rest(1400) < 1448);
+        assert!(expected_stall(split, 2400, mss));
+        assert!(!expected_stall(split, 4000, mss) && rest(4000) >= 1448);
+        // At loopback's own MSS the 1400-byte cut always leaves a small rest.
+        assert!(expected_stall(split, 4000, None));
+        assert!(!expected_stall(
+            row("memcached", "quickack-1400"),
+            1400,
+            mss
+        ));
+    }
+}
