@@ -1,18 +1,248 @@
-//! `tcpstall trace`.
+//! `tcpstall trace`: follows a program's socket syscalls and names write-write-read sequences:
+//! two or more sends on a socket with Nagle on, the later ones small, then a wait for the peer.
+//! On Linux the small send waits in the kernel for the ACK of the earlier one, which the peer
+//! delays by 40 ms or more (`tcp_nagle_check` meeting `tcp_send_delayed_ack`).
 
+use std::time::Duration;
+
+use anyhow::bail;
 use clap::Args;
+use serde::Serialize;
 
+use super::pattern::Example;
+use super::tracer::{self, Mode, TracedSocket, LONG_WAIT};
 use crate::Outcome;
+
+/// How long `trace -p` follows a process when `--duration` is not given.
+const DEFAULT_ATTACH_SECONDS: f64 = 10.0;
 
 /// Arguments of `tcpstall trace`.
 #[derive(Args, Debug, Clone)]
 pub struct TraceArgs {
+    /// Follow this running process (all its threads) instead of starting a command; it is
+    /// detached, untouched, at the end.
+    #[arg(
+        short = 'p',
+        long = "pid",
+        value_name = "PID",
+        conflicts_with = "command"
+    )]
+    pub pid: Option<u32>,
+    /// Stop after this many seconds (default with -p: 10; a command runs until it ends and is
+    /// killed when the time is up).
+    #[arg(long, value_name = "SECONDS")]
+    pub duration: Option<f64>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
     /// Exit 1 when a write-write-read pattern is found.
     #[arg(long)]
     pub fail_on_stall: bool,
+    /// The command to run and trace, after `--`.
+    #[arg(last = true, value_name = "CMD", required_unless_present = "pid")]
+    pub command: Vec<String>,
+}
+
+/// One socket of the `trace --json` report.
+#[derive(Debug, Clone, Serialize)]
+pub struct SocketReport {
+    /// Process that used the socket.
+    pub pid: u32,
+    /// Its fd there.
+    pub fd: i32,
+    /// Local address, when it could be read.
+    pub local: Option<String>,
+    /// Remote address, when it could be read.
+    pub remote: Option<String>,
+    /// TCP_NODELAY as last seen.
+    pub nodelay: bool,
+    /// TCP_NODELAY was on at some point.
+    pub nodelay_ever_set: bool,
+    /// TCP_CORK as last seen.
+    pub cork: bool,
+    /// MSS for sending.
+    pub mss: u64,
+    /// Send syscalls that moved data.
+    pub sends: u64,
+    /// Read syscalls.
+    pub reads: u64,
+    /// Write-write-read sequences.
+    pub write_write_read: u64,
+    /// Of those, followed by a wait of 30 ms or more.
+    pub waits_over_30ms: u64,
+    /// The sequence with the longest wait.
+    pub example: Option<Example>,
+    /// What to change, when a sequence was found.
+    pub fix: Option<String>,
+}
+
+/// The `trace --json` report.
+#[derive(Debug, Clone, Serialize)]
+pub struct TraceReport {
+    /// The command traced, or null with `-p`.
+    pub command: Option<Vec<String>>,
+    /// The process traced with `-p`.
+    pub pid: Option<u32>,
+    /// `seccomp` (a command, stopped only at socket syscalls) or `ptrace_syscall` (`-p`).
+    pub method: &'static str,
+    /// Seconds traced.
+    pub duration_s: f64,
+    /// Followed syscalls seen.
+    pub syscalls: u64,
+    /// The command's exit status (128 + signal when killed).
+    pub exit_status: Option<i32>,
+    /// Ended by Ctrl-C, SIGTERM or `--duration`.
+    pub interrupted: bool,
+    /// Write-write-read sequences on all sockets.
+    pub write_write_read: u64,
+    /// TCP sockets that carried data, most sequences first.
+    pub sockets: Vec<SocketReport>,
+}
+
+const FIX: &str = "send each message with one call: build it in one buffer, or pass all parts to \
+                   writev/sendmsg; or set TCP_NODELAY on the socket (on a listener, before accept)";
+
+fn socket_report(s: &TracedSocket) -> SocketReport {
+    SocketReport {
+        pid: s.pid,
+        fd: s.fd,
+        local: s.local.map(|a| a.to_string()),
+        remote: s.remote.map(|a| a.to_string()),
+        nodelay: s.nodelay,
+        nodelay_ever_set: s.nodelay_ever_set,
+        cork: s.cork,
+        mss: s.mss,
+        sends: s.sends,
+        reads: s.reads,
+        write_write_read: s.write_write_read,
+        waits_over_30ms: s.long_waits,
+        example: s.example.clone(),
+        fix: (s.write_write_read > 0).then(|| FIX.to_string()),
+    }
+}
+
+fn seconds(value: f64) -> anyhow::Result<Duration> {
+    if !value.is_finite() || value <= 0.0 || value > 7.0 * 86400.0 {
+        bail!("--duration must be a number of seconds above 0 and at most a week, not {value}");
+    }
+    Ok(Duration::from_secs_f64(value))
 }
 
 /// Runs `tcpstall trace`.
-pub fn run(_args: &TraceArgs) -> anyhow::Result<Outcome> {
-    anyhow::bail!("trace is not built yet")
+pub fn run(args: &TraceArgs) -> anyhow::Result<Outcome> {
+    let traced = match args.pid {
+        Some(pid) => {
+            let limit = seconds(args.duration.unwrap_or(DEFAULT_ATTACH_SECONDS))?;
+            tracer::trace_process(pid, limit)?
+        }
+        None => {
+            let limit = args.duration.map(seconds).transpose()?;
+            tracer::trace_command(&args.command, limit)?
+        }
+    };
+    let mut sockets: Vec<SocketReport> = traced
+        .sockets
+        .iter()
+        .filter(|s| s.sends > 0 || s.reads > 0)
+        .map(socket_report)
+        .collect();
+    sockets.sort_by_key(|s| std::cmp::Reverse(s.write_write_read));
+    let report = TraceReport {
+        command: args.pid.is_none().then(|| args.command.clone()),
+        pid: args.pid,
+        method: match traced.mode {
+            Mode::Seccomp => "seccomp",
+            Mode::Attached => "ptrace_syscall",
+        },
+        duration_s: traced.elapsed.as_secs_f64(),
+        syscalls: traced.syscalls,
+        exit_status: traced.exit_status,
+        interrupted: traced.interrupted,
+        write_write_read: sockets.iter().map(|s| s.write_write_read).sum(),
+        sockets,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", render(&report));
+    }
+    Ok(if report.write_write_read > 0 {
+        Outcome::StallsFound
+    } else {
+        Outcome::Done
+    })
+}
+
+fn endpoint(addr: &Option<String>) -> &str {
+    addr.as_deref().unwrap_or("?")
+}
+
+/// The text report.
+pub fn render(report: &TraceReport) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let target = match (&report.command, report.pid) {
+        (Some(cmd), _) => cmd.join(" "),
+        (None, Some(pid)) => format!("pid {pid} (detached)"),
+        (None, None) => String::new(),
+    };
+    let status = report
+        .exit_status
+        .map(|s| format!(", exit status {s}"))
+        .unwrap_or_default();
+    let _ = writeln!(
+        out,
+        "traced {target} for {:.2} s{status}: {} socket syscalls, {} TCP sockets with data",
+        report.duration_s,
+        report.syscalls,
+        report.sockets.len()
+    );
+    let (found, clean): (Vec<&SocketReport>, Vec<&SocketReport>) =
+        report.sockets.iter().partition(|s| s.write_write_read > 0);
+    if found.is_empty() {
+        let _ = writeln!(out, "no write-write-read on a Nagle socket");
+    }
+    for s in &found {
+        let nodelay = if s.nodelay_ever_set {
+            "TCP_NODELAY was set at some point, off during these writes"
+        } else {
+            "Nagle on, TCP_NODELAY never set"
+        };
+        let _ = writeln!(
+            out,
+            "write-write-read: pid {} fd {} {} -> {} ({nodelay})",
+            s.pid,
+            s.fd,
+            endpoint(&s.local),
+            endpoint(&s.remote)
+        );
+        let _ = writeln!(
+            out,
+            "  {} times ({} followed by a wait of {} ms or more)",
+            s.write_write_read,
+            s.waits_over_30ms,
+            LONG_WAIT.as_millis()
+        );
+        if let Some(example) = &s.example {
+            let _ = writeln!(out, "  e.g. {}", example.describe());
+        }
+        let _ = writeln!(out, "  fix: {FIX}");
+    }
+    for s in clean.iter().take(20) {
+        let _ = writeln!(
+            out,
+            "clean: pid {} fd {} {} -> {}: {} sends, {} reads{}",
+            s.pid,
+            s.fd,
+            endpoint(&s.local),
+            endpoint(&s.remote),
+            s.sends,
+            s.reads,
+            if s.nodelay { ", TCP_NODELAY on" } else { "" }
+        );
+    }
+    if clean.len() > 20 {
+        let _ = writeln!(out, "clean: {} more sockets", clean.len() - 20);
+    }
+    out
 }
