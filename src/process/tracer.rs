@@ -1026,7 +1026,7 @@ fn readable_fds(tid: Pid, how: WaitKind, args: &[u64; 6]) -> Option<Vec<i32>> {
             }
             // struct pollfd { int fd; short events; short revents; }
             let bytes = read_memory(tid, args[0], count as usize * 8)?;
-            let wanted = (libc::POLLIN | libc::POLLPRI | libc::POLLRDHUP) as i16;
+            let wanted: libc::c_short = libc::POLLIN | libc::POLLPRI | libc::POLLRDHUP;
             Some(
                 bytes
                     .chunks_exact(8)
