@@ -372,6 +372,24 @@ fn trace_of_a_single_write_client_finds_nothing() {
     assert_eq!(report["write_write_read"], 0);
 }
 
+#[test]
+fn trace_sees_tcp_nodelay_set_and_does_not_blame_split_writes() {
+    let _serial = serial();
+    let server = Server::start(&["--single-write"]);
+    let (out, report, info) = trace_client(server.port, 6, "nodelay-split", &["--fail-on-stall"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let socket = traced_socket(&report, &info[0]["fd"], &info[0]["local"]);
+    assert_eq!(socket["sends"], 12, "{socket:#}");
+    assert_eq!(socket["nodelay"], true);
+    assert_eq!(socket["nodelay_ever_set"], true);
+    assert_eq!(socket["write_write_read"], 0);
+}
+
 fn thread_states(pid: u32) -> Vec<(String, String)> {
     let mut states = Vec::new();
     for entry in std::fs::read_dir(format!("/proc/{pid}/task")).expect("server tasks") {
