@@ -167,15 +167,16 @@ fn json_of(output: &Output) -> Value {
     })
 }
 
+/// The JSON on stdout of a run that must have succeeded.
+fn json_ok(output: &Output) -> Value {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    json_of(output)
+}
+
 fn sockets_json(pid: u32) -> Vec<Value> {
     let out = tcpstall(&["sockets", &pid.to_string(), "--json"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    json_of(&out).as_array().expect("an array").clone()
+    json_ok(&out).as_array().expect("an array").clone()
 }
 
 fn find<'a>(sockets: &'a [Value], key: &str, value: &str) -> &'a Value {
@@ -212,13 +213,7 @@ fn fix_switches_nodelay_on_and_new_connections_stop_stalling() {
     assert!(accepted["fd"].as_i64().is_some_and(|fd| fd >= 0));
 
     let out = tcpstall(&["fix", &pid.to_string(), "--yes", "--json"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report = json_of(&out);
+    let report = json_ok(&out);
     assert_eq!(report["applied"], true);
     assert_eq!(report["listener_nodelay_inherited"], true);
     let fixed = report["sockets"].as_array().expect("sockets");
@@ -354,40 +349,38 @@ fn trace_names_the_socket_that_writes_twice_before_reading() {
     assert_eq!(report["write_write_read"], guilty["write_write_read"]);
 }
 
-#[test]
-fn trace_of_a_single_write_client_finds_nothing() {
-    let _serial = serial();
+/// Traces a client whose writes cannot stall on Nagle; checks the socket was followed (its
+/// sends counted) and nothing was blamed.
+fn assert_trace_finds_nothing(mode: &str, sends: u64, nodelay: bool) {
     let server = Server::start(&["--single-write"]);
-    let (out, report, info) = trace_client(server.port, 6, "single", &["--fail-on-stall"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (out, report, info) = trace_client(server.port, 6, mode, &["--fail-on-stall"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{mode}: {stderr}");
     let socket = traced_socket(&report, &info[0]["fd"], &info[0]["local"]);
-    assert_eq!(socket["sends"], 6, "the socket was followed: {socket:#}");
-    assert!(socket["reads"].as_u64().is_some_and(|n| n >= 6));
+    assert_eq!(
+        socket["sends"], sends,
+        "the socket was followed: {socket:#}"
+    );
+    assert!(
+        socket["reads"].as_u64().is_some_and(|n| n >= 6),
+        "{socket:#}"
+    );
+    assert_eq!(socket["nodelay"], nodelay);
+    assert_eq!(socket["nodelay_ever_set"], nodelay);
     assert_eq!(socket["write_write_read"], 0);
     assert_eq!(report["write_write_read"], 0);
 }
 
 #[test]
+fn trace_of_a_single_write_client_finds_nothing() {
+    let _serial = serial();
+    assert_trace_finds_nothing("single", 6, false);
+}
+
+#[test]
 fn trace_sees_tcp_nodelay_set_and_does_not_blame_split_writes() {
     let _serial = serial();
-    let server = Server::start(&["--single-write"]);
-    let (out, report, info) = trace_client(server.port, 6, "nodelay-split", &["--fail-on-stall"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let socket = traced_socket(&report, &info[0]["fd"], &info[0]["local"]);
-    assert_eq!(socket["sends"], 12, "{socket:#}");
-    assert_eq!(socket["nodelay"], true);
-    assert_eq!(socket["nodelay_ever_set"], true);
-    assert_eq!(socket["write_write_read"], 0);
+    assert_trace_finds_nothing("nodelay-split", 12, true);
 }
 
 fn thread_states(pid: u32) -> Vec<(String, String)> {
@@ -434,13 +427,7 @@ fn trace_attached_to_a_server_finds_its_split_writes_and_detaches() {
     let out = tcpstall(&["trace", "-p", &pid, "--duration", "1.5", "--json"]);
     stop.store(true, Ordering::SeqCst);
     let served = load.join().expect("load thread");
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report = json_of(&out);
+    let report = json_ok(&out);
     assert_eq!(report["method"], "ptrace_syscall");
     let port = server.port;
     let guilty = report["sockets"]

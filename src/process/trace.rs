@@ -9,7 +9,6 @@ use anyhow::bail;
 use clap::Args;
 use serde::Serialize;
 
-use super::pattern::Example;
 use super::tracer::{self, Mode, TracedSocket, LONG_WAIT};
 use crate::Outcome;
 
@@ -43,37 +42,14 @@ pub struct TraceArgs {
     pub command: Vec<String>,
 }
 
-/// One socket of the `trace --json` report.
+/// One socket of the `trace --json` report: what the tracer saw, and the fix when needed.
 #[derive(Debug, Clone, Serialize)]
 pub struct SocketReport {
-    /// Process that used the socket.
-    pub pid: u32,
-    /// Its fd there.
-    pub fd: i32,
-    /// Local address, when it could be read.
-    pub local: Option<String>,
-    /// Remote address, when it could be read.
-    pub remote: Option<String>,
-    /// TCP_NODELAY as last seen.
-    pub nodelay: bool,
-    /// TCP_NODELAY was on at some point.
-    pub nodelay_ever_set: bool,
-    /// TCP_CORK as last seen.
-    pub cork: bool,
-    /// MSS for sending.
-    pub mss: u64,
-    /// Send syscalls that moved data.
-    pub sends: u64,
-    /// Read syscalls.
-    pub reads: u64,
-    /// Write-write-read sequences.
-    pub write_write_read: u64,
-    /// Of those, followed by a wait of 30 ms or more.
-    pub waits_over_30ms: u64,
-    /// The sequence with the longest wait.
-    pub example: Option<Example>,
-    /// What to change, when a sequence was found.
-    pub fix: Option<String>,
+    /// Addresses, options, counts and the example.
+    #[serde(flatten)]
+    pub socket: TracedSocket,
+    /// What to change, when a write-write-read was found.
+    pub fix: Option<&'static str>,
 }
 
 /// The `trace --json` report.
@@ -102,22 +78,10 @@ pub struct TraceReport {
 const FIX: &str = "send each message with one call: build it in one buffer, or pass all parts to \
                    writev/sendmsg; or set TCP_NODELAY on the socket (on a listener, before accept)";
 
-fn socket_report(s: &TracedSocket) -> SocketReport {
+fn socket_report(socket: &TracedSocket) -> SocketReport {
     SocketReport {
-        pid: s.pid,
-        fd: s.fd,
-        local: s.local.map(|a| a.to_string()),
-        remote: s.remote.map(|a| a.to_string()),
-        nodelay: s.nodelay,
-        nodelay_ever_set: s.nodelay_ever_set,
-        cork: s.cork,
-        mss: s.mss,
-        sends: s.sends,
-        reads: s.reads,
-        write_write_read: s.write_write_read,
-        waits_over_30ms: s.long_waits,
-        example: s.example.clone(),
-        fix: (s.write_write_read > 0).then(|| FIX.to_string()),
+        socket: socket.clone(),
+        fix: (socket.write_write_read > 0).then_some(FIX),
     }
 }
 
@@ -146,7 +110,7 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<Outcome> {
         .filter(|s| s.sends > 0 || s.reads > 0)
         .map(socket_report)
         .collect();
-    sockets.sort_by_key(|s| std::cmp::Reverse(s.write_write_read));
+    sockets.sort_by_key(|s| std::cmp::Reverse(s.socket.write_write_read));
     let report = TraceReport {
         command: args.pid.is_none().then(|| args.command.clone()),
         pid: args.pid,
@@ -158,7 +122,7 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<Outcome> {
         syscalls: traced.syscalls,
         exit_status: traced.exit_status,
         interrupted: traced.interrupted,
-        write_write_read: sockets.iter().map(|s| s.write_write_read).sum(),
+        write_write_read: sockets.iter().map(|s| s.socket.write_write_read).sum(),
         sockets,
     };
     if args.json {
@@ -173,8 +137,18 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<Outcome> {
     })
 }
 
-fn endpoint(addr: &Option<String>) -> &str {
-    addr.as_deref().unwrap_or("?")
+/// "pid 12 fd 3 127.0.0.1:5000 -> 127.0.0.1:80".
+fn label(s: &TracedSocket) -> String {
+    let endpoint = |addr: Option<std::net::SocketAddr>| {
+        addr.map_or_else(|| "?".to_string(), |a| a.to_string())
+    };
+    format!(
+        "pid {} fd {} {} -> {}",
+        s.pid,
+        s.fd,
+        endpoint(s.local),
+        endpoint(s.remote)
+    )
 }
 
 /// The text report.
@@ -197,8 +171,11 @@ pub fn render(report: &TraceReport) -> String {
         report.syscalls,
         report.sockets.len()
     );
-    let (found, clean): (Vec<&SocketReport>, Vec<&SocketReport>) =
-        report.sockets.iter().partition(|s| s.write_write_read > 0);
+    let (found, clean): (Vec<&TracedSocket>, Vec<&TracedSocket>) = report
+        .sockets
+        .iter()
+        .map(|r| &r.socket)
+        .partition(|s| s.write_write_read > 0);
     if found.is_empty() {
         let _ = writeln!(out, "no write-write-read on a Nagle socket");
     }
@@ -208,14 +185,7 @@ pub fn render(report: &TraceReport) -> String {
         } else {
             "Nagle on, TCP_NODELAY never set"
         };
-        let _ = writeln!(
-            out,
-            "write-write-read: pid {} fd {} {} -> {} ({nodelay})",
-            s.pid,
-            s.fd,
-            endpoint(&s.local),
-            endpoint(&s.remote)
-        );
+        let _ = writeln!(out, "write-write-read: {} ({nodelay})", label(s));
         let _ = writeln!(
             out,
             "  {} times ({} followed by a wait of {} ms or more)",
@@ -231,11 +201,8 @@ pub fn render(report: &TraceReport) -> String {
     for s in clean.iter().take(20) {
         let _ = writeln!(
             out,
-            "clean: pid {} fd {} {} -> {}: {} sends, {} reads{}",
-            s.pid,
-            s.fd,
-            endpoint(&s.local),
-            endpoint(&s.remote),
+            "clean: {}: {} sends, {} reads{}",
+            label(s),
             s.sends,
             s.reads,
             if s.nodelay { ", TCP_NODELAY on" } else { "" }

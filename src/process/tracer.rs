@@ -104,8 +104,8 @@ fn set_tick(every: Duration) {
     unsafe { libc::setitimer(libc::ITIMER_REAL, &timer, std::ptr::null_mut()) };
 }
 
-/// What the tracer knows about one TCP socket it saw used.
-#[derive(Debug, Clone)]
+/// What the tracer knows about one TCP socket it saw used; serialised as is in `trace --json`.
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct TracedSocket {
     /// Process (thread-group id) that used it first.
     pub pid: u32,
@@ -130,14 +130,17 @@ pub struct TracedSocket {
     /// Write-write-read sequences found.
     pub write_write_read: u64,
     /// Of those, how many were followed by a wait of at least 30 ms.
-    pub long_waits: u64,
+    pub waits_over_30ms: u64,
     /// The write-write-read with the longest wait.
     pub example: Option<Example>,
     /// Options and addresses have been read from the socket itself.
+    #[serde(skip)]
     resolved: bool,
     /// The last send had MSG_MORE: the next one joins it in one segment.
+    #[serde(skip)]
     more_pending: bool,
     /// Sends since the last read: the burst, its thread, and when its last send ended.
+    #[serde(skip)]
     burst: Option<(Burst, Pid, Instant)>,
 }
 
@@ -155,7 +158,7 @@ impl TracedSocket {
             sends: 0,
             reads: 0,
             write_write_read: 0,
-            long_waits: 0,
+            waits_over_30ms: 0,
             example: None,
             resolved: false,
             more_pending: false,
@@ -923,7 +926,7 @@ impl Tracer {
         let wait = now.saturating_duration_since(last_send);
         socket.write_write_read += 1;
         if wait >= LONG_WAIT {
-            socket.long_waits += 1;
+            socket.waits_over_30ms += 1;
         }
         let wait_ms = wait.as_secs_f64() * 1000.0;
         if socket
