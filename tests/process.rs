@@ -263,6 +263,13 @@ fn fix_without_terminal_or_yes_changes_nothing() {
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--yes"), "{stderr}");
+    let elsewhere = json_ok(&tcpstall(&["fix", &pid, "--port", "1", "--yes", "--json"]));
+    assert_eq!(
+        elsewhere["sockets"],
+        serde_json::json!([]),
+        "--port limits the plan"
+    );
+    assert_eq!(elsewhere["applied"], false);
     let dry = tcpstall(&["fix", &pid, "--dry-run", "--json"]);
     assert_eq!(dry.status.code(), Some(0));
     assert_eq!(json_of(&dry)["applied"], false);

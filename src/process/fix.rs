@@ -55,6 +55,8 @@ pub enum Action {
 pub struct FixedSocket {
     /// fd in the target.
     pub fd: Option<i32>,
+    /// Socket inode: the fd is changed only while it still holds this socket.
+    pub inode: u64,
     /// Local address.
     pub local: String,
     /// Remote address.
@@ -128,6 +130,7 @@ pub fn run(args: &FixArgs) -> anyhow::Result<Outcome> {
         .filter(|v| args.port.map_or(true, |p| v.uses_port(p)))
         .map(|v| FixedSocket {
             fd: v.fd,
+            inode: v.inode,
             local: v.local.clone(),
             remote: v.remote.clone(),
             state: v.state,
@@ -136,12 +139,6 @@ pub fn run(args: &FixArgs) -> anyhow::Result<Outcome> {
             nodelay_before: v.nodelay,
             nodelay_after: None,
         })
-        .collect();
-    let inodes: Vec<u64> = found
-        .sockets
-        .iter()
-        .filter(|v| args.port.map_or(true, |p| v.uses_port(p)))
-        .map(|v| v.inode)
         .collect();
     let to_change = plan
         .iter()
@@ -162,7 +159,7 @@ pub fn run(args: &FixArgs) -> anyhow::Result<Outcome> {
         if !args.yes && !confirm(pid, to_change)? {
             eprintln!("tcpstall: nothing changed");
         } else {
-            apply(pid, &mut plan, &inodes)?;
+            apply(pid, &mut plan)?;
             applied = true;
         }
     }
@@ -199,9 +196,9 @@ fn confirm(pid: u32, count: usize) -> anyhow::Result<bool> {
 
 /// Sets TCP_NODELAY on every planned socket, after checking that the fd still holds the same
 /// socket (same inode): an fd closed and reused since the listing is left alone.
-fn apply(pid: u32, plan: &mut [FixedSocket], inodes: &[u64]) -> Result<(), AccessError> {
+fn apply(pid: u32, plan: &mut [FixedSocket]) -> Result<(), AccessError> {
     let pidfd = PidFd::open(pid)?;
-    for (socket, &inode) in plan.iter_mut().zip(inodes) {
+    for socket in plan.iter_mut() {
         let Some(fd) = socket.fd else { continue };
         if socket.action == Action::AlreadyNodelay {
             socket.nodelay_after = Some(true);
@@ -215,7 +212,7 @@ fn apply(pid: u32, plan: &mut [FixedSocket], inodes: &[u64]) -> Result<(), Acces
             Err(err) => return Err(err),
         };
         let io_err = |err| AccessError::from_errno(err, pid, format!("set TCP_NODELAY on fd {fd}"));
-        if socket_inode(&dup).map_err(io_err)? != inode {
+        if socket_inode(&dup).map_err(io_err)? != socket.inode {
             continue;
         }
         sockopt::set_nodelay(dup.as_fd(), true).map_err(io_err)?;

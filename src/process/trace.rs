@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use anyhow::bail;
+use anyhow::{bail, Context};
 use clap::Args;
 use serde::Serialize;
 
@@ -34,6 +34,9 @@ pub struct TraceArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Write the report to FILE instead of standard output (which the traced command shares).
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<std::path::PathBuf>,
     /// Exit 1 when a write-write-read pattern is found.
     #[arg(long)]
     pub fail_on_stall: bool,
@@ -125,10 +128,15 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<Outcome> {
         write_write_read: sockets.iter().map(|s| s.socket.write_write_read).sum(),
         sockets,
     };
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+    let text = if args.json {
+        serde_json::to_string_pretty(&report)? + "\n"
     } else {
-        print!("{}", render(&report));
+        render(&report)
+    };
+    match &args.output {
+        Some(path) => std::fs::write(path, text)
+            .with_context(|| format!("cannot write the report to {}", path.display()))?,
+        None => print!("{text}"),
     }
     Ok(if report.write_write_read > 0 {
         Outcome::StallsFound
