@@ -468,6 +468,71 @@ fn trace_attached_to_a_server_finds_its_split_writes_and_detaches() {
     assert!(server.still_running());
 }
 
+#[test]
+fn trace_detaches_on_ctrl_c_and_ends_when_the_target_exits() {
+    let _serial = serial();
+    let mut server = Server::start(&[]);
+    let pid = server.pid().to_string();
+    let tracer = Command::new(BIN)
+        .args(["trace", "-p", &pid, "--duration", "30", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tcpstall runs");
+    let mut tracer = KillOnDrop(tracer);
+    std::thread::sleep(Duration::from_millis(500));
+    let mut client = Client::connect(server.addr());
+    client.request();
+    // SAFETY: kill with a pid we own and a valid signal.
+    assert_eq!(unsafe { libc::kill(tracer.0.id() as i32, libc::SIGINT) }, 0);
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = tracer.0.try_wait().expect("wait tracer") {
+            break status;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "trace ignored SIGINT"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0));
+    let mut stdout = String::new();
+    if let Some(mut out) = tracer.0.stdout.take() {
+        out.read_to_string(&mut stdout).expect("report");
+    }
+    let report: Value = serde_json::from_str(&stdout).expect("JSON report");
+    assert_eq!(report["interrupted"], true);
+    for (state, tracer_pid) in thread_states(server.pid()) {
+        assert!(state != "t" && state != "T", "left stopped ({state})");
+        assert_eq!(tracer_pid, "0");
+    }
+    client.request();
+    assert!(server.still_running());
+
+    // A target that exits while traced ends the trace early, without error.
+    let short = Command::new("python3")
+        .args(["-c", "import time; time.sleep(0.5)"])
+        .spawn()
+        .expect("python3 runs");
+    let short = KillOnDrop(short);
+    let started = Instant::now();
+    let out = tcpstall(&[
+        "trace",
+        "-p",
+        &short.0.id().to_string(),
+        "--duration",
+        "20",
+        "--json",
+    ]);
+    let report = json_ok(&out);
+    assert_eq!(report["interrupted"], false);
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "trace outlived its target"
+    );
+}
+
 /// Our binary where the `nobody` user can run it.
 fn binary_for_nobody() -> PathBuf {
     let dir = std::env::temp_dir().join(format!("process-test-{}", std::process::id()));
