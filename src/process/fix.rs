@@ -53,18 +53,10 @@ pub enum Action {
 /// One socket's line of the plan and of the result.
 #[derive(Debug, Clone, Serialize)]
 pub struct FixedSocket {
-    /// fd in the target.
-    pub fd: Option<i32>,
-    /// Socket inode: the fd is changed only while it still holds this socket.
-    pub inode: u64,
-    /// Local address.
-    pub local: String,
-    /// Remote address.
-    pub remote: String,
-    /// Kernel TCP state.
-    pub state: TcpState,
-    /// Listening socket.
-    pub listening: bool,
+    /// The socket as `sockets` shows it before the change; its inode guards the change (the fd
+    /// is changed only while it still holds this socket).
+    #[serde(flatten)]
+    pub socket: SocketView,
     /// What is (or would be) done.
     pub action: Action,
     /// TCP_NODELAY before.
@@ -129,12 +121,7 @@ pub fn run(args: &FixArgs) -> anyhow::Result<Outcome> {
         .iter()
         .filter(|v| args.port.map_or(true, |p| v.uses_port(p)))
         .map(|v| FixedSocket {
-            fd: v.fd,
-            inode: v.inode,
-            local: v.local.clone(),
-            remote: v.remote.clone(),
-            state: v.state,
-            listening: v.listening,
+            socket: v.clone(),
             action: action_for(v),
             nodelay_before: v.nodelay,
             nodelay_after: None,
@@ -198,12 +185,14 @@ fn confirm(pid: u32, count: usize) -> anyhow::Result<bool> {
 /// socket (same inode): an fd closed and reused since the listing is left alone.
 fn apply(pid: u32, plan: &mut [FixedSocket]) -> Result<(), AccessError> {
     let pidfd = PidFd::open(pid)?;
-    for socket in plan.iter_mut() {
-        let Some(fd) = socket.fd else { continue };
-        if socket.action == Action::AlreadyNodelay {
-            socket.nodelay_after = Some(true);
+    for planned in plan.iter_mut() {
+        let Some(fd) = planned.socket.fd else {
+            continue;
+        };
+        if planned.action == Action::AlreadyNodelay {
+            planned.nodelay_after = Some(true);
         }
-        if socket.action != Action::SetNodelay {
+        if planned.action != Action::SetNodelay {
             continue;
         }
         let dup = match pidfd.get_fd(fd) {
@@ -212,11 +201,11 @@ fn apply(pid: u32, plan: &mut [FixedSocket]) -> Result<(), AccessError> {
             Err(err) => return Err(err),
         };
         let io_err = |err| AccessError::from_errno(err, pid, format!("set TCP_NODELAY on fd {fd}"));
-        if socket_inode(&dup).map_err(io_err)? != socket.inode {
+        if socket_inode(&dup).map_err(io_err)? != planned.socket.inode {
             continue;
         }
         sockopt::set_nodelay(dup.as_fd(), true).map_err(io_err)?;
-        socket.nodelay_after = Some(sockopt::nodelay(dup.as_fd()).map_err(io_err)?);
+        planned.nodelay_after = Some(sockopt::nodelay(dup.as_fd()).map_err(io_err)?);
     }
     Ok(())
 }
@@ -236,8 +225,9 @@ fn render_plan(pid: u32, plan: &[FixedSocket], inherited: bool) -> String {
     if plan.is_empty() {
         let _ = writeln!(out, "  no TCP sockets");
     }
-    for s in plan {
-        let what = match s.action {
+    for planned in plan {
+        let s = &planned.socket;
+        let what = match planned.action {
             Action::SetNodelay => "set TCP_NODELAY",
             Action::AlreadyNodelay => "already TCP_NODELAY, unchanged",
             Action::SkippedState => "closing, unchanged",
@@ -252,7 +242,7 @@ fn render_plan(pid: u32, plan: &[FixedSocket], inherited: bool) -> String {
     }
     if plan
         .iter()
-        .any(|s| s.listening && s.action == Action::SetNodelay)
+        .any(|p| p.socket.listening && p.action == Action::SetNodelay)
     {
         let _ = writeln!(
             out,
@@ -271,18 +261,21 @@ fn render_plan(pid: u32, plan: &[FixedSocket], inherited: bool) -> String {
 fn render_result(report: &FixReport) -> String {
     use std::fmt::Write;
     let mut out = String::new();
-    for s in report
+    for planned in report
         .sockets
         .iter()
-        .filter(|s| s.action == Action::SetNodelay)
+        .filter(|p| p.action == Action::SetNodelay)
     {
-        let fd = s.fd.map_or("?".to_string(), |fd| fd.to_string());
+        let fd = planned
+            .socket
+            .fd
+            .map_or("?".to_string(), |fd| fd.to_string());
         let _ = writeln!(
             out,
             "fd {fd:>4} {}: TCP_NODELAY {} -> {}",
-            s.local,
-            on_off(s.nodelay_before),
-            on_off(s.nodelay_after)
+            planned.socket.local,
+            on_off(planned.nodelay_before),
+            on_off(planned.nodelay_after)
         );
     }
     out
