@@ -356,6 +356,30 @@ fn trace_names_the_socket_that_writes_twice_before_reading() {
     assert_eq!(report["write_write_read"], guilty["write_write_read"]);
 }
 
+#[test]
+fn trace_follows_every_way_of_waiting_for_the_reply() {
+    let _serial = serial();
+    let server = Server::start(&["--single-write"]);
+    // Blocking recv, select() then recv, epoll_wait then recv.
+    for mode in ["split-blocking", "split-select", "split-epoll"] {
+        let (_, report, info) = trace_client(server.port, 6, mode, &[]);
+        let socket = traced_socket(&report, &info[0]["fd"], &info[0]["local"]);
+        let found = socket["write_write_read"].as_u64().unwrap_or(0);
+        assert!(found >= 5, "{mode}: {socket:#}");
+        // The server's delayed ACK holds the body: the wait after it is the stall itself.
+        let long = socket["waits_over_30ms"].as_u64().unwrap_or(0);
+        assert!(long >= 4, "{mode}: {socket:#}");
+        assert_eq!(
+            socket["example"]["writes"],
+            serde_json::json!([60, 10]),
+            "{mode}"
+        );
+        assert!(socket["example"]["wait_ms"]
+            .as_f64()
+            .is_some_and(|ms| ms >= 30.0));
+    }
+}
+
 /// Traces a client whose writes cannot stall on Nagle; checks the socket was followed (its
 /// sends counted) and nothing was blamed.
 fn assert_trace_finds_nothing(mode: &str, sends: u64, nodelay: bool) {
