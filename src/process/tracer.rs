@@ -125,7 +125,7 @@ pub struct TracedSocket {
     pub mss: u64,
     /// Send syscalls that moved data.
     pub sends: u64,
-    /// Read syscalls that returned.
+    /// Read calls on the socket.
     pub reads: u64,
     /// Write-write-read sequences found.
     pub write_write_read: u64,
@@ -695,9 +695,21 @@ impl Tracer {
         let wanted = match kind {
             SyscallKind::Socket | SyscallKind::Dup | SyscallKind::DupTo => true,
             SyscallKind::Connect => false,
-            SyscallKind::Accept | SyscallKind::Send { .. } | SyscallKind::Recv => {
+            SyscallKind::Accept | SyscallKind::Send { .. } => {
                 socket = self.socket_of(tgid, fd);
                 socket.is_some()
+            }
+            SyscallKind::Recv => {
+                socket = self.socket_of(tgid, fd);
+                match socket {
+                    // With sends waiting, the result decides (EAGAIN keeps the burst open).
+                    Some(idx) if self.sockets[idx].burst.is_some() => true,
+                    Some(idx) => {
+                        self.sockets[idx].reads += 1;
+                        false
+                    }
+                    None => false,
+                }
             }
             SyscallKind::SetSockOpt => {
                 let tcp_option = args[1] == libc::IPPROTO_TCP as u64
@@ -713,11 +725,25 @@ impl Tracer {
                     .tasks
                     .get(&tid)
                     .is_some_and(|t| !t.open_bursts.is_empty());
-                if waiting_bursts {
-                    readable = readable_fds(tid, how, &args);
+                if !waiting_bursts {
+                    return false;
                 }
-                // A wait only for writability (send buffer space) is not a wait for the peer.
-                waiting_bursts && readable.as_ref().map_or(true, |fds| !fds.is_empty())
+                readable = readable_fds(tid, how, &args);
+                // Bursts that cannot be a write-write-read end here at no cost; the exit of
+                // the wait is needed only to time the wait after one that can.
+                let mut timed = false;
+                for idx in self.waited_on(tid, tgid, &readable) {
+                    if self.sockets[idx]
+                        .burst
+                        .as_ref()
+                        .is_some_and(|(b, _, _)| b.is_write_write_read())
+                    {
+                        timed = true;
+                    } else {
+                        self.close_burst(idx, Instant::now());
+                    }
+                }
+                timed
             }
             SyscallKind::Close => {
                 let slot = self
@@ -796,21 +822,7 @@ impl Tracer {
                 }
             }
             SyscallKind::Wait(_) => {
-                let open = self
-                    .tasks
-                    .get(&tid)
-                    .map(|t| t.open_bursts.clone())
-                    .unwrap_or_default();
-                let fds = self.processes.get(&tgid).map(|p| &p.fds);
-                let waited_on = |idx: usize| match (&call.readable, fds) {
-                    (None, _) => true,
-                    (Some(list), Some(fds)) => list
-                        .iter()
-                        .any(|fd| matches!(fds.get(fd), Some(Slot::Tcp(i)) if *i == idx)),
-                    (Some(_), None) => false,
-                };
-                let closing: Vec<usize> = open.into_iter().filter(|&idx| waited_on(idx)).collect();
-                for idx in closing {
+                for idx in self.waited_on(tid, tgid, &call.readable) {
                     self.close_burst(idx, now);
                 }
             }
@@ -830,6 +842,26 @@ impl Tracer {
             }
             _ => {}
         }
+    }
+
+    /// The sockets with open bursts of thread `tid` that a wait on `readable` fds waits on
+    /// (`None`: the call does not say, so all of them).
+    fn waited_on(&self, tid: Pid, tgid: u32, readable: &Option<Vec<i32>>) -> Vec<usize> {
+        let Some(task) = self.tasks.get(&tid) else {
+            return Vec::new();
+        };
+        let fds = self.processes.get(&tgid).map(|p| &p.fds);
+        task.open_bursts
+            .iter()
+            .copied()
+            .filter(|&idx| match (readable, fds) {
+                (None, _) => true,
+                (Some(list), Some(fds)) => list
+                    .iter()
+                    .any(|fd| matches!(fds.get(fd), Some(Slot::Tcp(i)) if *i == idx)),
+                (Some(_), None) => false,
+            })
+            .collect()
     }
 
     fn set_slot(&mut self, tgid: u32, fd: i32, slot: Option<Slot>) {
