@@ -121,6 +121,8 @@ pub struct TracedSocket {
     pub nodelay_ever_set: bool,
     /// TCP_CORK as last seen.
     pub cork: bool,
+    /// setsockopt(TCP_QUICKACK, 1) calls: the program re-arms immediate ACKs on this socket.
+    pub quickack_sets: u64,
     /// MSS for sending (TCP_MAXSEG).
     pub mss: u64,
     /// Send syscalls that moved data.
@@ -154,6 +156,7 @@ impl TracedSocket {
             nodelay: false,
             nodelay_ever_set: false,
             cork: false,
+            quickack_sets: 0,
             mss: FALLBACK_MSS,
             sends: 0,
             reads: 0,
@@ -713,7 +716,9 @@ impl Tracer {
             }
             SyscallKind::SetSockOpt => {
                 let tcp_option = args[1] == libc::IPPROTO_TCP as u64
-                    && (args[2] == libc::TCP_NODELAY as u64 || args[2] == libc::TCP_CORK as u64);
+                    && [libc::TCP_NODELAY, libc::TCP_CORK, libc::TCP_QUICKACK]
+                        .iter()
+                        .any(|&name| args[2] == name as u64);
                 if tcp_option {
                     socket = self.socket_of(tgid, fd);
                     option_value = read_int(tid, args[3]);
@@ -801,11 +806,14 @@ impl Tracer {
             SyscallKind::SetSockOpt if ret == 0 => {
                 if let (Some(idx), Some(value)) = (call.socket, call.option_value) {
                     let socket = &mut self.sockets[idx];
-                    if args[2] == libc::TCP_NODELAY as u64 {
-                        socket.nodelay = value != 0;
-                        socket.nodelay_ever_set |= value != 0;
-                    } else {
-                        socket.cork = value != 0;
+                    match args[2] as libc::c_int {
+                        libc::TCP_NODELAY => {
+                            socket.nodelay = value != 0;
+                            socket.nodelay_ever_set |= value != 0;
+                        }
+                        libc::TCP_CORK => socket.cork = value != 0,
+                        // Not sticky (ping-pong mode returns at the next turn): count the calls.
+                        _ => socket.quickack_sets += u64::from(value != 0),
                     }
                 }
             }
