@@ -204,6 +204,14 @@ pub fn render(report: &TraceReport) -> String {
         if let Some(example) = &s.example {
             let _ = writeln!(out, "  e.g. {}", example.describe());
         }
+        if s.quickack_sets > 0 {
+            let _ = writeln!(
+                out,
+                "  TCP_QUICKACK set {} times: it speeds up this side's ACKs, not the peer's, so \
+                 it does not release these writes",
+                s.quickack_sets
+            );
+        }
         let _ = writeln!(out, "  fix: {FIX}");
     }
     for s in clean.iter().take(20) {
