@@ -314,6 +314,26 @@ pub fn trace_command(command: &[String], limit: Option<Duration>) -> anyhow::Res
         .spawn()
         .with_context(|| format!("cannot start {program:?} with a seccomp filter under ptrace"))?;
     let root = Pid::from_raw(child.id() as i32);
+    if let Err(err) = take_over(root, program) {
+        // Without the options the child would run on with socket calls failing (ENOSYS from
+        // the filter with no tracer listening): end it.
+        let _ = signal::kill(root, Signal::SIGKILL);
+        let _ = waitpid(root, Some(WaitPidFlag::__WALL));
+        return Err(err);
+    }
+    let mut tracer = Tracer::new(Mode::Seccomp, root);
+    tracer.adopt(root, true);
+    ptrace::cont(root, None)
+        .map_err(nix_io)
+        .context("PTRACE_CONT")?;
+    let traced = tracer.run(limit);
+    drop(guard);
+    traced
+}
+
+/// Waits for the child's stop at exec, then sets the ptrace options that make the seccomp
+/// filter report to us and follow threads and forks.
+fn take_over(root: Pid, program: &str) -> anyhow::Result<()> {
     // The exec stops the child with SIGTRAP (PTRACE_TRACEME without options yet).
     loop {
         match waitpid(root, Some(WaitPidFlag::__WALL)) {
@@ -337,15 +357,7 @@ pub fn trace_command(command: &[String], limit: Option<Duration>) -> anyhow::Res
         | Options::PTRACE_O_EXITKILL;
     ptrace::setoptions(root, options)
         .map_err(nix_io)
-        .context("PTRACE_SETOPTIONS")?;
-    let mut tracer = Tracer::new(Mode::Seccomp, root);
-    tracer.adopt(root, true);
-    ptrace::cont(root, None)
-        .map_err(nix_io)
-        .context("PTRACE_CONT")?;
-    let traced = tracer.run(limit);
-    drop(guard);
-    traced
+        .context("PTRACE_SETOPTIONS")
 }
 
 /// Follows the running process `pid` for at most `limit`, then detaches from every thread.
