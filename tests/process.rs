@@ -424,8 +424,8 @@ fn trace_sees_tcp_nodelay_set_and_does_not_blame_split_writes() {
 /// handler thread whose client left) are skipped.
 fn thread_states(pid: u32) -> Vec<(char, String)> {
     let mut states = Vec::new();
-    for entry in std::fs::read_dir(format!("/proc/{pid}/task")).expect("server tasks") {
-        let path = entry.expect("task entry").path();
+    for entry in std::fs::read_dir(format!("/proc/{pid}/task")).expect("server threads") {
+        let path = entry.expect("thread entry").path();
         let (Ok(stat), Ok(status)) = (
             std::fs::read_to_string(path.join("stat")),
             std::fs::read_to_string(path.join("status")),

@@ -223,7 +223,7 @@ struct Pending {
 }
 
 /// One traced thread.
-struct Task {
+struct Thread {
     tgid: u32,
     /// It has reported its first stop (the SIGSTOP or PTRACE_EVENT_STOP of a new tracee).
     started: bool,
@@ -261,7 +261,7 @@ pub struct Traced {
 struct Tracer {
     mode: Mode,
     root: Pid,
-    tasks: HashMap<Pid, Task>,
+    threads: HashMap<Pid, Thread>,
     processes: HashMap<u32, Process>,
     sockets: Vec<TracedSocket>,
     syscalls: u64,
@@ -390,12 +390,12 @@ pub fn trace_process(pid: u32, limit: Duration) -> anyhow::Result<Traced> {
             break;
         }
         for tid in fresh {
-            let task = Pid::from_raw(tid as i32);
-            match ptrace::seize(task, options) {
+            let thread = Pid::from_raw(tid as i32);
+            match ptrace::seize(thread, options) {
                 Ok(()) => {
                     seized.insert(tid);
-                    tracer.tasks.insert(task, Task::new(pid, false));
-                    let _ = ptrace::interrupt(task);
+                    tracer.threads.insert(thread, Thread::new(pid, false));
+                    let _ = ptrace::interrupt(thread);
                 }
                 Err(Errno::ESRCH) => {}
                 Err(err) => {
@@ -419,9 +419,9 @@ pub fn trace_process(pid: u32, limit: Duration) -> anyhow::Result<Traced> {
     traced
 }
 
-impl Task {
-    fn new(tgid: u32, started: bool) -> Task {
-        Task {
+impl Thread {
+    fn new(tgid: u32, started: bool) -> Thread {
+        Thread {
             tgid,
             started,
             pending: None,
@@ -435,7 +435,7 @@ impl Tracer {
         Tracer {
             mode,
             root,
-            tasks: HashMap::new(),
+            threads: HashMap::new(),
             processes: HashMap::new(),
             sockets: Vec::new(),
             syscalls: 0,
@@ -446,7 +446,7 @@ impl Tracer {
     /// Registers a thread seen for the first time. A new process starts with a copy of its
     /// parent's fd table (fork), so the fds it inherited keep pointing at the same sockets.
     fn adopt(&mut self, tid: Pid, started: bool) {
-        if self.tasks.contains_key(&tid) {
+        if self.threads.contains_key(&tid) {
             return;
         }
         let raw = tid.as_raw() as u32;
@@ -464,7 +464,7 @@ impl Tracer {
                 },
             );
         }
-        self.tasks.insert(tid, Task::new(tgid, started));
+        self.threads.insert(tid, Thread::new(tgid, started));
     }
 
     fn resume(&self, tid: Pid, sig: Option<Signal>) {
@@ -478,7 +478,7 @@ impl Tracer {
     fn run(mut self, limit: Option<Duration>) -> anyhow::Result<Traced> {
         let started = Instant::now();
         let mut interrupted = false;
-        while !self.tasks.is_empty() {
+        while !self.threads.is_empty() {
             let over = limit.is_some_and(|l| started.elapsed() >= l);
             if over || STOP_REQUESTED.load(Ordering::SeqCst) {
                 interrupted = true;
@@ -510,7 +510,7 @@ impl Tracer {
     /// Ends `trace -- CMD` early: the command and everything it started is killed (as
     /// PTRACE_O_EXITKILL would do when the tracer exits).
     fn kill_all(&mut self) {
-        let groups: HashSet<u32> = self.tasks.values().map(|t| t.tgid).collect();
+        let groups: HashSet<u32> = self.threads.values().map(|t| t.tgid).collect();
         for tgid in groups {
             let _ = signal::kill(Pid::from_raw(tgid as i32), Signal::SIGKILL);
         }
@@ -519,11 +519,11 @@ impl Tracer {
     /// Interrupts every thread and detaches from each at its next stop, passing on a pending
     /// signal, so that the target runs on as if never traced.
     fn detach_all(&mut self) {
-        for tid in self.tasks.keys() {
+        for tid in self.threads.keys() {
             let _ = ptrace::interrupt(*tid);
         }
         let give_up = Instant::now() + Duration::from_secs(5);
-        while !self.tasks.is_empty() && Instant::now() < give_up {
+        while !self.threads.is_empty() && Instant::now() < give_up {
             let status = match waitpid(None, Some(WaitPidFlag::__WALL)) {
                 Ok(status) => status,
                 Err(Errno::EINTR) => continue,
@@ -531,31 +531,31 @@ impl Tracer {
             };
             match status {
                 WaitStatus::Stopped(tid, sig) => {
-                    let started = self.tasks.get(&tid).map_or(true, |t| t.started);
+                    let started = self.threads.get(&tid).map_or(true, |t| t.started);
                     let deliver = (started || sig != Signal::SIGSTOP).then_some(sig);
                     let _ = ptrace::detach(tid, deliver);
-                    self.tasks.remove(&tid);
+                    self.threads.remove(&tid);
                 }
                 WaitStatus::PtraceEvent(tid, _, event) => {
                     if is_fork_event(event) {
                         if let Ok(child) = ptrace::getevent(tid) {
                             let child = Pid::from_raw(child as i32);
                             // The new thread or process reports a stop of its own: detach it then.
-                            self.tasks
+                            self.threads
                                 .entry(child)
-                                .or_insert_with(|| Task::new(0, false));
+                                .or_insert_with(|| Thread::new(0, false));
                             let _ = ptrace::interrupt(child);
                         }
                     }
                     let _ = ptrace::detach(tid, None);
-                    self.tasks.remove(&tid);
+                    self.threads.remove(&tid);
                 }
                 WaitStatus::PtraceSyscall(tid) => {
                     let _ = ptrace::detach(tid, None);
-                    self.tasks.remove(&tid);
+                    self.threads.remove(&tid);
                 }
                 WaitStatus::Exited(tid, _) | WaitStatus::Signaled(tid, _, _) => {
-                    self.tasks.remove(&tid);
+                    self.threads.remove(&tid);
                 }
                 _ => {}
             }
@@ -575,10 +575,10 @@ impl Tracer {
                     }
                     libc::PTRACE_EVENT_EXEC => self.on_exec(tid),
                     libc::PTRACE_EVENT_STOP => {
-                        let task = self.tasks.get_mut(&tid);
-                        let first = task.as_ref().is_some_and(|t| !t.started);
-                        if let Some(task) = task {
-                            task.started = true;
+                        let thread = self.threads.get_mut(&tid);
+                        let first = thread.as_ref().is_some_and(|t| !t.started);
+                        if let Some(thread) = thread {
+                            thread.started = true;
                         }
                         let group_stop = matches!(
                             sig,
@@ -603,10 +603,10 @@ impl Tracer {
                 self.on_syscall_stop(tid);
             }
             WaitStatus::Stopped(tid, sig) => {
-                let first = !self.tasks.get(&tid).is_some_and(|t| t.started);
+                let first = !self.threads.get(&tid).is_some_and(|t| t.started);
                 self.adopt(tid, true);
-                if let Some(task) = self.tasks.get_mut(&tid) {
-                    task.started = true;
+                if let Some(thread) = self.threads.get_mut(&tid) {
+                    thread.started = true;
                 }
                 // A new tracee's first SIGSTOP is the tracer's, not the program's.
                 let deliver = (!(first && sig == Signal::SIGSTOP)).then_some(sig);
@@ -629,8 +629,8 @@ impl Tracer {
     }
 
     fn forget(&mut self, tid: Pid) {
-        if let Some(task) = self.tasks.remove(&tid) {
-            for idx in task.open_bursts {
+        if let Some(thread) = self.threads.remove(&tid) {
+            for idx in thread.open_bursts {
                 self.sockets[idx].burst = None;
             }
         }
@@ -642,11 +642,11 @@ impl Tracer {
         if let Ok(former) = ptrace::getevent(tid) {
             let former = Pid::from_raw(former as i32);
             if former != tid {
-                self.tasks.remove(&former);
+                self.threads.remove(&former);
             }
         }
-        if let Some(task) = self.tasks.get(&tid) {
-            if let Some(process) = self.processes.get_mut(&task.tgid) {
+        if let Some(thread) = self.threads.get(&tid) {
+            if let Some(process) = self.processes.get_mut(&thread.tgid) {
                 process.fds.clear();
                 process.pidfd = None;
             }
@@ -681,7 +681,7 @@ impl Tracer {
                 libc::PTRACE_SYSCALL_INFO_EXIT => {
                     // SAFETY: op EXIT says the exit member of the union is filled.
                     let exit = unsafe { info.u.exit };
-                    let pending = self.tasks.get_mut(&tid).and_then(|t| t.pending.take());
+                    let pending = self.threads.get_mut(&tid).and_then(|t| t.pending.take());
                     if let Some(pending) = pending {
                         self.on_exit(tid, pending, exit.sval);
                     }
@@ -693,7 +693,9 @@ impl Tracer {
     }
 
     fn tgid_of(&self, tid: Pid) -> u32 {
-        self.tasks.get(&tid).map_or(tid.as_raw() as u32, |t| t.tgid)
+        self.threads
+            .get(&tid)
+            .map_or(tid.as_raw() as u32, |t| t.tgid)
     }
 
     /// A followed syscall begins. Returns true when its result is needed.
@@ -739,7 +741,7 @@ impl Tracer {
             }
             SyscallKind::Wait(how) => {
                 let waiting_bursts = self
-                    .tasks
+                    .threads
                     .get(&tid)
                     .is_some_and(|t| !t.open_bursts.is_empty());
                 if !waiting_bursts {
@@ -777,8 +779,8 @@ impl Tracer {
             }
         };
         if wanted {
-            if let Some(task) = self.tasks.get_mut(&tid) {
-                task.pending = Some(Pending {
+            if let Some(thread) = self.threads.get_mut(&tid) {
+                thread.pending = Some(Pending {
                     kind,
                     args,
                     socket,
@@ -867,11 +869,12 @@ impl Tracer {
     /// The sockets with open bursts of thread `tid` that a wait on `readable` fds waits on
     /// (`None`: the call does not say, so all of them).
     fn waited_on(&self, tid: Pid, tgid: u32, readable: &Option<Vec<i32>>) -> Vec<usize> {
-        let Some(task) = self.tasks.get(&tid) else {
+        let Some(thread) = self.threads.get(&tid) else {
             return Vec::new();
         };
         let fds = self.processes.get(&tgid).map(|p| &p.fds);
-        task.open_bursts
+        thread
+            .open_bursts
             .iter()
             .copied()
             .filter(|&idx| match (readable, fds) {
@@ -955,9 +958,9 @@ impl Tracer {
         }
         *last = now;
         let owner = *owner;
-        if let Some(task) = self.tasks.get_mut(&owner) {
-            if !task.open_bursts.contains(&idx) {
-                task.open_bursts.push(idx);
+        if let Some(thread) = self.threads.get_mut(&owner) {
+            if !thread.open_bursts.contains(&idx) {
+                thread.open_bursts.push(idx);
             }
         }
     }
@@ -967,8 +970,8 @@ impl Tracer {
         let Some((burst, owner, last_send)) = self.sockets[idx].burst.take() else {
             return;
         };
-        if let Some(task) = self.tasks.get_mut(&owner) {
-            task.open_bursts.retain(|&i| i != idx);
+        if let Some(thread) = self.threads.get_mut(&owner) {
+            thread.open_bursts.retain(|&i| i != idx);
         }
         let socket = &mut self.sockets[idx];
         socket.more_pending = false;
@@ -997,8 +1000,8 @@ impl Tracer {
     /// The socket is closed: sends without a read after them are no write-write-read.
     fn drop_burst(&mut self, idx: usize) {
         if let Some((_, owner, _)) = self.sockets[idx].burst.take() {
-            if let Some(task) = self.tasks.get_mut(&owner) {
-                task.open_bursts.retain(|&i| i != idx);
+            if let Some(thread) = self.threads.get_mut(&owner) {
+                thread.open_bursts.retain(|&i| i != idx);
             }
         }
     }
