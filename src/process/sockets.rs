@@ -387,3 +387,48 @@ pub fn render_table(views: &[SocketView]) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{TcpListener, TcpStream};
+
+    #[test]
+    fn inspect_reads_the_options_of_this_process_sockets() {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let client = TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+        let (accepted, _) = listener.accept().expect("accept");
+        sockopt::set_nodelay(accepted.as_fd(), true).expect("nodelay");
+        let found = inspect(std::process::id()).expect("own sockets are readable");
+        assert!(found.missing.is_none());
+        let by_local = |addr: std::net::SocketAddr, remote: std::net::SocketAddr| {
+            found
+                .sockets
+                .iter()
+                .find(|v| v.local == addr.to_string() && v.remote == remote.to_string())
+                .unwrap_or_else(|| panic!("{addr} not found in {:?}", found.sockets))
+        };
+        let unspecified: std::net::SocketAddr = "0.0.0.0:0".parse().expect("addr");
+        let listen = by_local(listener.local_addr().expect("addr"), unspecified);
+        assert!(listen.listening);
+        assert_eq!(listen.nodelay, Some(false));
+        assert_eq!(
+            listen.can_stall,
+            Some(true),
+            "accepted sockets inherit Nagle"
+        );
+        let server_side = by_local(
+            accepted.local_addr().expect("addr"),
+            client.local_addr().expect("addr"),
+        );
+        assert_eq!(server_side.nodelay, Some(true));
+        assert_eq!(server_side.can_stall, Some(false));
+        let client_side = by_local(
+            client.local_addr().expect("addr"),
+            accepted.local_addr().expect("addr"),
+        );
+        assert_eq!(client_side.nodelay, Some(false));
+        assert_eq!(client_side.state, TcpState::Established);
+        assert!(client_side.tcp_info.is_some());
+    }
+}

@@ -1119,3 +1119,59 @@ fn readable_fds(tid: Pid, how: WaitKind, args: &[u64; 6]) -> Option<Vec<i32>> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // process_vm_readv works on the calling process too: these read real memory of this test.
+
+    #[test]
+    fn poll_wait_names_only_fds_waited_on_for_reading() {
+        let fds = [
+            libc::pollfd {
+                fd: 7,
+                events: libc::POLLOUT,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: 9,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        let args = [fds.as_ptr() as u64, fds.len() as u64, 0, 0, 0, 0];
+        assert_eq!(
+            readable_fds(Pid::this(), WaitKind::Poll, &args),
+            Some(vec![9])
+        );
+    }
+
+    #[test]
+    fn select_wait_reads_the_read_set_bitmap() {
+        // SAFETY: fd_set is plain data; FD_ZERO/FD_SET write inside it.
+        let mut set: libc::fd_set = unsafe { std::mem::zeroed() };
+        unsafe {
+            libc::FD_ZERO(&mut set);
+            libc::FD_SET(3, &mut set);
+            libc::FD_SET(70, &mut set);
+        }
+        let args = [71, &set as *const libc::fd_set as u64, 0, 0, 0, 0];
+        assert_eq!(
+            readable_fds(Pid::this(), WaitKind::Select, &args),
+            Some(vec![3, 70])
+        );
+        let write_only = [71, 0, &set as *const libc::fd_set as u64, 0, 0, 0];
+        assert_eq!(
+            readable_fds(Pid::this(), WaitKind::Select, &write_only),
+            Some(vec![])
+        );
+        assert_eq!(readable_fds(Pid::this(), WaitKind::Epoll, &args), None);
+    }
+
+    #[test]
+    fn setsockopt_value_is_read_from_memory() {
+        let value: i32 = 1;
+        assert_eq!(read_int(Pid::this(), &value as *const i32 as u64), Some(1));
+    }
+}
