@@ -19,7 +19,8 @@ const DEFAULT_ATTACH_SECONDS: f64 = 10.0;
 #[derive(Args, Debug, Clone)]
 pub struct TraceArgs {
     /// Follow this running process (all its threads) instead of starting a command; it is
-    /// detached, untouched, at the end.
+    /// detached, untouched, at the end. No seccomp filter can be installed in a running
+    /// process from outside, so it stops at every syscall: slower than `trace -- CMD`.
     #[arg(
         short = 'p',
         long = "pid",

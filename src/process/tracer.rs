@@ -368,6 +368,15 @@ pub fn trace_process(pid: u32, limit: Duration) -> anyhow::Result<Traced> {
     if let Some(tgid) = procfs::status_field(pid, "Tgid").filter(|&t| t != pid) {
         bail!("{pid} is a thread of process {tgid}: give the process id, `-p {tgid}`");
     }
+    // A thread has at most one tracer (PTRACE_SEIZE fails with EPERM, which would otherwise
+    // read as a missing capability).
+    if let Some(tracer) = procfs::status_field(pid, "TracerPid").filter(|&t| t != 0) {
+        let name = procfs::comm_of(tracer).unwrap_or_else(|| "?".into());
+        bail!(
+            "pid {pid} is already traced by pid {tracer} ({name}); a process can have only one \
+             tracer: end or detach that one first"
+        );
+    }
     let guard = SignalGuard::install()?;
     let options = Options::PTRACE_O_TRACESYSGOOD
         | Options::PTRACE_O_TRACECLONE
