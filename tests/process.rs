@@ -695,3 +695,40 @@ fn trace_refuses_a_process_that_already_has_a_tracer() {
         "{stderr}"
     );
 }
+
+#[test]
+fn trace_leaves_a_job_control_stopped_process_stopped() {
+    let _serial = serial();
+    let target = KillOnDrop(Command::new("sleep").arg("20").spawn().expect("sleep runs"));
+    let pid = target.0.id();
+    // SAFETY: kill with a pid we own and a valid signal.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGSTOP) }, 0);
+    let state = || thread_states(pid).first().map(|(s, _)| *s);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while state() != Some('T') {
+        assert!(Instant::now() < deadline, "SIGSTOP did not stop the target");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = tcpstall(&["trace", "-p", &pid.to_string(), "--duration", "0.5"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        thread_states(pid),
+        vec![('T', "0".to_string())],
+        "still stopped, untraced"
+    );
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGCONT) }, 0);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while state() != Some('S') {
+        assert!(
+            Instant::now() < deadline,
+            "SIGCONT did not resume the target"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

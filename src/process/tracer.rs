@@ -584,18 +584,18 @@ impl Tracer {
                     }
                     libc::PTRACE_EVENT_EXEC => self.on_exec(tid),
                     libc::PTRACE_EVENT_STOP => {
-                        let thread = self.threads.get_mut(&tid);
-                        let first = thread.as_ref().is_some_and(|t| !t.started);
-                        if let Some(thread) = thread {
+                        if let Some(thread) = self.threads.get_mut(&tid) {
                             thread.started = true;
                         }
+                        // Our interrupt or a new thread's first stop reports SIGTRAP; a stop
+                        // signal means the process is stopped by job control (maybe since
+                        // before we attached): it must stay stopped, reporting to us
+                        // (PTRACE_LISTEN) until SIGCONT, and not be resumed by the tracer.
                         let group_stop = matches!(
                             sig,
                             Signal::SIGSTOP | Signal::SIGTSTP | Signal::SIGTTIN | Signal::SIGTTOU
                         );
-                        if group_stop && !first {
-                            // A real job-control stop of a seized thread: stay stopped but
-                            // keep reporting (PTRACE_LISTEN), as the process expects.
+                        if group_stop {
                             // SAFETY: plain ptrace request on a tracee in a stop.
                             unsafe {
                                 libc::ptrace(libc::PTRACE_LISTEN, tid.as_raw(), 0, 0);
