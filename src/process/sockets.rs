@@ -1,14 +1,494 @@
-//! `tcpstall sockets`.
+//! `tcpstall sockets`: the TCP sockets of a process with what `ss` cannot show: TCP_NODELAY,
+//! TCP_CORK and the quick-ACK (ping-pong) state, read on a duplicate of each socket
+//! (`pidfd_getfd`), plus the TCP_INFO fields that show a live Nagle hold (`unacked:1 notsent:>0`).
 
+use std::os::fd::AsFd;
+
+use anyhow::Context;
 use clap::Args;
+use serde::Serialize;
 
+use super::pidfd::{socket_inode, PidFd};
+use super::procfs::{self, FdListError, TcpEntry, TcpState};
+use super::AccessError;
+use crate::sockopt;
 use crate::Outcome;
 
 /// Arguments of `tcpstall sockets`.
 #[derive(Args, Debug, Clone)]
-pub struct SocketsArgs {}
+pub struct SocketsArgs {
+    /// Process whose TCP sockets to show.
+    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    pub pid: Option<u32>,
+    /// Show the TCP sockets of every process this user may inspect.
+    #[arg(long)]
+    pub all: bool,
+    /// Only sockets whose local or remote port is N.
+    #[arg(long, value_name = "N")]
+    pub port: Option<u16>,
+    /// Print JSON (an array of sockets) instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The TCP_INFO fields that explain a stall, from the kernel's `tcp_get_info`.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+pub struct InfoView {
+    /// Smoothed RTT, microseconds.
+    pub rtt_us: u32,
+    /// Delayed-ACK timeout the socket predicts (`icsk_ack.ato`), microseconds.
+    pub ato_us: u32,
+    /// Segments in flight (`packets_out`).
+    pub unacked: u32,
+    /// Bytes written and not yet sent (what Nagle or cork holds).
+    pub notsent_bytes: u32,
+    /// MSS used for sending.
+    pub snd_mss: u32,
+    /// Data segments sent.
+    pub data_segs_out: u32,
+    /// Data segments received.
+    pub data_segs_in: u32,
+}
+
+impl From<sockopt::TcpInfo> for InfoView {
+    fn from(info: sockopt::TcpInfo) -> InfoView {
+        InfoView {
+            rtt_us: info.rtt,
+            ato_us: info.ato,
+            unacked: info.unacked,
+            notsent_bytes: info.notsent_bytes,
+            snd_mss: info.snd_mss,
+            data_segs_out: info.data_segs_out,
+            data_segs_in: info.data_segs_in,
+        }
+    }
+}
+
+/// One TCP socket of a process. Option fields are `None` (JSON null) when they could not be read.
+#[derive(Debug, Clone, Serialize)]
+pub struct SocketView {
+    /// Process holding the socket.
+    pub pid: u32,
+    /// Its fd in that process; `None` when /proc/PID/fd was not readable.
+    pub fd: Option<i32>,
+    /// Socket inode (`socket:[N]`).
+    pub inode: u64,
+    /// Local address.
+    pub local: String,
+    /// Remote address (`0.0.0.0:0` for listeners).
+    pub remote: String,
+    /// Kernel TCP state.
+    pub state: TcpState,
+    /// A listening socket: connections it accepts copy its options (`inet_csk_clone_lock`).
+    pub listening: bool,
+    /// TCP_NODELAY: true when Nagle is off.
+    pub nodelay: Option<bool>,
+    /// TCP_CORK.
+    pub cork: Option<bool>,
+    /// TCP_QUICKACK as read back: true while not in ping-pong (delayed-ACK) mode.
+    pub quickack: Option<bool>,
+    /// TCP_INFO summary.
+    pub tcp_info: Option<InfoView>,
+    /// The socket can meet a Nagle × delayed-ACK stall: Nagle on, not corked, and either
+    /// request/response traffic so far or a listener whose accepted sockets inherit Nagle.
+    pub can_stall: Option<bool>,
+    /// Caught in the act: bytes written but not sent while a segment is unacknowledged, on a
+    /// socket with Nagle on and no cork, i.e. `tcp_nagle_check` is holding data until an ACK.
+    pub held_now: Option<bool>,
+    /// What could not be read and why.
+    pub unknown_reason: Option<String>,
+}
+
+impl SocketView {
+    fn from_proc(pid: u32, fd: Option<i32>, entry: &TcpEntry) -> SocketView {
+        SocketView {
+            pid,
+            fd,
+            inode: entry.inode,
+            local: entry.local.to_string(),
+            remote: entry.remote.to_string(),
+            state: entry.state,
+            listening: entry.state == TcpState::Listen,
+            nodelay: None,
+            cork: None,
+            quickack: None,
+            tcp_info: None,
+            can_stall: None,
+            held_now: None,
+            unknown_reason: None,
+        }
+    }
+
+    /// True when the local or remote port is `port`.
+    pub fn uses_port(&self, port: u16) -> bool {
+        let port_of = |addr: &str| {
+            addr.rsplit_once(':')
+                .and_then(|(_, p)| p.parse::<u16>().ok())
+        };
+        port_of(&self.local) == Some(port) || port_of(&self.remote) == Some(port)
+    }
+
+    fn judge(&mut self) {
+        self.can_stall = match (self.nodelay, self.cork) {
+            (None, _) => None,
+            (Some(true), _) | (_, Some(true)) => Some(false),
+            (Some(false), _) if self.listening => Some(true),
+            (Some(false), _) => Some(
+                self.state == TcpState::Established
+                    && self
+                        .tcp_info
+                        .is_some_and(|i| i.data_segs_in > 0 && i.data_segs_out > 0),
+            ),
+        };
+        self.held_now = match (self.nodelay, self.cork, self.tcp_info) {
+            (Some(false), Some(false), Some(info)) => {
+                Some(info.unacked > 0 && info.notsent_bytes > 0)
+            }
+            (Some(_), Some(_), _) => Some(false),
+            _ => None,
+        };
+    }
+}
+
+/// The TCP sockets of one process, and what could not be seen.
+#[derive(Debug, Clone)]
+pub struct ProcessSockets {
+    /// The process.
+    pub pid: u32,
+    /// Its TCP sockets, by fd.
+    pub sockets: Vec<SocketView>,
+    /// What was missing, when the options (or the fds) could not be read.
+    pub missing: Option<String>,
+    /// What is shown instead, when the fds themselves could not be listed.
+    pub shown_instead: Option<String>,
+}
+
+/// Reads the TCP sockets of `pid`: addresses and state from /proc, options through
+/// `pidfd_getfd`. A refused permission is not an error: the sockets come back with unknown
+/// options and `missing` says why. A process that does not exist or exits meanwhile is.
+pub fn inspect(pid: u32) -> Result<ProcessSockets, AccessError> {
+    if !procfs::process_exists(pid) {
+        return Err(AccessError::NoSuchProcess { pid });
+    }
+    let table = procfs::tcp_table(pid).map_err(|err| {
+        if procfs::process_exists(pid) {
+            AccessError::from_errno(err, pid, "read /proc/PID/net/tcp")
+        } else {
+            AccessError::NoSuchProcess { pid }
+        }
+    })?;
+    let fds = match procfs::socket_fds(pid) {
+        Ok(fds) => fds,
+        Err(FdListError::NoSuchProcess) => return Err(AccessError::NoSuchProcess { pid }),
+        Err(FdListError::PermissionDenied) => return Ok(owned_by_uid(pid, &table)),
+        Err(FdListError::Io(err)) => {
+            return Err(AccessError::from_errno(err, pid, "list /proc/PID/fd"))
+        }
+    };
+    let pidfd = PidFd::open(pid)?;
+    let mut missing: Option<String> = None;
+    let mut sockets = Vec::new();
+    for (fd, inode) in fds {
+        let Some(entry) = table.get(&inode) else {
+            continue; // not TCP (UDP, unix...), or a TCP socket neither bound nor connected
+        };
+        let mut view = SocketView::from_proc(pid, Some(fd), entry);
+        if let Some(reason) = &missing {
+            view.unknown_reason = Some(reason.clone());
+        } else {
+            match read_options(&pidfd, fd, inode, &mut view) {
+                Ok(true) => {}
+                Ok(false) => continue, // the fd now holds another file: the socket is gone
+                Err(AccessError::FdClosed { .. }) => continue,
+                Err(AccessError::NoSuchProcess { .. }) => {
+                    return Err(AccessError::NoSuchProcess { pid })
+                }
+                Err(err) => {
+                    let reason = err.to_string();
+                    view.unknown_reason = Some(reason.clone());
+                    if err.is_permission() || matches!(err, AccessError::KernelTooOld { .. }) {
+                        missing = Some(reason);
+                    }
+                }
+            }
+        }
+        view.judge();
+        sockets.push(view);
+    }
+    Ok(ProcessSockets {
+        pid,
+        sockets,
+        missing,
+        shown_instead: None,
+    })
+}
+
+/// Reads the options of fd `fd` into `view`. Ok(false) when the fd no longer holds socket `inode`.
+fn read_options(
+    pidfd: &PidFd,
+    fd: i32,
+    inode: u64,
+    view: &mut SocketView,
+) -> Result<bool, AccessError> {
+    let dup = pidfd.get_fd(fd)?;
+    let io_err =
+        |err| AccessError::from_errno(err, pidfd.pid(), format!("read options of fd {fd}"));
+    if socket_inode(&dup).map_err(io_err)? != inode {
+        return Ok(false);
+    }
+    let sock = dup.as_fd();
+    view.nodelay = Some(sockopt::nodelay(sock).map_err(io_err)?);
+    view.cork = Some(sockopt::cork(sock).map_err(io_err)?);
+    view.quickack = Some(sockopt::quickack(sock).map_err(io_err)?);
+    view.tcp_info = sockopt::tcp_info(sock).ok().map(InfoView::from);
+    Ok(true)
+}
+
+/// Without access to /proc/PID/fd, the sockets cannot be tied to fds: show the TCP sockets of
+/// the process's user in its network namespace, which include the process's own.
+fn owned_by_uid(pid: u32, table: &std::collections::HashMap<u64, TcpEntry>) -> ProcessSockets {
+    let uid = procfs::uid_of(pid);
+    let reason = AccessError::PermissionDenied {
+        action: "list the fds".into(),
+        pid,
+        yama: String::new(),
+    }
+    .to_string();
+    let mut sockets: Vec<SocketView> = table
+        .values()
+        .filter(|e| Some(e.uid) == uid)
+        .map(|e| {
+            let mut view = SocketView::from_proc(pid, None, e);
+            view.unknown_reason = Some(reason.clone());
+            view
+        })
+        .collect();
+    sockets.sort_by_key(|v| v.inode);
+    let uid_text = uid.map_or_else(|| "?".to_string(), |u| u.to_string());
+    ProcessSockets {
+        pid,
+        sockets,
+        missing: Some(reason),
+        shown_instead: Some(format!(
+            "shown instead: every TCP socket of uid {uid_text} in the process's network \
+             namespace (fd unknown), options unknown"
+        )),
+    }
+}
 
 /// Runs `tcpstall sockets`.
-pub fn run(_args: &SocketsArgs) -> anyhow::Result<Outcome> {
-    anyhow::bail!("sockets is not built yet")
+pub fn run(args: &SocketsArgs) -> anyhow::Result<Outcome> {
+    let mut views = Vec::new();
+    let mut notes = Vec::new();
+    if let Some(pid) = args.pid {
+        let found = inspect(pid)?;
+        notes.extend(found.missing);
+        notes.extend(found.shown_instead);
+        views = found.sockets;
+    } else {
+        let me = std::process::id();
+        let mut refused = 0usize;
+        for pid in procfs::all_pids().context("cannot list /proc")? {
+            if pid == me {
+                continue;
+            }
+            match procfs::socket_fds(pid) {
+                Err(FdListError::PermissionDenied) => {
+                    refused += 1;
+                    continue;
+                }
+                Err(_) => continue,
+                Ok(fds) if fds.is_empty() => continue,
+                Ok(_) => {}
+            }
+            match inspect(pid) {
+                Ok(found) => {
+                    if found.missing.is_some() {
+                        refused += 1;
+                    }
+                    views.extend(found.sockets);
+                }
+                Err(AccessError::NoSuchProcess { .. }) => {}
+                Err(err) => notes.push(err.to_string()),
+            }
+        }
+        if refused > 0 {
+            notes.push(format!(
+                "{refused} processes not fully readable: needs CAP_SYS_PTRACE or the same user"
+            ));
+        }
+    }
+    if let Some(port) = args.port {
+        views.retain(|v| v.uses_port(port));
+    }
+    for note in &notes {
+        eprintln!("tcpstall: {note}");
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&views)?);
+    } else {
+        print!("{}", render_table(&views));
+    }
+    Ok(Outcome::Done)
+}
+
+fn yes_no(value: Option<bool>) -> &'static str {
+    match value {
+        Some(true) => "on",
+        Some(false) => "off",
+        None => "?",
+    }
+}
+
+/// The text table: one line per socket, then a line per socket that can stall.
+pub fn render_table(views: &[SocketView]) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    if views.is_empty() {
+        out.push_str("no TCP sockets\n");
+        return out;
+    }
+    let _ = writeln!(
+        out,
+        "{:>7} {:>4} {:<22} {:<22} {:<11} {:<7} {:<4} {:<8} {:>7} {:>7} {:>7} {:>7}",
+        "PID",
+        "FD",
+        "LOCAL",
+        "REMOTE",
+        "STATE",
+        "NODELAY",
+        "CORK",
+        "QUICKACK",
+        "RTT_MS",
+        "ATO_MS",
+        "UNACKED",
+        "NOTSENT"
+    );
+    for v in views {
+        let info = |f: fn(&InfoView) -> String| v.tcp_info.as_ref().map_or("?".to_string(), f);
+        let _ = writeln!(
+            out,
+            "{:>7} {:>4} {:<22} {:<22} {:<11} {:<7} {:<4} {:<8} {:>7} {:>7} {:>7} {:>7}",
+            v.pid,
+            v.fd.map_or("?".to_string(), |fd| fd.to_string()),
+            v.local,
+            if v.listening { "*" } else { &v.remote },
+            v.state.name(),
+            yes_no(v.nodelay),
+            yes_no(v.cork),
+            yes_no(v.quickack),
+            info(|i| format!("{:.2}", f64::from(i.rtt_us) / 1000.0)),
+            info(|i| format!("{:.0}", f64::from(i.ato_us) / 1000.0)),
+            info(|i| i.unacked.to_string()),
+            info(|i| i.notsent_bytes.to_string()),
+        );
+    }
+    for v in views.iter().filter(|v| v.held_now == Some(true)) {
+        if let Some(info) = &v.tcp_info {
+            let _ = writeln!(
+                out,
+                "held now: pid {} fd {} {}: {} B written and not sent while {} segment(s) \
+                 await an ACK (Nagle)",
+                v.pid,
+                v.fd.map_or("?".to_string(), |fd| fd.to_string()),
+                v.local,
+                info.notsent_bytes,
+                info.unacked
+            );
+        }
+    }
+    for v in views.iter().filter(|v| v.can_stall == Some(true)) {
+        let fd = v.fd.map_or("?".to_string(), |fd| fd.to_string());
+        let why = if v.listening {
+            "listening with Nagle on: every connection it accepts inherits Nagle"
+        } else {
+            "Nagle on in a request/response connection: small writes can wait for a delayed ACK"
+        };
+        let _ = writeln!(
+            out,
+            "can stall: pid {} fd {fd} {}: {why} (tcpstall fix {})",
+            v.pid, v.local, v.pid
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{TcpListener, TcpStream};
+
+    #[test]
+    fn inspect_reads_the_options_of_this_process_sockets() {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let client = TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+        let (accepted, _) = listener.accept().expect("accept");
+        sockopt::set_nodelay(accepted.as_fd(), true).expect("nodelay");
+        let found = inspect(std::process::id()).expect("own sockets are readable");
+        assert!(found.missing.is_none());
+        let by_local = |addr: std::net::SocketAddr, remote: std::net::SocketAddr| {
+            found
+                .sockets
+                .iter()
+                .find(|v| v.local == addr.to_string() && v.remote == remote.to_string())
+                .unwrap_or_else(|| panic!("{addr} not found in {:?}", found.sockets))
+        };
+        let unspecified: std::net::SocketAddr = "0.0.0.0:0".parse().expect("addr");
+        let listen = by_local(listener.local_addr().expect("addr"), unspecified);
+        assert!(listen.listening);
+        assert_eq!(listen.nodelay, Some(false));
+        assert_eq!(
+            listen.can_stall,
+            Some(true),
+            "accepted sockets inherit Nagle"
+        );
+        let server_side = by_local(
+            accepted.local_addr().expect("addr"),
+            client.local_addr().expect("addr"),
+        );
+        assert_eq!(server_side.nodelay, Some(true));
+        assert_eq!(server_side.can_stall, Some(false));
+        let client_side = by_local(
+            client.local_addr().expect("addr"),
+            accepted.local_addr().expect("addr"),
+        );
+        assert_eq!(client_side.nodelay, Some(false));
+        assert_eq!(client_side.state, TcpState::Established);
+        assert!(client_side.tcp_info.is_some());
+    }
+
+    /// One attempt: a few request/response turns put the client in ping-pong mode (its ACKs
+    /// are delayed), then the server writes twice; the second write waits for the ACK of the
+    /// first. Whether `inspect` saw it held.
+    fn hold_seen_once() -> bool {
+        use std::io::{Read, Write};
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let mut client = TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+        let (mut server, _) = listener.accept().expect("accept");
+        let mut byte = [0u8; 1];
+        for _ in 0..4 {
+            client.write_all(b"q").expect("request");
+            server.read_exact(&mut byte).expect("read request");
+            server.write_all(b"a").expect("response");
+            client.read_exact(&mut byte).expect("read response");
+        }
+        server.write_all(&[1u8; 10]).expect("first write");
+        server.write_all(&[2u8; 10]).expect("second write");
+        let found = inspect(std::process::id()).expect("own sockets");
+        let local = server.local_addr().expect("addr").to_string();
+        let remote = client.local_addr().expect("addr").to_string();
+        found
+            .sockets
+            .iter()
+            .any(|v| v.local == local && v.remote == remote && v.held_now == Some(true))
+    }
+
+    #[test]
+    fn a_nagle_hold_is_caught_in_the_act() {
+        // The hold lasts one delayed ACK (40 ms); a few attempts absorb a descheduled test.
+        assert!(
+            (0..5).any(|_| hold_seen_once()),
+            "the second small write never showed as held (unacked > 0, notsent > 0)"
+        );
+    }
 }

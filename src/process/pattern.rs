@@ -1,0 +1,132 @@
+//! The write-write-read rule, per socket: two or more sends with no read in between on a socket
+//! with Nagle on, a later send smaller than the MSS while the send before it left a sub-MSS
+//! tail unacknowledged (`tcp_nagle_check` → `tcp_minshall_check`), then a wait for the peer.
+//! That later send waits for the ACK of the earlier one, which the peer delays (40 ms on Linux)
+//! when it has nothing to answer yet.
+
+/// Sizes kept for the example of a socket: enough to print, bounded for long bursts.
+const EXAMPLE_SENDS: usize = 8;
+
+/// Sends since the last read on one socket.
+#[derive(Debug, Clone, Default)]
+pub struct Burst {
+    /// Bytes of each send, the first `EXAMPLE_SENDS` of them.
+    pub sizes: Vec<u64>,
+    /// Number of sends in the burst.
+    pub sends: u64,
+    /// A send held by Nagle: sub-MSS, after a send with a sub-MSS tail.
+    pub nagle_can_hold: bool,
+    /// Some send went out with TCP_NODELAY or TCP_CORK on, so Nagle did not decide.
+    pub nagle_off_or_corked: bool,
+    /// Bytes of the previous send, for the tail test.
+    last_size: u64,
+}
+
+impl Burst {
+    /// Adds one send of `bytes` with the socket's MSS and options at that moment.
+    pub fn push(&mut self, bytes: u64, mss: u64, nodelay: bool, cork: bool) {
+        if self.sends > 0 && bytes < mss && self.last_size % mss.max(1) != 0 {
+            self.nagle_can_hold = true;
+        }
+        if nodelay || cork {
+            self.nagle_off_or_corked = true;
+        }
+        if self.sizes.len() < EXAMPLE_SENDS {
+            self.sizes.push(bytes);
+        }
+        self.sends += 1;
+        self.last_size = bytes;
+    }
+
+    /// Adds bytes to the last send: a send with MSG_MORE and the one after it form one segment.
+    pub fn extend_last(&mut self, bytes: u64) {
+        if let Some(last) = self.sizes.last_mut() {
+            *last += bytes;
+        }
+        self.last_size += bytes;
+    }
+
+    /// True when the burst, followed by a wait, is a write-write-read.
+    pub fn is_write_write_read(&self) -> bool {
+        self.sends >= 2 && self.nagle_can_hold && !self.nagle_off_or_corked
+    }
+}
+
+/// The sizes of one write-write-read and how long the read after it waited.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Example {
+    /// Bytes of each send (at most 8 listed).
+    pub writes: Vec<u64>,
+    /// Sends in the burst.
+    pub sends: u64,
+    /// From the end of the last send to the end of the wait, milliseconds.
+    pub wait_ms: f64,
+}
+
+impl Example {
+    /// "6 B, then 7 B, then a read waiting 41.2 ms".
+    pub fn describe(&self) -> String {
+        let mut parts: Vec<String> = self.writes.iter().map(|b| format!("{b} B")).collect();
+        if self.sends > self.writes.len() as u64 {
+            parts.push(format!("{} more", self.sends - self.writes.len() as u64));
+        }
+        format!(
+            "{}, then a read waiting {:.1} ms",
+            parts.join(", then "),
+            self.wait_ms
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn burst(sizes: &[u64], mss: u64) -> Burst {
+        let mut b = Burst::default();
+        for &s in sizes {
+            b.push(s, mss, false, false);
+        }
+        b
+    }
+
+    #[test]
+    fn small_after_small_is_held() {
+        assert!(burst(&[120, 11], 1448).is_write_write_read());
+        assert!(!burst(&[120], 1448).is_write_write_read());
+    }
+
+    #[test]
+    fn full_segment_then_small_is_not_held() {
+        // 988 B then 100 B with MSS 988: the first send leaves no sub-MSS tail.
+        assert!(!burst(&[988, 100], 988).is_write_write_read());
+        assert!(burst(&[900, 100], 988).is_write_write_read());
+    }
+
+    #[test]
+    fn nodelay_or_cork_is_not_nagle() {
+        let mut b = Burst::default();
+        b.push(10, 1448, true, false);
+        b.push(10, 1448, true, false);
+        assert!(!b.is_write_write_read());
+    }
+
+    #[test]
+    fn msg_more_merges_into_one_send() {
+        let mut b = Burst::default();
+        b.push(10, 1448, false, false);
+        b.extend_last(20);
+        assert_eq!(b.sizes, vec![30]);
+        assert!(!b.is_write_write_read());
+    }
+
+    #[test]
+    fn example_text() {
+        let e = Example {
+            writes: vec![6, 7],
+            sends: 2,
+            wait_ms: 41.23,
+        };
+        assert_eq!(e.describe(), "6 B, then 7 B, then a read waiting 41.2 ms");
+    }
+}

@@ -1,0 +1,308 @@
+//! What `/proc` tells about a process's TCP sockets without any special permission beyond
+//! reading it: which fds are sockets (`/proc/PID/fd/N` → `socket:[INODE]`) and the kernel's TCP
+//! tables of the process's network namespace (`/proc/PID/net/tcp`, `tcp6`, written by
+//! `tcp4_seq_show`/`tcp6_seq_show`).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::fs;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use serde::Serialize;
+
+/// TCP states as numbered in `include/net/tcp_states.h`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum TcpState {
+    /// Data flows both ways.
+    Established,
+    /// Active open, SYN sent.
+    SynSent,
+    /// Passive open, SYN received.
+    SynRecv,
+    /// Our FIN sent, not acknowledged.
+    FinWait1,
+    /// Our FIN acknowledged, waiting for the peer's.
+    FinWait2,
+    /// Both FINs done, waiting 2 MSL.
+    TimeWait,
+    /// Closed.
+    Close,
+    /// The peer's FIN received, ours not sent.
+    CloseWait,
+    /// Our FIN sent after the peer's, waiting for its ACK.
+    LastAck,
+    /// Listening for connections.
+    Listen,
+    /// Both sides sent FIN at once.
+    Closing,
+    /// A request socket in the SYN queue.
+    NewSynRecv,
+}
+
+impl TcpState {
+    fn from_code(code: u8) -> Option<TcpState> {
+        Some(match code {
+            0x01 => TcpState::Established,
+            0x02 => TcpState::SynSent,
+            0x03 => TcpState::SynRecv,
+            0x04 => TcpState::FinWait1,
+            0x05 => TcpState::FinWait2,
+            0x06 => TcpState::TimeWait,
+            0x07 => TcpState::Close,
+            0x08 => TcpState::CloseWait,
+            0x09 => TcpState::LastAck,
+            0x0A => TcpState::Listen,
+            0x0B => TcpState::Closing,
+            0x0C => TcpState::NewSynRecv,
+            _ => return None,
+        })
+    }
+
+    /// The kernel's name of the state, as `ss` prints it without abbreviation.
+    pub fn name(self) -> &'static str {
+        match self {
+            TcpState::Established => "ESTABLISHED",
+            TcpState::SynSent => "SYN_SENT",
+            TcpState::SynRecv => "SYN_RECV",
+            TcpState::FinWait1 => "FIN_WAIT1",
+            TcpState::FinWait2 => "FIN_WAIT2",
+            TcpState::TimeWait => "TIME_WAIT",
+            TcpState::Close => "CLOSE",
+            TcpState::CloseWait => "CLOSE_WAIT",
+            TcpState::LastAck => "LAST_ACK",
+            TcpState::Listen => "LISTEN",
+            TcpState::Closing => "CLOSING",
+            TcpState::NewSynRecv => "NEW_SYN_RECV",
+        }
+    }
+}
+
+impl fmt::Display for TcpState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One row of `/proc/net/tcp` or `tcp6`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TcpEntry {
+    /// Local address and port.
+    pub local: SocketAddr,
+    /// Remote address and port (unspecified for listeners).
+    pub remote: SocketAddr,
+    /// Connection state.
+    pub state: TcpState,
+    /// Owner of the socket (the creator's effective uid).
+    pub uid: u32,
+    /// Socket inode, as in `/proc/PID/fd/N` → `socket:[INODE]`.
+    pub inode: u64,
+}
+
+/// The TCP tables (IPv4 and IPv6) of `pid`'s network namespace, by socket inode. Request
+/// sockets (inode 0) are left out: no process holds them.
+pub fn tcp_table(pid: u32) -> io::Result<HashMap<u64, TcpEntry>> {
+    let mut table = HashMap::new();
+    for name in ["tcp", "tcp6"] {
+        let path = format!("/proc/{pid}/net/{name}");
+        let text = match fs::read_to_string(&path) {
+            Ok(text) => text,
+            // A kernel without IPv6 has no tcp6.
+            Err(err) if err.kind() == io::ErrorKind::NotFound && name == "tcp6" => continue,
+            Err(err) => return Err(err),
+        };
+        for line in text.lines().skip(1) {
+            if let Some(entry) = parse_tcp_line(line) {
+                if entry.inode != 0 {
+                    table.insert(entry.inode, entry);
+                }
+            }
+        }
+    }
+    Ok(table)
+}
+
+/// Parses one line of `/proc/net/tcp{,6}`:
+/// `sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode ...`.
+fn parse_tcp_line(line: &str) -> Option<TcpEntry> {
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    if fields.len() < 10 {
+        return None;
+    }
+    Some(TcpEntry {
+        local: parse_hex_endpoint(fields[1])?,
+        remote: parse_hex_endpoint(fields[2])?,
+        state: TcpState::from_code(u8::from_str_radix(fields[3], 16).ok()?)?,
+        uid: fields[7].parse().ok()?,
+        inode: fields[9].parse().ok()?,
+    })
+}
+
+/// `0100007F:1F90` → 127.0.0.1:8080. The kernel prints each 32-bit word of the address with
+/// `%08X` in host byte order, the port in network order as a number.
+fn parse_hex_endpoint(text: &str) -> Option<SocketAddr> {
+    let (addr, port) = text.split_once(':')?;
+    let port = u16::from_str_radix(port, 16).ok()?;
+    let word = |i: usize| -> Option<[u8; 4]> {
+        let hex = addr.get(i * 8..i * 8 + 8)?;
+        Some(u32::from_str_radix(hex, 16).ok()?.to_ne_bytes())
+    };
+    let ip = match addr.len() {
+        8 => IpAddr::V4(Ipv4Addr::from(word(0)?)),
+        32 => {
+            let mut bytes = [0u8; 16];
+            for i in 0..4 {
+                bytes[i * 4..i * 4 + 4].copy_from_slice(&word(i)?);
+            }
+            let v6 = Ipv6Addr::from(bytes);
+            // Dual-stack sockets show IPv4 peers as ::ffff:a.b.c.d; print them as IPv4.
+            match v6.to_ipv4_mapped() {
+                Some(v4) => IpAddr::V4(v4),
+                None => IpAddr::V6(v6),
+            }
+        }
+        _ => return None,
+    };
+    Some(SocketAddr::new(ip, port))
+}
+
+/// Why the fds of a process could not be listed.
+#[derive(Debug)]
+pub enum FdListError {
+    /// No such process (or it exited).
+    NoSuchProcess,
+    /// `/proc/PID/fd` is not readable: another user without CAP_SYS_PTRACE
+    /// (`proc_fd_permission`, `ptrace_may_access` with PTRACE_MODE_READ_FSCREDS).
+    PermissionDenied,
+    /// Another I/O error.
+    Io(io::Error),
+}
+
+/// The fds of `pid` that are sockets, with their inode, sorted by fd.
+pub fn socket_fds(pid: u32) -> Result<Vec<(i32, u64)>, FdListError> {
+    let dir = format!("/proc/{pid}/fd");
+    let entries = fs::read_dir(&dir).map_err(|err| match err.raw_os_error() {
+        Some(libc::ENOENT) | Some(libc::ESRCH) => FdListError::NoSuchProcess,
+        Some(libc::EACCES) | Some(libc::EPERM) => FdListError::PermissionDenied,
+        _ => FdListError::Io(err),
+    })?;
+    let mut fds = Vec::new();
+    for entry in entries.flatten() {
+        let Some(fd) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        // An fd closed since the listing simply has no link any more.
+        match fs::read_link(entry.path()) {
+            Ok(target) => {
+                if let Some(inode) = target.to_str().and_then(socket_inode_of_link) {
+                    fds.push((fd, inode));
+                }
+            }
+            Err(err) if matches!(err.raw_os_error(), Some(libc::EACCES) | Some(libc::EPERM)) => {
+                return Err(FdListError::PermissionDenied)
+            }
+            Err(_) => {}
+        }
+    }
+    fds.sort_unstable();
+    Ok(fds)
+}
+
+/// `socket:[12345]` → 12345.
+fn socket_inode_of_link(link: &str) -> Option<u64> {
+    link.strip_prefix("socket:[")?
+        .strip_suffix(']')?
+        .parse()
+        .ok()
+}
+
+/// True when `/proc/PID` exists (a process or a thread).
+pub fn process_exists(pid: u32) -> bool {
+    fs::metadata(format!("/proc/{pid}")).is_ok()
+}
+
+/// A field of `/proc/PID/status` (`Tgid`, `PPid`, `Uid`...): its first number.
+pub fn status_field(pid: u32, field: &str) -> Option<u32> {
+    let text = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    text.lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// The real uid owning `pid`.
+pub fn uid_of(pid: u32) -> Option<u32> {
+    status_field(pid, "Uid")
+}
+
+/// The command name of `pid` (`/proc/PID/comm`).
+pub fn comm_of(pid: u32) -> Option<String> {
+    fs::read_to_string(format!("/proc/{pid}/comm"))
+        .ok()
+        .map(|s| s.trim_end().to_string())
+}
+
+/// Every process id in `/proc`, sorted.
+pub fn all_pids() -> io::Result<Vec<u32>> {
+    let mut pids: Vec<u32> = fs::read_dir("/proc")?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
+        .collect();
+    pids.sort_unstable();
+    Ok(pids)
+}
+
+/// The thread ids of process `pid` (`/proc/PID/task`).
+pub fn thread_ids(pid: u32) -> io::Result<Vec<u32>> {
+    let mut tids: Vec<u32> = fs::read_dir(format!("/proc/{pid}/task"))?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
+        .collect();
+    tids.sort_unstable();
+    Ok(tids)
+}
+
+/// The state letter of thread `tid` of `pid` (`R`, `S`, `T` stopped, `t` tracing stop...).
+pub fn thread_state(pid: u32, tid: u32) -> Option<char> {
+    let text = fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+    // The command name in parentheses may hold spaces: the state follows the last ')'.
+    text.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    #[test]
+    fn parses_ipv4_and_mapped_ipv6_rows() {
+        let v4 = "   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 4242 1 0000000000000000 100 0 0 10 0";
+        let entry = parse_tcp_line(v4).expect("row parses");
+        assert_eq!(entry.local, "127.0.0.1:8080".parse().unwrap());
+        assert_eq!(entry.state, TcpState::Listen);
+        assert_eq!(entry.uid, 1000);
+        assert_eq!(entry.inode, 4242);
+        let mapped = parse_hex_endpoint("0000000000000000FFFF00000100007F:0050").expect("parses");
+        assert_eq!(mapped, "127.0.0.1:80".parse().unwrap());
+        assert!(parse_tcp_line("garbage").is_none());
+    }
+
+    #[test]
+    fn finds_own_listener_by_inode() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let me = std::process::id();
+        let fds = socket_fds(me).unwrap_or_else(|_| panic!("own fds readable"));
+        let table = tcp_table(me).unwrap();
+        let found = fds
+            .iter()
+            .filter_map(|(_, inode)| table.get(inode))
+            .any(|e| e.local.port() == port && e.state == TcpState::Listen);
+        assert!(found, "own listener on port {port} not found in /proc");
+    }
+}

@@ -1,0 +1,734 @@
+//! `sockets`, `fix` and `trace` against real processes: a Python keep-alive HTTP server that
+//! writes header and body in two calls (tests/fixtures/process/split_server.py), a keep-alive
+//! client written here, and a Python client doing write-write-read or single writes.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_tcpstall");
+
+/// The tests measure latency and trace processes: one at a time, so they do not slow each other.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/process")
+        .join(name)
+}
+
+/// A child process killed and reaped when the test ends, passing or failing.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The Python server, its pid and port.
+struct Server {
+    child: KillOnDrop,
+    port: u16,
+}
+
+impl Server {
+    fn start(args: &[&str]) -> Server {
+        let mut child = Command::new("python3")
+            .arg(fixture("split_server.py"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3 runs (scripts/install-deps installs it)");
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let child = KillOnDrop(child);
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let line = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("server prints its port within 10 s");
+        let port = line.trim().parse().expect("server prints a port number");
+        Server { child, port }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.0.id()
+    }
+
+    fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    fn still_running(&mut self) -> bool {
+        matches!(self.child.0.try_wait(), Ok(None))
+    }
+}
+
+/// A keep-alive HTTP client: each request in one write, the response read in full.
+struct Client {
+    stream: TcpStream,
+    buffered: Vec<u8>,
+}
+
+impl Client {
+    fn connect(addr: SocketAddr) -> Client {
+        let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("read timeout");
+        Client {
+            stream,
+            buffered: Vec::new(),
+        }
+    }
+
+    fn local(&self) -> String {
+        self.stream.local_addr().expect("local address").to_string()
+    }
+
+    /// One request/response turn; its duration.
+    fn request(&mut self) -> Duration {
+        let start = Instant::now();
+        self.stream
+            .write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            .expect("send request");
+        let header_end = loop {
+            if let Some(at) = self.buffered.windows(4).position(|w| w == b"\r\n\r\n") {
+                break at + 4;
+            }
+            self.fill();
+        };
+        let head = String::from_utf8_lossy(&self.buffered[..header_end]).to_string();
+        let length: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("Content-Length:"))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("response has Content-Length");
+        while self.buffered.len() < header_end + length {
+            self.fill();
+        }
+        self.buffered.drain(..header_end + length);
+        start.elapsed()
+    }
+
+    fn fill(&mut self) {
+        let mut chunk = [0u8; 4096];
+        let n = self.stream.read(&mut chunk).expect("read response");
+        assert!(n > 0, "server closed the connection");
+        self.buffered.extend_from_slice(&chunk[..n]);
+    }
+
+    /// `count` requests; the durations of all but the first two (the first turns of a
+    /// connection get quick ACKs before ping-pong mode starts).
+    fn steady_requests(&mut self, count: usize) -> Vec<Duration> {
+        let all: Vec<Duration> = (0..count).map(|_| self.request()).collect();
+        all[2..].to_vec()
+    }
+}
+
+fn median_ms(times: &[Duration]) -> f64 {
+    let mut ms: Vec<f64> = times.iter().map(|d| d.as_secs_f64() * 1000.0).collect();
+    ms.sort_by(|a, b| a.total_cmp(b));
+    ms[ms.len() / 2]
+}
+
+fn tcpstall(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("tcpstall runs")
+}
+
+fn json_of(output: &Output) -> Value {
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|err| {
+        panic!(
+            "stdout is not JSON ({err}):\n{}\nstderr:\n{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })
+}
+
+/// The JSON on stdout of a run that must have succeeded.
+fn json_ok(output: &Output) -> Value {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    json_of(output)
+}
+
+fn sockets_json(pid: u32) -> Vec<Value> {
+    let out = tcpstall(&["sockets", &pid.to_string(), "--json"]);
+    json_ok(&out).as_array().expect("an array").clone()
+}
+
+fn find<'a>(sockets: &'a [Value], key: &str, value: &str) -> &'a Value {
+    sockets
+        .iter()
+        .find(|s| s[key].as_str() == Some(value))
+        .unwrap_or_else(|| panic!("no socket with {key} = {value} in {sockets:#?}"))
+}
+
+#[test]
+fn fix_switches_nodelay_on_and_new_connections_stop_stalling() {
+    let _serial = serial();
+    let mut server = Server::start(&[]);
+    let pid = server.pid();
+    let mut before = Client::connect(server.addr());
+    let stalled = before.steady_requests(8);
+    assert!(
+        median_ms(&stalled) >= 30.0,
+        "header and body in two writes should stall on the delayed ACK: {stalled:?}"
+    );
+
+    let sockets = sockets_json(pid);
+    let listener = sockets
+        .iter()
+        .find(|s| s["listening"] == true)
+        .expect("the listener is shown");
+    assert_eq!(listener["nodelay"], false);
+    assert_eq!(listener["can_stall"], true);
+    let accepted = find(&sockets, "remote", &before.local());
+    assert_eq!(accepted["state"], "ESTABLISHED");
+    assert_eq!(accepted["nodelay"], false);
+    assert_eq!(accepted["cork"], false);
+    assert_eq!(accepted["can_stall"], true);
+    assert!(accepted["fd"].as_i64().is_some_and(|fd| fd >= 0));
+
+    let out = tcpstall(&["fix", &pid.to_string(), "--yes", "--json"]);
+    let report = json_ok(&out);
+    assert_eq!(report["applied"], true);
+    assert_eq!(report["listener_nodelay_inherited"], true);
+    let fixed = report["sockets"].as_array().expect("sockets");
+    assert!(fixed.len() >= 2, "{report:#}");
+    for socket in fixed {
+        assert_eq!(socket["nodelay_before"], false, "{socket}");
+        assert_eq!(socket["nodelay_after"], true, "{socket}");
+    }
+
+    let mut after = Client::connect(server.addr());
+    let fast = after.steady_requests(8);
+    assert!(
+        median_ms(&fast) < 10.0,
+        "a connection accepted after fix inherits TCP_NODELAY and should not stall: {fast:?}"
+    );
+    let fast_old = before.steady_requests(6);
+    eprintln!(
+        "median request: {:.1} ms before fix, {:.2} ms on a new connection after, {:.2} ms on the fixed one",
+        median_ms(&stalled),
+        median_ms(&fast),
+        median_ms(&fast_old)
+    );
+    assert!(
+        median_ms(&fast_old) < 10.0,
+        "the connection fixed live should not stall any more: {fast_old:?}"
+    );
+    assert!(server.still_running(), "fix must not disturb the server");
+
+    let sockets = sockets_json(pid);
+    assert_eq!(find(&sockets, "remote", &after.local())["nodelay"], true);
+    assert_eq!(find(&sockets, "remote", &before.local())["nodelay"], true);
+    assert_eq!(
+        sockets
+            .iter()
+            .find(|s| s["listening"] == true)
+            .expect("listener")["nodelay"],
+        true
+    );
+}
+
+#[test]
+fn fix_without_terminal_or_yes_changes_nothing() {
+    let _serial = serial();
+    let server = Server::start(&[]);
+    let pid = server.pid().to_string();
+    let out = tcpstall(&["fix", &pid]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--yes"), "{stderr}");
+    let elsewhere = json_ok(&tcpstall(&["fix", &pid, "--port", "1", "--yes", "--json"]));
+    assert_eq!(
+        elsewhere["sockets"],
+        serde_json::json!([]),
+        "--port limits the plan"
+    );
+    assert_eq!(elsewhere["applied"], false);
+    let dry = tcpstall(&["fix", &pid, "--dry-run", "--json"]);
+    assert_eq!(dry.status.code(), Some(0));
+    assert_eq!(json_of(&dry)["applied"], false);
+    let sockets = sockets_json(server.pid());
+    assert!(
+        sockets.iter().all(|s| s["nodelay"] == false),
+        "{sockets:#?}"
+    );
+}
+
+/// `trace --json -- python3 client.py PORT N MODE`: the report and what the client says about
+/// its connections (a JSON line on stderr).
+fn trace_client(port: u16, requests: usize, mode: &str, extra: &[&str]) -> (Output, Value, Value) {
+    let client = fixture("client.py");
+    let port = port.to_string();
+    let requests = requests.to_string();
+    let mut args = vec!["trace", "--json"];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&[
+        "--",
+        "python3",
+        client.to_str().expect("utf-8 path"),
+        &port,
+        &requests,
+        mode,
+    ]);
+    let out = tcpstall(&args);
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    let info_line = stderr
+        .lines()
+        .find(|l| l.starts_with('['))
+        .unwrap_or_else(|| panic!("the client names its connections on stderr: {stderr}"));
+    let info: Value = serde_json::from_str(info_line).expect("client info is JSON");
+    let report = json_of(&out);
+    (out, report, info)
+}
+
+fn traced_socket<'a>(report: &'a Value, fd: &Value, local: &Value) -> &'a Value {
+    report["sockets"]
+        .as_array()
+        .expect("sockets")
+        .iter()
+        .find(|s| s["fd"] == *fd && s["local"] == *local)
+        .unwrap_or_else(|| panic!("no traced socket fd {fd} local {local}: {report:#}"))
+}
+
+#[test]
+fn trace_names_the_socket_that_writes_twice_before_reading() {
+    let _serial = serial();
+    let server = Server::start(&["--single-write"]);
+    let (out, report, info) = trace_client(server.port, 6, "mixed", &["--fail-on-stall"]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "--fail-on-stall exits 1 when found"
+    );
+    assert_eq!(report["exit_status"], 0);
+    let remote = server.addr().to_string();
+    let single = &info[0];
+    let split = &info[1];
+    assert_eq!(split["split"], true);
+
+    let guilty = traced_socket(&report, &split["fd"], &split["local"]);
+    assert_eq!(guilty["remote"], remote.as_str());
+    assert_eq!(guilty["nodelay"], false);
+    assert_eq!(guilty["nodelay_ever_set"], false);
+    assert_eq!(guilty["sends"], 12);
+    assert!(
+        guilty["write_write_read"].as_u64().is_some_and(|n| n >= 5),
+        "{guilty:#}"
+    );
+    // The example is the request header (60 B) then the form body (10 B).
+    assert_eq!(
+        guilty["example"]["writes"],
+        serde_json::json!([60, 10]),
+        "{guilty:#}"
+    );
+    assert!(guilty["fix"].as_str().is_some_and(|f| f.contains("writev")));
+
+    let innocent = traced_socket(&report, &single["fd"], &single["local"]);
+    assert_eq!(innocent["remote"], remote.as_str());
+    assert_eq!(innocent["sends"], 6);
+    assert_eq!(innocent["write_write_read"], 0);
+    assert_eq!(report["write_write_read"], guilty["write_write_read"]);
+}
+
+#[test]
+fn trace_follows_every_way_of_waiting_for_the_reply() {
+    let _serial = serial();
+    let server = Server::start(&["--single-write"]);
+    // Blocking recv, select() then recv, epoll_wait then recv; TCP_QUICKACK on the sender does
+    // not help its own split writes.
+    for mode in [
+        "split-blocking",
+        "split-select",
+        "split-epoll",
+        "split-quickack",
+    ] {
+        let (_, report, info) = trace_client(server.port, 6, mode, &[]);
+        let socket = traced_socket(&report, &info[0]["fd"], &info[0]["local"]);
+        let found = socket["write_write_read"].as_u64().unwrap_or(0);
+        assert!(found >= 5, "{mode}: {socket:#}");
+        // The server's delayed ACK holds the body: the wait after it is the stall itself.
+        let long = socket["waits_over_30ms"].as_u64().unwrap_or(0);
+        assert!(long >= 4, "{mode}: {socket:#}");
+        assert_eq!(
+            socket["example"]["writes"],
+            serde_json::json!([60, 10]),
+            "{mode}"
+        );
+        assert!(socket["example"]["wait_ms"]
+            .as_f64()
+            .is_some_and(|ms| ms >= 30.0));
+    }
+}
+
+/// Traces a client whose writes cannot stall on Nagle; checks the socket was followed (its
+/// sends counted) and nothing was blamed.
+fn assert_trace_finds_nothing(mode: &str, sends: u64, nodelay: bool) {
+    let server = Server::start(&["--single-write"]);
+    let (out, report, info) = trace_client(server.port, 6, mode, &["--fail-on-stall"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{mode}: {stderr}");
+    let socket = traced_socket(&report, &info[0]["fd"], &info[0]["local"]);
+    assert_eq!(
+        socket["sends"], sends,
+        "the socket was followed: {socket:#}"
+    );
+    assert!(
+        socket["reads"].as_u64().is_some_and(|n| n >= 6),
+        "{socket:#}"
+    );
+    assert_eq!(socket["nodelay"], nodelay);
+    assert_eq!(socket["nodelay_ever_set"], nodelay);
+    assert_eq!(socket["write_write_read"], 0);
+    assert_eq!(report["write_write_read"], 0);
+}
+
+#[test]
+fn trace_of_a_single_write_client_finds_nothing() {
+    let _serial = serial();
+    assert_trace_finds_nothing("single", 6, false);
+}
+
+#[test]
+fn trace_sees_tcp_nodelay_set_and_does_not_blame_split_writes() {
+    let _serial = serial();
+    assert_trace_finds_nothing("nodelay-split", 12, true);
+}
+
+/// State letter and TracerPid of each thread of `pid`; threads that end while being read (a
+/// handler thread whose client left) are skipped.
+fn thread_states(pid: u32) -> Vec<(char, String)> {
+    let mut states = Vec::new();
+    for entry in std::fs::read_dir(format!("/proc/{pid}/task")).expect("server threads") {
+        let path = entry.expect("thread entry").path();
+        let (Ok(stat), Ok(status)) = (
+            std::fs::read_to_string(path.join("stat")),
+            std::fs::read_to_string(path.join("status")),
+        ) else {
+            continue;
+        };
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, r)| r.trim().chars().next());
+        let tracer = status.lines().find_map(|l| l.strip_prefix("TracerPid:"));
+        if let (Some(state), Some(tracer)) = (state, tracer) {
+            states.push((state, tracer.trim().to_string()));
+        }
+    }
+    assert!(!states.is_empty(), "the server has threads");
+    states
+}
+
+#[test]
+fn trace_attached_to_a_server_finds_its_split_writes_and_detaches() {
+    let _serial = serial();
+    let mut server = Server::start(&[]);
+    let addr = server.addr();
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut client = Client::connect(addr);
+            let deadline = Instant::now() + Duration::from_secs(20);
+            let mut done = 0;
+            while !stop.load(Ordering::SeqCst) && done < 400 && Instant::now() < deadline {
+                client.request();
+                done += 1;
+            }
+            done
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let pid = server.pid().to_string();
+    let out = tcpstall(&["trace", "-p", &pid, "--duration", "1.5", "--json"]);
+    stop.store(true, Ordering::SeqCst);
+    let served = load.join().expect("load thread");
+    let report = json_ok(&out);
+    assert_eq!(report["method"], "ptrace_syscall");
+    let port = server.port;
+    let guilty = report["sockets"]
+        .as_array()
+        .expect("sockets")
+        .iter()
+        .find(|s| s["write_write_read"].as_u64().unwrap_or(0) > 0)
+        .unwrap_or_else(|| panic!("the server's header+body writes are found: {report:#}"));
+    assert!(guilty["local"]
+        .as_str()
+        .is_some_and(|l| l.ends_with(&format!(":{port}"))));
+    assert_eq!(
+        guilty["example"]["writes"].as_array().map(Vec::len),
+        Some(2)
+    );
+    assert!(
+        served > 5,
+        "the load kept running while traced: {served} requests"
+    );
+
+    // Detached: no thread stopped or still traced, and the server answers a new client.
+    for (state, tracer) in thread_states(server.pid()) {
+        assert!(
+            state != 't' && state != 'T',
+            "a server thread is left stopped ({state})"
+        );
+        assert_eq!(tracer, "0", "a server thread is still traced");
+    }
+    let mut fresh = Client::connect(addr);
+    fresh.request();
+    assert!(server.still_running());
+}
+
+#[test]
+fn trace_detaches_on_ctrl_c_and_ends_when_the_target_exits() {
+    let _serial = serial();
+    let mut server = Server::start(&[]);
+    let pid = server.pid().to_string();
+    let tracer = Command::new(BIN)
+        .args(["trace", "-p", &pid, "--duration", "30", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tcpstall runs");
+    let mut tracer = KillOnDrop(tracer);
+    std::thread::sleep(Duration::from_millis(500));
+    let mut client = Client::connect(server.addr());
+    client.request();
+    // SAFETY: kill with a pid we own and a valid signal.
+    assert_eq!(unsafe { libc::kill(tracer.0.id() as i32, libc::SIGINT) }, 0);
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = tracer.0.try_wait().expect("wait tracer") {
+            break status;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "trace ignored SIGINT"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0));
+    let mut stdout = String::new();
+    if let Some(mut out) = tracer.0.stdout.take() {
+        out.read_to_string(&mut stdout).expect("report");
+    }
+    let report: Value = serde_json::from_str(&stdout).expect("JSON report");
+    assert_eq!(report["interrupted"], true);
+    for (state, tracer_pid) in thread_states(server.pid()) {
+        assert!(state != 't' && state != 'T', "left stopped ({state})");
+        assert_eq!(tracer_pid, "0");
+    }
+    client.request();
+    assert!(server.still_running());
+
+    // A target that exits while traced ends the trace early, without error.
+    let short = Command::new("python3")
+        .args(["-c", "import time; time.sleep(0.5)"])
+        .spawn()
+        .expect("python3 runs");
+    let short = KillOnDrop(short);
+    let started = Instant::now();
+    let out = tcpstall(&[
+        "trace",
+        "-p",
+        &short.0.id().to_string(),
+        "--duration",
+        "20",
+        "--json",
+    ]);
+    let report = json_ok(&out);
+    assert_eq!(report["interrupted"], false);
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "trace outlived its target"
+    );
+}
+
+/// Our binary where the `nobody` user can run it.
+fn binary_for_nobody() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("process-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let copy = dir.join("tcpstall");
+    std::fs::copy(BIN, &copy).expect("copy binary");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod dir");
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).expect("chmod bin");
+    copy
+}
+
+fn as_nobody(binary: &Path, args: &[&str]) -> Output {
+    Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ])
+        .arg(binary)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("setpriv runs (util-linux)")
+}
+
+#[test]
+fn without_permission_errors_name_cap_sys_ptrace() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root to run the target as root and tcpstall as nobody");
+        return;
+    }
+    let _serial = serial();
+    let server = Server::start(&[]);
+    let pid = server.pid().to_string();
+    let binary = binary_for_nobody();
+
+    let trace = as_nobody(&binary, &["trace", "-p", &pid, "--duration", "1"]);
+    let stderr = String::from_utf8_lossy(&trace.stderr);
+    assert_eq!(trace.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("CAP_SYS_PTRACE"), "{stderr}");
+
+    let fix = as_nobody(&binary, &["fix", &pid, "--yes"]);
+    let stderr = String::from_utf8_lossy(&fix.stderr);
+    assert_eq!(fix.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("CAP_SYS_PTRACE"), "{stderr}");
+    assert!(stderr.contains("nothing was changed"), "{stderr}");
+
+    // sockets still shows what /proc allows, options unknown.
+    let sockets = as_nobody(&binary, &["sockets", &pid, "--json"]);
+    let stderr = String::from_utf8_lossy(&sockets.stderr);
+    assert_eq!(sockets.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("CAP_SYS_PTRACE"), "{stderr}");
+    let shown = json_of(&sockets);
+    let listener = shown
+        .as_array()
+        .expect("array")
+        .iter()
+        .find(|s| s["local"] == format!("127.0.0.1:{}", server.port).as_str())
+        .unwrap_or_else(|| panic!("the listener is still shown from /proc: {shown:#}"));
+    assert_eq!(listener["state"], "LISTEN");
+    assert!(listener["nodelay"].is_null());
+    assert!(listener["fd"].is_null());
+
+    // The target was not changed.
+    assert!(sockets_json(server.pid())
+        .iter()
+        .all(|s| s["nodelay"] == false));
+    let _ = std::fs::remove_dir_all(binary.parent().expect("temp dir"));
+}
+
+#[test]
+fn missing_process_and_missing_command_are_clear_errors() {
+    let mut gone = Command::new("true").spawn().expect("true runs");
+    let pid = gone.id().to_string();
+    gone.wait().expect("reaped");
+    for verb in ["sockets", "fix"] {
+        let out = tcpstall(&[verb, &pid, "--yes"][..if verb == "fix" { 3 } else { 2 }]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{verb}: {stderr}");
+        assert!(
+            stderr.contains(&format!("no process with pid {pid}")),
+            "{verb}: {stderr}"
+        );
+    }
+    let out = tcpstall(&["trace", "-p", &pid, "--duration", "1"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no process"));
+    let out = tcpstall(&["trace", "--", "/nonexistent/program"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr.contains("not found"), "{stderr}");
+}
+
+#[test]
+fn trace_refuses_a_process_that_already_has_a_tracer() {
+    let _serial = serial();
+    let target = KillOnDrop(Command::new("sleep").arg("20").spawn().expect("sleep runs"));
+    let pid = target.0.id().to_string();
+    let strace = KillOnDrop(
+        Command::new("strace")
+            .args(["-p", &pid, "-o", "/dev/null"])
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("strace runs (scripts/install-deps)"),
+    );
+    let strace_pid = strace.0.id().to_string();
+    let traced_by = || {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("TracerPid:").map(|v| v.trim().to_string()))
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while traced_by().as_deref() != Some(strace_pid.as_str()) {
+        assert!(Instant::now() < deadline, "strace did not attach");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = tcpstall(&["trace", "-p", &pid, "--duration", "1"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("already traced by pid {strace_pid} (strace)")),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn trace_leaves_a_job_control_stopped_process_stopped() {
+    let _serial = serial();
+    let target = KillOnDrop(Command::new("sleep").arg("20").spawn().expect("sleep runs"));
+    let pid = target.0.id();
+    // SAFETY: kill with a pid we own and a valid signal.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGSTOP) }, 0);
+    let state = || thread_states(pid).first().map(|(s, _)| *s);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while state() != Some('T') {
+        assert!(Instant::now() < deadline, "SIGSTOP did not stop the target");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = tcpstall(&["trace", "-p", &pid.to_string(), "--duration", "0.5"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        thread_states(pid),
+        vec![('T', "0".to_string())],
+        "still stopped, untraced"
+    );
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGCONT) }, 0);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while state() != Some('S') {
+        assert!(
+            Instant::now() < deadline,
+            "SIGCONT did not resume the target"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
