@@ -2,8 +2,8 @@
 //! writes header and body in two calls (tests/fixtures/process/split_server.py), a keep-alive
 //! client written here, and a Python client doing write-write-read or single writes.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -11,6 +11,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use tcpstall::lab::client::{ClientConfig, HttpClient};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tcpstall");
 
@@ -81,58 +82,25 @@ impl Server {
     }
 }
 
-/// A keep-alive HTTP client: each request in one write, the response read in full.
-struct Client {
-    stream: TcpStream,
-    buffered: Vec<u8>,
-}
+/// The lab's keep-alive HTTP client: each request in one write, the response read in full.
+struct Client(HttpClient);
 
 impl Client {
     fn connect(addr: SocketAddr) -> Client {
-        let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
-        stream
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .expect("read timeout");
-        Client {
-            stream,
-            buffered: Vec::new(),
-        }
+        let config = ClientConfig {
+            timeout: Duration::from_secs(5),
+            ..ClientConfig::default()
+        };
+        Client(HttpClient::connect(addr, &config).expect("connect"))
     }
 
     fn local(&self) -> String {
-        self.stream.local_addr().expect("local address").to_string()
+        self.0.local_addr().expect("local address").to_string()
     }
 
     /// One request/response turn; its duration.
     fn request(&mut self) -> Duration {
-        let start = Instant::now();
-        self.stream
-            .write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-            .expect("send request");
-        let header_end = loop {
-            if let Some(at) = self.buffered.windows(4).position(|w| w == b"\r\n\r\n") {
-                break at + 4;
-            }
-            self.fill();
-        };
-        let head = String::from_utf8_lossy(&self.buffered[..header_end]).to_string();
-        let length: usize = head
-            .lines()
-            .find_map(|l| l.strip_prefix("Content-Length:"))
-            .and_then(|v| v.trim().parse().ok())
-            .expect("response has Content-Length");
-        while self.buffered.len() < header_end + length {
-            self.fill();
-        }
-        self.buffered.drain(..header_end + length);
-        start.elapsed()
-    }
-
-    fn fill(&mut self) {
-        let mut chunk = [0u8; 4096];
-        let n = self.stream.read(&mut chunk).expect("read response");
-        assert!(n > 0, "server closed the connection");
-        self.buffered.extend_from_slice(&chunk[..n]);
+        self.0.get("/", false).expect("request answered")
     }
 
     /// `count` requests; the durations of all but the first two (the first turns of a

@@ -160,6 +160,11 @@ impl HttpClient {
         Ok(latencies)
     }
 
+    /// The client's own address, as the server sees it as remote.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.connection.stream.local_addr()
+    }
+
     /// The underlying connection (segment counts, options).
     pub fn connection(&mut self) -> &mut Connection {
         &mut self.connection
