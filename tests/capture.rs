@@ -509,3 +509,59 @@ fn reads_one_byte_at_a_time() {
     assert!(result.is_ok());
     assert_eq!(segments, whole);
 }
+
+/// Counts heap allocations made by the current thread (tests run on several threads).
+struct CountingAllocator;
+
+thread_local! {
+    static ALLOCATIONS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+// SAFETY: forwards every call unchanged to the system allocator.
+unsafe impl std::alloc::GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        ALLOCATIONS.with(|n| n.set(n.get() + 1));
+        std::alloc::System.alloc(layout)
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        std::alloc::System.dealloc(ptr, layout)
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: CountingAllocator = CountingAllocator;
+
+/// The records of a pcap fixture repeated `times` times, a second later each time.
+fn repeated_capture(name: &str, times: u32) -> Vec<u8> {
+    let bytes = fixture_bytes(name);
+    let offsets = pcap_record_offsets(&bytes);
+    let records = &bytes[offsets[0]..];
+    let mut out = bytes[..offsets[0]].to_vec();
+    for round in 0..times {
+        let start = out.len();
+        out.extend_from_slice(records);
+        for &at in &offsets {
+            let at = start + at - offsets[0];
+            let sec = u32::from_le_bytes(out[at..at + 4].try_into().unwrap());
+            out[at..at + 4].copy_from_slice(&(sec + round).to_le_bytes());
+        }
+    }
+    out
+}
+
+/// Reading allocates per file (its buffer), never per packet.
+#[test]
+fn no_heap_allocation_per_packet() {
+    let allocations = |capture: &[u8]| {
+        let before = ALLOCATIONS.with(|n| n.get());
+        let mut segments = 0u64;
+        let stats =
+            for_each_segment(capture, |_| segments += 1, |w| panic!("warning {w}")).expect("reads");
+        assert_eq!(stats.tcp_segments, segments);
+        (ALLOCATIONS.with(|n| n.get()) - before, segments)
+    };
+    let (once, segments_once) = allocations(&repeated_capture("lo-ethernet.pcap", 1));
+    let (many, segments_many) = allocations(&repeated_capture("lo-ethernet.pcap", 50));
+    assert_eq!(segments_many, 50 * segments_once);
+    assert_eq!(once, many, "allocations grow with the packet count");
+}

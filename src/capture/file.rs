@@ -15,7 +15,7 @@ use super::link::{link_type_name, LinkType};
 use super::{CaptureError, CaptureWarning};
 
 /// Read size and initial buffer size: large reads keep the per-packet cost low.
-const BUFFER_SIZE: usize = 1 << 20;
+const BUFFER_SIZE: usize = 1 << 18;
 /// Largest record or block accepted. Far beyond any real snap length (libpcap caps it at
 /// 262144, Linux BIG TCP packets stay under 512 KiB), small enough to buffer.
 pub const MAX_RECORD_LEN: usize = 16 << 20;
