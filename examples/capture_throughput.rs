@@ -13,15 +13,18 @@ use tcpstall::capture::file::FrameReader;
 use tcpstall::capture::link::LinkType;
 use tcpstall::capture::{count_frames, for_each_segment, open_input};
 
-fn best_of(rounds: u32, mut pass: impl FnMut() -> u64) -> (u64, Duration) {
+fn best_of(
+    rounds: u32,
+    mut pass: impl FnMut() -> anyhow::Result<u64>,
+) -> anyhow::Result<(u64, Duration)> {
     let mut best = Duration::MAX;
     let mut count = 0;
     for _ in 0..rounds {
         let start = Instant::now();
-        count = pass();
+        count = pass()?;
         best = best.min(start.elapsed());
     }
-    (count, best)
+    Ok((count, best))
 }
 
 fn main() -> anyhow::Result<()> {
@@ -33,33 +36,30 @@ fn main() -> anyhow::Result<()> {
     let open = || open_input(path).map_err(anyhow::Error::from);
 
     let (bytes, read_time) = best_of(rounds, || {
-        let mut input = open().expect("opens");
+        let mut input = open()?;
         let mut buffer = vec![0u8; 1 << 20];
         let mut total = 0u64;
-        while let Ok(n @ 1..) = input.read(&mut buffer) {
+        while let n @ 1.. = input.read(&mut buffer)? {
             total += n as u64;
         }
-        total
-    });
-    let (frames, frame_time) = best_of(rounds, || {
-        count_frames(open().expect("opens")).expect("frames")
-    });
+        Ok(total)
+    })?;
+    let (frames, frame_time) = best_of(rounds, || Ok(count_frames(open()?)?))?;
     let (segments, decode_time) = best_of(rounds, || {
         let mut checksum = 0u64;
         let stats = for_each_segment(
-            open().expect("opens"),
+            open()?,
             |s| checksum = checksum.wrapping_add(u64::from(s.seq ^ s.payload_len)),
             |_| {},
-        )
-        .expect("reads");
+        )?;
         black_box(checksum);
-        stats.tcp_segments
-    });
+        Ok(stats.tcp_segments)
+    })?;
     let (ether_segments, etherparse_time) = best_of(rounds, || {
-        let mut reader = FrameReader::new(open().expect("opens")).expect("reads");
+        let mut reader = FrameReader::new(open()?)?;
         let mut checksum = 0u64;
         let mut segments = 0;
-        while let Some(frame) = reader.next_frame(&mut |_| {}).expect("reads") {
+        while let Some(frame) = reader.next_frame(&mut |_| {})? {
             if frame.link != Ok(LinkType::Ethernet) {
                 continue;
             }
@@ -73,8 +73,8 @@ fn main() -> anyhow::Result<()> {
             }
         }
         black_box(checksum);
-        segments
-    });
+        Ok(segments)
+    })?;
 
     let rate = |n: u64, t: Duration| n as f64 / t.as_secs_f64() / 1e6;
     println!(

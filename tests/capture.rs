@@ -565,3 +565,22 @@ fn no_heap_allocation_per_packet() {
     assert_eq!(segments_many, 50 * segments_once);
     assert_eq!(once, many, "allocations grow with the packet count");
 }
+
+/// A problem every packet shares is listed a few times, then counted.
+#[test]
+fn repeated_problems_are_listed_then_counted() {
+    let mut bytes = repeated_capture("lo-ethernet.pcap", 50);
+    for at in pcap_record_offsets(&bytes) {
+        // IP version nibble of every packet set to 5.
+        bytes[at + 16 + 14] = 0x55;
+    }
+    let (result, segments, warnings) = read_all(&bytes[..]);
+    let stats = result.expect("readable");
+    assert!(segments.is_empty());
+    assert_eq!(stats.undecodable, stats.packets);
+    assert!(stats.packets > 1000);
+    assert!(warnings.len() <= 25, "{} warnings", warnings.len());
+    assert!(warnings
+        .iter()
+        .any(|w| w.message.contains("counted but not listed")));
+}
