@@ -148,7 +148,13 @@ fn tshark_packet_count(path: &Path) -> u64 {
 
 /// Reads a fixture and checks every segment against tshark's reading of it.
 fn assert_reads_like_tshark(name: &str) -> CaptureStats {
-    let path = fixture(name);
+    assert_reads_like_tshark_at(&fixture(name))
+}
+
+/// Reads a capture and checks every segment against tshark's reading of it.
+fn assert_reads_like_tshark_at(path: &Path) -> CaptureStats {
+    let name = path.display();
+    let path = path.to_path_buf();
     let input = open_input(&path).expect("fixture opens");
     let (result, segments, warnings) = read_all(input);
     let stats = result.unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -583,4 +589,30 @@ fn repeated_problems_are_listed_then_counted() {
     assert!(warnings
         .iter()
         .any(|w| w.message.contains("counted but not listed")));
+}
+
+#[test]
+fn sack_blocks_after_a_lost_segment() {
+    assert_reads_like_tshark("tun-loss-sack.pcap");
+    let (_, segments, _) = read_all(open_input(&fixture("tun-loss-sack.pcap")).expect("opens"));
+    assert!(
+        segments.iter().any(|s| s.has_sack),
+        "the fixture holds SACK blocks"
+    );
+}
+
+/// The raw-IP capture relabelled with every link-type number that means raw IP; tshark reads
+/// each relabelled file as well.
+#[test]
+fn raw_ip_link_type_numbers() {
+    let bytes = fixture_bytes("tun-raw.pcap");
+    for code in [12u32, 14, 101, 228] {
+        let mut relabelled = bytes.clone();
+        relabelled[20..24].copy_from_slice(&code.to_le_bytes());
+        let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("capture-raw-{code}.pcap"));
+        fs::write(&path, &relabelled).expect("temporary file writes");
+        let stats = assert_reads_like_tshark_at(&path);
+        assert!(stats.tcp_segments > 10, "link type {code}");
+        fs::remove_file(&path).expect("temporary file removed");
+    }
 }
