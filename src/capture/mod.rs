@@ -1,14 +1,12 @@
 //! Reading packets: capture files (pcap, pcapng), link layers, and the lab's own live capture.
-<<<<<<< HEAD
-pub mod live;
-pub mod pcap_writer;
-=======
 //!
 //! [`for_each_segment`] streams a pcap or pcapng file and hands out every TCP segment in it,
 //! decoded by [`crate::decode`]; memory stays bounded by the largest record, never by the file.
 
 pub mod file;
 pub mod link;
+pub mod live;
+pub mod pcap_writer;
 
 use std::fmt;
 use std::fs::File;
@@ -262,4 +260,3 @@ pub fn count_frames<R: Read>(input: R) -> Result<u64, CaptureError> {
     while reader.next_frame(&mut |_| {})?.is_some() {}
     Ok(reader.packets())
 }
->>>>>>> capture
