@@ -1,0 +1,65 @@
+//! The receiver closed its window (RFC 9293 §3.8.6.1; Linux `tcp_select_window` advertising 0
+//! when the receive buffer is full) and the sender waited: zero-window probes
+//! (`tcp_send_probe0`) until a window update let the data go.
+
+use super::{Finding, StallKind, MIN_STALL_NS};
+use crate::decode::Segment;
+use crate::flow::{seq_lt, Flow, Side};
+
+/// Checks whether `seg`, new data from `side`, left right after the peer reopened a window it
+/// had closed.
+pub fn check(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
+    let me = flow.dir(side);
+    let blocked_since = me.blocked_since_ns?;
+    if seg.payload_len == 0 || seq_lt(seg.seq, me.snd_nxt) {
+        return None;
+    }
+    let prev = flow.prev?;
+    if prev.side != side.peer() || prev.window == 0 {
+        return None;
+    }
+    if seg.ts_ns.saturating_sub(prev.ts_ns) > flow.follow_allowance_ns(side) {
+        return None; // the sender had nothing waiting when the window opened
+    }
+    let delay = seg.ts_ns.saturating_sub(blocked_since);
+    if delay < MIN_STALL_NS {
+        return None;
+    }
+    Some(Finding {
+        kind: StallKind::ZeroWindow,
+        held_side: side,
+        ack_side: Some(side.peer()),
+        delay_ns: delay,
+        ack_delay_ns: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::Wire;
+    use super::super::StallKind;
+    use crate::flow::Side;
+
+    #[test]
+    fn sender_waits_for_window_update() {
+        let mut w = Wire::handshake(30, 1448);
+        w.data(true, 1_000, 1000)
+            .ack_window(false, 1_100, 0)
+            .ack_window(false, 300_000, 64)
+            .data(true, 300_020, 1000);
+        let a = w.analyse();
+        assert_eq!(a.counts.get(StallKind::ZeroWindow), 1);
+        assert_eq!(a.counts.get(StallKind::NagleDelayedAck), 0);
+        assert_eq!(a.events[0].finding.held_side, Side::Client);
+    }
+
+    #[test]
+    fn window_reopened_while_idle_is_not_a_stall() {
+        let mut w = Wire::handshake(30, 1448);
+        w.data(true, 1_000, 1000)
+            .ack_window(false, 1_100, 0)
+            .ack_window(false, 300_000, 64)
+            .data(true, 900_000, 1000);
+        assert_eq!(w.analyse().stall_count(), 0);
+    }
+}
