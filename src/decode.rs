@@ -80,3 +80,224 @@ impl Segment {
         self.payload_len + u32::from(self.has(flags::SYN)) + u32::from(self.has(flags::FIN))
     }
 }
+
+/// What one network-layer packet turned out to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decoded {
+    /// A TCP segment.
+    Tcp(Segment),
+    /// A well-formed packet of another protocol (UDP, ICMP, ARP...), skipped silently.
+    NotTcp,
+    /// A non-first IP fragment: it carries no TCP header, and fragments are not reassembled.
+    Fragment,
+    /// A packet that cannot be read as TCP, with the reason.
+    Undecodable(&'static str),
+}
+
+/// IP protocol / IPv6 next-header number of TCP (IANA).
+const IPPROTO_TCP: u8 = 6;
+/// Smallest TCP header, without options (RFC 9293 §3.1).
+const TCP_MIN_HEADER: usize = 20;
+
+/// Where a packet was captured, passed along so a decoded segment can point back to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PacketMeta {
+    /// Capture time, nanoseconds since the Unix epoch.
+    pub ts_ns: u64,
+    /// 1-based number of the packet in its capture.
+    pub packet_number: u64,
+}
+
+/// Decodes an IPv4 or IPv6 packet (chosen by the version nibble) down to its TCP header.
+///
+/// `packet` holds the captured bytes from the IP header on, possibly cut short by the snap
+/// length. `wire_len` is how long the IP packet was on the wire (the frame's original length
+/// minus the link header): it stands in for the IP length field only when that field is zero,
+/// which Linux writes for TSO/GSO super-packets above 64 KiB and IPv6 jumbograms.
+pub fn decode_ip(packet: &[u8], wire_len: u32, meta: PacketMeta) -> Decoded {
+    match packet.first().map(|b| b >> 4) {
+        Some(4) => decode_ipv4(packet, wire_len, meta),
+        Some(6) => decode_ipv6(packet, wire_len, meta),
+        Some(_) => Decoded::Undecodable("IP version is neither 4 nor 6"),
+        None => Decoded::Undecodable("no IP header captured"),
+    }
+}
+
+/// Decodes an IPv4 packet (RFC 791 §3.1).
+pub fn decode_ipv4(packet: &[u8], wire_len: u32, meta: PacketMeta) -> Decoded {
+    if packet.len() < 20 {
+        return Decoded::Undecodable("IPv4 header cut short by the snap length");
+    }
+    let header_len = usize::from(packet[0] & 0x0f) * 4;
+    if header_len < 20 {
+        return Decoded::Undecodable("IPv4 header length below 20 bytes");
+    }
+    if packet[9] != IPPROTO_TCP {
+        return Decoded::NotTcp;
+    }
+    // Fragment offset in 8-byte units; only the first fragment holds the TCP header.
+    if u16::from_be_bytes([packet[6], packet[7]]) & 0x1fff != 0 {
+        return Decoded::Fragment;
+    }
+    let total_len = match u16::from_be_bytes([packet[2], packet[3]]) {
+        0 => wire_len,
+        n => u32::from(n),
+    };
+    if (total_len as usize) < header_len {
+        return Decoded::Undecodable("IPv4 total length smaller than its header");
+    }
+    let src = std::net::Ipv4Addr::new(packet[12], packet[13], packet[14], packet[15]);
+    let dst = std::net::Ipv4Addr::new(packet[16], packet[17], packet[18], packet[19]);
+    let Some(tcp) = packet.get(header_len..) else {
+        return Decoded::Undecodable("IPv4 options cut short by the snap length");
+    };
+    decode_tcp(
+        tcp,
+        total_len - header_len as u32,
+        IpAddr::V4(src),
+        IpAddr::V4(dst),
+        meta,
+    )
+}
+
+/// Decodes an IPv6 packet (RFC 8200 §3), walking its extension headers (RFC 8200 §4) to TCP.
+pub fn decode_ipv6(packet: &[u8], wire_len: u32, meta: PacketMeta) -> Decoded {
+    const FIXED_HEADER: usize = 40;
+    if packet.len() < FIXED_HEADER {
+        return Decoded::Undecodable("IPv6 header cut short by the snap length");
+    }
+    // Payload length excludes the fixed header; zero means a jumbogram (RFC 2675) or a
+    // GSO super-packet, whose size only the frame length tells.
+    let mut remaining = match u16::from_be_bytes([packet[4], packet[5]]) {
+        0 => wire_len.saturating_sub(FIXED_HEADER as u32),
+        n => u32::from(n),
+    };
+    let mut next_header = packet[6];
+    let mut offset = FIXED_HEADER;
+    loop {
+        let ext_len = match next_header {
+            IPPROTO_TCP => break,
+            // Hop-by-hop, routing, destination options, mobility, HIP, shim6: length in 8-byte
+            // units not counting the first 8 (RFC 8200 §4.3-4.6).
+            0 | 43 | 60 | 135 | 139 | 140 => match packet.get(offset + 1) {
+                Some(&units) => (usize::from(units) + 1) * 8,
+                None => return Decoded::Undecodable("IPv6 extension header cut short"),
+            },
+            // Fragment header (RFC 8200 §4.5): fixed 8 bytes; a non-zero offset means a
+            // non-first fragment without the TCP header.
+            44 => match packet.get(offset + 2..offset + 4) {
+                Some(b) if u16::from_be_bytes([b[0], b[1]]) & 0xfff8 != 0 => {
+                    return Decoded::Fragment
+                }
+                Some(_) => 8,
+                None => return Decoded::Undecodable("IPv6 fragment header cut short"),
+            },
+            // Authentication header (RFC 4302 §2.2): length in 4-byte units minus 2.
+            51 => match packet.get(offset + 1) {
+                Some(&units) => (usize::from(units) + 2) * 4,
+                None => return Decoded::Undecodable("IPv6 authentication header cut short"),
+            },
+            _ => return Decoded::NotTcp,
+        };
+        let Some(&following) = packet.get(offset) else {
+            return Decoded::Undecodable("IPv6 extension header cut short");
+        };
+        if ext_len as u32 > remaining {
+            return Decoded::Undecodable("IPv6 extension headers longer than the payload");
+        }
+        next_header = following;
+        offset += ext_len;
+        remaining -= ext_len as u32;
+    }
+    let Some(tcp) = packet.get(offset..) else {
+        return Decoded::Undecodable("IPv6 extension header cut short");
+    };
+    let mut src = [0u8; 16];
+    let mut dst = [0u8; 16];
+    src.copy_from_slice(&packet[8..24]);
+    dst.copy_from_slice(&packet[24..40]);
+    decode_tcp(tcp, remaining, IpAddr::from(src), IpAddr::from(dst), meta)
+}
+
+/// Decodes a TCP header (RFC 9293 §3.1). `segment_len` is the TCP header plus payload length
+/// given by the IP header; `tcp` holds the captured bytes from the TCP header on.
+pub fn decode_tcp(
+    tcp: &[u8],
+    segment_len: u32,
+    src: IpAddr,
+    dst: IpAddr,
+    meta: PacketMeta,
+) -> Decoded {
+    if tcp.len() < TCP_MIN_HEADER {
+        return Decoded::Undecodable("TCP header cut short by the snap length");
+    }
+    let header_len = usize::from(tcp[12] >> 4) * 4;
+    if header_len < TCP_MIN_HEADER {
+        return Decoded::Undecodable("TCP data offset below 5 words");
+    }
+    if segment_len < header_len as u32 {
+        return Decoded::Undecodable("IP length smaller than the TCP header");
+    }
+    let mut segment = Segment {
+        ts_ns: meta.ts_ns,
+        packet_number: meta.packet_number,
+        src,
+        dst,
+        src_port: u16::from_be_bytes([tcp[0], tcp[1]]),
+        dst_port: u16::from_be_bytes([tcp[2], tcp[3]]),
+        seq: u32::from_be_bytes([tcp[4], tcp[5], tcp[6], tcp[7]]),
+        ack: u32::from_be_bytes([tcp[8], tcp[9], tcp[10], tcp[11]]),
+        flags: tcp[13],
+        window: u16::from_be_bytes([tcp[14], tcp[15]]),
+        payload_len: segment_len - header_len as u32,
+        mss: None,
+        window_scale: None,
+        timestamps: None,
+        has_sack: false,
+    };
+    // Options cut by the snap length are read as far as they were captured: a partial
+    // option fails the length check in `parse_tcp_options` and ends the walk.
+    let captured_header = &tcp[..header_len.min(tcp.len())];
+    parse_tcp_options(&captured_header[TCP_MIN_HEADER..], &mut segment);
+    Decoded::Tcp(segment)
+}
+
+/// Reads the TCP options the flow tracker uses; stops at the first malformed option, as
+/// Linux's `tcp_parse_options` does.
+fn parse_tcp_options(mut options: &[u8], segment: &mut Segment) {
+    const EOL: u8 = 0;
+    const NOP: u8 = 1;
+    const MSS: u8 = 2; // RFC 9293 §3.2
+    const WINDOW_SCALE: u8 = 3; // RFC 7323 §2.2
+    const SACK: u8 = 5; // RFC 2018 §3
+    const TIMESTAMPS: u8 = 8; // RFC 7323 §3.2
+    while let Some((&kind, rest)) = options.split_first() {
+        match kind {
+            EOL => return,
+            NOP => {
+                options = rest;
+                continue;
+            }
+            _ => {}
+        }
+        let Some(&len) = rest.first() else { return };
+        let len = usize::from(len);
+        if len < 2 || len > options.len() {
+            return;
+        }
+        let body = &options[2..len];
+        match (kind, body.len()) {
+            (MSS, 2) => segment.mss = Some(u16::from_be_bytes([body[0], body[1]])),
+            (WINDOW_SCALE, 1) => segment.window_scale = Some(body[0]),
+            (SACK, n) if n >= 8 => segment.has_sack = true,
+            (TIMESTAMPS, 8) => {
+                segment.timestamps = Some((
+                    u32::from_be_bytes([body[0], body[1], body[2], body[3]]),
+                    u32::from_be_bytes([body[4], body[5], body[6], body[7]]),
+                ))
+            }
+            _ => {}
+        }
+        options = &options[len..];
+    }
+}

@@ -1,1 +1,214 @@
 //! Reading packets: capture files (pcap, pcapng), link layers, and the lab's own live capture.
+//!
+//! [`for_each_segment`] streams a pcap or pcapng file and hands out every TCP segment in it,
+//! decoded by [`crate::decode`]; memory stays bounded by the largest record, never by the file.
+
+pub mod file;
+pub mod link;
+
+use std::fmt;
+use std::fs::File;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+
+use crate::decode::{Decoded, PacketMeta, Segment};
+use file::FrameReader;
+use link::link_type_name;
+
+/// Why a capture could not be read at all. Damage after the first packets is a
+/// [`CaptureWarning`] instead: what was read before it is still used.
+#[derive(Debug, thiserror::Error)]
+pub enum CaptureError {
+    /// The file could not be opened.
+    #[error("cannot open capture file {}: {source}; check the path and that you may read it", path.display())]
+    Open {
+        /// The file asked for.
+        path: PathBuf,
+        /// What the system said.
+        source: io::Error,
+    },
+    /// Reading failed half-way.
+    #[error("cannot read the capture: {source}")]
+    Read {
+        /// What the system said.
+        source: io::Error,
+    },
+    /// Zero bytes.
+    #[error("the capture is empty (0 bytes); was the capture stopped before it wrote its header?")]
+    Empty,
+    /// The magic number is neither pcap's nor pcapng's.
+    #[error(
+        "not a pcap or pcapng file (starts with {first_bytes}); give a file written by \
+         tcpdump -w, tshark -w, dumpcap or Wireshark"
+    )]
+    NotCapture {
+        /// The first bytes, in hex and as text.
+        first_bytes: String,
+    },
+    /// The file ends inside its own header.
+    #[error("truncated capture: {what} needs {expected} bytes but the file ends after {found}")]
+    Truncated {
+        /// What was being read.
+        what: String,
+        /// Bytes it needs.
+        expected: u64,
+        /// Bytes there were.
+        found: u64,
+    },
+    /// The link layer carries no IP this crate can find.
+    #[error(
+        "unsupported link type {code} ({name}); tcpstall reads Ethernet (with VLAN tags), Linux \
+         cooked (SLL, SLL2), raw IP and BSD loopback captures: capture again with \
+         `tcpdump -i <interface> -w FILE` or `tcpdump -i any -w FILE`"
+    )]
+    UnsupportedLinkType {
+        /// The `LINKTYPE_*` number.
+        code: u32,
+        /// Its name.
+        name: String,
+    },
+}
+
+/// Damage or oddity found while reading; the reading goes on (or ends cleanly) after it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CaptureWarning {
+    /// The packet concerned; for damage between packets, the number the next packet would get.
+    pub packet_number: u64,
+    /// What is wrong, in words.
+    pub message: String,
+}
+
+impl fmt::Display for CaptureWarning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "packet {}: {}", self.packet_number, self.message)
+    }
+}
+
+/// What a pass over a capture read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CaptureStats {
+    /// Packet records in the capture (tshark's frame count).
+    pub packets: u64,
+    /// TCP segments handed to the caller.
+    pub tcp_segments: u64,
+    /// Packets of other protocols (UDP, ICMP, ARP...).
+    pub non_tcp: u64,
+    /// Non-first IP fragments, skipped (no reassembly).
+    pub fragments: u64,
+    /// Packets that could not be decoded (cut short, malformed, on an unsupported interface).
+    pub undecodable: u64,
+    /// Warnings reported.
+    pub warnings: u64,
+    /// Bytes read from the input.
+    pub bytes: u64,
+    /// Time of the first and last packet, nanoseconds since the Unix epoch.
+    pub first_ts_ns: Option<u64>,
+    /// Time of the last packet read.
+    pub last_ts_ns: Option<u64>,
+}
+
+/// Opens a capture file, or standard input for `-`.
+pub fn open_input(path: &Path) -> Result<Box<dyn Read + Send>, CaptureError> {
+    if path == Path::new("-") {
+        return Ok(Box::new(io::stdin()));
+    }
+    let file = File::open(path).map_err(|source| CaptureError::Open {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    // A directory opens but cannot be read: say so now rather than at the first read.
+    match file.metadata() {
+        Ok(meta) if meta.is_dir() => Err(CaptureError::Open {
+            path: path.to_path_buf(),
+            source: io::Error::new(io::ErrorKind::InvalidInput, "it is a directory"),
+        }),
+        _ => Ok(Box::new(file)),
+    }
+}
+
+/// Streams a pcap or pcapng capture and calls `on_segment` for every TCP segment in it, in
+/// file order, and `on_warning` for damage that does not stop the reading.
+///
+/// Returns an error only when nothing usable can be read (empty, not a capture, a link type
+/// without IP, an I/O failure).
+pub fn for_each_segment<R: Read>(
+    input: R,
+    mut on_segment: impl FnMut(&Segment),
+    mut on_warning: impl FnMut(&CaptureWarning),
+) -> Result<CaptureStats, CaptureError> {
+    let mut stats = CaptureStats::default();
+    let mut reader = FrameReader::new(input)?;
+    let mut unsupported_link: Option<u32> = None;
+    let mut warn = |warning: &CaptureWarning| {
+        stats.warnings += 1;
+        on_warning(warning);
+    };
+    let mut decoded_any = false;
+    while let Some(frame) = reader.next_frame(&mut warn)? {
+        stats.first_ts_ns.get_or_insert(frame.ts_ns);
+        stats.last_ts_ns = Some(frame.ts_ns);
+        let link = match frame.link {
+            Ok(link) => link,
+            Err(code) => {
+                stats.undecodable += 1;
+                if unsupported_link.replace(code).is_none() {
+                    warn(&CaptureWarning {
+                        packet_number: frame.packet_number,
+                        message: format!(
+                            "interface with unsupported link type {code} ({}); its packets are \
+                             skipped",
+                            link_type_name(code)
+                        ),
+                    });
+                }
+                continue;
+            }
+        };
+        decoded_any = true;
+        let meta = PacketMeta {
+            ts_ns: frame.ts_ns,
+            packet_number: frame.packet_number,
+        };
+        match link.decode(frame.data, frame.orig_len, meta) {
+            Decoded::Tcp(segment) => {
+                stats.tcp_segments += 1;
+                on_segment(&segment);
+            }
+            Decoded::NotTcp => stats.non_tcp += 1,
+            Decoded::Fragment => {
+                stats.fragments += 1;
+                warn(&CaptureWarning {
+                    packet_number: frame.packet_number,
+                    message: "non-first IP fragment skipped (fragments are not reassembled)"
+                        .to_string(),
+                });
+            }
+            Decoded::Undecodable(reason) => {
+                stats.undecodable += 1;
+                warn(&CaptureWarning {
+                    packet_number: frame.packet_number,
+                    message: format!("undecodable packet: {reason}"),
+                });
+            }
+        }
+    }
+    stats.undecodable += reader.skipped_packets();
+    stats.packets = reader.packets();
+    stats.bytes = reader.bytes_read();
+    // Every packet sat on interfaces of link types without IP: nothing was usable.
+    if let (Some(code), false) = (unsupported_link, decoded_any) {
+        return Err(CaptureError::UnsupportedLinkType {
+            code,
+            name: link_type_name(code),
+        });
+    }
+    Ok(stats)
+}
+
+/// Counts the packet records of a capture without decoding them: the framing cost alone,
+/// the reference the decoding benchmark compares against.
+pub fn count_frames<R: Read>(input: R) -> Result<u64, CaptureError> {
+    let mut reader = FrameReader::new(input)?;
+    while reader.next_frame(&mut |_| {})?.is_some() {}
+    Ok(reader.packets())
+}
