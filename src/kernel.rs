@@ -65,12 +65,25 @@ fn read_sysctl_u64(path: &str) -> Option<u64> {
     fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
-/// CONFIG_HZ from `/boot/config-RELEASE`; `/proc/config.gz` would need a gzip reader for one line.
+/// CONFIG_HZ from `/boot/config-RELEASE`, else from `/proc/config.gz` (CONFIG_IKCONFIG_PROC).
 fn config_hz(release: &str) -> Option<u32> {
-    let text = fs::read_to_string(format!("/boot/config-{release}")).ok()?;
+    let text = fs::read_to_string(format!("/boot/config-{release}"))
+        .ok()
+        .or_else(proc_config_gz)?;
     text.lines()
         .find_map(|line| line.strip_prefix("CONFIG_HZ="))
         .and_then(|v| v.trim().parse().ok())
+}
+
+/// The running kernel's config as exposed gzip-compressed in `/proc/config.gz`.
+fn proc_config_gz() -> Option<String> {
+    use std::io::Read;
+    let file = fs::File::open("/proc/config.gz").ok()?;
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(file)
+        .read_to_string(&mut text)
+        .ok()?;
+    Some(text)
 }
 
 /// One counter of the `TcpExt:` block of `/proc/net/netstat` (e.g. `TCPAutoCorking`), or `None`

@@ -5,6 +5,8 @@
 
 pub mod file;
 pub mod link;
+pub mod live;
+pub mod pcap_writer;
 
 use std::fmt;
 use std::fs::File;

@@ -1,0 +1,160 @@
+//! The lab's clients: one TCP connection that times request/response turns, and a keep-alive
+//! HTTP/1.1 client built on it that other verbs and tests can point at any loopback server.
+
+use std::io;
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+use socket2::{Domain, Socket, Type};
+
+use super::framing::{self, FrameEnd, MessageReader};
+use super::write::WriteStrategy;
+use crate::sockopt;
+
+/// How a client connection is set up.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// TCP_MAXSEG before connect, to emulate a smaller MTU on loopback.
+    pub mss: Option<u32>,
+    /// TCP_NODELAY on the client socket.
+    pub nodelay: bool,
+    /// Re-arm TCP_QUICKACK after every read (the client-side fix of source document 002).
+    pub quickack_rearm: bool,
+    /// Bound of each wait: connect, and every read.
+    pub timeout: Duration,
+}
+
+impl Default for ClientConfig {
+    fn default() -> ClientConfig {
+        ClientConfig {
+            mss: None,
+            nodelay: false,
+            quickack_rearm: false,
+            timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+/// One client connection to a loopback server.
+#[derive(Debug)]
+pub struct Connection {
+    stream: TcpStream,
+    reader: MessageReader,
+    segs_at_start: u32,
+}
+
+impl Connection {
+    /// Connects to `addr`, which must be a loopback address (the lab sends nothing elsewhere).
+    pub fn connect(addr: SocketAddr, config: &ClientConfig) -> io::Result<Connection> {
+        if !addr.ip().is_loopback() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{addr} is not a loopback address; the lab only talks to 127.0.0.0/8 or ::1"
+                ),
+            ));
+        }
+        let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+        if let Some(mss) = config.mss {
+            sockopt::set_maxseg(socket.as_fd(), mss)?;
+        }
+        if config.nodelay {
+            sockopt::set_nodelay(socket.as_fd(), true)?;
+        }
+        socket.connect_timeout(&addr.into(), config.timeout)?;
+        let stream: TcpStream = socket.into();
+        stream.set_read_timeout(Some(config.timeout))?;
+        stream.set_write_timeout(Some(config.timeout))?;
+        let segs_at_start = sockopt::tcp_info(stream.as_fd())?.data_segs_out;
+        Ok(Connection {
+            stream,
+            reader: MessageReader::new(config.quickack_rearm),
+            segs_at_start,
+        })
+    }
+
+    /// Writes one request made of `parts` with `strategy`, reads the whole reply (as found by
+    /// `reply_end`) and returns the time from the first write to the last byte of the reply.
+    pub fn round_trip(
+        &mut self,
+        strategy: WriteStrategy,
+        parts: &[&[u8]],
+        reply_end: FrameEnd,
+    ) -> io::Result<Duration> {
+        let start = Instant::now();
+        strategy.write_message(&mut self.stream, parts)?;
+        match self.reader.read_message(&mut self.stream, reply_end)? {
+            Some(_) => Ok(start.elapsed()),
+            None => Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "server closed the connection before replying",
+            )),
+        }
+    }
+
+    /// Data segments this connection has sent since it was established (`tcpi_data_segs_out`).
+    pub fn data_segs_out(&self) -> io::Result<u32> {
+        let info = sockopt::tcp_info(self.stream.as_fd())?;
+        Ok(info.data_segs_out.wrapping_sub(self.segs_at_start))
+    }
+
+    /// The socket, for options and one-way writes.
+    pub fn stream(&mut self) -> &mut TcpStream {
+        &mut self.stream
+    }
+
+    /// Waits until everything written has left and been acknowledged (`tcpi_notsent_bytes` and
+    /// `tcpi_unacked` both zero), so that segment counts are final; bounded by `limit`.
+    pub fn wait_until_acked(&self, limit: Duration) -> io::Result<()> {
+        let start = Instant::now();
+        loop {
+            let info = sockopt::tcp_info(self.stream.as_fd())?;
+            if (info.notsent_bytes == 0 && info.unacked == 0) || start.elapsed() > limit {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+}
+
+/// A keep-alive HTTP/1.1 client that times each request against a loopback server.
+#[derive(Debug)]
+pub struct HttpClient {
+    connection: Connection,
+    host: String,
+}
+
+impl HttpClient {
+    /// Connects to `addr` (a loopback address).
+    pub fn connect(addr: SocketAddr, config: &ClientConfig) -> io::Result<HttpClient> {
+        Ok(HttpClient {
+            connection: Connection::connect(addr, config)?,
+            host: addr.to_string(),
+        })
+    }
+
+    /// Sends `GET path` in one write (keep-alive, or `Connection: close` when `close`) and
+    /// returns the time until the whole response (headers and `Content-Length` body) is read.
+    pub fn get(&mut self, path: &str, close: bool) -> io::Result<Duration> {
+        let request = http_get_request(&self.host, path, close);
+        self.connection.round_trip(
+            WriteStrategy::Single,
+            &[request.as_bytes()],
+            framing::http_response_end,
+        )
+    }
+
+    /// The underlying connection (segment counts, options).
+    pub fn connection(&mut self) -> &mut Connection {
+        &mut self.connection
+    }
+}
+
+/// An HTTP/1.1 GET request without body; `close` asks the server to close after replying.
+pub fn http_get_request(host: &str, path: &str, close: bool) -> String {
+    format!(
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\n{}\r\n",
+        if close { "Connection: close\r\n" } else { "" }
+    )
+}

@@ -1,0 +1,64 @@
+//! Latency figures of a row and the lab's definition of "stalled".
+
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+
+/// A row is stalled when its median is at least this many milliseconds: the 40 ms floor of
+/// the Linux delayed-ACK timer (`TCP_DELACK_MIN`) minus a 10 ms margin. A loopback round
+/// trip without a stall takes well under 1 ms, so nothing else lands near it.
+pub const STALL_THRESHOLD_MS: f64 = 30.0;
+
+/// Whether a median latency counts as a Nagle × delayed-ACK stall, see [`STALL_THRESHOLD_MS`].
+pub fn is_stalled(p50_ms: f64) -> bool {
+    p50_ms >= STALL_THRESHOLD_MS
+}
+
+/// Median, 99th percentile and maximum of a set of latencies, in milliseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct LatencySummary {
+    /// Median.
+    pub p50_ms: f64,
+    /// 99th percentile.
+    pub p99_ms: f64,
+    /// Largest.
+    pub max_ms: f64,
+}
+
+impl LatencySummary {
+    /// Summarises latencies at microsecond resolution (3 significant digits); empty → zeros.
+    pub fn of(latencies: &[Duration]) -> LatencySummary {
+        // 1 µs to 1 hour at 3 significant digits cannot fail to construct.
+        let Ok(mut histogram) = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3) else {
+            return LatencySummary::default();
+        };
+        for latency in latencies {
+            let micros = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
+            histogram.saturating_record(micros.max(1));
+        }
+        if histogram.is_empty() {
+            return LatencySummary::default();
+        }
+        let ms = |micros: u64| micros as f64 / 1000.0;
+        LatencySummary {
+            p50_ms: ms(histogram.value_at_quantile(0.5)),
+            p99_ms: ms(histogram.value_at_quantile(0.99)),
+            max_ms: ms(histogram.max()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_of_known_values() {
+        let values: Vec<Duration> = (1..=100).map(Duration::from_millis).collect();
+        let s = LatencySummary::of(&values);
+        assert!((s.p50_ms - 50.0).abs() < 0.1, "{s:?}");
+        assert!((s.max_ms - 100.0).abs() < 0.1, "{s:?}");
+        assert_eq!(LatencySummary::of(&[]), LatencySummary::default());
+        assert!(is_stalled(44.0) && !is_stalled(0.1));
+    }
+}

@@ -1,0 +1,370 @@
+//! The lab's servers: one listener on 127.0.0.1 port 0 (the kernel picks a free port), one
+//! thread per accepted connection, every wait bounded by a read timeout and a deadline.
+//! Dropping a [`Server`] stops it, so a failing test never leaves one running.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use socket2::{Domain, Socket, Type};
+
+use super::framing::{self, MessageReader};
+use super::write::WriteStrategy;
+use crate::sockopt;
+
+/// memcached 1.4.4 capped the first write of a TCP reply at `UDP_MAX_PAYLOAD_SIZE`.
+pub const MEMCACHED_FIRST_WRITE_CAP: usize = 1400;
+
+/// What the server speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// Reads a line, writes it back.
+    Echo,
+    /// HTTP/1.1: answers every request with `body_len` bytes, header and body as two parts;
+    /// keeps the connection unless the request says `Connection: close`.
+    Http {
+        /// Size of the file served.
+        body_len: usize,
+    },
+    /// memcached text protocol: answers `get <key>` with a `value_len`-byte value, the reply
+    /// cut like memcached 1.4.4's: the first [`MEMCACHED_FIRST_WRITE_CAP`] bytes, then the rest.
+    Memcached {
+        /// Size of the stored value.
+        value_len: usize,
+    },
+    /// Reads and discards, noting when each `chunk` bytes have arrived (one-way streams).
+    Sink {
+        /// Size of one write of the sender.
+        chunk: usize,
+    },
+}
+
+/// Who sets TCP_NODELAY on the server side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerNodelay {
+    /// Nagle stays on.
+    Off,
+    /// Set on every accepted socket (what nginx does for keep-alive connections).
+    Accepted,
+    /// Set on the listening socket only; whether accepted sockets inherit it is the question.
+    Listener,
+}
+
+/// How a server is set up.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// What it speaks.
+    pub protocol: Protocol,
+    /// How it writes the parts of a reply.
+    pub reply: WriteStrategy,
+    /// TCP_MAXSEG on the listener (accepted sockets inherit it), to emulate a smaller MTU.
+    pub mss: Option<u32>,
+    /// Where TCP_NODELAY is set.
+    pub nodelay: ServerNodelay,
+    /// TCP_QUICKACK value set on the listener, to see whether accepted sockets keep it.
+    pub listener_quickack: Option<bool>,
+    /// Re-arm TCP_QUICKACK after every read on accepted sockets.
+    pub quickack_rearm: bool,
+    /// Bound of each wait for data.
+    pub read_timeout: Duration,
+    /// Nothing runs past this instant.
+    pub deadline: Instant,
+}
+
+impl ServerConfig {
+    /// A plain server: replies in one write, Nagle on, no option set.
+    pub fn new(protocol: Protocol, deadline: Instant) -> ServerConfig {
+        ServerConfig {
+            protocol,
+            reply: WriteStrategy::Single,
+            mss: None,
+            nodelay: ServerNodelay::Off,
+            listener_quickack: None,
+            quickack_rearm: false,
+            read_timeout: Duration::from_secs(2),
+            deadline,
+        }
+    }
+}
+
+/// What a server saw, returned by [`Server::stop`].
+#[derive(Debug, Default, Clone)]
+pub struct ServerReport {
+    /// Connections accepted.
+    pub connections: u64,
+    /// Data segments the server sent (`tcpi_data_segs_out` of every accepted socket).
+    pub data_segs_out: u64,
+    /// TCP_NODELAY of the first accepted socket, read before any option is set on it.
+    pub accepted_nodelay: Option<bool>,
+    /// TCP_QUICKACK of the first accepted socket, read before any data.
+    pub accepted_quickack: Option<bool>,
+    /// Sink protocol: per client port, when each chunk had fully arrived.
+    pub arrivals: HashMap<u16, Vec<Instant>>,
+    /// Errors of connection handlers (a timeout, a reset), for the row's notes.
+    pub errors: Vec<String>,
+}
+
+/// A running lab server. Stops when [`Server::stop`] is called or when dropped.
+pub struct Server {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    report: Arc<Mutex<ServerReport>>,
+    acceptor: Option<JoinHandle<Vec<JoinHandle<()>>>>,
+}
+
+impl Server {
+    /// Binds 127.0.0.1 port 0 and starts accepting.
+    pub fn start(config: ServerConfig) -> io::Result<Server> {
+        let socket = Socket::new(Domain::IPV4, Type::STREAM, None)?;
+        if let Some(mss) = config.mss {
+            sockopt::set_maxseg(socket.as_fd(), mss)?;
+        }
+        if config.nodelay == ServerNodelay::Listener {
+            sockopt::set_nodelay(socket.as_fd(), true)?;
+        }
+        if let Some(on) = config.listener_quickack {
+            sockopt::set_quickack(socket.as_fd(), on)?;
+        }
+        socket.bind(&SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0).into())?;
+        socket.listen(128)?;
+        socket.set_nonblocking(true)?;
+        let listener: TcpListener = socket.into();
+        let addr = listener.local_addr()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let report = Arc::new(Mutex::new(ServerReport::default()));
+        let acceptor = {
+            let (stop, report) = (stop.clone(), report.clone());
+            std::thread::Builder::new()
+                .name(format!("lab-server-{}", addr.port()))
+                .spawn(move || accept_loop(listener, config, stop, report))?
+        };
+        Ok(Server {
+            addr,
+            stop,
+            report,
+            acceptor: Some(acceptor),
+        })
+    }
+
+    /// The address clients connect to.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops accepting, waits for the connection handlers (bounded by the read timeout and the
+    /// deadline) and returns what the server saw.
+    pub fn stop(mut self) -> ServerReport {
+        self.shutdown();
+        let report = self.report.lock().map(|r| r.clone());
+        report.unwrap_or_default()
+    }
+
+    fn shutdown(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(acceptor) = self.acceptor.take() {
+            if let Ok(handlers) = acceptor.join() {
+                for handler in handlers {
+                    let _ = handler.join();
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn accept_loop(
+    listener: TcpListener,
+    config: ServerConfig,
+    stop: Arc<AtomicBool>,
+    report: Arc<Mutex<ServerReport>>,
+) -> Vec<JoinHandle<()>> {
+    let mut handlers = Vec::new();
+    let mut draining = false;
+    while Instant::now() < config.deadline {
+        if !draining && stop.load(Ordering::SeqCst) {
+            // Connections the kernel completed but not yet accepted may already hold data a
+            // client wrote: accept what is queued, then stop.
+            draining = true;
+        }
+        if !draining {
+            // Poll with a short timeout so that the stop flag is seen; a connection that
+            // arrives wakes the poll at once, so this adds no latency.
+            let mut fds = [PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
+            match poll(&mut fds, PollTimeout::from(20u16)) {
+                Ok(0) => continue,
+                Ok(_) => {}
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(err) => {
+                    note_error(&report, format!("poll on listener: {err}"));
+                    break;
+                }
+            }
+        }
+        let (stream, peer) = match listener.accept() {
+            Ok(accepted) => accepted,
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock && draining => break,
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(err) => {
+                note_error(&report, format!("accept: {err}"));
+                continue;
+            }
+        };
+        if let Ok(mut r) = report.lock() {
+            r.connections += 1;
+            if r.accepted_nodelay.is_none() {
+                r.accepted_nodelay = sockopt::nodelay(stream.as_fd()).ok();
+                r.accepted_quickack = sockopt::quickack(stream.as_fd()).ok();
+            }
+        }
+        let (config, stop, shared) = (config.clone(), stop.clone(), report.clone());
+        let spawned = std::thread::Builder::new()
+            .name(format!("lab-conn-{}", peer.port()))
+            .spawn(move || {
+                let mut arrivals = Vec::new();
+                let mut stream = stream;
+                let result = serve_connection(&mut stream, &config, &stop, &mut arrivals);
+                let segs = sockopt::tcp_info(stream.as_fd()).map(|i| i.data_segs_out);
+                if let Ok(mut r) = shared.lock() {
+                    r.data_segs_out += u64::from(segs.unwrap_or(0));
+                    if !arrivals.is_empty() {
+                        r.arrivals.insert(peer.port(), arrivals);
+                    }
+                    if let Err(err) = result {
+                        r.errors
+                            .push(format!("server connection from {peer}: {err}"));
+                    }
+                }
+            });
+        match spawned {
+            Ok(handle) => handlers.push(handle),
+            Err(err) => note_error(&report, format!("spawning a handler: {err}")),
+        }
+    }
+    handlers
+}
+
+fn note_error(report: &Mutex<ServerReport>, message: String) {
+    if let Ok(mut r) = report.lock() {
+        r.errors.push(message);
+    }
+}
+
+fn serve_connection(
+    stream: &mut TcpStream,
+    config: &ServerConfig,
+    stop: &AtomicBool,
+    arrivals: &mut Vec<Instant>,
+) -> io::Result<()> {
+    stream.set_nonblocking(false)?;
+    stream.set_read_timeout(Some(config.read_timeout))?;
+    if config.nodelay == ServerNodelay::Accepted {
+        sockopt::set_nodelay(stream.as_fd(), true)?;
+    }
+    let mut reader = MessageReader::new(config.quickack_rearm);
+    if let Protocol::Sink { chunk } = config.protocol {
+        return sink(stream, chunk.max(1), config, stop, &mut reader, arrivals);
+    }
+    let frame_end = match config.protocol {
+        Protocol::Http { .. } => framing::http_head_end,
+        _ => framing::line_end,
+    };
+    let body = match config.protocol {
+        Protocol::Http { body_len } => vec![b'x'; body_len],
+        Protocol::Memcached { value_len } => vec![b'v'; value_len],
+        _ => Vec::new(),
+    };
+    while Instant::now() < config.deadline {
+        let request = match reader.read_message(stream, frame_end) {
+            Ok(Some(request)) => request,
+            Ok(None) => return Ok(()),
+            Err(err) if is_timeout(&err) && !stop.load(Ordering::SeqCst) => continue,
+            Err(err) if is_timeout(&err) => return Ok(()),
+            Err(err) => return Err(err),
+        };
+        match config.protocol {
+            Protocol::Echo => config.reply.write_message(stream, &[&request])?,
+            Protocol::Http { .. } => {
+                let close = framing::header_value(&request, "connection")
+                    .is_some_and(|v| v.trim().eq_ignore_ascii_case("close"));
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n{}\r\n",
+                    body.len(),
+                    if close { "Connection: close\r\n" } else { "" }
+                );
+                config
+                    .reply
+                    .write_message(stream, &[head.as_bytes(), &body])?;
+                if close {
+                    return Ok(());
+                }
+            }
+            Protocol::Memcached { .. } => {
+                let mut reply = format!("VALUE k 0 {}\r\n", body.len()).into_bytes();
+                reply.extend_from_slice(&body);
+                reply.extend_from_slice(b"\r\nEND\r\n");
+                let cut = reply.len().min(MEMCACHED_FIRST_WRITE_CAP);
+                let (first, rest) = reply.split_at(cut);
+                let parts: &[&[u8]] = if rest.is_empty() {
+                    &[first]
+                } else {
+                    &[first, rest]
+                };
+                config.reply.write_message(stream, parts)?;
+            }
+            Protocol::Sink { .. } => unreachable!("handled above"),
+        }
+    }
+    Ok(())
+}
+
+fn sink(
+    stream: &mut TcpStream,
+    chunk: usize,
+    config: &ServerConfig,
+    stop: &AtomicBool,
+    reader: &mut MessageReader,
+    arrivals: &mut Vec<Instant>,
+) -> io::Result<()> {
+    use std::io::Read;
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut total = 0usize;
+    while Instant::now() < config.deadline {
+        match stream.read(&mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(read) => {
+                let now = Instant::now();
+                total += read;
+                while arrivals.len() < total / chunk {
+                    arrivals.push(now);
+                }
+                if reader.quickack_rearm {
+                    sockopt::set_quickack(stream.as_fd(), true)?;
+                }
+            }
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+            Err(err) if is_timeout(&err) && !stop.load(Ordering::SeqCst) => {}
+            Err(err) if is_timeout(&err) => return Ok(()),
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(())
+}
+
+/// A read timeout shows as `WouldBlock` or `TimedOut` depending on the platform.
+pub(crate) fn is_timeout(err: &io::Error) -> bool {
+    matches!(
+        err.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
+}
