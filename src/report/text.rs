@@ -122,7 +122,7 @@ pub fn flow_table(a: &Analysis) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<47} {:>7} {:>6} {:>5} {:>4} {:>4} {:>4} {:>5} {:>10} {:>9} {:>9} {:>7}  {}",
+        "{:<47} {:>7} {:>6} {:>5} {:>4} {:>4} {:>4} {:>5} {:>10} {:>9} {:>9} {:>7}  capture",
         "flow (client-server)",
         "packets",
         "reqs",
@@ -135,7 +135,6 @@ pub fn flow_table(a: &Analysis) -> String {
         "p50 ms",
         "p99 ms",
         "retrans",
-        "capture"
     );
     for f in &a.flows {
         let (p50, p99) = f

@@ -1,0 +1,489 @@
+//! `tcpstall analyze` on real captures: the lab's own capture of every catalogue row, tcpdump's
+//! capture of the same traffic, the fixture captures of stalls and look-alikes (committed, and
+//! regenerated live by tests/fixtures/analyze/make-fixtures.py), exit statuses, standard input
+//! and damaged input.
+//!
+//! The live tests need root (tcpdump on `lo`, AF_PACKET for the lab, `ip netns` for `rto`),
+//! as CI runs them.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_tcpstall");
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/analyze");
+
+/// A scratch directory removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("tcpstall-an-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).expect("create scratch directory");
+        Scratch(dir)
+    }
+
+    fn path(&self, file: &str) -> PathBuf {
+        self.0.join(file)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// tcpdump on `lo`, stopped (SIGINT, then kill) on drop, also when the test fails.
+struct Tcpdump(Child);
+
+impl Tcpdump {
+    fn start(file: &Path, filter: &[&str]) -> Tcpdump {
+        let mut child = Command::new("tcpdump")
+            .args(["-i", "lo", "-s", "128", "--immediate-mode", "-U", "-w"])
+            .arg(file)
+            .args(filter)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("tcpdump must be installed (scripts/install-deps) and the test run as root");
+        // tcpdump says "listening on" once the filter is attached.
+        let mut stderr = child.stderr.take().expect("tcpdump stderr");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::Read;
+            let mut buf = [0u8; 256];
+            let mut seen = Vec::new();
+            while let Ok(n) = stderr.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                seen.extend_from_slice(&buf[..n]);
+                if String::from_utf8_lossy(&seen).contains("listening on") {
+                    let _ = tx.send(());
+                }
+            }
+        });
+        let guard = Tcpdump(child);
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("tcpdump did not start listening within 10 s");
+        guard
+    }
+
+    fn stop(mut self) {
+        self.interrupt();
+    }
+
+    fn interrupt(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            std::thread::sleep(Duration::from_millis(200)); // the last packets reach the file
+            let pid = nix::unistd::Pid::from_raw(self.0.id() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = self.0.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+impl Drop for Tcpdump {
+    fn drop(&mut self) {
+        self.interrupt();
+    }
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().expect("run tcpstall")
+}
+
+fn analyze_json(file: &Path) -> Value {
+    let out = Command::new(BIN)
+        .args(["analyze", "--json"])
+        .arg(file)
+        .output()
+        .expect("run tcpstall analyze");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "analyze {} failed: {}",
+        file.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("analyze --json prints JSON")
+}
+
+/// (kind, held_side) → count, for the events of flows whose server listens on `port`
+/// (all flows when `port` is None).
+fn verdicts(analysis: &Value, port: Option<u64>) -> BTreeMap<(String, String), u64> {
+    let mut m = BTreeMap::new();
+    for e in analysis["events"].as_array().expect("events") {
+        if port.is_some_and(|p| e["server_port"].as_u64() != Some(p)) {
+            continue;
+        }
+        let key = (
+            e["kind"].as_str().unwrap_or("?").to_string(),
+            e["held_side"].as_str().unwrap_or("?").to_string(),
+        );
+        *m.entry(key).or_insert(0) += 1;
+    }
+    m
+}
+
+fn count(v: &BTreeMap<(String, String), u64>, kind: &str, side: &str) -> u64 {
+    v.get(&(kind.to_string(), side.to_string()))
+        .copied()
+        .unwrap_or(0)
+}
+
+fn total(v: &BTreeMap<(String, String), u64>) -> u64 {
+    v.values().sum()
+}
+
+/// What each fixture scenario must yield; `exact` for the committed files (their traffic is
+/// fixed), a tolerance of one for live captures (the first or last turn may differ).
+fn check_fixture(name: &str, analysis: &Value, exact: bool) {
+    let v = verdicts(analysis, None);
+    let requests = 10;
+    let in_range = |n: u64, want: u64| {
+        if exact {
+            n == want
+        } else {
+            n + 1 >= want && n <= want
+        }
+    };
+    match name {
+        "split_response" => {
+            let n = count(&v, "nagle_delayed_ack", "server");
+            assert!(
+                in_range(n, requests - 1),
+                "{name}: {n} server stalls, {v:?}"
+            );
+            assert_eq!(
+                total(&v),
+                n,
+                "{name}: only Nagle stalls of the server: {v:?}"
+            );
+            let e = &analysis["events"][0];
+            assert_eq!(e["ack_side"], "client");
+            assert_eq!(e["peer_stack"], "linux");
+            assert_eq!(
+                e["writes"],
+                serde_json::json!([143, 127]),
+                "{name}: header then body"
+            );
+            let d = e["delay_ms"].as_f64().unwrap_or(0.0);
+            assert!(
+                d >= 30.0,
+                "{name}: a delayed-ACK stall lasts >= 30 ms, got {d}"
+            );
+        }
+        "split_request" => {
+            let n = count(&v, "nagle_delayed_ack", "client");
+            assert!(
+                in_range(n, requests - 1),
+                "{name}: {n} client stalls, {v:?}"
+            );
+            assert_eq!(total(&v), n, "{name}: {v:?}");
+            assert_eq!(analysis["events"][0]["writes"], serde_json::json!([6, 7]));
+        }
+        "nodelay" | "think_time" | "think_oneway" => {
+            assert_eq!(total(&v), 0, "{name} must not be flagged: {v:?}");
+        }
+        "cork" => {
+            let n = count(&v, "cork_timer", "server");
+            assert!(in_range(n, 5), "{name}: {n} cork stalls, {v:?}");
+            assert_eq!(total(&v), n, "{name}: cork, not Nagle: {v:?}");
+        }
+        "zero_window" => {
+            assert!(count(&v, "zero_window", "client") >= 1, "{name}: {v:?}");
+            assert_eq!(count(&v, "nagle_delayed_ack", "client"), 0, "{name}: {v:?}");
+            assert_eq!(count(&v, "rto", "client"), 0, "{name}: {v:?}");
+        }
+        "rto" => {
+            assert!(count(&v, "rto", "client") >= 1, "{name}: {v:?}");
+            assert_eq!(count(&v, "nagle_delayed_ack", "client"), 0, "{name}: {v:?}");
+            assert_eq!(count(&v, "nagle_delayed_ack", "server"), 0, "{name}: {v:?}");
+        }
+        other => panic!("no expectation for fixture {other}"),
+    }
+}
+
+const FIXTURE_NAMES: [&str; 8] = [
+    "split_response",
+    "split_request",
+    "nodelay",
+    "think_time",
+    "think_oneway",
+    "cork",
+    "zero_window",
+    "rto",
+];
+
+#[test]
+fn committed_fixtures_get_their_verdicts() {
+    for name in FIXTURE_NAMES {
+        let file = Path::new(FIXTURES).join(format!("{name}.pcap"));
+        check_fixture(name, &analyze_json(&file), true);
+    }
+}
+
+#[test]
+fn live_fixture_captures_get_the_same_verdicts() {
+    let dir = Scratch::new("fixtures");
+    let out = Command::new("python3")
+        .arg(Path::new(FIXTURES).join("make-fixtures.py"))
+        .arg(&dir.0)
+        .output()
+        .expect("python3 must be installed (scripts/install-deps)");
+    assert!(
+        out.status.success(),
+        "make-fixtures.py failed (needs root, tcpdump, ip netns): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for name in FIXTURE_NAMES {
+        check_fixture(
+            name,
+            &analyze_json(&dir.path(&format!("{name}.pcap"))),
+            false,
+        );
+    }
+}
+
+/// The side whose split write stalls in each stalled lab scenario.
+fn held_side(scenario: &str) -> &'static str {
+    match scenario {
+        "http" | "memcached" => "server",
+        _ => "client", // echo and inherit: the client writes head and body apart
+    }
+}
+
+/// Runs the lab with reduced counts, capturing with both the lab and tcpdump.
+fn lab_run(dir: &Scratch) -> (Value, Value, Value) {
+    let lab_pcap = dir.path("lab.pcap");
+    let dump_pcap = dir.path("tcpdump.pcap");
+    let dump = Tcpdump::start(&dump_pcap, &["tcp"]);
+    let out = Command::new(BIN)
+        .args([
+            "lab",
+            "--requests",
+            "8",
+            "--connections",
+            "4",
+            "--writes",
+            "4",
+            "--json",
+            "--capture",
+        ])
+        .arg(&lab_pcap)
+        .output()
+        .expect("run tcpstall lab");
+    dump.stop();
+    assert!(
+        out.status.success(),
+        "lab failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lab: Value = serde_json::from_slice(&out.stdout).expect("lab --json");
+    (lab, analyze_json(&lab_pcap), analyze_json(&dump_pcap))
+}
+
+#[test]
+fn lab_catalogue_rows_found_in_both_captures() {
+    let dir = Scratch::new("lab");
+    let (lab, from_lab, from_tcpdump) = lab_run(&dir);
+    let rows = lab["rows"].as_array().expect("lab rows");
+    assert!(rows.len() >= 10, "the catalogue has rows");
+    let mut stalled_rows = 0;
+    for row in rows {
+        let scenario = row["scenario"].as_str().unwrap_or("?");
+        let variant = row["variant"].as_str().unwrap_or("?");
+        let port = row["server_port"].as_u64().expect("server_port");
+        let requests = row["requests"].as_u64().expect("requests");
+        let v = verdicts(&from_lab, Some(port));
+        let name = format!("{scenario}/{variant} (port {port})");
+        if row["stalled"] == Value::Bool(true) {
+            stalled_rows += 1;
+            assert_eq!(row["connections"], 1, "{name}: stalled rows are keep-alive");
+            let n = count(&v, "nagle_delayed_ack", held_side(scenario));
+            // The first exchange is quick-ACKed: requests - 1 stalls (one less at the edge).
+            assert!(
+                n + 2 >= requests && n < requests,
+                "{name}: {n} stalls for {requests} requests: {v:?}"
+            );
+            assert_eq!(
+                total(&v),
+                n,
+                "{name}: only the held side's Nagle stalls: {v:?}"
+            );
+        } else {
+            assert_eq!(
+                total(&v),
+                0,
+                "{name}: a clean row must have no stall: {v:?}"
+            );
+        }
+        assert_eq!(
+            verdicts(&from_tcpdump, Some(port)),
+            v,
+            "{name}: tcpdump's capture of the same traffic gives the same verdicts"
+        );
+    }
+    assert!(
+        stalled_rows >= 3,
+        "the catalogue has stalled rows ({stalled_rows})"
+    );
+}
+
+#[test]
+fn exit_statuses() {
+    let stalled = format!("{FIXTURES}/split_request.pcap");
+    let clean = format!("{FIXTURES}/think_time.pcap");
+    assert_eq!(run(&["analyze", &stalled]).status.code(), Some(0));
+    assert_eq!(
+        run(&["analyze", "--fail-on-stall", &stalled]).status.code(),
+        Some(1)
+    );
+    assert_eq!(
+        run(&["analyze", "--fail-on-stall", &clean]).status.code(),
+        Some(0)
+    );
+    let missing = run(&["analyze", "/nonexistent/capture.pcap"]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("cannot open"));
+}
+
+#[test]
+fn reads_standard_input() {
+    let bytes = fs::read(format!("{FIXTURES}/split_request.pcap")).expect("fixture");
+    let mut child = Command::new(BIN)
+        .args(["analyze", "--json", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run tcpstall");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(&bytes)
+        .expect("feed stdin");
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(out.status.code(), Some(0));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["summary"]["stalls"]["nagle_delayed_ack"], 9);
+    assert_eq!(v["summary"]["files"][0], "standard input");
+}
+
+#[test]
+fn text_report_names_the_pattern_and_the_fixes() {
+    let out = run(&[
+        "analyze",
+        "--flows",
+        &format!("{FIXTURES}/split_response.pcap"),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("9 nagle_delayed_ack"), "{text}");
+    assert!(
+        text.contains("the server writes the response in 2 writes (143 B, then 127 B)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("1. write the response in one call on the server"),
+        "{text}"
+    );
+    assert!(
+        text.contains("2. set TCP_NODELAY on the server's socket"),
+        "{text}"
+    );
+    assert!(
+        text.contains("3. set TCP_QUICKACK on the client's socket"),
+        "{text}"
+    );
+    assert!(
+        text.contains("loopback"),
+        "--flows shows the capture position: {text}"
+    );
+}
+
+#[test]
+fn pcapng_gives_the_same_verdicts() {
+    let dir = Scratch::new("pcapng");
+    let ng = dir.path("split_response.pcapng");
+    let status = Command::new("editcap")
+        .args(["-F", "pcapng"])
+        .arg(format!("{FIXTURES}/split_response.pcap"))
+        .arg(&ng)
+        .status()
+        .expect("editcap comes with tshark (scripts/install-deps)");
+    assert!(status.success());
+    let a = analyze_json(&ng);
+    let b = analyze_json(Path::new(&format!("{FIXTURES}/split_response.pcap")));
+    assert_eq!(a["events"], b["events"]);
+}
+
+#[test]
+fn damaged_input() {
+    let dir = Scratch::new("damaged");
+    let good = fs::read(format!("{FIXTURES}/split_request.pcap")).expect("fixture");
+
+    // Cut inside the last record: what comes before is analysed, with a warning.
+    let cut = dir.path("cut.pcap");
+    fs::write(&cut, &good[..good.len() - 30]).expect("write");
+    let out = run(&["analyze", "--json", cut.to_str().unwrap_or_default()]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("warning"),
+        "a warning for the cut record"
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert!(v["summary"]["stalls"]["nagle_delayed_ack"].as_u64() >= Some(8));
+
+    // Not a capture, empty, a directory: exit 2 with the reason.
+    let garbage = dir.path("garbage.pcap");
+    fs::write(&garbage, b"GET / HTTP/1.1\r\nHost: example\r\n\r\n").expect("write");
+    let empty = dir.path("empty.pcap");
+    fs::write(&empty, b"").expect("write");
+    for (file, reason) in [
+        (garbage.as_path(), "not a pcap or pcapng"),
+        (empty.as_path(), "empty"),
+        (dir.0.as_path(), "directory"),
+    ] {
+        let out = run(&["analyze", file.to_str().unwrap_or_default()]);
+        assert_eq!(out.status.code(), Some(2), "{}", file.display());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(reason), "{}: {err}", file.display());
+        assert!(!err.contains("panicked"), "{err}");
+    }
+
+    // Random bytes after a valid header: warnings or an error, never a panic.
+    let mut noisy = good[..24].to_vec();
+    let mut x: u32 = 0x9e37_79b9;
+    for _ in 0..4096 {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        noisy.push(x as u8);
+    }
+    let noise = dir.path("noise.pcap");
+    fs::write(&noise, &noisy).expect("write");
+    let out = run(&["analyze", noise.to_str().unwrap_or_default()]);
+    assert!(matches!(out.status.code(), Some(0 | 2)));
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
+}
