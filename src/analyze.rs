@@ -5,6 +5,7 @@
 
 use std::io::{self, IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -12,10 +13,16 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::capture::{for_each_segment, open_input, CaptureStats};
+use crate::decode::Segment;
 use crate::detect::{Analysis, Detector, DetectorConfig};
 use crate::report::json::InputFacts;
 use crate::report::{json, text};
 use crate::Outcome;
+
+/// Segments handed to the detector thread at a time.
+const BATCH: usize = 4096;
+/// Batches queued for the detector thread before the reader waits.
+const BATCHES_IN_FLIGHT: usize = 8;
 
 /// Warnings printed one by one; later ones are only counted.
 const WARNINGS_SHOWN: u64 = 20;
@@ -46,10 +53,9 @@ pub fn run(args: &AnalyzeArgs) -> anyhow::Result<Outcome> {
         keep_minor_events: args.minor,
     };
     let (analysis, facts) = analyse_files(&args.files, config)?;
-    let mut out = io::stdout().lock();
+    let mut out = io::BufWriter::new(io::stdout().lock());
     if args.json {
-        serde_json::to_writer_pretty(&mut out, &json::analysis(&analysis, &facts))?;
-        writeln!(out)?;
+        json::write(&mut out, &analysis, &facts)?;
     } else {
         write!(out, "{}", text::summary(&analysis, &facts))?;
         if args.flows {
@@ -57,6 +63,7 @@ pub fn run(args: &AnalyzeArgs) -> anyhow::Result<Outcome> {
             write!(out, "{}", text::flow_table(&analysis))?;
         }
     }
+    out.flush()?;
     Ok(if analysis.stall_count() > 0 {
         Outcome::StallsFound
     } else {
@@ -106,17 +113,49 @@ fn analyse_one(
         .map(|m| m.len());
     let input = ProgressRead::new(input, size);
     let name = display(path);
-    let stats = for_each_segment(
-        input,
-        |seg| detector.push(seg),
-        |w| {
-            *warnings += 1;
-            if *warnings <= WARNINGS_SHOWN {
-                eprintln!("tcpstall: warning: {name}: {w}");
+    // Two stages on two threads: reading and decoding here, the detector on a worker fed with
+    // batches in capture order (one detector, so the output is the same as on one thread).
+    std::thread::scope(|scope| {
+        let (to_worker, batches) = mpsc::sync_channel::<Vec<Segment>>(BATCHES_IN_FLIGHT);
+        let (recycle, recycled) = mpsc::channel::<Vec<Segment>>();
+        let worker = scope.spawn(move || {
+            for mut batch in batches {
+                for seg in &batch {
+                    detector.push(seg);
+                }
+                batch.clear();
+                let _ = recycle.send(batch);
             }
-        },
-    )?;
-    Ok(stats)
+        });
+        let mut batch = Vec::with_capacity(BATCH);
+        let stats = for_each_segment(
+            input,
+            |seg| {
+                batch.push(*seg);
+                if batch.len() == BATCH {
+                    let empty = recycled
+                        .try_recv()
+                        .unwrap_or_else(|_| Vec::with_capacity(BATCH));
+                    // A send fails only when the worker is gone; its join reports why.
+                    let _ = to_worker.send(std::mem::replace(&mut batch, empty));
+                }
+            },
+            |w| {
+                *warnings += 1;
+                if *warnings <= WARNINGS_SHOWN {
+                    eprintln!("tcpstall: warning: {name}: {w}");
+                }
+            },
+        );
+        if !batch.is_empty() {
+            let _ = to_worker.send(batch);
+        }
+        drop(to_worker);
+        if worker.join().is_err() {
+            anyhow::bail!("the detector stopped unexpectedly");
+        }
+        Ok(stats?)
+    })
 }
 
 /// Counts bytes read and shows a progress bar on stderr once reading has taken more than a

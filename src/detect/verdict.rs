@@ -1,6 +1,8 @@
 //! Verdicts in people's terms: the peer's stack from its delayed-ACK timeout, the write pattern
 //! of a stalled turn, the fixes in order of preference, and per-flow summaries.
 
+use rustc_hash::FxHashMap;
+
 use super::{KindCounts, StallEvent, StallKind};
 use crate::flow::{ClientGuess, Endpoint, Flow, Side};
 
@@ -138,6 +140,50 @@ pub fn fixes(kind: StallKind, held: Side) -> Vec<String> {
             "make the {p} read sooner, or give it a larger SO_RCVBUF"
         )],
     }
+}
+
+/// A stall pattern of one flow: every event of one kind holding one side.
+#[derive(Debug, Clone)]
+pub struct Pattern<'a> {
+    /// The cause.
+    pub kind: StallKind,
+    /// The side whose data waited.
+    pub held_side: Side,
+    /// The first event, whose writes name the pattern.
+    pub first: &'a StallEvent,
+    /// How many events.
+    pub count: u64,
+}
+
+/// Events grouped by [`StallEvent::flow_id`], each group in capture order.
+pub fn events_by_flow(events: &[StallEvent]) -> FxHashMap<u64, Vec<&StallEvent>> {
+    let mut m: FxHashMap<u64, Vec<&StallEvent>> = FxHashMap::default();
+    for e in events {
+        m.entry(e.flow_id).or_default().push(e);
+    }
+    m
+}
+
+/// The distinct stall patterns among one flow's events, in order of first appearance (minor
+/// Nagle holds left out).
+pub fn patterns<'a>(flow_events: &[&'a StallEvent]) -> Vec<Pattern<'a>> {
+    let mut found: Vec<Pattern<'a>> = Vec::new();
+    for e in flow_events.iter().filter(|e| e.finding.kind.is_stall()) {
+        let (kind, held_side) = (e.finding.kind, e.finding.held_side);
+        match found
+            .iter_mut()
+            .find(|p| p.kind == kind && p.held_side == held_side)
+        {
+            Some(p) => p.count += 1,
+            None => found.push(Pattern {
+                kind,
+                held_side,
+                first: e,
+                count: 1,
+            }),
+        }
+    }
+    found
 }
 
 /// One flow, summarised when it is retired.

@@ -53,42 +53,46 @@ impl fmt::Display for Endpoint {
     }
 }
 
-/// Normalised 4-tuple: the lower endpoint first, so both directions find the same flow.
+/// Normalised 4-tuple: the lower (address, port) first, so both directions find the same
+/// flow. Addresses are stored as 128-bit numbers (IPv4 mapped into IPv6, RFC 4291 §2.5.5.2):
+/// cheap to hash and compare on every packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct FlowKey {
-    /// The endpoint that sorts first.
-    pub low: Endpoint,
-    /// The endpoint that sorts second.
-    pub high: Endpoint,
+    /// Address of the endpoint that sorts first.
+    pub low_addr: u128,
+    /// Address of the endpoint that sorts second.
+    pub high_addr: u128,
+    /// Port of `low_addr` in the high half, port of `high_addr` in the low half.
+    pub ports: u32,
+}
+
+fn addr_bits(addr: IpAddr) -> u128 {
+    match addr {
+        IpAddr::V4(a) => u128::from(a.to_ipv6_mapped()),
+        IpAddr::V6(a) => u128::from(a),
+    }
 }
 
 impl FlowKey {
-    /// The key of a segment and whether the segment travels from `low` to `high`.
+    /// The key of a segment and whether the segment travels from the low to the high endpoint.
     pub fn of(seg: &Segment) -> (FlowKey, bool) {
-        let src = Endpoint {
-            addr: seg.src,
-            port: seg.src_port,
-        };
-        let dst = Endpoint {
-            addr: seg.dst,
-            port: seg.dst_port,
-        };
+        let src = (addr_bits(seg.src), seg.src_port);
+        let dst = (addr_bits(seg.dst), seg.dst_port);
+        let ports = |lo: u16, hi: u16| (u32::from(lo) << 16) | u32::from(hi);
         if src <= dst {
-            (
-                FlowKey {
-                    low: src,
-                    high: dst,
-                },
-                true,
-            )
+            let key = FlowKey {
+                low_addr: src.0,
+                high_addr: dst.0,
+                ports: ports(src.1, dst.1),
+            };
+            (key, true)
         } else {
-            (
-                FlowKey {
-                    low: dst,
-                    high: src,
-                },
-                false,
-            )
+            let key = FlowKey {
+                low_addr: dst.0,
+                high_addr: src.0,
+                ports: ports(dst.1, src.1),
+            };
+            (key, false)
         }
     }
 }
@@ -390,9 +394,15 @@ pub struct Flow {
 }
 
 impl Flow {
-    fn new(id: u64, seg: &Segment, forward: bool, key: &FlowKey) -> Flow {
-        let src = if forward { key.low } else { key.high };
-        let dst = if forward { key.high } else { key.low };
+    fn new(id: u64, seg: &Segment) -> Flow {
+        let src = Endpoint {
+            addr: seg.src,
+            port: seg.src_port,
+        };
+        let dst = Endpoint {
+            addr: seg.dst,
+            port: seg.dst_port,
+        };
         let syn = seg.has(flags::SYN);
         let ack = seg.has(flags::ACK);
         let (client, server, guess) = if syn && !ack {
@@ -615,7 +625,11 @@ impl Flow {
 /// way that matters for an offline analysis, and the hash is cheap).
 #[derive(Debug, Default)]
 pub struct FlowTable {
-    flows: FxHashMap<FlowKey, Flow>,
+    /// 4-tuple → index into `slots`: small entries keep the probing cheap.
+    index: FxHashMap<FlowKey, u32>,
+    /// The flows; `None` marks a free slot listed in `free`.
+    slots: Vec<Option<(FlowKey, Flow)>>,
+    free: Vec<u32>,
     next_id: u64,
 }
 
@@ -637,35 +651,56 @@ impl FlowTable {
 
     /// Number of active flows.
     pub fn len(&self) -> usize {
-        self.flows.len()
+        self.index.len()
     }
 
     /// No active flow.
     pub fn is_empty(&self) -> bool {
-        self.flows.is_empty()
+        self.index.is_empty()
+    }
+
+    fn remove_slot(&mut self, slot: u32) -> Option<Flow> {
+        let (key, flow) = self.slots.get_mut(slot as usize)?.take()?;
+        self.index.remove(&key);
+        self.free.push(slot);
+        Some(flow)
     }
 
     /// Finds or creates the flow of `seg`. A SYN on a closed 4-tuple (port reuse) starts a new
     /// flow and returns the old one in [`Lookup::replaced`].
     pub fn lookup(&mut self, seg: &Segment) -> Lookup<'_> {
-        let (key, forward) = FlowKey::of(seg);
-        let fresh_syn = seg.has(flags::SYN) && !seg.has(flags::ACK);
+        let (key, _) = FlowKey::of(seg);
         let mut replaced = None;
-        if fresh_syn {
-            if let Some(old) = self.flows.get(&key) {
-                let same = old.dirs[old.side_of(seg).index()].seen
-                    && old.dirs[old.side_of(seg).index()].isn == seg.seq;
-                if !same && old.dir(old.side_of(seg)).seen {
-                    replaced = self.flows.remove(&key);
+        let mut slot = self.index.get(&key).copied();
+        if let (Some(old), true) = (slot, seg.has(flags::SYN) && !seg.has(flags::ACK)) {
+            if let Some(Some((_, flow))) = self.slots.get(old as usize) {
+                let dir = flow.dir(flow.side_of(seg));
+                if dir.seen && dir.isn != seg.seq {
+                    replaced = self.remove_slot(old);
+                    slot = None;
                 }
             }
         }
-        let next_id = &mut self.next_id;
-        let flow = self.flows.entry(key).or_insert_with(|| {
-            let id = *next_id;
-            *next_id += 1;
-            Flow::new(id, seg, forward, &key)
-        });
+        let slot = match slot {
+            Some(slot) => slot,
+            None => {
+                let flow = Flow::new(self.next_id, seg);
+                self.next_id += 1;
+                let slot = match self.free.pop() {
+                    Some(free) => free,
+                    None => {
+                        self.slots.push(None);
+                        (self.slots.len() - 1) as u32
+                    }
+                };
+                self.slots[slot as usize] = Some((key, flow));
+                self.index.insert(key, slot);
+                slot
+            }
+        };
+        let (_, flow) = self.slots[slot as usize]
+            .as_mut()
+            .unwrap_or_else(|| unreachable!("the index only names occupied slots"));
         let side = flow.side_of(seg);
         Lookup {
             flow,
@@ -676,22 +711,21 @@ impl FlowTable {
 
     /// Removes flows retirable at `now_ns` and passes each to `retire`.
     pub fn evict(&mut self, now_ns: u64, mut retire: impl FnMut(Flow)) {
-        let keys: Vec<FlowKey> = self
-            .flows
-            .iter()
-            .filter(|(_, f)| f.retirable(now_ns))
-            .map(|(k, _)| *k)
-            .collect();
-        for k in keys {
-            if let Some(f) = self.flows.remove(&k) {
-                retire(f);
+        for slot in 0..self.slots.len() as u32 {
+            let due = matches!(&self.slots[slot as usize], Some((_, f)) if f.retirable(now_ns));
+            if due {
+                if let Some(f) = self.remove_slot(slot) {
+                    retire(f);
+                }
             }
         }
     }
 
     /// Removes every flow, passing each to `retire` in order of first appearance.
     pub fn drain(&mut self, mut retire: impl FnMut(Flow)) {
-        let mut all: Vec<Flow> = self.flows.drain().map(|(_, f)| f).collect();
+        let mut all: Vec<Flow> = self.slots.drain(..).flatten().map(|(_, f)| f).collect();
+        self.index.clear();
+        self.free.clear();
         all.sort_by_key(|f| f.id);
         for f in all {
             retire(f);

@@ -5,9 +5,8 @@ use std::fmt::Write as _;
 
 use super::json::InputFacts;
 use super::ms;
-use crate::detect::verdict::{explain, fixes, FlowSummary};
-use crate::detect::{Analysis, StallEvent, StallKind};
-use crate::flow::Side;
+use crate::detect::verdict::{events_by_flow, explain, fixes, patterns, FlowSummary};
+use crate::detect::{Analysis, StallKind};
 
 /// Flows described in detail; the rest are counted (the JSON has them all).
 const FLOWS_SHOWN: usize = 10;
@@ -58,6 +57,7 @@ pub fn summary(a: &Analysis, input: &InputFacts) -> String {
 
     let mut stalled: Vec<&FlowSummary> = a.flows.iter().filter(|f| f.counts.stalls() > 0).collect();
     stalled.sort_by(|x, y| y.time_lost_ns.cmp(&x.time_lost_ns).then(x.id.cmp(&y.id)));
+    let by_flow = events_by_flow(&a.events);
     for f in stalled.iter().take(FLOWS_SHOWN) {
         out.push('\n');
         let latency = f
@@ -79,9 +79,10 @@ pub fn summary(a: &Analysis, input: &InputFacts) -> String {
             ms(f.time_lost_ns),
             ms(f.worst_stall_ns),
         );
-        for (kind, side, first, count) in patterns(&a.events, f.id) {
-            let _ = writeln!(out, "  {count} x {}", explain(first));
-            for (i, fix) in fixes(kind, side).iter().enumerate() {
+        let events = by_flow.get(&f.id).map(Vec::as_slice).unwrap_or_default();
+        for p in patterns(events) {
+            let _ = writeln!(out, "  {} x {}", p.count, explain(p.first));
+            for (i, fix) in fixes(p.kind, p.held_side).iter().enumerate() {
                 let lead = if i == 0 { "  fix:" } else { "      " };
                 let _ = writeln!(out, "{lead} {}. {fix}", i + 1);
             }
@@ -99,22 +100,6 @@ pub fn summary(a: &Analysis, input: &InputFacts) -> String {
         let _ = writeln!(out, "\n{clean} flows without stalls");
     }
     out
-}
-
-/// Distinct (kind, held side) patterns of a flow: the first event of each and how many.
-fn patterns(events: &[StallEvent], flow_id: u64) -> Vec<(StallKind, Side, &StallEvent, u64)> {
-    let mut found: Vec<(StallKind, Side, &StallEvent, u64)> = Vec::new();
-    for e in events
-        .iter()
-        .filter(|e| e.flow_id == flow_id && e.finding.kind.is_stall())
-    {
-        let key = (e.finding.kind, e.finding.held_side);
-        match found.iter_mut().find(|p| (p.0, p.1) == key) {
-            Some(p) => p.3 += 1,
-            None => found.push((key.0, key.1, e, 1)),
-        }
-    }
-    found
 }
 
 /// `--flows`: one line per flow.
