@@ -329,6 +329,60 @@ fn record(
 }
 
 #[cfg(test)]
+mod tests {
+    use super::testing::{Wire, MS};
+    use super::*;
+
+    /// Closed flows leave the table after the grace period: memory follows active flows.
+    #[test]
+    fn closed_flows_are_evicted() {
+        let mut d = Detector::new(DetectorConfig::default());
+        let mut peak = 0;
+        for i in 0..200u64 {
+            let mut w = Wire::handshake(30, 1448);
+            w.data(true, 100, 20)
+                .data(false, 200, 20)
+                .fin(true, 300)
+                .fin(false, 400);
+            w.ack(true, 500);
+            for seg in &mut w.segments {
+                seg.ts_ns += i * 100 * MS; // one connection every 100 ms
+                seg.src_port = seg.src_port.wrapping_add(i as u16);
+                seg.dst_port = seg.dst_port.wrapping_add(i as u16);
+                d.push(seg);
+            }
+            peak = peak.max(d.active_flows());
+        }
+        assert!(
+            peak <= 40,
+            "{peak} flows kept: 2 s grace at 10 connections/s is ~30"
+        );
+        let a = d.finish();
+        assert_eq!(a.flows.len(), 200);
+        assert!(a.flows.windows(2).all(|w| w[0].id < w[1].id));
+        assert_eq!(a.flows[0].requests, 1);
+    }
+
+    /// A capture that starts mid-flow: the side with the larger (ephemeral) port is the client.
+    #[test]
+    fn mid_flow_client_guess() {
+        let mut w = Wire::handshake(30, 1448);
+        w.data(true, 1_000, 80)
+            .data(false, 1_100, 148)
+            .ack(true, 41_100)
+            .data(false, 41_130, 127);
+        w.segments.drain(..3); // no handshake
+        let a = w.analyse();
+        assert_eq!(
+            a.flows[0].client_guess,
+            crate::flow::ClientGuess::EphemeralPort
+        );
+        assert_eq!(a.flows[0].client.port, 40000);
+        assert_eq!(a.counts.get(StallKind::NagleDelayedAck), 1);
+    }
+}
+
+#[cfg(test)]
 pub(crate) mod testing {
     //! Segment sequences built in code, for the rules' unit tests.
     use std::net::{IpAddr, Ipv4Addr};
@@ -346,33 +400,50 @@ pub(crate) mod testing {
     pub const MS: u64 = 1_000_000;
 
     impl Wire {
-        /// A handshake at t=0 with `rtt_ms` between SYN and SYN-ACK (capture on the client).
+        /// A handshake at t=0 captured on the client host: the SYN-ACK comes one RTT later.
         pub fn handshake(rtt_us: u64, mss: u16) -> Wire {
+            Wire::handshake_between(10, rtt_us, mss)
+        }
+
+        /// A handshake at t=0 seen from a capture point `client_us` (round trip) from the
+        /// client host and `server_us` from the server host.
+        pub fn handshake_between(client_us: u64, server_us: u64, mss: u16) -> Wire {
             let mut w = Wire {
                 segments: Vec::new(),
                 client_seq: 1000,
                 server_seq: 90_000,
             };
-            let syn = w.seg(true, 0, flags::SYN, 0, 0);
-            let mut syn = syn;
+            let mut syn = w.seg(true, 0, flags::SYN, 0, 0);
             syn.mss = Some(mss);
             syn.window_scale = Some(7);
             w.segments.push(syn);
             w.client_seq += 1;
-            let mut syn_ack = w.seg(
-                false,
-                rtt_us * 1000,
-                flags::SYN | flags::ACK,
-                0,
-                w.client_seq,
-            );
+            let t = server_us * 1000;
+            let mut syn_ack = w.seg(false, t, flags::SYN | flags::ACK, 0, w.client_seq);
             syn_ack.mss = Some(mss);
             syn_ack.window_scale = Some(7);
             w.segments.push(syn_ack);
             w.server_seq += 1;
-            let ack = w.seg(true, rtt_us * 1000 + 10_000, flags::ACK, 0, w.server_seq);
+            let ack = w.seg(true, t + client_us * 1000, flags::ACK, 0, w.server_seq);
             w.segments.push(ack);
             w
+        }
+
+        /// A FIN from one side at `t_us`.
+        pub fn fin(&mut self, from_client: bool, t_us: u64) -> &mut Wire {
+            let ack = if from_client {
+                self.server_seq
+            } else {
+                self.client_seq
+            };
+            let s = self.seg(from_client, t_us * 1000, flags::FIN | flags::ACK, 0, ack);
+            self.segments.push(s);
+            if from_client {
+                self.client_seq += 1;
+            } else {
+                self.server_seq += 1;
+            }
+            self
         }
 
         fn seg(&self, from_client: bool, ts_ns: u64, fl: u8, len: u32, ack: u32) -> Segment {

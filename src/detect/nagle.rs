@@ -138,6 +138,35 @@ mod tests {
         assert_eq!(w.analyse().stall_count(), 0);
     }
 
+    /// Captured on the receiver (the server host, 30 ms from the client): the held request
+    /// part arrives one RTT after the server's delayed ACK left.
+    #[test]
+    fn captured_on_the_receiver() {
+        let mut w = Wire::handshake_between(30_000, 10, 1448);
+        w.data(true, 100_000, 6)
+            .ack(false, 140_100)
+            .data(true, 170_150, 7);
+        let a = w.analyse();
+        assert_eq!(a.counts.get(StallKind::NagleDelayedAck), 1);
+        assert_eq!(a.events[0].peer_stack, Some(PeerStack::Linux));
+        assert_eq!(a.flows[0].capture_position(), "server host");
+    }
+
+    /// Captured mid-path, 20 ms from the client and 30 ms from the server: the ACK shows up
+    /// 30 + 40 ms after A; the peer's delay is still named 40 ms.
+    #[test]
+    fn captured_mid_path() {
+        let mut w = Wire::handshake_between(20_000, 30_000, 1448);
+        w.data(true, 100_000, 6)
+            .ack(false, 170_500)
+            .data(true, 190_600, 7);
+        let a = w.analyse();
+        assert_eq!(a.counts.get(StallKind::NagleDelayedAck), 1);
+        let ack_delay = a.events[0].finding.ack_delay_ns.unwrap_or(0);
+        assert!((39 * MS..=42 * MS).contains(&ack_delay), "{ack_delay}");
+        assert_eq!(a.flows[0].capture_position(), "mid-path");
+    }
+
     /// Full-sized segments are never held: a full MSS then a tail is not Nagle.
     #[test]
     fn full_segment_then_tail_is_not_nagle() {
