@@ -42,7 +42,7 @@ pub fn check(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::Wire;
+    use super::super::testing::{assert_single, Wire};
     use super::super::StallKind;
     use crate::flow::Side;
 
@@ -52,10 +52,7 @@ mod tests {
         w.data(true, 1_000, 40)
             .ack(false, 41_000)
             .data(false, 206_000, 300);
-        let a = w.analyse();
-        assert_eq!(a.counts.get(StallKind::CorkTimer), 1);
-        assert_eq!(a.counts.get(StallKind::NagleDelayedAck), 0);
-        assert_eq!(a.events[0].finding.held_side, Side::Server);
+        assert_single(&w.analyse(), StallKind::CorkTimer, Side::Server);
     }
 
     #[test]

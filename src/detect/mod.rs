@@ -118,6 +118,20 @@ pub struct Finding {
     pub ack_delay_ns: Option<u64>,
 }
 
+impl Finding {
+    /// A stall of `kind` on `held_side`, released by the peer, if it lasted at least
+    /// [`MIN_STALL_NS`].
+    pub fn released_by_peer(kind: StallKind, held_side: Side, delay_ns: u64) -> Option<Finding> {
+        (delay_ns >= MIN_STALL_NS).then_some(Finding {
+            kind,
+            held_side,
+            ack_side: Some(held_side.peer()),
+            delay_ns,
+            ack_delay_ns: None,
+        })
+    }
+}
+
 /// One stall (or minor hold) in a flow.
 #[derive(Debug, Clone)]
 pub struct StallEvent {
@@ -531,5 +545,13 @@ pub(crate) mod testing {
             }
             d.finish()
         }
+    }
+
+    /// Asserts the analysis holds exactly one stall, of `kind`, holding `side`.
+    pub fn assert_single(a: &super::Analysis, kind: super::StallKind, side: crate::flow::Side) {
+        assert_eq!(a.stall_count(), 1, "{:?}", a.counts);
+        assert_eq!(a.counts.get(kind), 1, "{:?}", a.counts);
+        let stall = a.events.iter().find(|e| e.finding.kind.is_stall());
+        assert_eq!(stall.map(|e| e.finding.held_side), Some(side));
     }
 }

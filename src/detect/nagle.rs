@@ -63,7 +63,7 @@ pub fn check(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::{Wire, MS};
+    use super::super::testing::{assert_single, Wire, MS};
     use super::super::{PeerStack, StallKind};
     use crate::flow::Side;
 
@@ -93,8 +93,7 @@ mod tests {
             .ack(false, 201_000)
             .data(true, 201_050, 7);
         let a = w.analyse();
-        assert_eq!(a.counts.get(StallKind::NagleDelayedAck), 1);
-        assert_eq!(a.events[0].finding.held_side, Side::Client);
+        assert_single(&a, StallKind::NagleDelayedAck, Side::Client);
         assert_eq!(a.events[0].peer_stack, Some(PeerStack::Windows));
     }
 
@@ -147,7 +146,7 @@ mod tests {
             .ack(false, 140_100)
             .data(true, 170_150, 7);
         let a = w.analyse();
-        assert_eq!(a.counts.get(StallKind::NagleDelayedAck), 1);
+        assert_single(&a, StallKind::NagleDelayedAck, Side::Client);
         assert_eq!(a.events[0].peer_stack, Some(PeerStack::Linux));
         assert_eq!(a.flows[0].capture_position(), "server host");
     }
@@ -161,7 +160,7 @@ mod tests {
             .ack(false, 170_500)
             .data(true, 190_600, 7);
         let a = w.analyse();
-        assert_eq!(a.counts.get(StallKind::NagleDelayedAck), 1);
+        assert_single(&a, StallKind::NagleDelayedAck, Side::Client);
         let ack_delay = a.events[0].finding.ack_delay_ns.unwrap_or(0);
         assert!((39 * MS..=42 * MS).contains(&ack_delay), "{ack_delay}");
         assert_eq!(a.flows[0].capture_position(), "mid-path");

@@ -6,7 +6,7 @@
 //! it costs about one RTT and is only counted in the flow. When nothing triggered it, the
 //! sender sat out a timer: a stall of at least the RTO (Linux `TCP_RTO_MIN` = 200 ms).
 
-use super::{Finding, StallKind, MIN_STALL_NS};
+use super::{Finding, StallKind};
 use crate::decode::Segment;
 use crate::flow::{seq_lt, Flow, Side};
 
@@ -28,21 +28,12 @@ pub fn check(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
         }
     }
     let delay = seg.ts_ns.saturating_sub(me.last_data_ns);
-    if delay < MIN_STALL_NS {
-        return None;
-    }
-    Some(Finding {
-        kind: StallKind::Rto,
-        held_side: side,
-        ack_side: Some(side.peer()),
-        delay_ns: delay,
-        ack_delay_ns: None,
-    })
+    Finding::released_by_peer(StallKind::Rto, side, delay)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::Wire;
+    use super::super::testing::{assert_single, Wire};
     use super::super::StallKind;
     use crate::flow::Side;
 
@@ -52,10 +43,7 @@ mod tests {
         w.data(true, 1_000, 50)
             .data(false, 1_100, 300)
             .retransmit(false, 215_000, 300);
-        let a = w.analyse();
-        assert_eq!(a.counts.get(StallKind::Rto), 1);
-        assert_eq!(a.counts.get(StallKind::NagleDelayedAck), 0);
-        assert_eq!(a.events[0].finding.held_side, Side::Server);
+        assert_single(&w.analyse(), StallKind::Rto, Side::Server);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! when the receive buffer is full) and the sender waited: zero-window probes
 //! (`tcp_send_probe0`) until a window update let the data go.
 
-use super::{Finding, StallKind, MIN_STALL_NS};
+use super::{Finding, StallKind};
 use crate::decode::Segment;
 use crate::flow::{seq_lt, Flow, Side};
 
@@ -22,21 +22,12 @@ pub fn check(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
         return None; // the sender had nothing waiting when the window opened
     }
     let delay = seg.ts_ns.saturating_sub(blocked_since);
-    if delay < MIN_STALL_NS {
-        return None;
-    }
-    Some(Finding {
-        kind: StallKind::ZeroWindow,
-        held_side: side,
-        ack_side: Some(side.peer()),
-        delay_ns: delay,
-        ack_delay_ns: None,
-    })
+    Finding::released_by_peer(StallKind::ZeroWindow, side, delay)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::Wire;
+    use super::super::testing::{assert_single, Wire};
     use super::super::StallKind;
     use crate::flow::Side;
 
@@ -47,10 +38,7 @@ mod tests {
             .ack_window(false, 1_100, 0)
             .ack_window(false, 300_000, 64)
             .data(true, 300_020, 1000);
-        let a = w.analyse();
-        assert_eq!(a.counts.get(StallKind::ZeroWindow), 1);
-        assert_eq!(a.counts.get(StallKind::NagleDelayedAck), 0);
-        assert_eq!(a.events[0].finding.held_side, Side::Client);
+        assert_single(&w.analyse(), StallKind::ZeroWindow, Side::Client);
     }
 
     #[test]
