@@ -181,3 +181,68 @@ fn tcpdump_on_loopback_ethernet() {
         "the fixture's UDP datagram is counted as non-TCP"
     );
 }
+
+#[test]
+fn tcpdump_nanosecond_timestamps() {
+    assert_reads_like_tshark("lo-nano.pcap");
+}
+
+#[test]
+fn snap_length_cut_packets_keep_their_ip_lengths() {
+    let stats = assert_reads_like_tshark("lo-snaplen60.pcap");
+    let (_, segments, _) = read_all(open_input(&fixture("lo-snaplen60.pcap")).expect("opens"));
+    // The 148-byte responses were cut to 60 captured bytes, yet their length is known.
+    assert!(segments.iter().any(|s| s.payload_len == 148));
+    assert_eq!(stats.undecodable, 0);
+}
+
+#[test]
+fn tcpdump_any_linux_cooked_v1() {
+    assert_reads_like_tshark("any-sll.pcap");
+}
+
+#[test]
+fn tcpdump_any_linux_cooked_v2() {
+    assert_reads_like_tshark("any-sll2.pcap");
+}
+
+#[test]
+fn dumpcap_pcapng_ipv6() {
+    let (_, segments, _) = read_all(open_input(&fixture("lo-ipv6.pcapng")).expect("opens"));
+    assert!(segments.iter().all(|s| s.src.is_ipv6()));
+    assert_reads_like_tshark("lo-ipv6.pcapng");
+}
+
+#[test]
+fn raw_ip_from_a_tun_interface() {
+    assert_reads_like_tshark("tun-raw.pcap");
+}
+
+#[test]
+fn vlan_tagged_ethernet() {
+    assert_reads_like_tshark("vlan-8021q.pcap");
+    assert_reads_like_tshark("vlan-qinq.pcap");
+}
+
+#[test]
+fn bsd_null_and_openbsd_loop() {
+    assert_reads_like_tshark("null-bsd.pcap");
+    assert_reads_like_tshark("loop-openbsd.pcap");
+}
+
+#[test]
+fn big_endian_pcap_and_pcapng() {
+    assert_reads_like_tshark("big-endian-nano.pcap");
+    assert_reads_like_tshark("big-endian.pcapng");
+}
+
+#[test]
+fn pcapng_with_interfaces_of_different_link_types() {
+    let stats = assert_reads_like_tshark("multi-interface.pcapng");
+    assert!(stats.tcp_segments > 60);
+}
+
+#[test]
+fn pcapng_sections_of_both_byte_orders() {
+    assert_reads_like_tshark("two-sections.pcapng");
+}
