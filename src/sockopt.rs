@@ -209,6 +209,31 @@ pub fn tcp_info(fd: BorrowedFd<'_>) -> io::Result<TcpInfo> {
     }
 }
 
+/// PACKET_STATISTICS of an AF_PACKET socket: (packets received, packets dropped because the
+/// socket's buffer was full) since the last call; reading resets both (`packet_getsockopt`).
+pub fn packet_statistics(fd: BorrowedFd<'_>) -> io::Result<(u32, u32)> {
+    let mut stats = libc::tpacket_stats {
+        tp_packets: 0,
+        tp_drops: 0,
+    };
+    let mut len = size_of::<libc::tpacket_stats>() as libc::socklen_t;
+    // SAFETY: stats and len point to live locals of the sizes the kernel is told.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_STATISTICS,
+            (&mut stats as *mut libc::tpacket_stats).cast(),
+            &mut len,
+        )
+    };
+    if rc == 0 {
+        Ok((stats.tp_packets, stats.tp_drops))
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

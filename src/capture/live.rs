@@ -8,7 +8,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{self, BufWriter, IoSliceMut};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -44,6 +44,8 @@ pub struct CaptureSummary {
     pub flows: u64,
     /// Flows that had not closed (FIN both ways, or RST) when the capture stopped.
     pub unclosed_flows: u64,
+    /// Packets the kernel dropped because the capture socket's buffer was full (any port).
+    pub dropped: u64,
 }
 
 /// A running capture of loopback traffic to a file.
@@ -246,10 +248,12 @@ fn capture_loop(
     }
     let packets = writer.packets();
     writer.finish()?;
+    let (_, dropped) = crate::sockopt::packet_statistics(fd.as_fd())?;
     Ok(CaptureSummary {
         packets,
         flows: flows.len() as u64,
         unclosed_flows: flows.values().filter(|f| !f.closed()).count() as u64,
+        dropped: u64::from(dropped),
     })
 }
 

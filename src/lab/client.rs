@@ -145,6 +145,21 @@ impl HttpClient {
         )
     }
 
+    /// Times up to `count` keep-alive GETs of `path`, one after the other, stopping at
+    /// `deadline`: what a long-lived service-to-service client sees.
+    pub fn time_gets(
+        &mut self,
+        path: &str,
+        count: usize,
+        deadline: Instant,
+    ) -> io::Result<Vec<Duration>> {
+        let mut latencies = Vec::with_capacity(count);
+        while latencies.len() < count && Instant::now() < deadline {
+            latencies.push(self.get(path, false)?);
+        }
+        Ok(latencies)
+    }
+
     /// The underlying connection (segment counts, options).
     pub fn connection(&mut self) -> &mut Connection {
         &mut self.connection
@@ -157,4 +172,18 @@ pub fn http_get_request(host: &str, path: &str, close: bool) -> String {
         "GET {path} HTTP/1.1\r\nHost: {host}\r\n{}\r\n",
         if close { "Connection: close\r\n" } else { "" }
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refuses_addresses_off_loopback_without_sending() {
+        // 192.0.2.0/24 is TEST-NET-1 (RFC 5737): refused before any packet is sent.
+        let err = Connection::connect("192.0.2.1:80".parse().unwrap(), &ClientConfig::default())
+            .unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+        assert!(err.to_string().contains("loopback"));
+    }
 }

@@ -26,20 +26,21 @@ pub struct LatencySummary {
 }
 
 impl LatencySummary {
-    /// Summarises latencies at microsecond resolution (3 significant digits); empty → zeros.
+    /// Summarises latencies at nanosecond resolution (3 significant digits: a loopback round
+    /// trip is a few microseconds); empty → zeros.
     pub fn of(latencies: &[Duration]) -> LatencySummary {
-        // 1 µs to 1 hour at 3 significant digits cannot fail to construct.
-        let Ok(mut histogram) = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3) else {
+        // 1 ns to 1 hour at 3 significant digits cannot fail to construct.
+        let Ok(mut histogram) = Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3) else {
             return LatencySummary::default();
         };
         for latency in latencies {
-            let micros = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
-            histogram.saturating_record(micros.max(1));
+            let nanos = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX);
+            histogram.saturating_record(nanos.max(1));
         }
         if histogram.is_empty() {
             return LatencySummary::default();
         }
-        let ms = |micros: u64| micros as f64 / 1000.0;
+        let ms = |nanos: u64| nanos as f64 / 1_000_000.0;
         LatencySummary {
             p50_ms: ms(histogram.value_at_quantile(0.5)),
             p99_ms: ms(histogram.value_at_quantile(0.99)),

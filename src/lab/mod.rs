@@ -13,11 +13,13 @@ pub mod scenarios;
 pub mod server;
 pub mod write;
 
+use std::io::{self, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
 use self::runner::{expected_stall, Row, RunSettings};
@@ -40,7 +42,7 @@ pub struct LabArgs {
     /// Run only these variants of the selected scenarios (comma-separated or repeated).
     #[arg(long, value_delimiter = ',')]
     pub variant: Vec<String>,
-    /// Requests per row (1-100000).
+    /// Requests per row (1-100000); stream rows use --connections and --writes instead.
     #[arg(long, default_value_t = 20)]
     pub requests: usize,
     /// Payload size in bytes, replacing each row's own: echo line, HTTP body, memcached
@@ -69,7 +71,7 @@ pub struct LabArgs {
     #[arg(long, default_value_t = 5)]
     pub parallel: usize,
     /// No row runs longer than this many seconds (1-3600).
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = 60)]
     pub row_timeout: u64,
     /// Exit 1 when a row stalls that is not expected to.
     #[arg(long)]
@@ -101,6 +103,8 @@ pub struct CaptureReport {
     pub flows: u64,
     /// Connections whose FINs were not all seen before the capture stopped.
     pub unclosed_flows: u64,
+    /// Packets the kernel dropped before the capture read them (0 for a complete capture).
+    pub dropped: u64,
 }
 
 /// Runs the lab.
@@ -111,7 +115,8 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
         check_size(&selected, size)?;
     }
     if args.list {
-        print_list(&selected, &settings);
+        print_list(&mut std::io::stdout().lock(), &selected, &settings)
+            .context("cannot write the catalogue to standard output")?;
         return Ok(Outcome::Done);
     }
     let kernel = KernelFacts::read();
@@ -125,30 +130,46 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
             capture.watch_port(port);
         }
     };
+    // Progress on a terminal only (indicatif draws nothing when stderr is not a TTY).
+    let progress = if args.json {
+        ProgressBar::hidden()
+    } else {
+        let bar = ProgressBar::new(selected.len() as u64);
+        if let Ok(style) = ProgressStyle::with_template("lab {bar:30} {pos}/{len} {msg}") {
+            bar.set_style(style);
+        }
+        bar
+    };
     let mut rows = Vec::with_capacity(selected.len());
     for variant in &selected {
+        progress.set_message(format!("{}/{}", variant.scenario.name(), variant.name));
         let row = runner::run_variant(variant, &settings, &watch)
             .with_context(|| format!("{}/{}", variant.scenario.name(), variant.name))?;
-        if !args.json {
-            eprint!(".");
-        }
+        progress.inc(1);
         rows.push(row);
     }
-    if !args.json {
-        eprintln!();
-    }
+    progress.finish_and_clear();
     let capture = match (capture, &args.capture) {
         (Some(capture), Some(file)) => {
             let CaptureSummary {
                 packets,
                 flows,
                 unclosed_flows,
+                dropped,
             } = capture.finish()?;
+            if dropped > 0 || unclosed_flows > 0 {
+                eprintln!(
+                    "tcpstall: warning: the capture in {} is incomplete: {dropped} packets \
+                     dropped, {unclosed_flows} connections not seen closing",
+                    file.display()
+                );
+            }
             Some(CaptureReport {
                 file: file.clone(),
                 packets,
                 flows,
                 unclosed_flows,
+                dropped,
             })
         }
         _ => None,
@@ -160,11 +181,15 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
         rows,
         capture,
     };
+    let mut out = std::io::stdout().lock();
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        serde_json::to_writer_pretty(&mut out, &report)
+            .map_err(io::Error::from)
+            .and_then(|()| writeln!(out))
     } else {
-        print_table(&report);
+        print_table(&mut out, &report)
     }
+    .context("cannot write the results to standard output")?;
     Ok(if unexpected {
         Outcome::StallsFound
     } else {
@@ -253,14 +278,18 @@ fn select(args: &LabArgs) -> anyhow::Result<Vec<Variant>> {
         .collect())
 }
 
-fn print_list(selected: &[Variant], settings: &RunSettings) {
-    println!("A row is stalled when its median latency is >= 30 ms (40 ms delayed-ACK floor minus 10 ms).");
+fn print_list(
+    out: &mut impl Write,
+    selected: &[Variant],
+    settings: &RunSettings,
+) -> io::Result<()> {
+    writeln!(out, "A row is stalled when its median latency is >= 30 ms (40 ms delayed-ACK floor minus 10 ms).")?;
     for scenario in SCENARIOS {
         let rows: Vec<&Variant> = selected.iter().filter(|v| v.scenario == scenario).collect();
         if rows.is_empty() {
             continue;
         }
-        println!("\n{}: {}", scenario.name(), scenario.description());
+        writeln!(out, "\n{}: {}", scenario.name(), scenario.description())?;
         for v in rows {
             let size = settings.size.unwrap_or(v.size);
             let stall = if expected_stall(v, size, settings.mss.or(v.mss)) {
@@ -268,14 +297,16 @@ fn print_list(selected: &[Variant], settings: &RunSettings) {
             } else {
                 "no stall"
             };
-            println!("  {:<18} {:<8} {}", v.name, stall, v.explanation);
+            writeln!(out, "  {:<18} {:<8} {}", v.name, stall, v.explanation)?;
         }
     }
+    Ok(())
 }
 
-fn print_table(report: &LabReport) {
-    println!("{}", report.kernel_summary);
-    println!(
+fn print_table(out: &mut impl Write, report: &LabReport) -> io::Result<()> {
+    writeln!(out, "{}", report.kernel_summary)?;
+    writeln!(
+        out,
         "{:<10} {:<18} {:>5} {:>8} {:>8} {:>8} {:>7} {:<7} {:<8} why",
         "scenario",
         "variant",
@@ -286,7 +317,7 @@ fn print_table(report: &LabReport) {
         "seg/req",
         "stalled",
         "expected"
-    );
+    )?;
     let yes_no = |b: bool| if b { "yes" } else { "no" };
     for r in &report.rows {
         let mut why = r.explanation.clone();
@@ -302,7 +333,8 @@ fn print_table(report: &LabReport) {
         if !r.errors.is_empty() {
             why = format!("ERROR {}; {why}", r.errors.join("; "));
         }
-        println!(
+        writeln!(
+            out,
             "{:<10} {:<18} {:>5} {:>8.2} {:>8.2} {:>8.2} {:>7.2} {:<7} {:<8} {why}",
             r.scenario,
             r.variant,
@@ -313,14 +345,16 @@ fn print_table(report: &LabReport) {
             r.segments_per_request,
             yes_no(r.stalled),
             yes_no(r.expected_stall),
-        );
+        )?;
     }
     if let Some(c) = &report.capture {
-        println!(
+        writeln!(
+            out,
             "capture: {} packets, {} connections written to {}",
             c.packets,
             c.flows,
             c.file.display()
-        );
+        )?;
     }
+    Ok(())
 }

@@ -8,11 +8,14 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use serde::Serialize;
 
-use super::client::{http_get_request, ClientConfig, Connection, HttpClient};
-use super::framing;
+use super::client::{http_get_request, ClientConfig, Connection};
+use super::framing::{self, FrameEnd};
 use super::measure::{is_stalled, LatencySummary};
 use super::scenarios::{ConnectionMode, Expectation, Variant, Workload};
-use super::server::{Protocol, Server, ServerConfig, ServerNodelay, MEMCACHED_FIRST_WRITE_CAP};
+use super::server::{
+    http_response_head, memcached_reply_len, Protocol, Server, ServerConfig, ServerNodelay,
+    MEMCACHED_FIRST_WRITE_CAP,
+};
 use crate::kernel::tcpext_counter;
 
 /// Knobs of a run that apply to every row.
@@ -57,6 +60,14 @@ pub struct Row {
     pub expected_stall: bool,
     /// Why, from the kernel's rules.
     pub explanation: String,
+    /// Requests that took at least the stall threshold: with a capture, the number of
+    /// Nagle × delayed-ACK events an analyzer should find in this row's flows.
+    pub stalled_requests: usize,
+    /// Which end's write Nagle holds when the row stalls as expected: `client` (the
+    /// connection's initiator) or `server`, as in `analyze --json`; absent when no stall is
+    /// expected.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_side: Option<Side>,
     /// The server's port: a flow to this port in a capture belongs to this row.
     pub server_port: u16,
     /// TCP connections the row opened.
@@ -83,27 +94,74 @@ pub struct Row {
     pub errors: Vec<String>,
 }
 
-/// Bytes of a memcached reply to `get k` with a `value_len`-byte value.
-pub fn memcached_reply_len(value_len: usize) -> usize {
-    format!("VALUE k 0 {value_len}\r\n").len() + value_len + b"\r\nEND\r\n".len()
+/// An end of a lab connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Side {
+    /// The connection's initiator.
+    Client,
+    /// The end that accepted it.
+    Server,
+}
+
+/// Which end writes the split message of a row (the end whose second write Nagle holds).
+pub fn split_writer(variant: &Variant) -> Option<Side> {
+    match variant.workload {
+        Workload::Echo => Some(Side::Client),
+        Workload::Http | Workload::Memcached => Some(Side::Server),
+        Workload::Stream => None,
+    }
 }
 
 /// Whether Linux stalls the row, from the catalogue and the kernel rules.
 pub fn expected_stall(variant: &Variant, size: usize, mss: Option<u32>) -> bool {
     match variant.expected {
-        Expectation::Stall => true,
         Expectation::NoStall => false,
-        Expectation::MemcachedCut => {
-            // The rest is held (Minshall: the 1400 B segment is sub-MSS and unacknowledged)
-            // unless it contains a full segment, whose arrival makes the client ACK at once
-            // (`__tcp_ack_snd_check`: more than one MSS unacknowledged). MSS <= 1400: the first
-            // write is no sub-MSS segment, or already more than one MSS.
-            let reply = memcached_reply_len(size);
-            let mss = mss.unwrap_or(65_483) as usize;
-            mss > MEMCACHED_FIRST_WRITE_CAP
-                && reply > MEMCACHED_FIRST_WRITE_CAP
-                && reply - MEMCACHED_FIRST_WRITE_CAP < mss
+        Expectation::Stall => {
+            // The second part is held only behind a sub-MSS first segment (Minshall,
+            // `tcp_minshall_check`) and only while the receiver sees at most one MSS
+            // unacknowledged: a full segment in either part makes it ACK at once
+            // (`__tcp_ack_snd_check`), which releases the tail.
+            let mss = payload_mss(mss.unwrap_or(LOOPBACK_MSS)) as usize;
+            let (first, second) = split_write_sizes(variant, size);
+            first < mss && second > 0 && second < mss
         }
+    }
+}
+
+/// MSS of a TCP connection over `lo` (MTU 65536 minus 40 bytes of IPv4 and TCP headers).
+const LOOPBACK_MSS: u32 = 65_495;
+
+/// Sizes of the two writes of a split message: echo request, HTTP reply, memcached reply.
+fn split_write_sizes(variant: &Variant, size: usize) -> (usize, usize) {
+    match variant.workload {
+        Workload::Echo => {
+            let (head, body) = echo_parts(size);
+            (head.len(), body.len())
+        }
+        Workload::Http => {
+            let close = variant.connections == ConnectionMode::PerRequest;
+            (http_response_head(size, close).len(), size)
+        }
+        Workload::Memcached => {
+            let reply = memcached_reply_len(size);
+            let first = reply.min(MEMCACHED_FIRST_WRITE_CAP);
+            (first, reply - first)
+        }
+        Workload::Stream => (size, 0),
+    }
+}
+
+/// Payload bytes of a full segment for an MSS set with TCP_MAXSEG: the TCP timestamps option
+/// (RFC 7323, on unless `net.ipv4.tcp_timestamps=0`) takes 12 bytes of it (`tcp_current_mss`).
+pub fn payload_mss(mss: u32) -> u32 {
+    let timestamps = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_timestamps")
+        .map(|v| v.trim() != "0")
+        .unwrap_or(true);
+    if timestamps {
+        mss.saturating_sub(12)
+    } else {
+        mss
     }
 }
 
@@ -156,11 +214,15 @@ pub fn run_variant(
         ..ClientConfig::default()
     };
     let corking_before = tcpext_counter("TCPAutoCorking");
-    let mut outcome = if variant.workload == Workload::Stream {
-        run_stream(variant, settings, size, addr, &client, deadline)
-    } else {
-        run_requests(variant, settings, size, addr, &client, deadline)
+    let row = RowContext {
+        variant,
+        settings,
+        size,
+        addr,
+        client: &client,
+        deadline,
     };
+    let mut outcome = run_client(&row);
     let corking_after = tcpext_counter("TCPAutoCorking");
     let report = server.stop();
     let mut latencies = outcome.latencies;
@@ -207,6 +269,15 @@ pub fn run_variant(
         stalled,
         expected_stall: expected,
         explanation,
+        stalled_requests: latencies
+            .iter()
+            .filter(|l| is_stalled(l.as_secs_f64() * 1000.0))
+            .count(),
+        held_side: if expected {
+            split_writer(variant)
+        } else {
+            None
+        },
         server_port: addr.port(),
         connections: outcome.connections,
         size,
@@ -226,6 +297,17 @@ pub fn run_variant(
     })
 }
 
+/// What the client side of a row needs to run.
+#[derive(Clone, Copy)]
+struct RowContext<'a> {
+    variant: &'a Variant,
+    settings: &'a RunSettings,
+    size: usize,
+    addr: SocketAddr,
+    client: &'a ClientConfig,
+    deadline: Instant,
+}
+
 /// What the client side of a row measured.
 #[derive(Debug, Default)]
 struct ClientOutcome {
@@ -238,25 +320,33 @@ struct ClientOutcome {
     errors: Vec<String>,
 }
 
-fn run_requests(
-    variant: &Variant,
-    settings: &RunSettings,
-    size: usize,
-    addr: SocketAddr,
-    client: &ClientConfig,
-    deadline: Instant,
-) -> ClientOutcome {
+/// Runs the client side of a row: request/response turns (or the stream's one-way writes),
+/// bounded by the request count and the row's deadline.
+fn run_client(row: &RowContext<'_>) -> ClientOutcome {
     let mut outcome = ClientOutcome::default();
-    let (head, body) = echo_parts(size);
-    let get = b"get k\r\n".to_vec();
-    let per_request = variant.connections == ConnectionMode::PerRequest;
+    let per_request = row.variant.connections == ConnectionMode::PerRequest;
+    // The request's parts, written with the row's strategy, and where the reply ends.
+    let (request, reply_end): (Vec<Vec<u8>>, FrameEnd) = match row.variant.workload {
+        Workload::Echo => {
+            let (head, body) = echo_parts(row.size);
+            (vec![head, body], framing::line_end)
+        }
+        Workload::Memcached => (vec![b"get k\r\n".to_vec()], framing::memcached_reply_end),
+        Workload::Http => {
+            let get = http_get_request(&row.addr.to_string(), "/file", per_request);
+            (vec![get.into_bytes()], framing::http_response_end)
+        }
+        Workload::Stream => return run_stream(row),
+    };
     let mut connection: Option<Connection> = None;
-    while outcome.requests < settings.requests && Instant::now() < deadline {
+    while outcome.requests < row.settings.requests && Instant::now() < row.deadline {
         if connection.is_none() {
-            match Connection::connect(addr, client) {
+            match Connection::connect(row.addr, row.client) {
                 Ok(c) => connection = Some(c),
                 Err(err) => {
-                    outcome.errors.push(format!("connect to {addr}: {err}"));
+                    outcome
+                        .errors
+                        .push(format!("connect to {}: {err}", row.addr));
                     break;
                 }
             }
@@ -265,23 +355,8 @@ fn run_requests(
         let Some(conn) = connection.as_mut() else {
             break;
         };
-        let result = match variant.workload {
-            Workload::Echo => {
-                conn.round_trip(variant.client_write, &[&head, &body], framing::line_end)
-            }
-            Workload::Memcached => {
-                conn.round_trip(variant.client_write, &[&get], framing::memcached_reply_end)
-            }
-            Workload::Http => {
-                let request = http_get_request(&addr.to_string(), "/file", per_request);
-                conn.round_trip(
-                    variant.client_write,
-                    &[request.as_bytes()],
-                    framing::http_response_end,
-                )
-            }
-            Workload::Stream => unreachable!("streams are run by run_stream"),
-        };
+        let parts: Vec<&[u8]> = request.iter().map(Vec::as_slice).collect();
+        let result = conn.round_trip(row.variant.client_write, &parts, reply_end);
         match result {
             Ok(latency) => {
                 outcome.latencies.push(latency);
@@ -299,7 +374,24 @@ fn run_requests(
         }
     }
     finish_connection(&mut connection, &mut outcome);
+    note_timeout(
+        &mut outcome,
+        row.settings.requests,
+        row.settings.row_timeout,
+    );
     outcome
+}
+
+/// Says so when the row timeout cut a row short, so that fewer requests are not mistaken for
+/// the whole run.
+fn note_timeout(outcome: &mut ClientOutcome, asked: usize, row_timeout: Duration) {
+    if outcome.errors.is_empty() && outcome.requests < asked {
+        outcome.errors.push(format!(
+            "stopped by the {} s row timeout after {} of {asked} requests (raise --row-timeout)",
+            row_timeout.as_secs(),
+            outcome.requests
+        ));
+    }
 }
 
 /// Adds the connection's segment count and closes it.
@@ -313,26 +405,18 @@ fn finish_connection(connection: &mut Option<Connection>, outcome: &mut ClientOu
     }
 }
 
-fn run_stream(
-    variant: &Variant,
-    settings: &RunSettings,
-    size: usize,
-    addr: SocketAddr,
-    client: &ClientConfig,
-    deadline: Instant,
-) -> ClientOutcome {
+fn run_stream(row: &RowContext<'_>) -> ClientOutcome {
     let next = AtomicUsize::new(0);
     let outcome = Mutex::new(ClientOutcome::default());
-    let payload = vec![b's'; size];
-    let pause = Duration::from_millis(variant.pause_ms);
+    let payload = vec![b's'; row.size];
+    let pause = Duration::from_millis(row.variant.pause_ms);
     std::thread::scope(|scope| {
-        for _ in 0..settings.stream_parallel.max(1) {
+        for _ in 0..row.settings.stream_parallel.max(1) {
             scope.spawn(|| {
-                while next.fetch_add(1, Ordering::SeqCst) < settings.stream_connections
-                    && Instant::now() < deadline
+                while next.fetch_add(1, Ordering::SeqCst) < row.settings.stream_connections
+                    && Instant::now() < row.deadline
                 {
-                    let result =
-                        stream_connection(addr, client, &payload, pause, settings, deadline);
+                    let result = stream_connection(row, &payload, pause);
                     let Ok(mut o) = outcome.lock() else { return };
                     o.connections += 1;
                     match result {
@@ -346,25 +430,31 @@ fn run_stream(
             });
         }
     });
-    outcome.into_inner().unwrap_or_default()
+    let mut outcome = outcome.into_inner().unwrap_or_default();
+    if outcome.errors.is_empty() && outcome.connections < row.settings.stream_connections {
+        outcome.errors.push(format!(
+            "stopped by the {} s row timeout after {} of {} connections (raise --row-timeout)",
+            row.settings.row_timeout.as_secs(),
+            outcome.connections,
+            row.settings.stream_connections
+        ));
+    }
+    outcome
 }
 
 /// One stream connection: `stream_writes` writes of `payload` with `pause` between them.
 /// Returns the client port, when each write was made, and the data segments sent.
 fn stream_connection(
-    addr: SocketAddr,
-    client: &ClientConfig,
+    row: &RowContext<'_>,
     payload: &[u8],
     pause: Duration,
-    settings: &RunSettings,
-    deadline: Instant,
 ) -> std::io::Result<(u16, Vec<Instant>, u32)> {
     use std::io::Write;
-    let mut conn = Connection::connect(addr, client)?;
+    let mut conn = Connection::connect(row.addr, row.client)?;
     let port = conn.stream().local_addr()?.port();
-    let mut writes = Vec::with_capacity(settings.stream_writes);
-    for index in 0..settings.stream_writes {
-        if Instant::now() >= deadline {
+    let mut writes = Vec::with_capacity(row.settings.stream_writes);
+    for index in 0..row.settings.stream_writes {
+        if Instant::now() >= row.deadline {
             break;
         }
         if index > 0 && !pause.is_zero() {
@@ -394,18 +484,42 @@ fn stream_latencies(
         .collect()
 }
 
-/// Keep-alive HTTP requests against any loopback HTTP server, timed one by one; bounded by
-/// `count` and `deadline`. For other verbs and tests that want the lab's client on a real server.
-pub fn time_http_requests(
-    addr: SocketAddr,
-    config: &ClientConfig,
-    count: usize,
-    deadline: Instant,
-) -> std::io::Result<Vec<Duration>> {
-    let mut client = HttpClient::connect(addr, config)?;
-    let mut latencies = Vec::with_capacity(count);
-    while latencies.len() < count && Instant::now() < deadline {
-        latencies.push(client.get("/", false)?);
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lab::scenarios::CATALOGUE;
+
+    fn row(scenario: &str, name: &str) -> &'static Variant {
+        CATALOGUE
+            .iter()
+            .find(|v| v.scenario.name() == scenario && v.name == name)
+            .unwrap()
     }
-    Ok(latencies)
+
+    #[test]
+    fn echo_line_of_13_bytes_is_hello_world() {
+        let (head, body) = echo_parts(13);
+        assert_eq!((&head[..], &body[..]), (&b"hello "[..], &b"world\r\n"[..]));
+        let (head, body) = echo_parts(3);
+        assert_eq!(head.len() + body.len(), 3);
+    }
+
+    #[test]
+    fn memcached_expectation_follows_the_segment_rule() {
+        let split = row("memcached", "value-1400");
+        let mss = Some(1460);
+        // Reply 1400 + rest: rest below the 1448-byte payload MSS stalls, a full one does not.
+        let rest = |value: usize| memcached_reply_len(value) - MEMCACHED_FIRST_WRITE_CAP;
+        assert!(!expected_stall(split, 100, mss), "one write");
+        assert!(expected_stall(split, 1400, mss) && rest(1400) < 1448);
+        assert!(expected_stall(split, 2400, mss));
+        assert!(!expected_stall(split, 4000, mss) && rest(4000) >= 1448);
+        // At loopback's own MSS the 1400-byte cut always leaves a small rest.
+        assert!(expected_stall(split, 4000, None));
+        assert!(!expected_stall(
+            row("memcached", "quickack-1400"),
+            1400,
+            mss
+        ));
+    }
 }

@@ -21,6 +21,34 @@ use crate::sockopt;
 /// memcached 1.4.4 capped the first write of a TCP reply at `UDP_MAX_PAYLOAD_SIZE`.
 pub const MEMCACHED_FIRST_WRITE_CAP: usize = 1400;
 
+/// The header block of the lab's HTTP reply for a `body_len`-byte file.
+pub fn http_response_head(body_len: usize, close: bool) -> String {
+    format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {body_len}\r\n{}\r\n",
+        if close { "Connection: close\r\n" } else { "" }
+    )
+}
+
+/// memcached's text-protocol reply to `get k` (flags 0) holding `value`.
+pub fn memcached_reply(value: &[u8]) -> Vec<u8> {
+    let mut reply = memcached_value_line(value.len()).into_bytes();
+    reply.extend_from_slice(value);
+    reply.extend_from_slice(MEMCACHED_TRAILER);
+    reply
+}
+
+/// Bytes of [`memcached_reply`] for a `value_len`-byte value.
+pub fn memcached_reply_len(value_len: usize) -> usize {
+    memcached_value_line(value_len).len() + value_len + MEMCACHED_TRAILER.len()
+}
+
+fn memcached_value_line(value_len: usize) -> String {
+    format!("VALUE k 0 {value_len}\r\n")
+}
+
+/// What follows the value: its `\r\n` and the end of the reply.
+const MEMCACHED_TRAILER: &[u8] = b"\r\nEND\r\n";
+
 /// What the server speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Protocol {
@@ -271,10 +299,10 @@ fn serve_connection(
     if config.nodelay == ServerNodelay::Accepted {
         sockopt::set_nodelay(stream.as_fd(), true)?;
     }
-    let mut reader = MessageReader::new(config.quickack_rearm);
     if let Protocol::Sink { chunk } = config.protocol {
-        return sink(stream, chunk.max(1), config, stop, &mut reader, arrivals);
+        return sink(stream, chunk.max(1), config, stop, arrivals);
     }
+    let mut reader = MessageReader::new(config.quickack_rearm);
     let frame_end = match config.protocol {
         Protocol::Http { .. } => framing::http_head_end,
         _ => framing::line_end,
@@ -297,11 +325,7 @@ fn serve_connection(
             Protocol::Http { .. } => {
                 let close = framing::header_value(&request, "connection")
                     .is_some_and(|v| v.trim().eq_ignore_ascii_case("close"));
-                let head = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n{}\r\n",
-                    body.len(),
-                    if close { "Connection: close\r\n" } else { "" }
-                );
+                let head = http_response_head(body.len(), close);
                 config
                     .reply
                     .write_message(stream, &[head.as_bytes(), &body])?;
@@ -310,9 +334,7 @@ fn serve_connection(
                 }
             }
             Protocol::Memcached { .. } => {
-                let mut reply = format!("VALUE k 0 {}\r\n", body.len()).into_bytes();
-                reply.extend_from_slice(&body);
-                reply.extend_from_slice(b"\r\nEND\r\n");
+                let reply = memcached_reply(&body);
                 let cut = reply.len().min(MEMCACHED_FIRST_WRITE_CAP);
                 let (first, rest) = reply.split_at(cut);
                 let parts: &[&[u8]] = if rest.is_empty() {
@@ -322,18 +344,19 @@ fn serve_connection(
                 };
                 config.reply.write_message(stream, parts)?;
             }
-            Protocol::Sink { .. } => unreachable!("handled above"),
+            // Served by `sink` above; nothing to answer.
+            Protocol::Sink { .. } => return Ok(()),
         }
     }
     Ok(())
 }
 
+/// Reads a one-way stream to its end, noting when every `chunk` bytes have arrived.
 fn sink(
     stream: &mut TcpStream,
     chunk: usize,
     config: &ServerConfig,
     stop: &AtomicBool,
-    reader: &mut MessageReader,
     arrivals: &mut Vec<Instant>,
 ) -> io::Result<()> {
     use std::io::Read;
@@ -348,7 +371,7 @@ fn sink(
                 while arrivals.len() < total / chunk {
                     arrivals.push(now);
                 }
-                if reader.quickack_rearm {
+                if config.quickack_rearm {
                     sockopt::set_quickack(stream.as_fd(), true)?;
                 }
             }
