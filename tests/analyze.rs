@@ -261,14 +261,6 @@ fn live_fixture_captures_get_the_same_verdicts() {
     }
 }
 
-/// The side whose split write stalls in each stalled lab scenario.
-fn held_side(scenario: &str) -> &'static str {
-    match scenario {
-        "http" | "memcached" => "server",
-        _ => "client", // echo and inherit: the client writes head and body apart
-    }
-}
-
 /// Runs the lab with reduced counts, capturing with both the lab and tcpdump.
 fn lab_run(dir: &Scratch) -> (Value, Value, Value) {
     let lab_pcap = dir.path("lab.pcap");
@@ -313,14 +305,22 @@ fn lab_catalogue_rows_found_in_both_captures() {
         let requests = row["requests"].as_u64().expect("requests");
         let v = verdicts(&from_lab, Some(port));
         let name = format!("{scenario}/{variant} (port {port})");
+        let stalled_requests = row["stalled_requests"].as_u64().expect("stalled_requests");
         if row["stalled"] == Value::Bool(true) {
             stalled_rows += 1;
             assert_eq!(row["connections"], 1, "{name}: stalled rows are keep-alive");
-            let n = count(&v, "nagle_delayed_ack", held_side(scenario));
-            // The first exchange is quick-ACKed: requests - 1 stalls (one less at the edge).
+            let side = row["held_side"]
+                .as_str()
+                .expect("held_side of a stalled row");
+            let n = count(&v, "nagle_delayed_ack", side);
+            // The first exchange is quick-ACKed: about requests - 1 stalls.
             assert!(
                 n + 2 >= requests && n < requests,
                 "{name}: {n} stalls for {requests} requests: {v:?}"
+            );
+            assert_eq!(
+                n, stalled_requests,
+                "{name}: one stall per request the lab measured >= 30 ms: {v:?}"
             );
             assert_eq!(
                 total(&v),
@@ -328,6 +328,7 @@ fn lab_catalogue_rows_found_in_both_captures() {
                 "{name}: only the held side's Nagle stalls: {v:?}"
             );
         } else {
+            assert_eq!(stalled_requests, 0, "{name}: the lab saw no slow request");
             assert_eq!(
                 total(&v),
                 0,
