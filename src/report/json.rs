@@ -25,7 +25,8 @@ fn ms(ns: u64) -> f64 {
     (ns as f64 / 1e3).round() / 1e3
 }
 
-/// One event of `events[]`.
+/// One event of `events[]`. The sentence naming the pattern and the fixes are given once per
+/// flow and pattern (`flows[].patterns`), not repeated per event.
 #[derive(Serialize)]
 pub struct EventJson<'a> {
     kind: &'static str,
@@ -40,7 +41,6 @@ pub struct EventJson<'a> {
     ack_side: Option<&'static str>,
     peer_stack: Option<&'static str>,
     writes: &'a [u32],
-    explanation: String,
 }
 
 /// One event as its JSON object.
@@ -59,7 +59,6 @@ pub fn event(e: &StallEvent) -> EventJson<'_> {
         ack_side: f.ack_side.map(|s| s.name()),
         peer_stack: e.peer_stack.map(|s| s.name()),
         writes: &e.writes,
-        explanation: explain(e),
     }
 }
 
