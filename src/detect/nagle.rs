@@ -29,6 +29,10 @@ pub fn check(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
     if prev.side != side.peer() || !prev.pure_ack || !prev.advanced_una || prev.window == 0 {
         return None;
     }
+    // A sender that had filled the peer's window waited for the window, not for Nagle.
+    if prev.window_limited {
+        return None;
+    }
     let ack = prev.ack?;
     if !seq_le(me.snd_sml, ack) || !seq_lt(prev.una_before, me.snd_sml) {
         return None;
@@ -164,6 +168,19 @@ mod tests {
         let ack_delay = a.events[0].finding.ack_delay_ns.unwrap_or(0);
         assert!((39 * MS..=42 * MS).contains(&ack_delay), "{ack_delay}");
         assert_eq!(a.flows[0].capture_position(), "mid-path");
+    }
+
+    /// A sender that filled the peer's window waits for the window, not for Nagle.
+    #[test]
+    fn window_limited_sender_is_not_nagle() {
+        let mut w = Wire::handshake(30, 1448);
+        w.ack_window(false, 500, 8) // 8 << 7 = 1024 bytes
+            .data(true, 1_000, 1024)
+            .ack_window(false, 45_000, 8)
+            .data(true, 45_020, 1000);
+        let a = w.analyse();
+        assert_eq!(a.stall_count(), 0);
+        assert_eq!(a.counts.get(StallKind::NagleMinor), 0);
     }
 
     /// Full-sized segments are never held: a full MSS then a tail is not Nagle.

@@ -4,25 +4,31 @@
 
 use super::{Finding, StallKind};
 use crate::decode::Segment;
-use crate::flow::{seq_lt, Flow, Side};
+use crate::flow::{seq_lt, Flow, PeerWindow, Side};
 
 /// Checks whether `seg`, new data from `side`, left right after the peer reopened a window it
 /// had closed.
 pub fn check(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
     let me = flow.dir(side);
-    let blocked_since = me.blocked_since_ns?;
+    let PeerWindow::Reopened { since_ns, at_ns } = me.peer_window else {
+        return None;
+    };
     if seg.payload_len == 0 || seq_lt(seg.seq, me.snd_nxt) {
         return None;
     }
+    // The window update must be the packet just before B, and B must follow it at once.
     let prev = flow.prev?;
-    if prev.side != side.peer() || prev.window == 0 {
+    if prev.side != side.peer() || prev.ts_ns != at_ns {
         return None;
     }
-    if seg.ts_ns.saturating_sub(prev.ts_ns) > flow.follow_allowance_ns(side) {
+    if seg.ts_ns.saturating_sub(at_ns) > flow.follow_allowance_ns(side) {
         return None; // the sender had nothing waiting when the window opened
     }
-    let delay = seg.ts_ns.saturating_sub(blocked_since);
-    Finding::released_by_peer(StallKind::ZeroWindow, side, delay)
+    Finding::released_by_peer(
+        StallKind::ZeroWindow,
+        side,
+        seg.ts_ns.saturating_sub(since_ns),
+    )
 }
 
 #[cfg(test)]
@@ -39,6 +45,19 @@ mod tests {
             .ack_window(false, 300_000, 64)
             .data(true, 300_020, 1000);
         assert_single(&w.analyse(), StallKind::ZeroWindow, Side::Client);
+    }
+
+    /// The window closed once during an upload; much later the sender answers a request at
+    /// once: that answer did not wait for the window.
+    #[test]
+    fn later_answer_is_not_a_window_stall() {
+        let mut w = Wire::handshake(30, 1448);
+        w.data(true, 1_000, 1000)
+            .ack_window(false, 1_100, 0)
+            .ack_window(false, 300_000, 64)
+            .data(false, 900_000, 100)
+            .data(true, 900_050, 1000);
+        assert_eq!(w.analyse().stall_count(), 0);
     }
 
     #[test]

@@ -180,6 +180,27 @@ pub enum FlowState {
     },
 }
 
+/// The peer's receive window as it limits one side's sending.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum PeerWindow {
+    /// Open (or never seen closed).
+    #[default]
+    Open,
+    /// The peer advertised a zero window at `since_ns` and has not opened it since.
+    Closed {
+        /// When it closed.
+        since_ns: u64,
+    },
+    /// The peer's last packet, at `at_ns`, opened a window closed since `since_ns`: data this
+    /// side sends next, at once, was waiting for it.
+    Reopened {
+        /// When it closed.
+        since_ns: u64,
+        /// When it opened again.
+        at_ns: u64,
+    },
+}
+
 /// Sizes of the data segments one side sent in the current turn (since the peer last sent
 /// data): the application's writes as far as the wire shows them. Fixed size: no allocation
 /// per packet.
@@ -253,9 +274,8 @@ pub struct Direction {
     pub last_data_ns: u64,
     /// Last TSval this side sent (RFC 7323 §3).
     pub last_tsval: Option<u32>,
-    /// Capture time when the peer's window closed on this side (peer advertised 0) and this
-    /// side has not sent new data since.
-    pub blocked_since_ns: Option<u64>,
+    /// Whether the peer's receive window stopped this side (RFC 9293 §3.8.6.1).
+    pub peer_window: PeerWindow,
     /// Round trip from the capture point to this side's host and back: 0 when captured on that
     /// host. From the handshake, then the quickest answer seen.
     pub near_rtt_ns: Option<u64>,
@@ -362,6 +382,9 @@ pub struct PrevPacket {
     pub advanced_una: bool,
     /// Window it advertised, scaled.
     pub window: u64,
+    /// Before it, the receiving side had filled the window its sender advertised earlier:
+    /// that side was window-limited, not held by Nagle.
+    pub window_limited: bool,
 }
 
 /// One TCP connection (or, after port reuse, one incarnation of a 4-tuple).
@@ -549,7 +572,7 @@ impl Flow {
                 if d.last_data_small {
                     d.snd_sml = seq_end;
                 }
-                d.blocked_since_ns = None;
+                d.peer_window = PeerWindow::Open;
                 d.burst.push(seg.payload_len, seg.ts_ns);
                 match side {
                     Side::Client => self.turns.client_data(seg.ts_ns),
@@ -577,22 +600,36 @@ impl Flow {
         let window = u64::from(seg.window) << shift;
         let mut una_before = self.dirs[peer].snd_una;
         let mut advanced = false;
+        let window_before = self.dirs[me].window;
         if seg.has(flags::ACK) && !seg.has(flags::RST) {
             let p = &mut self.dirs[peer];
             if !p.una_known {
-                una_before = p.snd_una;
+                // Mid-flow: take the first byte the capture saw from the peer as the old SND.UNA.
+                una_before = if p.seen {
+                    p.isn.wrapping_add(1)
+                } else {
+                    seg.ack
+                };
+                advanced = seq_lt(una_before, seg.ack);
                 p.snd_una = seg.ack;
                 p.una_known = true;
-                advanced = true;
             } else if seq_lt(p.snd_una, seg.ack) {
                 p.snd_una = seg.ack;
                 advanced = true;
             }
+            p.peer_window = match (p.peer_window, window) {
+                (PeerWindow::Closed { since_ns }, 0) => PeerWindow::Closed { since_ns },
+                (_, 0) => PeerWindow::Closed {
+                    since_ns: seg.ts_ns,
+                },
+                (PeerWindow::Closed { since_ns }, _) => PeerWindow::Reopened {
+                    since_ns,
+                    at_ns: seg.ts_ns,
+                },
+                // The reopening packet was not followed by data at once: nothing was waiting.
+                (PeerWindow::Reopened { .. } | PeerWindow::Open, _) => PeerWindow::Open,
+            };
             self.dirs[me].window = window;
-            let p = &mut self.dirs[peer];
-            if window == 0 {
-                p.blocked_since_ns.get_or_insert(seg.ts_ns);
-            }
         }
 
         // Closing: FIN both ways or a RST.
@@ -617,6 +654,9 @@ impl Flow {
             una_before,
             advanced_una: advanced,
             window,
+            window_limited: self.dirs[me].seen
+                && u64::from(self.dirs[peer].snd_nxt.wrapping_sub(una_before)) >= window_before
+                && window_before > 0,
         });
     }
 }
