@@ -189,7 +189,7 @@ fn check_fixture(name: &str, analysis: &Value, exact: bool) {
                 "{name}: a delayed-ACK stall lasts >= 30 ms, got {d}"
             );
         }
-        "split_request" => {
+        "split_request" | "split_request_v6" => {
             let n = count(&v, "nagle_delayed_ack", "client");
             assert!(
                 in_range(n, requests - 1),
@@ -220,9 +220,10 @@ fn check_fixture(name: &str, analysis: &Value, exact: bool) {
     }
 }
 
-const FIXTURE_NAMES: [&str; 8] = [
+const FIXTURE_NAMES: [&str; 9] = [
     "split_response",
     "split_request",
+    "split_request_v6",
     "nodelay",
     "think_time",
     "think_oneway",
@@ -472,6 +473,36 @@ fn damaged_input() {
         assert!(err.contains(reason), "{}: {err}", file.display());
         assert!(!err.contains("panicked"), "{err}");
     }
+
+    // Records in reverse order: time runs backwards; analysed without a panic, no stall made up.
+    let mut records = Vec::new();
+    let mut at = 24;
+    while at + 16 <= good.len() {
+        let incl =
+            u32::from_le_bytes([good[at + 8], good[at + 9], good[at + 10], good[at + 11]]) as usize;
+        let end = (at + 16 + incl).min(good.len());
+        records.push(&good[at..end]);
+        at = end;
+    }
+    let mut reversed = good[..24].to_vec();
+    for r in records.iter().rev() {
+        reversed.extend_from_slice(r);
+    }
+    let backwards = dir.path("backwards.pcap");
+    fs::write(&backwards, &reversed).expect("write");
+    let out = run(&["analyze", "--json", backwards.to_str().unwrap_or_default()]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["summary"]["packets"], records.len());
+    assert_eq!(
+        v["summary"]["stalls"]["nagle_delayed_ack"], 0,
+        "reversed time has no Nagle hold"
+    );
 
     // Random bytes after a valid header: warnings or an error, never a panic.
     let mut noisy = good[..24].to_vec();
