@@ -57,6 +57,18 @@ pub fn summary(a: &Analysis, input: &InputFacts) -> String {
 
     let mut stalled: Vec<&FlowSummary> = a.flows.iter().filter(|f| f.counts.stalls() > 0).collect();
     stalled.sort_by(|x, y| y.time_lost_ns.cmp(&x.time_lost_ns).then(x.id.cmp(&y.id)));
+    if !stalled.is_empty() {
+        let lost: u64 = stalled.iter().map(|f| f.time_lost_ns).sum();
+        let worst = stalled.iter().map(|f| f.worst_stall_ns).max().unwrap_or(0);
+        let _ = writeln!(
+            out,
+            "time lost: {} in {} of {} flows; longest stall {}",
+            ms(lost),
+            stalled.len(),
+            a.flows.len(),
+            ms(worst)
+        );
+    }
     let by_flow = events_by_flow(&a.events);
     for f in stalled.iter().take(FLOWS_SHOWN) {
         out.push('\n');
