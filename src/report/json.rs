@@ -4,6 +4,7 @@
 
 use std::io::{self, Write};
 
+use rustc_hash::FxHashMap;
 use serde::Serialize;
 use serde_json::json;
 
@@ -30,7 +31,7 @@ fn ms(ns: u64) -> f64 {
 #[derive(Serialize)]
 pub struct EventJson<'a> {
     kind: &'static str,
-    flow: String,
+    flow: &'a str,
     flow_id: u64,
     server_port: u16,
     time: f64,
@@ -43,12 +44,12 @@ pub struct EventJson<'a> {
     writes: &'a [u32],
 }
 
-/// One event as its JSON object.
-pub fn event(e: &StallEvent) -> EventJson<'_> {
+/// One event as its JSON object; `flow` is the flow's label (`client-server`).
+pub fn event<'a>(e: &'a StallEvent, flow: &'a str) -> EventJson<'a> {
     let f = &e.finding;
     EventJson {
         kind: f.kind.name(),
-        flow: format!("{}-{}", e.client, e.server),
+        flow,
         flow_id: e.flow_id,
         server_port: e.server.port,
         time: e.ts_ns as f64 / 1e9,
@@ -166,9 +167,12 @@ pub fn write(out: &mut impl Write, a: &Analysis, input: &InputFacts) -> io::Resu
         "files": input.files,
     });
     write!(out, "{{\"summary\": {summary},\n\"events\": [")?;
+    // Labels once per flow, not per event: formatting addresses is the costly part.
+    let labels: FxHashMap<u64, String> = a.flows.iter().map(|f| (f.id, f.label())).collect();
     for (i, e) in a.events.iter().enumerate() {
         out.write_all(if i == 0 { b"\n" } else { b",\n" })?;
-        serde_json::to_writer(&mut *out, &event(e))?;
+        let label = labels.get(&e.flow_id).map(String::as_str).unwrap_or_default();
+        serde_json::to_writer(&mut *out, &event(e, label))?;
     }
     write!(out, "\n],\n\"flows\": [")?;
     let by_flow = events_by_flow(&a.events);
