@@ -128,6 +128,9 @@ pub fn decode_ipv4(packet: &[u8], wire_len: u32, meta: PacketMeta) -> Decoded {
     if packet.len() < 20 {
         return Decoded::Undecodable("IPv4 header cut short by the snap length");
     }
+    if packet[0] >> 4 != 4 {
+        return Decoded::Undecodable("link header says IPv4 but the version field is not 4");
+    }
     let header_len = usize::from(packet[0] & 0x0f) * 4;
     if header_len < 20 {
         return Decoded::Undecodable("IPv4 header length below 20 bytes");
@@ -165,6 +168,9 @@ pub fn decode_ipv6(packet: &[u8], wire_len: u32, meta: PacketMeta) -> Decoded {
     const FIXED_HEADER: usize = 40;
     if packet.len() < FIXED_HEADER {
         return Decoded::Undecodable("IPv6 header cut short by the snap length");
+    }
+    if packet[0] >> 4 != 6 {
+        return Decoded::Undecodable("link header says IPv6 but the version field is not 6");
     }
     // Payload length excludes the fixed header; zero means a jumbogram (RFC 2675) or a
     // GSO super-packet, whose size only the frame length tells.

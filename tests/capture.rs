@@ -2,9 +2,10 @@
 //! dumpcap, tshark or mergecap (see its make-fixtures script), and the segments decoded here
 //! are checked field by field against tshark's own reading of the same file.
 
+use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use tcpstall::capture::{
     count_frames, for_each_segment, open_input, CaptureError, CaptureStats, CaptureWarning,
@@ -147,7 +148,13 @@ fn tshark_packet_count(path: &Path) -> u64 {
 
 /// Reads a fixture and checks every segment against tshark's reading of it.
 fn assert_reads_like_tshark(name: &str) -> CaptureStats {
-    let path = fixture(name);
+    assert_reads_like_tshark_at(&fixture(name))
+}
+
+/// Reads a capture and checks every segment against tshark's reading of it.
+fn assert_reads_like_tshark_at(path: &Path) -> CaptureStats {
+    let name = path.display();
+    let path = path.to_path_buf();
     let input = open_input(&path).expect("fixture opens");
     let (result, segments, warnings) = read_all(input);
     let stats = result.unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -245,4 +252,367 @@ fn pcapng_with_interfaces_of_different_link_types() {
 #[test]
 fn pcapng_sections_of_both_byte_orders() {
     assert_reads_like_tshark("two-sections.pcapng");
+}
+
+/// Start offsets of the records of a little-endian pcap file, to damage chosen packets.
+fn pcap_record_offsets(bytes: &[u8]) -> Vec<usize> {
+    let mut offsets = Vec::new();
+    let mut at = 24;
+    while at + 16 <= bytes.len() {
+        offsets.push(at);
+        let caplen = u32::from_le_bytes(bytes[at + 8..at + 12].try_into().unwrap());
+        at += 16 + caplen as usize;
+    }
+    offsets
+}
+
+fn fixture_bytes(name: &str) -> Vec<u8> {
+    fs::read(fixture(name)).expect("fixture reads")
+}
+
+#[test]
+fn empty_input_is_an_error_that_says_so() {
+    let (result, segments, _) = read_all(&[][..]);
+    let error = result.expect_err("empty input");
+    assert!(matches!(error, CaptureError::Empty), "{error}");
+    assert!(error.to_string().contains("empty"));
+    assert!(segments.is_empty());
+}
+
+#[test]
+fn garbage_is_not_a_capture() {
+    let (result, _, _) = read_all(&b"<html><body>not a capture</body></html>"[..]);
+    let message = result.expect_err("garbage").to_string();
+    assert!(message.contains("not a pcap or pcapng file"), "{message}");
+    assert!(message.contains("3c 68 74 6d"), "{message}");
+}
+
+#[test]
+fn missing_file_error_names_the_file() {
+    let path = Path::new("/nonexistent/capture-missing.pcap");
+    let message = open_input(path).err().expect("missing file").to_string();
+    assert!(
+        message.contains("/nonexistent/capture-missing.pcap"),
+        "{message}"
+    );
+}
+
+#[test]
+fn unsupported_link_type_is_named() {
+    let mut bytes = fixture_bytes("lo-ethernet.pcap");
+    bytes[20..24].copy_from_slice(&147u32.to_le_bytes());
+    let message = read_all(&bytes[..]).0.expect_err("USER0").to_string();
+    assert!(message.contains("unsupported link type 147"), "{message}");
+    assert!(message.contains("USER0"), "{message}");
+}
+
+/// Offsets where a record or block of a little-endian pcap or pcapng file starts or the
+/// file ends: the places a cut leaves no partial record behind.
+fn record_boundaries(bytes: &[u8]) -> Vec<usize> {
+    let mut boundaries = Vec::new();
+    if bytes.starts_with(&0x0a0d_0d0au32.to_le_bytes()) {
+        let mut at = 0;
+        while at < bytes.len() {
+            boundaries.push(at);
+            at += u32::from_le_bytes(bytes[at + 4..at + 8].try_into().unwrap()) as usize;
+        }
+    } else {
+        boundaries.push(24);
+        boundaries.extend(pcap_record_offsets(bytes));
+    }
+    boundaries.push(bytes.len());
+    boundaries
+}
+
+/// Cutting a file anywhere never panics: a cut inside the pcap file header is an error,
+/// anywhere else the segments of the whole records come out, and a cut inside a record or
+/// block ends with one "truncated" warning.
+#[test]
+fn truncated_at_every_offset() {
+    for name in [
+        "lo-ethernet.pcap",
+        "lo-ipv6.pcapng",
+        "multi-interface.pcapng",
+    ] {
+        let bytes = fixture_bytes(name);
+        let boundaries = record_boundaries(&bytes);
+        let (_, all, _) = read_all(&bytes[..]);
+        for cut in 0..bytes.len() {
+            let (result, segments, warnings) = read_all(&bytes[..cut]);
+            assert!(
+                segments.len() <= all.len() && segments[..] == all[..segments.len()],
+                "{name} cut at {cut}: segments are not a prefix of the whole file's"
+            );
+            let pcap_header_cut = !name.ends_with(".pcapng") && cut < 24;
+            if cut < 4 || pcap_header_cut {
+                assert!(result.is_err(), "{name} cut at {cut}: an error expected");
+                continue;
+            }
+            assert!(result.is_ok(), "{name} cut at {cut}: {result:?}");
+            if boundaries.contains(&cut) {
+                assert!(warnings.is_empty(), "{name} cut at {cut}: {warnings:?}");
+            } else {
+                assert_eq!(warnings.len(), 1, "{name} cut at {cut}: {warnings:?}");
+                assert!(warnings[0].message.contains("truncated"), "{}", warnings[0]);
+            }
+        }
+    }
+}
+
+#[test]
+fn truncated_record_warning_names_the_packet() {
+    let bytes = fixture_bytes("lo-ethernet.pcap");
+    let offsets = pcap_record_offsets(&bytes);
+    let cut = offsets[9] + 30;
+    let (result, segments, warnings) = read_all(&bytes[..cut]);
+    let stats = result.expect("partly readable");
+    assert_eq!(stats.packets, 9);
+    assert_eq!(segments.len(), 9);
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert_eq!(warnings[0].packet_number, 10);
+    let text = warnings[0].to_string();
+    assert!(
+        text.contains("truncated capture: packet 10's record header says"),
+        "{text}"
+    );
+}
+
+#[test]
+fn absurd_record_length_stops_with_a_warning() {
+    let mut bytes = fixture_bytes("lo-ethernet.pcap");
+    let at = pcap_record_offsets(&bytes)[4];
+    bytes[at + 8..at + 12].copy_from_slice(&0xffff_fff0u32.to_le_bytes());
+    let (result, segments, warnings) = read_all(&bytes[..]);
+    assert!(result.is_ok());
+    assert_eq!(segments.len(), 4);
+    assert_eq!(warnings.len(), 1);
+    assert_eq!(warnings[0].packet_number, 5);
+    assert!(warnings[0].message.contains("absurd"), "{}", warnings[0]);
+}
+
+#[test]
+fn timestamps_going_backwards_are_warned_about() {
+    let mut bytes = fixture_bytes("lo-ethernet.pcap");
+    let offsets = pcap_record_offsets(&bytes);
+    let previous_sec = u32::from_le_bytes(bytes[offsets[2]..offsets[2] + 4].try_into().unwrap());
+    let at = offsets[3];
+    bytes[at..at + 4].copy_from_slice(&(previous_sec - 1).to_le_bytes());
+    let (result, segments, warnings) = read_all(&bytes[..]);
+    assert_eq!(result.expect("readable").packets, segments.len() as u64 + 1);
+    let backwards: Vec<_> = warnings
+        .iter()
+        .filter(|w| w.message.contains("backwards"))
+        .collect();
+    assert_eq!(backwards.len(), 1, "{warnings:?}");
+    assert_eq!(backwards[0].packet_number, 4);
+}
+
+#[test]
+fn non_first_ipv4_fragment_is_skipped_with_a_warning() {
+    let mut bytes = fixture_bytes("lo-ethernet.pcap");
+    let at = pcap_record_offsets(&bytes)[5];
+    // Fragment offset field of the IPv4 header, after the record and Ethernet headers.
+    let fragment_field = at + 16 + 14 + 6;
+    bytes[fragment_field..fragment_field + 2].copy_from_slice(&[0x00, 0x10]);
+    let (result, segments, warnings) = read_all(&bytes[..]);
+    let stats = result.expect("readable");
+    assert_eq!(stats.fragments, 1);
+    assert!(segments.iter().all(|s| s.packet_number != 6));
+    assert_eq!(warnings.len(), 1);
+    assert_eq!(warnings[0].packet_number, 6);
+}
+
+/// Inserts a block of an unknown type after the interface description of a pcapng file.
+#[test]
+fn pcapng_unknown_block_is_skipped_with_a_warning() {
+    let bytes = fixture_bytes("lo-ipv6.pcapng");
+    let shb_len = u32::from_le_bytes(bytes[4..8].try_into().unwrap()) as usize;
+    let idb_len = u32::from_le_bytes(bytes[shb_len + 4..shb_len + 8].try_into().unwrap()) as usize;
+    let insert_at = shb_len + idb_len;
+    let mut unknown = Vec::new();
+    unknown.extend_from_slice(&0x0000_7777u32.to_le_bytes());
+    unknown.extend_from_slice(&20u32.to_le_bytes());
+    unknown.extend_from_slice(b"junkjunk");
+    unknown.extend_from_slice(&20u32.to_le_bytes());
+    let mut damaged = bytes[..insert_at].to_vec();
+    damaged.extend_from_slice(&unknown);
+    damaged.extend_from_slice(&bytes[insert_at..]);
+
+    let (_, original, _) = read_all(&bytes[..]);
+    let (result, segments, warnings) = read_all(&damaged[..]);
+    assert!(result.is_ok());
+    assert_eq!(segments, original);
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].message.contains("unknown type 0x7777"),
+        "{}",
+        warnings[0]
+    );
+}
+
+#[test]
+fn pcapng_absurd_block_length_stops_with_a_warning() {
+    let mut bytes = fixture_bytes("lo-ipv6.pcapng");
+    let (_, original, _) = read_all(&bytes[..]);
+    // Walk to the 6th packet block and give it an impossible length.
+    let mut at = 0;
+    let mut packets = 0;
+    loop {
+        let block_type = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
+        if block_type == 6 {
+            packets += 1;
+            if packets == 6 {
+                break;
+            }
+        }
+        at += u32::from_le_bytes(bytes[at + 4..at + 8].try_into().unwrap()) as usize;
+    }
+    bytes[at + 4..at + 8].copy_from_slice(&0x7fff_fff0u32.to_le_bytes());
+    let (result, segments, warnings) = read_all(&bytes[..]);
+    assert!(result.is_ok());
+    assert_eq!(segments[..], original[..5]);
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert_eq!(warnings[0].packet_number, 6);
+    assert!(warnings[0].message.contains("absurd"), "{}", warnings[0]);
+}
+
+/// A real pipe delivers the file in pieces of its own choosing; the result is the same.
+#[test]
+fn reads_from_a_pipe() {
+    let path = fixture("multi-interface.pcapng");
+    let mut child = Command::new("cat")
+        .arg(&path)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("cat runs");
+    let pipe = child.stdout.take().expect("piped stdout");
+    let (result, segments, _) = read_all(pipe);
+    assert!(child.wait().expect("cat ends").success());
+    let (_, from_file, _) = read_all(open_input(&path).expect("opens"));
+    assert!(result.is_ok());
+    assert_eq!(segments, from_file);
+}
+
+/// One byte per read, the worst a reader may do.
+#[test]
+fn reads_one_byte_at_a_time() {
+    struct OneByte<'a>(&'a [u8]);
+    impl Read for OneByte<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            match (self.0.split_first(), buf.first_mut()) {
+                (Some((&b, rest)), Some(slot)) => {
+                    *slot = b;
+                    self.0 = rest;
+                    Ok(1)
+                }
+                _ => Ok(0),
+            }
+        }
+    }
+    let bytes = fixture_bytes("two-sections.pcapng");
+    let (_, whole, _) = read_all(&bytes[..]);
+    let (result, segments, _) = read_all(OneByte(&bytes));
+    assert!(result.is_ok());
+    assert_eq!(segments, whole);
+}
+
+/// Counts heap allocations made by the current thread (tests run on several threads).
+struct CountingAllocator;
+
+thread_local! {
+    static ALLOCATIONS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+// SAFETY: forwards every call unchanged to the system allocator.
+unsafe impl std::alloc::GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        ALLOCATIONS.with(|n| n.set(n.get() + 1));
+        std::alloc::System.alloc(layout)
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        std::alloc::System.dealloc(ptr, layout)
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: CountingAllocator = CountingAllocator;
+
+/// The records of a pcap fixture repeated `times` times, a second later each time.
+fn repeated_capture(name: &str, times: u32) -> Vec<u8> {
+    let bytes = fixture_bytes(name);
+    let offsets = pcap_record_offsets(&bytes);
+    let records = &bytes[offsets[0]..];
+    let mut out = bytes[..offsets[0]].to_vec();
+    for round in 0..times {
+        let start = out.len();
+        out.extend_from_slice(records);
+        for &at in &offsets {
+            let at = start + at - offsets[0];
+            let sec = u32::from_le_bytes(out[at..at + 4].try_into().unwrap());
+            out[at..at + 4].copy_from_slice(&(sec + round).to_le_bytes());
+        }
+    }
+    out
+}
+
+/// Reading allocates per file (its buffer), never per packet.
+#[test]
+fn no_heap_allocation_per_packet() {
+    let allocations = |capture: &[u8]| {
+        let before = ALLOCATIONS.with(|n| n.get());
+        let mut segments = 0u64;
+        let stats =
+            for_each_segment(capture, |_| segments += 1, |w| panic!("warning {w}")).expect("reads");
+        assert_eq!(stats.tcp_segments, segments);
+        (ALLOCATIONS.with(|n| n.get()) - before, segments)
+    };
+    let (once, segments_once) = allocations(&repeated_capture("lo-ethernet.pcap", 1));
+    let (many, segments_many) = allocations(&repeated_capture("lo-ethernet.pcap", 50));
+    assert_eq!(segments_many, 50 * segments_once);
+    assert_eq!(once, many, "allocations grow with the packet count");
+}
+
+/// A problem every packet shares is listed a few times, then counted.
+#[test]
+fn repeated_problems_are_listed_then_counted() {
+    let mut bytes = repeated_capture("lo-ethernet.pcap", 50);
+    for at in pcap_record_offsets(&bytes) {
+        // IP version nibble of every packet set to 5.
+        bytes[at + 16 + 14] = 0x55;
+    }
+    let (result, segments, warnings) = read_all(&bytes[..]);
+    let stats = result.expect("readable");
+    assert!(segments.is_empty());
+    assert_eq!(stats.undecodable, stats.packets);
+    assert!(stats.packets > 1000);
+    assert!(warnings.len() <= 25, "{} warnings", warnings.len());
+    assert!(warnings
+        .iter()
+        .any(|w| w.message.contains("counted but not listed")));
+}
+
+#[test]
+fn sack_blocks_after_a_lost_segment() {
+    assert_reads_like_tshark("tun-loss-sack.pcap");
+    let (_, segments, _) = read_all(open_input(&fixture("tun-loss-sack.pcap")).expect("opens"));
+    assert!(
+        segments.iter().any(|s| s.has_sack),
+        "the fixture holds SACK blocks"
+    );
+}
+
+/// The raw-IP capture relabelled with every link-type number that means raw IP; tshark reads
+/// each relabelled file as well.
+#[test]
+fn raw_ip_link_type_numbers() {
+    let bytes = fixture_bytes("tun-raw.pcap");
+    for code in [12u32, 14, 101, 228] {
+        let mut relabelled = bytes.clone();
+        relabelled[20..24].copy_from_slice(&code.to_le_bytes());
+        let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("capture-raw-{code}.pcap"));
+        fs::write(&path, &relabelled).expect("temporary file writes");
+        let stats = assert_reads_like_tshark_at(&path);
+        assert!(stats.tcp_segments > 10, "link type {code}");
+        fs::remove_file(&path).expect("temporary file removed");
+    }
 }

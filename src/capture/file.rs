@@ -12,10 +12,10 @@ use pcap_parser::{
 };
 
 use super::link::{link_type_name, LinkType};
-use super::{CaptureError, CaptureWarning};
+use super::{CaptureError, CaptureWarning, WarningBudget};
 
 /// Read size and initial buffer size: large reads keep the per-packet cost low.
-const BUFFER_SIZE: usize = 1 << 20;
+const BUFFER_SIZE: usize = 1 << 18;
 /// Largest record or block accepted. Far beyond any real snap length (libpcap caps it at
 /// 262144, Linux BIG TCP packets stay under 512 KiB), small enough to buffer.
 pub const MAX_RECORD_LEN: usize = 16 << 20;
@@ -216,6 +216,8 @@ pub struct FrameReader<R> {
     packets: u64,
     skipped: u64,
     last_ts_ns: u64,
+    backwards_warnings: WarningBudget,
+    unusable_warnings: WarningBudget,
     done: bool,
 }
 
@@ -292,6 +294,8 @@ impl<R: Read> FrameReader<R> {
             packets: 0,
             skipped: 0,
             last_ts_ns: 0,
+            backwards_warnings: WarningBudget::new("timestamps going backwards"),
+            unusable_warnings: WarningBudget::new("unusable packet blocks"),
             done: false,
         })
     }
@@ -332,13 +336,11 @@ impl<R: Read> FrameReader<R> {
         };
         self.packets += 1;
         if found.ts_ns < self.last_ts_ns {
-            on_warning(&CaptureWarning {
-                packet_number: self.packets,
-                message: format!(
-                    "timestamp goes backwards by {} µs from the previous packet",
-                    (self.last_ts_ns - found.ts_ns) / 1000
-                ),
-            });
+            let back_us = (self.last_ts_ns - found.ts_ns) / 1000;
+            self.backwards_warnings
+                .report(on_warning, self.packets, || {
+                    format!("timestamp goes backwards by {back_us} µs from the previous packet")
+                });
         }
         self.last_ts_ns = found.ts_ns;
         self.pending = found.record_len;
@@ -576,10 +578,8 @@ impl<R: Read> FrameReader<R> {
                             self.packets += 1;
                             self.skipped += 1;
                             self.input.consume(block_len);
-                            on_warning(&CaptureWarning {
-                                packet_number: number,
-                                message: problem,
-                            });
+                            self.unusable_warnings
+                                .report(on_warning, number, || problem);
                             continue;
                         }
                     }

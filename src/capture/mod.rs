@@ -80,6 +80,53 @@ pub struct CaptureWarning {
     pub message: String,
 }
 
+/// How many warnings of one per-packet kind are listed before the rest are only counted, so
+/// a capture where every packet has the same problem does not bury the report.
+const LISTED_PER_KIND: u32 = 20;
+
+/// Lists the first [`LISTED_PER_KIND`] warnings of one kind, then says the rest are counted.
+#[derive(Debug)]
+pub(crate) struct WarningBudget {
+    left: u32,
+    /// What the suppressed warnings are about, for the closing note.
+    kind: &'static str,
+}
+
+impl WarningBudget {
+    pub(crate) fn new(kind: &'static str) -> Self {
+        WarningBudget {
+            left: LISTED_PER_KIND,
+            kind,
+        }
+    }
+
+    /// Passes `warning` on while the budget lasts; the first one over it becomes a note.
+    pub(crate) fn report(
+        &mut self,
+        on_warning: &mut impl FnMut(&CaptureWarning),
+        packet_number: u64,
+        message: impl FnOnce() -> String,
+    ) {
+        match self.left {
+            0 => {}
+            1 => {
+                self.left = 0;
+                on_warning(&CaptureWarning {
+                    packet_number,
+                    message: format!("more {} from here on are counted but not listed", self.kind),
+                });
+            }
+            _ => {
+                self.left -= 1;
+                on_warning(&CaptureWarning {
+                    packet_number,
+                    message: message(),
+                });
+            }
+        }
+    }
+}
+
 impl fmt::Display for CaptureWarning {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "packet {}: {}", self.packet_number, self.message)
@@ -103,7 +150,7 @@ pub struct CaptureStats {
     pub warnings: u64,
     /// Bytes read from the input.
     pub bytes: u64,
-    /// Time of the first and last packet, nanoseconds since the Unix epoch.
+    /// Time of the first packet read, nanoseconds since the Unix epoch.
     pub first_ts_ns: Option<u64>,
     /// Time of the last packet read.
     pub last_ts_ns: Option<u64>,
@@ -146,6 +193,8 @@ pub fn for_each_segment<R: Read>(
         on_warning(warning);
     };
     let mut decoded_any = false;
+    let mut fragment_warnings = WarningBudget::new("non-first fragments");
+    let mut undecodable_warnings = WarningBudget::new("undecodable packets");
     while let Some(frame) = reader.next_frame(&mut warn)? {
         stats.first_ts_ns.get_or_insert(frame.ts_ns);
         stats.last_ts_ns = Some(frame.ts_ns);
@@ -179,17 +228,14 @@ pub fn for_each_segment<R: Read>(
             Decoded::NotTcp => stats.non_tcp += 1,
             Decoded::Fragment => {
                 stats.fragments += 1;
-                warn(&CaptureWarning {
-                    packet_number: frame.packet_number,
-                    message: "non-first IP fragment skipped (fragments are not reassembled)"
-                        .to_string(),
+                fragment_warnings.report(&mut warn, frame.packet_number, || {
+                    "non-first IP fragment skipped (fragments are not reassembled)".to_string()
                 });
             }
             Decoded::Undecodable(reason) => {
                 stats.undecodable += 1;
-                warn(&CaptureWarning {
-                    packet_number: frame.packet_number,
-                    message: format!("undecodable packet: {reason}"),
+                undecodable_warnings.report(&mut warn, frame.packet_number, || {
+                    format!("undecodable packet: {reason}")
                 });
             }
         }
