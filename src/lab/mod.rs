@@ -1,6 +1,6 @@
 //! `tcpstall lab`: the source documents' experiments, reproduced on real kernel sockets over
 //! loopback. The catalogue ([`scenarios::CATALOGUE`]) is data; [`runner`] runs a row with the
-//! building blocks ([`server`], [`client`], [`write`]) and [`measure`] judges it.
+//! building blocks ([`server`], [`client`], [`write`](mod@write)) and [`measure`] judges it.
 //!
 //! A row is **stalled** when its median latency is at least 30 ms: the 40 ms floor of the Linux
 //! delayed-ACK timer (`TCP_DELACK_MIN`) minus a 10 ms margin ([`measure::STALL_THRESHOLD_MS`]).
