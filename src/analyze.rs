@@ -3,6 +3,7 @@
 //! The files are read in order into one [`Detector`] (so a capture rotated with `tcpdump -C`
 //! keeps its flows), streaming: memory follows the number of active flows, not the file size.
 
+use std::hash::{Hash, Hasher};
 use std::io::{self, IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
@@ -11,17 +12,21 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use rustc_hash::FxHasher;
 
 use crate::capture::{for_each_segment, open_input, CaptureStats};
 use crate::decode::Segment;
 use crate::detect::{Analysis, Detector, DetectorConfig};
+use crate::flow::FlowKey;
 use crate::report::json::InputFacts;
 use crate::report::{json, text};
 use crate::Outcome;
 
-/// Segments handed to the detector thread at a time.
+/// Segments handed to a detector thread at a time.
 const BATCH: usize = 4096;
-/// Batches queued for the detector thread before the reader waits.
+/// Most detector threads.
+const MAX_WORKERS: usize = 64;
+/// Batches queued for each detector thread before the reader waits.
 const BATCHES_IN_FLIGHT: usize = 8;
 
 /// Warnings printed one by one; later ones are only counted.
@@ -45,6 +50,11 @@ pub struct AnalyzeArgs {
     /// Also list minor Nagle holds (released by an ordinary ACK) as events.
     #[arg(long)]
     pub minor: bool,
+    /// Detector threads [default: one less than the CPUs, at least 1]; flows are split between
+    /// them by 4-tuple and the output is the same for any number (reading and decoding run on
+    /// one more thread).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub workers: Option<u16>,
 }
 
 /// Analyses the captures and prints the report on standard output.
@@ -52,7 +62,11 @@ pub fn run(args: &AnalyzeArgs) -> anyhow::Result<Outcome> {
     let config = DetectorConfig {
         keep_minor_events: args.minor,
     };
-    let (analysis, facts) = analyse_files(&args.files, config)?;
+    let workers = match args.workers {
+        Some(n) => usize::from(n),
+        None => std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1)),
+    };
+    let (analysis, facts) = analyse_files(&args.files, config, workers)?;
     let mut out = io::BufWriter::new(io::stdout().lock());
     if args.json {
         json::write(&mut out, &analysis, &facts)?;
@@ -71,26 +85,109 @@ pub fn run(args: &AnalyzeArgs) -> anyhow::Result<Outcome> {
     })
 }
 
-/// Runs the detector over `files` in order; warnings about damaged input go to stderr.
+/// Runs the detector over `files` in order, on `workers` detector threads (flows split between
+/// them by 4-tuple; the result is the same for any number); warnings about damaged input go to
+/// stderr.
 pub fn analyse_files(
     files: &[PathBuf],
     config: DetectorConfig,
+    workers: usize,
 ) -> anyhow::Result<(Analysis, InputFacts)> {
-    let mut detector = Detector::new(config);
+    let workers = workers.clamp(1, MAX_WORKERS);
     let mut facts = InputFacts::default();
-    for path in files {
-        let stats = analyse_one(path, &mut detector, &mut facts.warnings)
-            .with_context(|| format!("cannot analyse {}", display(path)))?;
-        facts.records += stats.packets;
-        facts.files.push(display(path));
-    }
+    // Reading and decoding on this thread; each worker runs its own detector on the segments
+    // of its flows, fed in batches in capture order, each segment with its position in the
+    // whole input so that merging gives one detector's result.
+    let parts = std::thread::scope(|scope| -> anyhow::Result<Vec<Analysis>> {
+        let (recycle, recycled) = mpsc::channel::<Vec<(u64, Segment)>>();
+        let mut handles = Vec::with_capacity(workers);
+        let mut queues = Vec::with_capacity(workers);
+        for _ in 0..workers {
+            let (queue, batches) = mpsc::sync_channel::<Vec<(u64, Segment)>>(BATCHES_IN_FLIGHT);
+            let recycle = recycle.clone();
+            let mut detector = Detector::new(config.clone());
+            handles.push(scope.spawn(move || {
+                for mut batch in batches {
+                    for (ordinal, seg) in &batch {
+                        detector.push_at(seg, *ordinal);
+                    }
+                    batch.clear();
+                    let _ = recycle.send(batch);
+                }
+                detector.finish()
+            }));
+            queues.push(queue);
+        }
+        let mut router = Router {
+            batches: (0..workers).map(|_| Vec::with_capacity(BATCH)).collect(),
+            queues,
+            recycled,
+            ordinal: 0,
+        };
+        for path in files {
+            let stats = analyse_one(path, &mut router, &mut facts.warnings)
+                .with_context(|| format!("cannot analyse {}", display(path)))?;
+            facts.records += stats.packets;
+            facts.files.push(display(path));
+        }
+        router.flush();
+        drop(router);
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .map_err(|_| anyhow::anyhow!("a detector thread stopped unexpectedly"))
+            })
+            .collect()
+    })?;
     if facts.warnings > WARNINGS_SHOWN {
         eprintln!(
             "tcpstall: warning: {} more warnings not shown",
             facts.warnings - WARNINGS_SHOWN
         );
     }
-    Ok((detector.finish(), facts))
+    Ok((Analysis::merge(parts), facts))
+}
+
+/// Sends each segment, numbered in input order, to the worker that owns its flow.
+struct Router {
+    batches: Vec<Vec<(u64, Segment)>>,
+    queues: Vec<mpsc::SyncSender<Vec<(u64, Segment)>>>,
+    recycled: mpsc::Receiver<Vec<(u64, Segment)>>,
+    ordinal: u64,
+}
+
+impl Router {
+    fn route(&mut self, seg: &Segment) {
+        let worker = if self.queues.len() == 1 {
+            0
+        } else {
+            // Both directions of a flow share the key, hence the worker.
+            let mut hasher = FxHasher::default();
+            FlowKey::of(seg).0.hash(&mut hasher);
+            (hasher.finish() % self.queues.len() as u64) as usize
+        };
+        let batch = &mut self.batches[worker];
+        batch.push((self.ordinal, *seg));
+        self.ordinal += 1;
+        if batch.len() == BATCH {
+            let empty = self
+                .recycled
+                .try_recv()
+                .unwrap_or_else(|_| Vec::with_capacity(BATCH));
+            let full = std::mem::replace(batch, empty);
+            // A send fails only when the worker is gone; its join reports why.
+            let _ = self.queues[worker].send(full);
+        }
+    }
+
+    fn flush(&mut self) {
+        for (batch, queue) in self.batches.iter_mut().zip(&self.queues) {
+            if !batch.is_empty() {
+                let _ = queue.send(std::mem::take(batch));
+            }
+        }
+    }
 }
 
 fn display(path: &Path) -> String {
@@ -103,7 +200,7 @@ fn display(path: &Path) -> String {
 
 fn analyse_one(
     path: &Path,
-    detector: &mut Detector,
+    router: &mut Router,
     warnings: &mut u64,
 ) -> anyhow::Result<CaptureStats> {
     let input = open_input(path)?;
@@ -113,49 +210,17 @@ fn analyse_one(
         .map(|m| m.len());
     let input = ProgressRead::new(input, size);
     let name = display(path);
-    // Two stages on two threads: reading and decoding here, the detector on a worker fed with
-    // batches in capture order (one detector, so the output is the same as on one thread).
-    std::thread::scope(|scope| {
-        let (to_worker, batches) = mpsc::sync_channel::<Vec<Segment>>(BATCHES_IN_FLIGHT);
-        let (recycle, recycled) = mpsc::channel::<Vec<Segment>>();
-        let worker = scope.spawn(move || {
-            for mut batch in batches {
-                for seg in &batch {
-                    detector.push(seg);
-                }
-                batch.clear();
-                let _ = recycle.send(batch);
+    let stats = for_each_segment(
+        input,
+        |seg| router.route(seg),
+        |w| {
+            *warnings += 1;
+            if *warnings <= WARNINGS_SHOWN {
+                eprintln!("tcpstall: warning: {name}: {w}");
             }
-        });
-        let mut batch = Vec::with_capacity(BATCH);
-        let stats = for_each_segment(
-            input,
-            |seg| {
-                batch.push(*seg);
-                if batch.len() == BATCH {
-                    let empty = recycled
-                        .try_recv()
-                        .unwrap_or_else(|_| Vec::with_capacity(BATCH));
-                    // A send fails only when the worker is gone; its join reports why.
-                    let _ = to_worker.send(std::mem::replace(&mut batch, empty));
-                }
-            },
-            |w| {
-                *warnings += 1;
-                if *warnings <= WARNINGS_SHOWN {
-                    eprintln!("tcpstall: warning: {name}: {w}");
-                }
-            },
-        );
-        if !batch.is_empty() {
-            let _ = to_worker.send(batch);
-        }
-        drop(to_worker);
-        if worker.join().is_err() {
-            anyhow::bail!("the detector stopped unexpectedly");
-        }
-        Ok(stats?)
-    })
+        },
+    )?;
+    Ok(stats)
 }
 
 /// Counts bytes read and shows a progress bar on stderr once reading has taken more than a

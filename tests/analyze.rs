@@ -519,3 +519,37 @@ fn damaged_input() {
     assert!(matches!(out.status.code(), Some(0 | 2)));
     assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
 }
+
+#[test]
+fn workers_do_not_change_the_output() {
+    let files: Vec<String> = FIXTURE_NAMES
+        .iter()
+        .map(|n| format!("{FIXTURES}/{n}.pcap"))
+        .collect();
+    let outputs: Vec<Vec<u8>> = ["1", "2", "3"]
+        .iter()
+        .map(|workers| {
+            let mut args = vec!["analyze", "--json", "--minor", "--workers", workers];
+            args.extend(files.iter().map(String::as_str));
+            let out = run(&args);
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            out.stdout
+        })
+        .collect();
+    let v: Value = serde_json::from_slice(&outputs[0]).expect("JSON");
+    assert_eq!(
+        v["summary"]["files"].as_array().map(Vec::len),
+        Some(files.len())
+    );
+    assert!(
+        v["summary"]["stall_total"].as_u64() > Some(20),
+        "several files' stalls together"
+    );
+    assert_eq!(outputs[0], outputs[1], "1 and 2 detector threads");
+    assert_eq!(outputs[0], outputs[2], "1 and 3 detector threads");
+}

@@ -139,6 +139,8 @@ pub struct StallEvent {
     pub finding: Finding,
     /// [`Flow::id`] of the flow.
     pub flow_id: u64,
+    /// Position of the released segment among all segments analysed (0-based).
+    pub ordinal: u64,
     /// The flow's client.
     pub client: Endpoint,
     /// The flow's server.
@@ -182,6 +184,28 @@ pub struct Analysis {
 }
 
 impl Analysis {
+    /// Joins the analyses of detectors that each saw a share of the flows (fed with
+    /// [`Detector::push_at`]): events in input order, flows in order of first appearance, the
+    /// same result as one detector fed everything.
+    pub fn merge(parts: Vec<Analysis>) -> Analysis {
+        let mut all = Analysis::default();
+        for part in parts {
+            all.packets += part.packets;
+            for kind in StallKind::ALL {
+                all.counts.0[kind.index()] += part.counts.get(kind);
+            }
+            all.events.extend(part.events);
+            all.flows.extend(part.flows);
+            all.span_ns = match (all.span_ns, part.span_ns) {
+                (Some((f1, l1)), Some((f2, l2))) => Some((f1.min(f2), l1.max(l2))),
+                (a, b) => a.or(b),
+            };
+        }
+        all.events.sort_by_key(|e| e.ordinal);
+        all.flows.sort_by_key(|f| f.id);
+        all
+    }
+
     /// Number of stalls (minor Nagle holds excluded).
     pub fn stall_count(&self) -> u64 {
         self.counts.stalls()
@@ -222,6 +246,14 @@ impl Detector {
 
     /// Feeds one segment, in capture order.
     pub fn push(&mut self, seg: &Segment) {
+        self.push_at(seg, self.analysis.packets);
+    }
+
+    /// Feeds one segment that is the `ordinal`-th (0-based) of the whole input, in capture
+    /// order. Used when the input is split by flow over several detectors whose analyses are
+    /// then joined with [`Analysis::merge`]: ordinals make flow ids and event order the same as
+    /// with one detector.
+    pub fn push_at(&mut self, seg: &Segment, ordinal: u64) {
         let a = &mut self.analysis;
         a.packets += 1;
         a.span_ns = Some(match a.span_ns {
@@ -229,65 +261,47 @@ impl Detector {
             Some((first, last)) => (first.min(seg.ts_ns), last.max(seg.ts_ns)),
         });
 
-        let lookup = self.table.lookup(seg);
+        let lookup = self.table.lookup(seg, ordinal);
         if let Some(old) = lookup.replaced {
-            let tally = self.tallies.remove(&old.id).unwrap_or_default();
-            self.analysis.flows.push(verdict::summarise(
-                old,
-                &tally.counts,
-                tally.lost_ns,
-                tally.worst_ns,
-            ));
+            retire(&mut self.analysis.flows, &mut self.tallies, old);
         }
         let flow = lookup.flow;
         let side = lookup.side;
         if let Some(finding) = classify(flow, side, seg) {
-            record(
-                &self.config,
-                &mut self.analysis,
-                &mut self.tallies,
-                flow,
-                side,
-                seg,
-                finding,
-            );
+            let event = record(&self.config, &mut self.tallies, flow, side, seg, finding);
+            self.analysis.counts.add(finding.kind);
+            if let Some(mut event) = event {
+                event.ordinal = ordinal;
+                self.analysis.events.push(event);
+            }
         }
         flow.update(seg, side);
 
         if seg.ts_ns.saturating_sub(self.last_sweep_ns) >= SWEEP_EVERY_NS {
             self.last_sweep_ns = seg.ts_ns;
-            self.sweep(seg.ts_ns);
+            let (flows, tallies) = (&mut self.analysis.flows, &mut self.tallies);
+            self.table.evict(seg.ts_ns, |f| retire(flows, tallies, f));
         }
-    }
-
-    fn sweep(&mut self, now_ns: u64) {
-        let (flows, tallies) = (&mut self.analysis.flows, &mut self.tallies);
-        self.table.evict(now_ns, |f| {
-            let tally = tallies.remove(&f.id).unwrap_or_default();
-            flows.push(verdict::summarise(
-                f,
-                &tally.counts,
-                tally.lost_ns,
-                tally.worst_ns,
-            ));
-        });
     }
 
     /// Ends the run: every flow still open is summarised.
     pub fn finish(mut self) -> Analysis {
         let (flows, tallies) = (&mut self.analysis.flows, &mut self.tallies);
-        self.table.drain(|f| {
-            let tally = tallies.remove(&f.id).unwrap_or_default();
-            flows.push(verdict::summarise(
-                f,
-                &tally.counts,
-                tally.lost_ns,
-                tally.worst_ns,
-            ));
-        });
+        self.table.drain(|f| retire(flows, tallies, f));
         self.analysis.flows.sort_by_key(|f| f.id);
         self.analysis
     }
+}
+
+/// Summarises a flow leaving the table, with the tallies of its stalls.
+fn retire(flows: &mut Vec<FlowSummary>, tallies: &mut FxHashMap<u64, FlowTally>, flow: Flow) {
+    let tally = tallies.remove(&flow.id).unwrap_or_default();
+    flows.push(verdict::summarise(
+        flow,
+        &tally.counts,
+        tally.lost_ns,
+        tally.worst_ns,
+    ));
 }
 
 /// Runs the rules, in order, on `seg` against the flow state before it.
@@ -301,16 +315,15 @@ fn classify(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
         .or_else(|| cork::check(flow, side, seg))
 }
 
+/// Tallies a finding in its flow and builds its event (none for minor holds unless kept).
 fn record(
     config: &DetectorConfig,
-    analysis: &mut Analysis,
     tallies: &mut FxHashMap<u64, FlowTally>,
     flow: &Flow,
     side: Side,
     seg: &Segment,
     finding: Finding,
-) {
-    analysis.counts.add(finding.kind);
+) -> Option<StallEvent> {
     let tally = tallies.entry(flow.id).or_default();
     tally.counts.add(finding.kind);
     if finding.kind.is_stall() {
@@ -318,16 +331,17 @@ fn record(
         tally.worst_ns = tally.worst_ns.max(finding.delay_ns);
     }
     if !finding.kind.is_stall() && !config.keep_minor_events {
-        return;
+        return None;
     }
     let dir = flow.dir(side);
     let mut writes = dir.burst.recorded().to_vec();
     if seg.payload_len > 0 && finding.kind != StallKind::Rto {
         writes.push(seg.payload_len);
     }
-    analysis.events.push(StallEvent {
+    Some(StallEvent {
         finding,
         flow_id: flow.id,
+        ordinal: 0,
         client: flow.client,
         server: flow.server,
         ts_ns: seg.ts_ns,
@@ -339,7 +353,7 @@ fn record(
             StallKind::NagleDelayedAck => finding.ack_delay_ns.map(PeerStack::from_ack_delay),
             _ => None,
         },
-    });
+    })
 }
 
 #[cfg(test)]

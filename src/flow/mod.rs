@@ -390,7 +390,8 @@ pub struct PrevPacket {
 /// One TCP connection (or, after port reuse, one incarnation of a 4-tuple).
 #[derive(Debug, Clone)]
 pub struct Flow {
-    /// Sequential number, in order of first appearance.
+    /// Position of the flow's first segment among all segments analysed (0-based): unique,
+    /// and in order of first appearance.
     pub id: u64,
     /// The connection initiator.
     pub client: Endpoint,
@@ -670,7 +671,6 @@ pub struct FlowTable {
     /// The flows; `None` marks a free slot listed in `free`.
     slots: Vec<Option<(FlowKey, Flow)>>,
     free: Vec<u32>,
-    next_id: u64,
 }
 
 /// What [`FlowTable::lookup`] found.
@@ -706,16 +706,22 @@ impl FlowTable {
         Some(flow)
     }
 
-    /// Finds or creates the flow of `seg`. A SYN on a closed 4-tuple (port reuse) starts a new
-    /// flow and returns the old one in [`Lookup::replaced`].
-    pub fn lookup(&mut self, seg: &Segment) -> Lookup<'_> {
+    /// Finds or creates the flow of `seg`, the `ordinal`-th segment of the input (0-based; it
+    /// becomes the id of a new flow). A SYN on a 4-tuple already in use with another ISN (port
+    /// reuse), or any segment of a flow that is retirable by its own times (closed more than
+    /// [`CLOSE_GRACE_NS`] ago, idle for [`IDLE_TIMEOUT_NS`]), starts a new flow and returns the
+    /// old one in [`Lookup::replaced`]: the outcome depends on the flow's packets alone, not on
+    /// when the table was last swept.
+    pub fn lookup(&mut self, seg: &Segment, ordinal: u64) -> Lookup<'_> {
         let (key, _) = FlowKey::of(seg);
         let mut replaced = None;
         let mut slot = self.index.get(&key).copied();
-        if let (Some(old), true) = (slot, seg.has(flags::SYN) && !seg.has(flags::ACK)) {
+        if let Some(old) = slot {
             if let Some(Some((_, flow))) = self.slots.get(old as usize) {
                 let dir = flow.dir(flow.side_of(seg));
-                if dir.seen && dir.isn != seg.seq {
+                let reused =
+                    seg.has(flags::SYN) && !seg.has(flags::ACK) && dir.seen && dir.isn != seg.seq;
+                if reused || flow.retirable(seg.ts_ns) {
                     replaced = self.remove_slot(old);
                     slot = None;
                 }
@@ -724,8 +730,7 @@ impl FlowTable {
         let slot = match slot {
             Some(slot) => slot,
             None => {
-                let flow = Flow::new(self.next_id, seg);
-                self.next_id += 1;
+                let flow = Flow::new(ordinal, seg);
                 let slot = match self.free.pop() {
                     Some(free) => free,
                     None => {

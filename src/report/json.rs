@@ -171,7 +171,10 @@ pub fn write(out: &mut impl Write, a: &Analysis, input: &InputFacts) -> io::Resu
     let labels: FxHashMap<u64, String> = a.flows.iter().map(|f| (f.id, f.label())).collect();
     for (i, e) in a.events.iter().enumerate() {
         out.write_all(if i == 0 { b"\n" } else { b",\n" })?;
-        let label = labels.get(&e.flow_id).map(String::as_str).unwrap_or_default();
+        let label = labels
+            .get(&e.flow_id)
+            .map(String::as_str)
+            .unwrap_or_default();
         serde_json::to_writer(&mut *out, &event(e, label))?;
     }
     write!(out, "\n],\n\"flows\": [")?;

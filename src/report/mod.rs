@@ -3,7 +3,11 @@
 pub mod json;
 pub mod text;
 
-/// Nanoseconds as milliseconds with one decimal, for people.
+/// A duration for people: milliseconds with one decimal, seconds from 10 s up.
 pub fn ms(ns: u64) -> String {
-    format!("{:.1} ms", ns as f64 / 1e6)
+    if ns >= 10_000_000_000 {
+        format!("{:.1} s", ns as f64 / 1e9)
+    } else {
+        format!("{:.1} ms", ns as f64 / 1e6)
+    }
 }
