@@ -553,3 +553,117 @@ fn workers_do_not_change_the_output() {
     assert_eq!(outputs[0], outputs[1], "1 and 2 detector threads");
     assert_eq!(outputs[0], outputs[2], "1 and 3 detector threads");
 }
+
+/// A server process stopped (killed) on drop, also when the test fails.
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    listener.local_addr().expect("local address").port()
+}
+
+fn wait_listening(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "server on port {port} did not start within 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Ten keep-alive GETs on one connection with curl, captured by tcpdump, then analysed.
+fn capture_keep_alive_gets(dir: &Scratch, name: &str, port: u16) -> Value {
+    wait_listening(port);
+    let file = dir.path(&format!("{name}.pcap"));
+    let dump = Tcpdump::start(&file, &["tcp", "port", &port.to_string()]);
+    let url = format!("http://127.0.0.1:{port}/index.html");
+    let mut curl = Command::new("curl");
+    curl.args(["-s", "--max-time", "20"]);
+    for _ in 0..10 {
+        curl.args(["-o", "/dev/null", &url]);
+    }
+    let status = curl
+        .status()
+        .expect("curl must be installed (scripts/install-deps)");
+    dump.stop();
+    assert!(status.success(), "{name}: curl failed");
+    analyze_json(&file)
+}
+
+/// Real servers: CPython's http.server writes headers and body apart (CPython issue 108736),
+/// nginx does too with `sendfile on; tcp_nodelay off`, and not with its default
+/// `tcp_nodelay on`.
+#[test]
+fn real_servers_on_keep_alive() {
+    let dir = Scratch::new("servers");
+    fs::write(dir.path("index.html"), "x".repeat(300)).expect("write index.html");
+
+    let port = free_port();
+    let script = "import http.server, sys\n\
+        class H(http.server.SimpleHTTPRequestHandler):\n    protocol_version = 'HTTP/1.1'\n    \
+        def log_message(self, *a): pass\n\
+        http.server.ThreadingHTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()\n";
+    let python = Server(
+        Command::new("python3")
+            .args(["-c", script, &port.to_string()])
+            .current_dir(&dir.0)
+            .spawn()
+            .expect("python3"),
+    );
+    let v = verdicts(&capture_keep_alive_gets(&dir, "python", port), None);
+    drop(python);
+    assert_eq!(
+        count(&v, "nagle_delayed_ack", "server"),
+        9,
+        "CPython http.server: {v:?}"
+    );
+    assert_eq!(total(&v), 9, "{v:?}");
+
+    for (nodelay, stalls) in [("on", 0), ("off", 9)] {
+        let port = free_port();
+        let root = dir.0.display();
+        let conf = dir.path(&format!("nginx-{nodelay}.conf"));
+        fs::write(
+            &conf,
+            format!(
+                "daemon off; master_process off; worker_processes 1;\n\
+                 error_log {root}/nginx-error.log; pid {root}/nginx-{nodelay}.pid;\n\
+                 events {{ worker_connections 64; }}\n\
+                 http {{ access_log off; sendfile on; tcp_nodelay {nodelay}; keepalive_timeout 30;\n\
+                 client_body_temp_path {root}; proxy_temp_path {root}; fastcgi_temp_path {root};\n\
+                 uwsgi_temp_path {root}; scgi_temp_path {root};\n\
+                 server {{ listen 127.0.0.1:{port}; root {root}; }} }}\n"
+            ),
+        )
+        .expect("write nginx.conf");
+        let nginx = Server(
+            Command::new("nginx")
+                .arg("-c")
+                .arg(&conf)
+                .arg("-p")
+                .arg(&dir.0)
+                .spawn()
+                .expect("nginx must be installed (nginx-light, scripts/install-deps)"),
+        );
+        let v = verdicts(
+            &capture_keep_alive_gets(&dir, &format!("nginx-{nodelay}"), port),
+            None,
+        );
+        drop(nginx);
+        assert_eq!(
+            count(&v, "nagle_delayed_ack", "server"),
+            stalls,
+            "nginx tcp_nodelay {nodelay}: {v:?}"
+        );
+        assert_eq!(total(&v), stalls, "nginx tcp_nodelay {nodelay}: {v:?}");
+    }
+}
