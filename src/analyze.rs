@@ -35,7 +35,8 @@ const WARNINGS_SHOWN: u64 = 20;
 /// Arguments of `tcpstall analyze`.
 #[derive(Args, Debug, Clone)]
 pub struct AnalyzeArgs {
-    /// Capture files (pcap or pcapng); `-` reads standard input.
+    /// Capture files (pcap or pcapng); `-` reads standard input, e.g. `tcpdump -w - | tcpstall
+    /// analyze -`: Ctrl-C then stops tcpdump, and the report covers what it captured.
     #[arg(required = true)]
     pub files: Vec<PathBuf>,
     /// Exit 1 when a stall is found.
@@ -59,6 +60,9 @@ pub struct AnalyzeArgs {
 
 /// Analyses the captures and prints the report on standard output.
 pub fn run(args: &AnalyzeArgs) -> anyhow::Result<Outcome> {
+    if args.files.iter().any(|f| f == Path::new("-")) {
+        keep_reading_on_interrupt();
+    }
     let config = DetectorConfig {
         keep_minor_events: args.minor,
     };
@@ -83,6 +87,17 @@ pub fn run(args: &AnalyzeArgs) -> anyhow::Result<Outcome> {
     } else {
         Outcome::Done
     })
+}
+
+/// `tcpdump -w - | tcpstall analyze -` stopped with Ctrl-C: the terminal interrupts both.
+/// tcpdump then flushes and exits, which ends our input; ignoring the interrupt here lets the
+/// report of what was read come out instead of nothing.
+fn keep_reading_on_interrupt() {
+    use nix::sys::signal::{signal, SigHandler, Signal};
+    // SAFETY: SIG_IGN installs no handler code, so nothing runs in signal context.
+    if let Err(err) = unsafe { signal(Signal::SIGINT, SigHandler::SigIgn) } {
+        eprintln!("tcpstall: warning: cannot ignore Ctrl-C while reading standard input: {err}");
+    }
 }
 
 /// Runs the detector over `files` in order, on `workers` detector threads (flows split between

@@ -40,6 +40,32 @@ impl Drop for Scratch {
     }
 }
 
+/// Waits until tcpdump, writing to `child`'s stderr, says "listening on" (its filter is
+/// attached); kills the child and fails after 10 s.
+fn wait_for_listening(child: &mut Child) {
+    let mut stderr = child.stderr.take().expect("piped stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::Read;
+        let mut buf = [0u8; 256];
+        let mut seen = Vec::new();
+        while let Ok(n) = stderr.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            seen.extend_from_slice(&buf[..n]);
+            if String::from_utf8_lossy(&seen).contains("listening on") {
+                let _ = tx.send(());
+            }
+        }
+    });
+    if rx.recv_timeout(Duration::from_secs(10)).is_err() {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("tcpdump did not start listening within 10 s (needs root and tcpdump)");
+    }
+}
+
 /// tcpdump on `lo`, stopped (SIGINT, then kill) on drop, also when the test fails.
 struct Tcpdump(Child);
 
@@ -53,27 +79,8 @@ impl Tcpdump {
             .stderr(Stdio::piped())
             .spawn()
             .expect("tcpdump must be installed (scripts/install-deps) and the test run as root");
-        // tcpdump says "listening on" once the filter is attached.
-        let mut stderr = child.stderr.take().expect("tcpdump stderr");
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            use std::io::Read;
-            let mut buf = [0u8; 256];
-            let mut seen = Vec::new();
-            while let Ok(n) = stderr.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                seen.extend_from_slice(&buf[..n]);
-                if String::from_utf8_lossy(&seen).contains("listening on") {
-                    let _ = tx.send(());
-                }
-            }
-        });
-        let guard = Tcpdump(child);
-        rx.recv_timeout(Duration::from_secs(10))
-            .expect("tcpdump did not start listening within 10 s");
-        guard
+        wait_for_listening(&mut child);
+        Tcpdump(child)
     }
 
     fn stop(mut self) {
@@ -666,4 +673,74 @@ fn real_servers_on_keep_alive() {
         );
         assert_eq!(total(&v), stalls, "nginx tcp_nodelay {nodelay}: {v:?}");
     }
+}
+
+/// `tcpdump -w - | tcpstall analyze -`, stopped with Ctrl-C (SIGINT to the whole pipeline, as a
+/// terminal sends it): the report of what was captured still comes out.
+#[test]
+fn live_pipe_from_tcpdump_stopped_by_interrupt() {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::process::CommandExt;
+
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("address").port();
+    let pipeline = format!(
+        "tcpdump -i lo -s 128 --immediate-mode -U -w - tcp port {port} | {BIN} analyze --json -"
+    );
+    let mut child = Command::new("sh")
+        .args(["-c", &pipeline])
+        .process_group(0)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("sh");
+    let group = nix::unistd::Pid::from_raw(-(child.id() as i32));
+    wait_for_listening(&mut child);
+
+    // Echo server; the client writes each request in two parts: 4 of 5 turns stall.
+    let server = std::thread::spawn(move || {
+        let (conn, _) = listener.accept().expect("accept");
+        conn.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        let mut reader = BufReader::new(conn.try_clone().expect("clone"));
+        let mut conn = conn;
+        for _ in 0..5 {
+            let mut line = String::new();
+            reader.read_line(&mut line).expect("read request");
+            conn.write_all(line.as_bytes()).expect("answer");
+        }
+    });
+    {
+        let mut client = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        client
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        let mut reader = BufReader::new(client.try_clone().expect("clone"));
+        for _ in 0..5 {
+            client.write_all(b"hello ").expect("write");
+            client.write_all(b"world\r\n").expect("write");
+            let mut line = String::new();
+            reader.read_line(&mut line).expect("read answer");
+        }
+    }
+    server.join().expect("server");
+    std::thread::sleep(Duration::from_millis(200));
+    let _ = nix::sys::signal::kill(group, nix::sys::signal::Signal::SIGINT);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while child.try_wait().ok().flatten().is_none() {
+        if Instant::now() > deadline {
+            let _ = nix::sys::signal::kill(group, nix::sys::signal::Signal::SIGKILL);
+            let _ = child.wait();
+            panic!("the pipeline did not end within 10 s of Ctrl-C");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().expect("output");
+    let v: Value = serde_json::from_slice(&out.stdout).expect("a JSON report after Ctrl-C");
+    let stalls = verdicts(&v, Some(u64::from(port)));
+    assert_eq!(
+        count(&stalls, "nagle_delayed_ack", "client"),
+        4,
+        "{stalls:?}"
+    );
 }
