@@ -482,15 +482,7 @@ fn damaged_input() {
     }
 
     // Records in reverse order: time runs backwards; analysed without a panic, no stall made up.
-    let mut records = Vec::new();
-    let mut at = 24;
-    while at + 16 <= good.len() {
-        let incl =
-            u32::from_le_bytes([good[at + 8], good[at + 9], good[at + 10], good[at + 11]]) as usize;
-        let end = (at + 16 + incl).min(good.len());
-        records.push(&good[at..end]);
-        at = end;
-    }
+    let (_, records) = pcap_records(&good);
     let mut reversed = good[..24].to_vec();
     for r in records.iter().rev() {
         reversed.extend_from_slice(r);
@@ -743,4 +735,62 @@ fn live_pipe_from_tcpdump_stopped_by_interrupt() {
         4,
         "{stalls:?}"
     );
+}
+
+/// Splits a little-endian pcap into its file header and records.
+fn pcap_records(bytes: &[u8]) -> (&[u8], Vec<&[u8]>) {
+    let mut records = Vec::new();
+    let mut at = 24;
+    while at + 16 <= bytes.len() {
+        let field =
+            |i: usize| u32::from_le_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]);
+        let end = (at + 16 + field(at + 8) as usize).min(bytes.len());
+        records.push(&bytes[at..end]);
+        at = end;
+    }
+    (&bytes[..24], records)
+}
+
+/// A snap length that cuts the TCP options (window scale, timestamps) still shows the stall;
+/// a packet missing from the capture is reported as a gap rather than guessed around.
+#[test]
+fn cut_options_and_missing_packets() {
+    let dir = Scratch::new("cut");
+    let good = fs::read(format!("{FIXTURES}/split_response.pcap")).expect("fixture");
+    let (header, records) = pcap_records(&good);
+
+    let mut snap60 = header.to_vec();
+    snap60[16..20].copy_from_slice(&60u32.to_le_bytes());
+    for r in &records {
+        let keep = r.len().min(16 + 60);
+        let mut rec = r[..keep].to_vec();
+        rec[8..12].copy_from_slice(&((keep - 16) as u32).to_le_bytes());
+        snap60.extend_from_slice(&rec);
+    }
+    let file = dir.path("snap60.pcap");
+    fs::write(&file, &snap60).expect("write");
+    let v = analyze_json(&file);
+    assert_eq!(
+        v["summary"]["stalls"]["nagle_delayed_ack"], 9,
+        "{}",
+        v["summary"]
+    );
+
+    // Drop the first response's header segment (packet 6: the server's first data).
+    let mut gap = header.to_vec();
+    for (i, r) in records.iter().enumerate() {
+        if i != 5 {
+            gap.extend_from_slice(r);
+        }
+    }
+    let file = dir.path("gap.pcap");
+    fs::write(&file, &gap).expect("write");
+    let v = analyze_json(&file);
+    assert_eq!(
+        v["summary"]["flows_with_capture_gaps"], 1,
+        "{}",
+        v["summary"]
+    );
+    let text = run(&["analyze", file.to_str().unwrap_or_default()]);
+    assert!(String::from_utf8_lossy(&text.stdout).contains("miss data in the capture"));
 }

@@ -203,6 +203,8 @@ pub struct FlowSummary {
     pub bytes: [u64; 2],
     /// Retransmitted segments, both directions.
     pub retransmissions: u64,
+    /// Sequence gaps (data the capture missed), both directions.
+    pub capture_gaps: u64,
     /// Request/response turns.
     pub requests: u64,
     /// Events per kind.
@@ -267,6 +269,7 @@ pub fn summarise(mut flow: Flow, counts: &KindCounts, lost_ns: u64, worst_ns: u6
         packets: c.packets + s.packets,
         bytes: [c.bytes, s.bytes],
         retransmissions: c.retransmissions + s.retransmissions,
+        capture_gaps: c.gaps + s.gaps,
         requests: flow.turns.requests,
         counts: *counts,
         time_lost_ns: lost_ns,

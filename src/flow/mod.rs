@@ -287,6 +287,9 @@ pub struct Direction {
     pub bytes: u64,
     /// Segments that repeated sequence space already sent.
     pub retransmissions: u64,
+    /// Segments that started beyond `snd_nxt`: the capture missed data before them (dropped
+    /// by the capturing host, or taken on another path).
+    pub gaps: u64,
     /// A FIN was sent.
     pub fin: bool,
 }
@@ -383,7 +386,8 @@ pub struct PrevPacket {
     /// Window it advertised, scaled.
     pub window: u64,
     /// Before it, the receiving side had filled the window its sender advertised earlier:
-    /// that side was window-limited, not held by Nagle.
+    /// that side was window-limited, not held by Nagle (judged only when the window scale is
+    /// known).
     pub window_limited: bool,
 }
 
@@ -564,6 +568,9 @@ impl Flow {
             d.mss = seg.payload_len;
         }
         if seg.payload_len > 0 {
+            if d.packets > 1 && seq_lt(d.snd_nxt, seg.seq) {
+                d.gaps += 1;
+            }
             if seq_lt(seg.seq, d.snd_nxt) && d.packets > 1 {
                 d.retransmissions += 1;
             } else {
@@ -655,7 +662,10 @@ impl Flow {
             una_before,
             advanced_una: advanced,
             window,
-            window_limited: self.dirs[me].seen
+            // Only with window scaling seen in both SYNs: a snap length that cuts the SYN's
+            // options hides the scale and leaves windows that look tiny.
+            window_limited: self.scaling
+                && self.dirs[me].seen
                 && u64::from(self.dirs[peer].snd_nxt.wrapping_sub(una_before)) >= window_before
                 && window_before > 0,
         });

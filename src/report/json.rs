@@ -107,6 +107,7 @@ pub struct FlowJson {
     bytes_client_to_server: u64,
     bytes_server_to_client: u64,
     retransmissions: u64,
+    capture_gaps: u64,
     requests: u64,
     stalls: KindsJson,
     time_lost_ms: f64,
@@ -142,6 +143,7 @@ pub fn flow(f: &FlowSummary, flow_events: &[&StallEvent]) -> FlowJson {
         bytes_client_to_server: f.bytes[0],
         bytes_server_to_client: f.bytes[1],
         retransmissions: f.retransmissions,
+        capture_gaps: f.capture_gaps,
         requests: f.requests,
         stalls: kinds(&f.counts),
         time_lost_ms: ms(f.time_lost_ns),
@@ -164,6 +166,7 @@ pub fn write(out: &mut impl Write, a: &Analysis, input: &InputFacts) -> io::Resu
         "stalls": kinds(&a.counts),
         "stall_total": a.stall_count(),
         "warnings": input.warnings,
+        "flows_with_capture_gaps": a.flows.iter().filter(|f| f.capture_gaps > 0).count(),
         "files": input.files,
     });
     write!(out, "{{\"summary\": {summary},\n\"events\": [")?;

@@ -47,6 +47,14 @@ pub fn summary(a: &Analysis, input: &InputFacts) -> String {
         );
     }
     out.push('\n');
+    let gappy = a.flows.iter().filter(|f| f.capture_gaps > 0).count();
+    if gappy > 0 {
+        let _ = writeln!(
+            out,
+            "note: {gappy} flows miss data in the capture (sequence gaps); stalls there may go \
+             unseen: capture on the host itself, or with a larger buffer (tcpdump -B)"
+        );
+    }
     if input.warnings > 0 {
         let _ = writeln!(
             out,
