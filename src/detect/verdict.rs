@@ -149,8 +149,9 @@ pub struct Pattern<'a> {
     pub kind: StallKind,
     /// The side whose data waited.
     pub held_side: Side,
-    /// The first event, whose writes name the pattern.
-    pub first: &'a StallEvent,
+    /// The latest event, whose writes and delay name the pattern: the steady state, after a
+    /// new connection's quick-ACK start.
+    pub example: &'a StallEvent,
     /// How many events.
     pub count: u64,
 }
@@ -174,11 +175,14 @@ pub fn patterns<'a>(flow_events: &[&'a StallEvent]) -> Vec<Pattern<'a>> {
             .iter_mut()
             .find(|p| p.kind == kind && p.held_side == held_side)
         {
-            Some(p) => p.count += 1,
+            Some(p) => {
+                p.count += 1;
+                p.example = e;
+            }
             None => found.push(Pattern {
                 kind,
                 held_side,
-                first: e,
+                example: e,
                 count: 1,
             }),
         }

@@ -127,7 +127,7 @@ pub fn flow(f: &FlowSummary, flow_events: &[&StallEvent]) -> FlowJson {
             kind: p.kind.name(),
             held_side: p.held_side.name(),
             count: p.count,
-            explanation: explain(p.first),
+            explanation: explain(p.example),
             fixes: fixes(p.kind, p.held_side),
         })
         .collect();
