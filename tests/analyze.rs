@@ -221,7 +221,11 @@ fn check_fixture(name: &str, analysis: &Value, exact: bool) {
         "rto" => {
             let n = count(&v, "rto", "client");
             assert!(n >= 1, "{name}: {v:?}");
-            assert_eq!(total(&v), n, "{name}: only the client's timer-driven resends: {v:?}");
+            assert_eq!(
+                total(&v),
+                n,
+                "{name}: only the client's timer-driven resends: {v:?}"
+            );
             assert_eq!(count(&v, "nagle_delayed_ack", "client"), 0, "{name}: {v:?}");
             assert_eq!(count(&v, "nagle_delayed_ack", "server"), 0, "{name}: {v:?}");
         }
