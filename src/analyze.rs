@@ -1,7 +1,9 @@
 //! `tcpstall analyze`: find and explain stalls in pcap/pcapng captures.
 //!
-//! The files are read in order into one [`Detector`] (so a capture rotated with `tcpdump -C`
-//! keeps its flows), streaming: memory follows the number of active flows, not the file size.
+//! The files are read in order as one input (so a capture rotated with `tcpdump -C` keeps its
+//! flows), streaming: memory follows the number of active flows, not the file size. One thread
+//! reads and decodes; [`Detector`]s on `--workers` threads each take a share of the flows, and
+//! their analyses merge into what a single detector would have found.
 
 use std::hash::{Hash, Hasher};
 use std::io::{self, IsTerminal, Read, Write};
