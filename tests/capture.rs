@@ -616,3 +616,11 @@ fn raw_ip_link_type_numbers() {
         fs::remove_file(&path).expect("temporary file removed");
     }
 }
+
+#[test]
+fn ipv6_extension_headers_before_tcp() {
+    let stats = assert_reads_like_tshark("lo-ipv6-ext.pcap");
+    // The client's half of the segments carry hop-by-hop and destination options headers.
+    assert_eq!(stats.undecodable, 0);
+    assert!(stats.tcp_segments >= 20);
+}

@@ -242,9 +242,10 @@ impl<R: Read> FrameReader<R> {
                 order: ByteOrder::Little,
                 interfaces: Vec::new(),
             }
-        } else if [PCAP_MAGIC_US, PCAP_MAGIC_NS, PCAP_MAGIC_MODIFIED]
+        } else if [PCAP_MAGIC_US, PCAP_MAGIC_NS]
             .iter()
             .any(|&m| m == magic || m.swap_bytes() == magic)
+            || magic == PCAP_MAGIC_MODIFIED
         {
             if head.len() < 24 {
                 return Err(CaptureError::Truncated {
@@ -261,7 +262,9 @@ impl<R: Read> FrameReader<R> {
                     })
                 }
             };
-            let code = header.network.0 as u32;
+            // The upper 16 bits may carry FCS flags (libpcap `LT_LINKTYPE`); trailing FCS
+            // bytes are harmless here since lengths come from the IP header.
+            let code = header.network.0 as u32 & 0xffff;
             let link = LinkType::from_code(code).ok_or(code);
             if let Err(code) = link {
                 return Err(CaptureError::UnsupportedLinkType {
@@ -269,7 +272,6 @@ impl<R: Read> FrameReader<R> {
                     name: link_type_name(code),
                 });
             }
-            let modified = header.is_modified_format() || magic == PCAP_MAGIC_MODIFIED.swap_bytes();
             let format = Format::Pcap {
                 order: if header.is_bigendian() {
                     ByteOrder::Big
@@ -277,7 +279,7 @@ impl<R: Read> FrameReader<R> {
                     ByteOrder::Little
                 },
                 nanoseconds: header.is_nanosecond_precision(),
-                record_header_len: if modified { 24 } else { 16 },
+                record_header_len: if header.is_modified_format() { 24 } else { 16 },
                 link,
             };
             input.consume(24);
