@@ -815,3 +815,55 @@ fn cut_options_and_missing_packets() {
     let text = run(&["analyze", file.to_str().unwrap_or_default()]);
     assert!(String::from_utf8_lossy(&text.stdout).contains("miss data in the capture"));
 }
+
+/// memcached answers a GET in one `sendmsg` (header, value and END together): no stall on a
+/// keep-alive connection, even for the 1400-4000 B values of the 002 source.
+#[test]
+fn real_memcached_is_clean() {
+    use std::io::Read;
+    let dir = Scratch::new("memcached");
+    let port = free_port();
+    let _memcached = Server(
+        Command::new("memcached")
+            .args([
+                "-l",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "-U",
+                "0",
+                "-u",
+                "root",
+            ])
+            .spawn()
+            .expect("memcached must be installed (scripts/install-deps)"),
+    );
+    wait_listening(port);
+    let file = dir.path("memcached.pcap");
+    let dump = Tcpdump::start(&file, &["tcp", "port", &port.to_string()]);
+    {
+        let mut conn = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        conn.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        let value = "v".repeat(2400);
+        conn.write_all(format!("set k 0 0 {}\r\n{value}\r\n", value.len()).as_bytes())
+            .expect("set");
+        let mut buf = vec![0u8; 65536];
+        let n = conn.read(&mut buf).expect("STORED");
+        assert_eq!(&buf[..n], b"STORED\r\n");
+        let answer = format!("VALUE k 0 {}\r\n{value}\r\nEND\r\n", value.len()).len();
+        for _ in 0..10 {
+            conn.write_all(b"get k\r\n").expect("get");
+            let mut got = 0;
+            while got < answer {
+                let n = conn.read(&mut buf).expect("read answer");
+                assert!(n > 0, "memcached closed the connection");
+                got += n;
+            }
+        }
+    }
+    dump.stop();
+    let v = analyze_json(&file);
+    assert_eq!(v["summary"]["flows"], 1);
+    assert_eq!(v["summary"]["stall_total"], 0, "{}", v["summary"]);
+}
