@@ -6,7 +6,9 @@ use crate::Outcome;
 
 /// Arguments of `tcpstall fix`.
 #[derive(Args, Debug, Clone)]
-pub struct FixArgs {}
+pub struct FixArgs {
+
+}
 
 /// Runs `tcpstall fix`.
 pub fn run(_args: &FixArgs) -> anyhow::Result<Outcome> {

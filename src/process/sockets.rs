@@ -6,7 +6,9 @@ use crate::Outcome;
 
 /// Arguments of `tcpstall sockets`.
 #[derive(Args, Debug, Clone)]
-pub struct SocketsArgs {}
+pub struct SocketsArgs {
+
+}
 
 /// Runs `tcpstall sockets`.
 pub fn run(_args: &SocketsArgs) -> anyhow::Result<Outcome> {
