@@ -1,23 +1,308 @@
 //! `tcpstall analyze`: find and explain stalls in pcap/pcapng captures.
+//!
+//! The files are read in order as one input (so a capture rotated with `tcpdump -C` keeps its
+//! flows), streaming: memory follows the number of active flows, not the file size. One thread
+//! reads and decodes; [`Detector`]s on `--workers` threads each take a share of the flows, and
+//! their analyses merge into what a single detector would have found.
 
-use std::path::PathBuf;
+use std::hash::{Hash, Hasher};
+use std::io::{self, IsTerminal, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use clap::Args;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use rustc_hash::FxHasher;
 
+use crate::capture::{for_each_segment, open_input, CaptureStats};
+use crate::decode::Segment;
+use crate::detect::{Analysis, Detector, DetectorConfig};
+use crate::flow::FlowKey;
+use crate::report::json::InputFacts;
+use crate::report::{json, text};
 use crate::Outcome;
+
+/// Segments handed to a detector thread at a time.
+const BATCH: usize = 4096;
+/// Most detector threads.
+const MAX_WORKERS: usize = 64;
+/// Batches queued for each detector thread before the reader waits.
+const BATCHES_IN_FLIGHT: usize = 8;
+
+/// Warnings printed one by one; later ones are only counted.
+const WARNINGS_SHOWN: u64 = 20;
 
 /// Arguments of `tcpstall analyze`.
 #[derive(Args, Debug, Clone)]
 pub struct AnalyzeArgs {
-    /// Capture files (pcap or pcapng); `-` reads standard input.
+    /// Capture files (pcap or pcapng); `-` reads standard input, e.g. `tcpdump -w - | tcpstall
+    /// analyze -`: Ctrl-C then stops tcpdump, and the report covers what it captured.
     #[arg(required = true)]
     pub files: Vec<PathBuf>,
     /// Exit 1 when a stall is found.
     #[arg(long)]
     pub fail_on_stall: bool,
+    /// Print JSON (stable keys: summary.packets, summary.flows, summary.stalls, events).
+    #[arg(long)]
+    pub json: bool,
+    /// Add a per-flow table to the text report.
+    #[arg(long)]
+    pub flows: bool,
+    /// Also list minor Nagle holds (released by an ordinary ACK) as events.
+    #[arg(long)]
+    pub minor: bool,
+    /// Detector threads [default: one less than the CPUs, at least 1]; flows are split between
+    /// them by 4-tuple and the output is the same for any number (reading and decoding run on
+    /// one more thread).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub workers: Option<u16>,
 }
 
-/// Analyses the captures.
-pub fn run(_args: &AnalyzeArgs) -> anyhow::Result<Outcome> {
-    anyhow::bail!("analyze is not built yet")
+/// Analyses the captures and prints the report on standard output.
+pub fn run(args: &AnalyzeArgs) -> anyhow::Result<Outcome> {
+    if args.files.iter().any(|f| f == Path::new("-")) {
+        keep_reading_on_interrupt();
+    }
+    let config = DetectorConfig {
+        keep_minor_events: args.minor,
+    };
+    let workers = match args.workers {
+        Some(n) => usize::from(n),
+        None => std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1)),
+    };
+    let (analysis, facts) = analyse_files(&args.files, config, workers)?;
+    let mut out = io::BufWriter::new(io::stdout().lock());
+    if args.json {
+        json::write(&mut out, &analysis, &facts)?;
+    } else {
+        write!(out, "{}", text::summary(&analysis, &facts))?;
+        if args.flows {
+            writeln!(out)?;
+            write!(out, "{}", text::flow_table(&analysis))?;
+        }
+    }
+    out.flush()?;
+    Ok(if analysis.stall_count() > 0 {
+        Outcome::StallsFound
+    } else {
+        Outcome::Done
+    })
+}
+
+/// `tcpdump -w - | tcpstall analyze -` stopped with Ctrl-C: the terminal interrupts both.
+/// tcpdump then flushes and exits, which ends our input; ignoring the interrupt here lets the
+/// report of what was read come out instead of nothing.
+fn keep_reading_on_interrupt() {
+    use nix::sys::signal::{signal, SigHandler, Signal};
+    // SAFETY: SIG_IGN installs no handler code, so nothing runs in signal context.
+    if let Err(err) = unsafe { signal(Signal::SIGINT, SigHandler::SigIgn) } {
+        eprintln!("tcpstall: warning: cannot ignore Ctrl-C while reading standard input: {err}");
+    }
+}
+
+/// Runs the detector over `files` in order, on `workers` detector threads (flows split between
+/// them by 4-tuple; the result is the same for any number); warnings about damaged input go to
+/// stderr.
+pub fn analyse_files(
+    files: &[PathBuf],
+    config: DetectorConfig,
+    workers: usize,
+) -> anyhow::Result<(Analysis, InputFacts)> {
+    let workers = workers.clamp(1, MAX_WORKERS);
+    let mut facts = InputFacts::default();
+    // Reading and decoding on this thread; each worker runs its own detector on the segments
+    // of its flows, fed in batches in capture order, each segment with its position in the
+    // whole input so that merging gives one detector's result.
+    let parts = std::thread::scope(|scope| -> anyhow::Result<Vec<Analysis>> {
+        let (recycle, recycled) = mpsc::channel::<Vec<(u64, Segment)>>();
+        let mut handles = Vec::with_capacity(workers);
+        let mut queues = Vec::with_capacity(workers);
+        for _ in 0..workers {
+            let (queue, batches) = mpsc::sync_channel::<Vec<(u64, Segment)>>(BATCHES_IN_FLIGHT);
+            let recycle = recycle.clone();
+            let mut detector = Detector::new(config.clone());
+            handles.push(scope.spawn(move || {
+                for mut batch in batches {
+                    for (ordinal, seg) in &batch {
+                        detector.push_at(seg, *ordinal);
+                    }
+                    batch.clear();
+                    let _ = recycle.send(batch);
+                }
+                detector.finish()
+            }));
+            queues.push(queue);
+        }
+        let mut router = Router {
+            batches: (0..workers).map(|_| Vec::with_capacity(BATCH)).collect(),
+            queues,
+            recycled,
+            ordinal: 0,
+        };
+        for path in files {
+            let stats = analyse_one(path, &mut router, &mut facts.warnings)
+                .with_context(|| format!("cannot analyse {}", display(path)))?;
+            facts.records += stats.packets;
+            facts.files.push(display(path));
+        }
+        router.flush();
+        drop(router);
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .map_err(|_| anyhow::anyhow!("a detector thread stopped unexpectedly"))
+            })
+            .collect()
+    })?;
+    if facts.warnings > WARNINGS_SHOWN {
+        eprintln!(
+            "tcpstall: warning: {} more warnings not shown",
+            facts.warnings - WARNINGS_SHOWN
+        );
+    }
+    Ok((Analysis::merge(parts), facts))
+}
+
+/// Sends each segment, numbered in input order, to the worker that owns its flow.
+struct Router {
+    batches: Vec<Vec<(u64, Segment)>>,
+    queues: Vec<mpsc::SyncSender<Vec<(u64, Segment)>>>,
+    recycled: mpsc::Receiver<Vec<(u64, Segment)>>,
+    ordinal: u64,
+}
+
+impl Router {
+    fn route(&mut self, seg: &Segment) {
+        let worker = if self.queues.len() == 1 {
+            0
+        } else {
+            // Both directions of a flow share the key, hence the worker.
+            let mut hasher = FxHasher::default();
+            FlowKey::of(seg).0.hash(&mut hasher);
+            (hasher.finish() % self.queues.len() as u64) as usize
+        };
+        let batch = &mut self.batches[worker];
+        batch.push((self.ordinal, *seg));
+        self.ordinal += 1;
+        if batch.len() == BATCH {
+            let empty = self
+                .recycled
+                .try_recv()
+                .unwrap_or_else(|_| Vec::with_capacity(BATCH));
+            let full = std::mem::replace(batch, empty);
+            // A send fails only when the worker is gone; its join reports why.
+            let _ = self.queues[worker].send(full);
+        }
+    }
+
+    fn flush(&mut self) {
+        for (batch, queue) in self.batches.iter_mut().zip(&self.queues) {
+            if !batch.is_empty() {
+                let _ = queue.send(std::mem::take(batch));
+            }
+        }
+    }
+}
+
+fn display(path: &Path) -> String {
+    if path == Path::new("-") {
+        "standard input".to_string()
+    } else {
+        path.display().to_string()
+    }
+}
+
+fn analyse_one(
+    path: &Path,
+    router: &mut Router,
+    warnings: &mut u64,
+) -> anyhow::Result<CaptureStats> {
+    let input = open_input(path)?;
+    let size = std::fs::metadata(path)
+        .ok()
+        .filter(|m| m.is_file())
+        .map(|m| m.len());
+    let input = ProgressRead::new(input, size);
+    let name = display(path);
+    let stats = for_each_segment(
+        input,
+        |seg| router.route(seg),
+        |w| {
+            *warnings += 1;
+            if *warnings <= WARNINGS_SHOWN {
+                eprintln!("tcpstall: warning: {name}: {w}");
+            }
+        },
+    )?;
+    Ok(stats)
+}
+
+/// Counts bytes read and shows a progress bar on stderr once reading has taken more than a
+/// second, only when stderr is a terminal (never in pipes or CI logs).
+struct ProgressRead<R> {
+    inner: R,
+    started: Instant,
+    bar: Option<ProgressBar>,
+    size: Option<u64>,
+    read: u64,
+    checked: u64,
+}
+
+impl<R: Read> ProgressRead<R> {
+    fn new(inner: R, size: Option<u64>) -> Self {
+        ProgressRead {
+            inner,
+            started: Instant::now(),
+            bar: None,
+            size,
+            read: 0,
+            checked: 0,
+        }
+    }
+
+    fn tick(&mut self) {
+        // Check the clock every 4 MiB, not every read.
+        if self.read - self.checked < 4 << 20 {
+            return;
+        }
+        self.checked = self.read;
+        if self.bar.is_none()
+            && self.started.elapsed() > Duration::from_secs(1)
+            && io::stderr().is_terminal()
+        {
+            let bar = match self.size {
+                Some(len) => ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr()),
+                None => ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr()),
+            };
+            if let Ok(style) = ProgressStyle::with_template(
+                "{spinner} {bytes}/{total_bytes} {wide_bar} {bytes_per_sec} eta {eta}",
+            ) {
+                bar.set_style(style);
+            }
+            self.bar = Some(bar);
+        }
+        if let Some(bar) = &self.bar {
+            bar.set_position(self.read);
+        }
+    }
+}
+
+impl<R: Read> Read for ProgressRead<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read += n as u64;
+        self.tick();
+        Ok(n)
+    }
+}
+
+impl<R> Drop for ProgressRead<R> {
+    fn drop(&mut self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
 }

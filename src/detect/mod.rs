@@ -1,1 +1,571 @@
 //! The stall detector, one rule per cause, shared by every verb.
+//!
+//! Streaming: feed segments in capture order with [`Detector::push`], then
+//! [`Detector::finish`] returns the [`Analysis`]. The lab, `watch` and `probe` feed the same
+//! detector as `analyze`, so each rule is written once. The rules follow the capture detection
+//! rule of the project's LINUX-TCP notes: a new segment is examined against the flow state
+//! *before* it, in this order: retransmission ([`rto`]), closed window ([`zero_window`]),
+//! Nagle hold released by an ACK ([`nagle`]), cork timer ([`cork`]). Anything else that delays
+//! a turn is think time and never a stall.
+
+pub mod cork;
+pub mod nagle;
+pub mod rto;
+pub mod verdict;
+pub mod zero_window;
+
+use rustc_hash::FxHashMap;
+
+use crate::decode::Segment;
+use crate::flow::{Endpoint, Flow, FlowTable, Side};
+
+pub use verdict::{FlowSummary, PeerStack};
+
+/// Events shorter than this are not stalls (the project's "clean" bound is 10 ms).
+pub const MIN_STALL_NS: u64 = 10_000_000;
+
+/// How often (capture time) the flow table is swept for closed and idle flows.
+const SWEEP_EVERY_NS: u64 = 1_000_000_000;
+
+/// What delayed a turn. The names are the stable JSON names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StallKind {
+    /// Nagle held a small segment until the peer's delayed ACK released it.
+    NagleDelayedAck,
+    /// Nagle held a small segment until an ordinary (undelayed) ACK: about one RTT, minor.
+    NagleMinor,
+    /// TCP_CORK / MSG_MORE data sent by the 200 ms-class probe timer.
+    CorkTimer,
+    /// A retransmission sent by the retransmission timer (no ACK triggered it).
+    Rto,
+    /// The sender waited for the receiver to open a zero window.
+    ZeroWindow,
+}
+
+impl StallKind {
+    /// Every kind, in report order.
+    pub const ALL: [StallKind; 5] = [
+        StallKind::NagleDelayedAck,
+        StallKind::CorkTimer,
+        StallKind::Rto,
+        StallKind::ZeroWindow,
+        StallKind::NagleMinor,
+    ];
+
+    /// Stable name, as in the JSON output.
+    pub fn name(self) -> &'static str {
+        match self {
+            StallKind::NagleDelayedAck => "nagle_delayed_ack",
+            StallKind::NagleMinor => "nagle_minor",
+            StallKind::CorkTimer => "cork_timer",
+            StallKind::Rto => "rto",
+            StallKind::ZeroWindow => "zero_window",
+        }
+    }
+
+    /// Counts as a stall (a minor Nagle hold costs one RTT and is reported apart).
+    pub fn is_stall(self) -> bool {
+        self != StallKind::NagleMinor
+    }
+
+    fn index(self) -> usize {
+        match self {
+            StallKind::NagleDelayedAck => 0,
+            StallKind::CorkTimer => 1,
+            StallKind::Rto => 2,
+            StallKind::ZeroWindow => 3,
+            StallKind::NagleMinor => 4,
+        }
+    }
+}
+
+/// Counts per [`StallKind`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KindCounts([u64; 5]);
+
+impl KindCounts {
+    /// Count of `kind`.
+    pub fn get(&self, kind: StallKind) -> u64 {
+        self.0[kind.index()]
+    }
+
+    fn add(&mut self, kind: StallKind) {
+        self.0[kind.index()] += 1;
+    }
+
+    /// Sum over the kinds that are stalls (minor Nagle holds excluded).
+    pub fn stalls(&self) -> u64 {
+        StallKind::ALL
+            .iter()
+            .filter(|k| k.is_stall())
+            .map(|k| self.get(*k))
+            .sum()
+    }
+}
+
+/// What one rule found about a segment.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Finding {
+    /// The cause.
+    pub kind: StallKind,
+    /// The side whose data waited.
+    pub held_side: Side,
+    /// The side whose ACK or window released it, when one did.
+    pub ack_side: Option<Side>,
+    /// How long the data waited, nanoseconds.
+    pub delay_ns: u64,
+    /// For delayed ACKs: the peer's delayed-ACK timeout, path RTT removed.
+    pub ack_delay_ns: Option<u64>,
+}
+
+impl Finding {
+    /// A stall of `kind` on `held_side`, released by the peer, if it lasted at least
+    /// [`MIN_STALL_NS`].
+    pub fn released_by_peer(kind: StallKind, held_side: Side, delay_ns: u64) -> Option<Finding> {
+        (delay_ns >= MIN_STALL_NS).then_some(Finding {
+            kind,
+            held_side,
+            ack_side: Some(held_side.peer()),
+            delay_ns,
+            ack_delay_ns: None,
+        })
+    }
+}
+
+/// One stall (or minor hold) in a flow.
+#[derive(Debug, Clone)]
+pub struct StallEvent {
+    /// The cause and sides.
+    pub finding: Finding,
+    /// [`Flow::id`] of the flow.
+    pub flow_id: u64,
+    /// Position of the released segment among all segments analysed (0-based).
+    pub ordinal: u64,
+    /// The flow's client.
+    pub client: Endpoint,
+    /// The flow's server.
+    pub server: Endpoint,
+    /// Capture time of the released segment, ns since the Unix epoch.
+    pub ts_ns: u64,
+    /// Packet number of the released segment in its capture.
+    pub packet_number: u64,
+    /// Payload of the released segment.
+    pub released_bytes: u32,
+    /// Sizes of the held side's data segments in this turn, the released one last: the
+    /// application's writes as the wire shows them.
+    pub writes: Vec<u32>,
+    /// The held side's MSS, for judging "sub-MSS".
+    pub mss: u32,
+    /// Peer stack guessed from the delayed-ACK timeout (Nagle × delayed ACK only).
+    pub peer_stack: Option<PeerStack>,
+}
+
+/// Detector settings.
+#[derive(Debug, Clone, Default)]
+pub struct DetectorConfig {
+    /// Also keep [`StallKind::NagleMinor`] events in [`Analysis::events`] (they are always
+    /// counted).
+    pub keep_minor_events: bool,
+}
+
+/// The result of a run.
+#[derive(Debug, Clone, Default)]
+pub struct Analysis {
+    /// Segments pushed.
+    pub packets: u64,
+    /// Stalls found, in capture order.
+    pub events: Vec<StallEvent>,
+    /// Counts per kind (minor Nagle holds included even when their events were not kept).
+    pub counts: KindCounts,
+    /// One summary per flow, in order of first appearance.
+    pub flows: Vec<FlowSummary>,
+    /// Capture time of the first and last segment.
+    pub span_ns: Option<(u64, u64)>,
+}
+
+impl Analysis {
+    /// Joins the analyses of detectors that each saw a share of the flows (fed with
+    /// [`Detector::push_at`]): events in input order, flows in order of first appearance, the
+    /// same result as one detector fed everything.
+    pub fn merge(parts: Vec<Analysis>) -> Analysis {
+        let mut all = Analysis::default();
+        for part in parts {
+            all.packets += part.packets;
+            for kind in StallKind::ALL {
+                all.counts.0[kind.index()] += part.counts.get(kind);
+            }
+            all.events.extend(part.events);
+            all.flows.extend(part.flows);
+            all.span_ns = match (all.span_ns, part.span_ns) {
+                (Some((f1, l1)), Some((f2, l2))) => Some((f1.min(f2), l1.max(l2))),
+                (a, b) => a.or(b),
+            };
+        }
+        all.events.sort_by_key(|e| e.ordinal);
+        all.flows.sort_by_key(|f| f.id);
+        all
+    }
+
+    /// Number of stalls (minor Nagle holds excluded).
+    pub fn stall_count(&self) -> u64 {
+        self.counts.stalls()
+    }
+}
+
+/// Per-flow tallies the rules update (only when they find something: not per packet).
+#[derive(Debug, Clone, Default)]
+struct FlowTally {
+    counts: KindCounts,
+    lost_ns: u64,
+    worst_ns: u64,
+}
+
+/// The streaming stall detector.
+#[derive(Debug, Default)]
+pub struct Detector {
+    config: DetectorConfig,
+    table: FlowTable,
+    tallies: FxHashMap<u64, FlowTally>,
+    analysis: Analysis,
+    last_sweep_ns: u64,
+}
+
+impl Detector {
+    /// A detector with `config`.
+    pub fn new(config: DetectorConfig) -> Detector {
+        Detector {
+            config,
+            ..Detector::default()
+        }
+    }
+
+    /// Active flows in the table.
+    pub fn active_flows(&self) -> usize {
+        self.table.len()
+    }
+
+    /// Feeds one segment, in capture order.
+    pub fn push(&mut self, seg: &Segment) {
+        self.push_at(seg, self.analysis.packets);
+    }
+
+    /// Feeds one segment that is the `ordinal`-th (0-based) of the whole input, in capture
+    /// order. Used when the input is split by flow over several detectors whose analyses are
+    /// then joined with [`Analysis::merge`]: ordinals make flow ids and event order the same as
+    /// with one detector.
+    pub fn push_at(&mut self, seg: &Segment, ordinal: u64) {
+        let a = &mut self.analysis;
+        a.packets += 1;
+        a.span_ns = Some(match a.span_ns {
+            None => (seg.ts_ns, seg.ts_ns),
+            Some((first, last)) => (first.min(seg.ts_ns), last.max(seg.ts_ns)),
+        });
+
+        let lookup = self.table.lookup(seg, ordinal);
+        if let Some(old) = lookup.replaced {
+            retire(&mut self.analysis.flows, &mut self.tallies, old);
+        }
+        let flow = lookup.flow;
+        let side = lookup.side;
+        if let Some(finding) = classify(flow, side, seg) {
+            let event = record(&self.config, &mut self.tallies, flow, side, seg, finding);
+            self.analysis.counts.add(finding.kind);
+            if let Some(mut event) = event {
+                event.ordinal = ordinal;
+                self.analysis.events.push(event);
+            }
+        }
+        flow.update(seg, side);
+
+        if seg.ts_ns.saturating_sub(self.last_sweep_ns) >= SWEEP_EVERY_NS {
+            self.last_sweep_ns = seg.ts_ns;
+            let (flows, tallies) = (&mut self.analysis.flows, &mut self.tallies);
+            self.table.evict(seg.ts_ns, |f| retire(flows, tallies, f));
+        }
+    }
+
+    /// Ends the run: every flow still open is summarised.
+    pub fn finish(mut self) -> Analysis {
+        let (flows, tallies) = (&mut self.analysis.flows, &mut self.tallies);
+        self.table.drain(|f| retire(flows, tallies, f));
+        self.analysis.flows.sort_by_key(|f| f.id);
+        self.analysis
+    }
+}
+
+/// Summarises a flow leaving the table, with the tallies of its stalls.
+fn retire(flows: &mut Vec<FlowSummary>, tallies: &mut FxHashMap<u64, FlowTally>, flow: Flow) {
+    let tally = tallies.remove(&flow.id).unwrap_or_default();
+    flows.push(verdict::summarise(
+        flow,
+        &tally.counts,
+        tally.lost_ns,
+        tally.worst_ns,
+    ));
+}
+
+/// Runs the rules, in order, on `seg` against the flow state before it.
+fn classify(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
+    if !flow.dir(side).seen {
+        return None;
+    }
+    rto::check(flow, side, seg)
+        .or_else(|| zero_window::check(flow, side, seg))
+        .or_else(|| nagle::check(flow, side, seg))
+        .or_else(|| cork::check(flow, side, seg))
+}
+
+/// Tallies a finding in its flow and builds its event (none for minor holds unless kept).
+fn record(
+    config: &DetectorConfig,
+    tallies: &mut FxHashMap<u64, FlowTally>,
+    flow: &Flow,
+    side: Side,
+    seg: &Segment,
+    finding: Finding,
+) -> Option<StallEvent> {
+    let tally = tallies.entry(flow.id).or_default();
+    tally.counts.add(finding.kind);
+    if finding.kind.is_stall() {
+        tally.lost_ns += finding.delay_ns;
+        tally.worst_ns = tally.worst_ns.max(finding.delay_ns);
+    }
+    if !finding.kind.is_stall() && !config.keep_minor_events {
+        return None;
+    }
+    let dir = flow.dir(side);
+    let mut writes = dir.burst.recorded().to_vec();
+    if seg.payload_len > 0 && finding.kind != StallKind::Rto {
+        writes.push(seg.payload_len);
+    }
+    Some(StallEvent {
+        finding,
+        flow_id: flow.id,
+        ordinal: 0,
+        client: flow.client,
+        server: flow.server,
+        ts_ns: seg.ts_ns,
+        packet_number: seg.packet_number,
+        released_bytes: seg.payload_len,
+        writes,
+        mss: dir.mss,
+        peer_stack: match finding.kind {
+            StallKind::NagleDelayedAck => finding.ack_delay_ns.map(PeerStack::from_ack_delay),
+            _ => None,
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::{Wire, MS};
+    use super::*;
+
+    /// Closed flows leave the table after the grace period: memory follows active flows.
+    #[test]
+    fn closed_flows_are_evicted() {
+        let mut d = Detector::new(DetectorConfig::default());
+        let mut peak = 0;
+        for i in 0..200u64 {
+            let mut w = Wire::handshake(30, 1448);
+            w.data(true, 100, 20)
+                .data(false, 200, 20)
+                .fin(true, 300)
+                .fin(false, 400);
+            w.ack(true, 500);
+            for seg in &mut w.segments {
+                seg.ts_ns += i * 100 * MS; // one connection every 100 ms
+                seg.src_port = seg.src_port.wrapping_add(i as u16);
+                seg.dst_port = seg.dst_port.wrapping_add(i as u16);
+                d.push(seg);
+            }
+            peak = peak.max(d.active_flows());
+        }
+        assert!(
+            peak <= 40,
+            "{peak} flows kept: 2 s grace at 10 connections/s is ~30"
+        );
+        let a = d.finish();
+        assert_eq!(a.flows.len(), 200);
+        assert!(a.flows.windows(2).all(|w| w[0].id < w[1].id));
+        assert_eq!(a.flows[0].requests, 1);
+    }
+
+    /// A capture that starts mid-flow: the side with the larger (ephemeral) port is the client.
+    #[test]
+    fn mid_flow_client_guess() {
+        let mut w = Wire::handshake(30, 1448);
+        w.data(true, 1_000, 80)
+            .data(false, 1_100, 148)
+            .ack(true, 41_100)
+            .data(false, 41_130, 127);
+        w.segments.drain(..3); // no handshake
+        let a = w.analyse();
+        assert_eq!(
+            a.flows[0].client_guess,
+            crate::flow::ClientGuess::EphemeralPort
+        );
+        assert_eq!(a.flows[0].client.port, 40000);
+        assert_eq!(a.counts.get(StallKind::NagleDelayedAck), 1);
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    //! Segment sequences built in code, for the rules' unit tests.
+    use std::net::{IpAddr, Ipv4Addr};
+
+    use crate::decode::{flags, Segment};
+
+    /// Builds one direction of a conversation between 10.0.0.1:40000 (client) and
+    /// 10.0.0.2:80 (server).
+    pub struct Wire {
+        pub segments: Vec<Segment>,
+        pub client_seq: u32,
+        pub server_seq: u32,
+    }
+
+    pub const MS: u64 = 1_000_000;
+
+    impl Wire {
+        /// A handshake at t=0 captured on the client host: the SYN-ACK comes one RTT later.
+        pub fn handshake(rtt_us: u64, mss: u16) -> Wire {
+            Wire::handshake_between(10, rtt_us, mss)
+        }
+
+        /// A handshake at t=0 seen from a capture point `client_us` (round trip) from the
+        /// client host and `server_us` from the server host.
+        pub fn handshake_between(client_us: u64, server_us: u64, mss: u16) -> Wire {
+            let mut w = Wire {
+                segments: Vec::new(),
+                client_seq: 1000,
+                server_seq: 90_000,
+            };
+            let mut syn = w.seg(true, 0, flags::SYN, 0, 0);
+            syn.mss = Some(mss);
+            syn.window_scale = Some(7);
+            w.segments.push(syn);
+            w.client_seq += 1;
+            let t = server_us * 1000;
+            let mut syn_ack = w.seg(false, t, flags::SYN | flags::ACK, 0, w.client_seq);
+            syn_ack.mss = Some(mss);
+            syn_ack.window_scale = Some(7);
+            w.segments.push(syn_ack);
+            w.server_seq += 1;
+            let ack = w.seg(true, t + client_us * 1000, flags::ACK, 0, w.server_seq);
+            w.segments.push(ack);
+            w
+        }
+
+        /// A FIN from one side at `t_us`.
+        pub fn fin(&mut self, from_client: bool, t_us: u64) -> &mut Wire {
+            let ack = if from_client {
+                self.server_seq
+            } else {
+                self.client_seq
+            };
+            let s = self.seg(from_client, t_us * 1000, flags::FIN | flags::ACK, 0, ack);
+            self.segments.push(s);
+            if from_client {
+                self.client_seq += 1;
+            } else {
+                self.server_seq += 1;
+            }
+            self
+        }
+
+        fn seg(&self, from_client: bool, ts_ns: u64, fl: u8, len: u32, ack: u32) -> Segment {
+            let c = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
+            let s = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2));
+            let (src, dst, sp, dp, seq) = if from_client {
+                (c, s, 40000, 80, self.client_seq)
+            } else {
+                (s, c, 80, 40000, self.server_seq)
+            };
+            Segment {
+                ts_ns,
+                packet_number: self.segments.len() as u64 + 1,
+                src,
+                dst,
+                src_port: sp,
+                dst_port: dp,
+                seq,
+                ack,
+                flags: fl,
+                window: 512,
+                payload_len: len,
+                mss: None,
+                window_scale: None,
+                timestamps: None,
+                has_sack: false,
+            }
+        }
+
+        /// Data from one side at `t_us`, acknowledging everything of the other side.
+        pub fn data(&mut self, from_client: bool, t_us: u64, len: u32) -> &mut Wire {
+            let ack = if from_client {
+                self.server_seq
+            } else {
+                self.client_seq
+            };
+            let s = self.seg(from_client, t_us * 1000, flags::ACK | flags::PSH, len, ack);
+            self.segments.push(s);
+            if from_client {
+                self.client_seq += len;
+            } else {
+                self.server_seq += len;
+            }
+            self
+        }
+
+        /// A pure ACK from one side at `t_us` with `window` (unscaled field).
+        pub fn ack_window(&mut self, from_client: bool, t_us: u64, window: u16) -> &mut Wire {
+            let ack = if from_client {
+                self.server_seq
+            } else {
+                self.client_seq
+            };
+            let mut s = self.seg(from_client, t_us * 1000, flags::ACK, 0, ack);
+            s.window = window;
+            self.segments.push(s);
+            self
+        }
+
+        /// A pure ACK from one side at `t_us`.
+        pub fn ack(&mut self, from_client: bool, t_us: u64) -> &mut Wire {
+            self.ack_window(from_client, t_us, 512)
+        }
+
+        /// Resends `len` bytes ending at the side's current sequence number.
+        pub fn retransmit(&mut self, from_client: bool, t_us: u64, len: u32) -> &mut Wire {
+            let ack = if from_client {
+                self.server_seq
+            } else {
+                self.client_seq
+            };
+            let mut s = self.seg(from_client, t_us * 1000, flags::ACK | flags::PSH, len, ack);
+            s.seq = s.seq.wrapping_sub(len);
+            self.segments.push(s);
+            self
+        }
+
+        /// Runs the detector over the segments.
+        pub fn analyse(&self) -> super::Analysis {
+            let mut d = super::Detector::new(super::DetectorConfig {
+                keep_minor_events: true,
+            });
+            for s in &self.segments {
+                d.push(s);
+            }
+            d.finish()
+        }
+    }
+
+    /// Asserts the analysis holds exactly one stall, of `kind`, holding `side`.
+    pub fn assert_single(a: &super::Analysis, kind: super::StallKind, side: crate::flow::Side) {
+        assert_eq!(a.stall_count(), 1, "{:?}", a.counts);
+        assert_eq!(a.counts.get(kind), 1, "{:?}", a.counts);
+        let stall = a.events.iter().find(|e| e.finding.kind.is_stall());
+        assert_eq!(stall.map(|e| e.finding.held_side), Some(side));
+    }
+}

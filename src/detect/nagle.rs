@@ -1,0 +1,195 @@
+//! Nagle's algorithm (RFC 896, RFC 1122 §4.2.3.4) holding a small segment until an ACK.
+//!
+//! Linux uses Minshall's variant (`tcp_nagle_check` → `tcp_minshall_check`): a partial segment
+//! waits only while an earlier *sub-MSS* segment is unacknowledged (`snd_sml` above
+//! `snd_una`). The wire shows a held segment B leaving right after the peer's pure ACK that
+//! covered the small segment A. Whether that ACK was delayed (`tcp_send_delayed_ack`: 40 ms to
+//! 200 ms on Linux, ~200 ms on Windows) decides between a real stall and a one-RTT hold.
+
+use super::{Finding, StallKind};
+use crate::decode::Segment;
+use crate::flow::{seq_le, seq_lt, Flow, Side};
+
+/// An ACK that took at least this long after the small segment (path RTT removed) was a delayed
+/// ACK: Linux's minimum is `TCP_DELACK_MIN` = 40 ms; a little slack for timer rounding down.
+pub const DELAYED_ACK_MIN_NS: u64 = 30_000_000;
+
+/// Checks whether `seg`, new data from `side`, is a Nagle hold released by the peer's ACK
+/// (LINUX-TCP "Recognising a Nagle × delayed-ACK stall", conditions 1-4).
+pub fn check(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
+    let me = flow.dir(side);
+    let prev = flow.prev?;
+    // 1. B is new data, and the last data segment A before it was sub-MSS.
+    if seg.payload_len == 0 || seq_lt(seg.seq, me.snd_nxt) || !me.last_data_small {
+        return None;
+    }
+    // 2. The packet just before B is the peer's pure ACK that covered A and advanced snd_una
+    //    (A was unacknowledged before it), with the window open. Data from the peer instead
+    //    means the application answered, not Nagle.
+    if prev.side != side.peer() || !prev.pure_ack || !prev.advanced_una || prev.window == 0 {
+        return None;
+    }
+    // A sender that had filled the peer's window waited for the window, not for Nagle.
+    if prev.window_limited {
+        return None;
+    }
+    let ack = prev.ack?;
+    if !seq_le(me.snd_sml, ack) || !seq_lt(prev.una_before, me.snd_sml) {
+        return None;
+    }
+    // A must be the last thing this side sent before the ACK (no data in between).
+    if me.last_data_ns > prev.ts_ns {
+        return None;
+    }
+    // 3. B follows the ACK closely: at once on the sender, one near-side RTT elsewhere.
+    if seg.ts_ns.saturating_sub(prev.ts_ns) > flow.follow_allowance_ns(side) {
+        return None;
+    }
+    // 4. How long the ACK took after A, minus the round trip from the capture point to the
+    //    peer: the peer's ACK delay.
+    let ack_after_a = prev.ts_ns.saturating_sub(me.last_data_ns);
+    let peer_near = flow.dir(side.peer()).near_rtt_ns.unwrap_or(0);
+    let ack_delay = ack_after_a.saturating_sub(peer_near);
+    let delay = seg.ts_ns.saturating_sub(me.last_data_ns);
+    let kind = if ack_delay >= DELAYED_ACK_MIN_NS {
+        StallKind::NagleDelayedAck
+    } else {
+        StallKind::NagleMinor
+    };
+    Some(Finding {
+        kind,
+        held_side: side,
+        ack_side: Some(side.peer()),
+        delay_ns: delay,
+        ack_delay_ns: Some(ack_delay),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{assert_single, Wire, MS};
+    use super::super::{PeerStack, StallKind};
+    use crate::flow::Side;
+
+    /// Keep-alive request/response where the server writes header then body: the body waits
+    /// for the client's delayed ACK (the 004 source's `ab -k` case).
+    #[test]
+    fn split_response_held_until_delayed_ack() {
+        let mut w = Wire::handshake(30, 1448);
+        w.data(true, 1_000, 80) // request
+            .data(false, 1_100, 148) // header
+            .ack(true, 41_100) // client's delayed ACK, 40 ms
+            .data(false, 41_130, 127); // body, released
+        let a = w.analyse();
+        assert_eq!(a.counts.get(StallKind::NagleDelayedAck), 1);
+        let e = &a.events[0];
+        assert_eq!(e.finding.held_side, Side::Server);
+        assert_eq!(e.finding.ack_side, Some(Side::Client));
+        assert_eq!(e.writes, vec![148, 127]);
+        assert_eq!(e.peer_stack, Some(PeerStack::Linux));
+        assert!(e.finding.delay_ns >= 40 * MS);
+    }
+
+    #[test]
+    fn windows_peer_named_from_200ms() {
+        let mut w = Wire::handshake(30, 1448);
+        w.data(true, 1_000, 6)
+            .ack(false, 201_000)
+            .data(true, 201_050, 7);
+        let a = w.analyse();
+        assert_single(&a, StallKind::NagleDelayedAck, Side::Client);
+        assert_eq!(a.events[0].peer_stack, Some(PeerStack::Windows));
+    }
+
+    /// One RTT hold (ACK not delayed) is minor, not a stall.
+    #[test]
+    fn quick_ack_release_is_minor() {
+        let mut w = Wire::handshake(30, 1448);
+        w.data(true, 1_000, 6)
+            .ack(false, 1_040)
+            .data(true, 1_060, 7);
+        let a = w.analyse();
+        assert_eq!(a.stall_count(), 0);
+        assert_eq!(a.counts.get(StallKind::NagleMinor), 1);
+    }
+
+    /// Think time: the next write comes 5 ms after the ACK, not at once.
+    #[test]
+    fn write_after_pause_is_not_nagle() {
+        let mut w = Wire::handshake(30, 1448);
+        w.data(true, 1_000, 6)
+            .ack(false, 41_000)
+            .data(true, 46_000, 6);
+        assert_eq!(w.analyse().stall_count(), 0);
+    }
+
+    /// A request answered by data: the next request is the application's turn, not Nagle.
+    #[test]
+    fn request_after_response_is_not_nagle() {
+        let mut w = Wire::handshake(30, 1448);
+        w.data(true, 1_000, 13)
+            .data(false, 1_100, 13)
+            .ack(true, 41_100);
+        w.data(false, 41_150, 13);
+        // the server's second write follows the client's ACK of *its* data: that is a hold
+        let a = w.analyse();
+        assert_eq!(a.counts.get(StallKind::NagleDelayedAck), 1);
+        let mut w = Wire::handshake(30, 1448);
+        w.data(true, 1_000, 13)
+            .data(false, 1_100, 13)
+            .data(true, 45_000, 13);
+        assert_eq!(w.analyse().stall_count(), 0);
+    }
+
+    /// Captured on the receiver (the server host, 30 ms from the client): the held request
+    /// part arrives one RTT after the server's delayed ACK left.
+    #[test]
+    fn captured_on_the_receiver() {
+        let mut w = Wire::handshake_between(30_000, 10, 1448);
+        w.data(true, 100_000, 6)
+            .ack(false, 140_100)
+            .data(true, 170_150, 7);
+        let a = w.analyse();
+        assert_single(&a, StallKind::NagleDelayedAck, Side::Client);
+        assert_eq!(a.events[0].peer_stack, Some(PeerStack::Linux));
+        assert_eq!(a.flows[0].capture_position(), "server host");
+    }
+
+    /// Captured mid-path, 20 ms from the client and 30 ms from the server: the ACK shows up
+    /// 30 + 40 ms after A; the peer's delay is still named 40 ms.
+    #[test]
+    fn captured_mid_path() {
+        let mut w = Wire::handshake_between(20_000, 30_000, 1448);
+        w.data(true, 100_000, 6)
+            .ack(false, 170_500)
+            .data(true, 190_600, 7);
+        let a = w.analyse();
+        assert_single(&a, StallKind::NagleDelayedAck, Side::Client);
+        let ack_delay = a.events[0].finding.ack_delay_ns.unwrap_or(0);
+        assert!((39 * MS..=42 * MS).contains(&ack_delay), "{ack_delay}");
+        assert_eq!(a.flows[0].capture_position(), "mid-path");
+    }
+
+    /// A sender that filled the peer's window waits for the window, not for Nagle.
+    #[test]
+    fn window_limited_sender_is_not_nagle() {
+        let mut w = Wire::handshake(30, 1448);
+        w.ack_window(false, 500, 8) // 8 << 7 = 1024 bytes
+            .data(true, 1_000, 1024)
+            .ack_window(false, 45_000, 8)
+            .data(true, 45_020, 1000);
+        let a = w.analyse();
+        assert_eq!(a.stall_count(), 0);
+        assert_eq!(a.counts.get(StallKind::NagleMinor), 0);
+    }
+
+    /// Full-sized segments are never held: a full MSS then a tail is not Nagle.
+    #[test]
+    fn full_segment_then_tail_is_not_nagle() {
+        let mut w = Wire::handshake(30, 988);
+        w.data(true, 1_000, 988)
+            .ack(false, 41_000)
+            .data(true, 41_020, 100);
+        assert_eq!(w.analyse().stall_count(), 0);
+    }
+}

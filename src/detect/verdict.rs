@@ -1,0 +1,307 @@
+//! Verdicts in people's terms: the peer's stack from its delayed-ACK timeout, the write pattern
+//! of a stalled turn, the fixes in order of preference, and per-flow summaries.
+
+use rustc_hash::FxHashMap;
+
+use super::{KindCounts, StallEvent, StallKind};
+use crate::flow::{ClientGuess, Endpoint, Flow, Side};
+
+/// The peer's TCP stack, guessed from how long its delayed ACK took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerStack {
+    /// 40-50 ms: Linux (`TCP_DELACK_MIN` = HZ/25, plus one jiffy of rounding), FreeBSD ≥ 13.
+    Linux,
+    /// 90-180 ms: macOS (100 ms nominal, fires between 100 and 200 ms) or older BSD (100 ms).
+    MacOsBsd,
+    /// 180-260 ms: Windows (200 ms, `TcpDelAckTicks`), or macOS at its upper end.
+    Windows,
+    /// Outside the known timeouts (a custom `delack_max`, or a long RTT mis-estimated).
+    Unknown,
+}
+
+impl PeerStack {
+    /// Names the stack from the peer's ACK delay (path RTT already removed).
+    pub fn from_ack_delay(ns: u64) -> PeerStack {
+        match ns / 1_000_000 {
+            30..=65 => PeerStack::Linux,
+            66..=179 => PeerStack::MacOsBsd,
+            180..=260 => PeerStack::Windows,
+            _ => PeerStack::Unknown,
+        }
+    }
+
+    /// Stable name for the JSON output.
+    pub fn name(self) -> &'static str {
+        match self {
+            PeerStack::Linux => "linux",
+            PeerStack::MacOsBsd => "macos_bsd",
+            PeerStack::Windows => "windows",
+            PeerStack::Unknown => "unknown",
+        }
+    }
+
+    /// Human description with the timeout it is known for.
+    pub fn describe(self) -> &'static str {
+        match self {
+            PeerStack::Linux => "Linux-like (40 ms delayed ACK)",
+            PeerStack::MacOsBsd => "macOS/BSD-like (100-200 ms delayed ACK)",
+            PeerStack::Windows => "Windows-like (200 ms delayed ACK)",
+            PeerStack::Unknown => "unknown stack",
+        }
+    }
+}
+
+/// What a side sends in a turn: the client requests, the server responds.
+fn message(side: Side) -> &'static str {
+    match side {
+        Side::Client => "request",
+        Side::Server => "response",
+    }
+}
+
+fn sizes(writes: &[u32]) -> String {
+    let mut s = String::new();
+    for (i, w) in writes.iter().enumerate() {
+        if i > 0 {
+            s.push_str(if i + 1 == writes.len() {
+                ", then "
+            } else {
+                ", "
+            });
+        }
+        s.push_str(&format!("{w} B"));
+    }
+    s
+}
+
+/// One sentence naming the pattern in application terms.
+pub fn explain(event: &StallEvent) -> String {
+    let f = &event.finding;
+    let held = f.held_side.name();
+    let peer = f.held_side.peer().name();
+    let ms = f.delay_ns as f64 / 1e6;
+    match f.kind {
+        StallKind::NagleDelayedAck | StallKind::NagleMinor => {
+            let w = &event.writes;
+            let what = if w.len() >= 2 {
+                format!(
+                    "the {held} writes the {} in {} writes ({}); the last waits for the {peer}'s {}ACK",
+                    message(f.held_side),
+                    w.len(),
+                    sizes(w),
+                    if f.kind == StallKind::NagleDelayedAck { "delayed " } else { "" },
+                )
+            } else {
+                format!(
+                    "the {held}'s {} B write waits for the {peer}'s {}ACK of its previous small segment",
+                    event.released_bytes,
+                    if f.kind == StallKind::NagleDelayedAck { "delayed " } else { "" },
+                )
+            };
+            match event.peer_stack {
+                Some(stack) => format!("{what} ({ms:.1} ms; {peer} looks {})", stack.describe()),
+                None => format!("{what} ({ms:.1} ms)"),
+            }
+        }
+        StallKind::CorkTimer => format!(
+            "the {held}'s {} B write left {ms:.1} ms late on the cork timer (TCP_CORK or MSG_MORE \
+             left set after the last write)",
+            event.released_bytes
+        ),
+        StallKind::Rto => format!(
+            "the {held} resent {} B after {ms:.1} ms of silence: a lost segment recovered by the \
+             retransmission timer",
+            event.released_bytes
+        ),
+        StallKind::ZeroWindow => format!(
+            "the {peer} advertised a zero window; the {held} waited {ms:.1} ms for it to read"
+        ),
+    }
+}
+
+/// The fixes for a kind, in order of preference, for the side that was held.
+pub fn fixes(kind: StallKind, held: Side) -> Vec<String> {
+    let h = held.name();
+    let p = held.peer().name();
+    match kind {
+        StallKind::NagleDelayedAck | StallKind::NagleMinor => vec![
+            format!(
+                "write the {} in one call on the {h} (one buffer, or writev/sendmsg)",
+                message(held)
+            ),
+            format!("set TCP_NODELAY on the {h}'s socket"),
+            format!("set TCP_QUICKACK on the {p}'s socket, again after every read"),
+        ],
+        StallKind::CorkTimer => vec![format!(
+            "clear TCP_CORK on the {h} after the last write (or drop MSG_MORE from the last send)"
+        )],
+        StallKind::Rto => vec!["find the packet loss on the path (retransmissions)".to_string()],
+        StallKind::ZeroWindow => vec![format!(
+            "make the {p} read sooner, or give it a larger SO_RCVBUF"
+        )],
+    }
+}
+
+/// A stall pattern of one flow: every event of one kind holding one side.
+#[derive(Debug, Clone)]
+pub struct Pattern<'a> {
+    /// The cause.
+    pub kind: StallKind,
+    /// The side whose data waited.
+    pub held_side: Side,
+    /// The latest event, whose writes and delay name the pattern: the steady state, after a
+    /// new connection's quick-ACK start.
+    pub example: &'a StallEvent,
+    /// How many events.
+    pub count: u64,
+}
+
+/// Events grouped by [`StallEvent::flow_id`], each group in capture order.
+pub fn events_by_flow(events: &[StallEvent]) -> FxHashMap<u64, Vec<&StallEvent>> {
+    let mut m: FxHashMap<u64, Vec<&StallEvent>> = FxHashMap::default();
+    for e in events {
+        m.entry(e.flow_id).or_default().push(e);
+    }
+    m
+}
+
+/// The distinct stall patterns among one flow's events, in order of first appearance (minor
+/// Nagle holds left out).
+pub fn patterns<'a>(flow_events: &[&'a StallEvent]) -> Vec<Pattern<'a>> {
+    let mut found: Vec<Pattern<'a>> = Vec::new();
+    for e in flow_events.iter().filter(|e| e.finding.kind.is_stall()) {
+        let (kind, held_side) = (e.finding.kind, e.finding.held_side);
+        match found
+            .iter_mut()
+            .find(|p| p.kind == kind && p.held_side == held_side)
+        {
+            Some(p) => {
+                p.count += 1;
+                p.example = e;
+            }
+            None => found.push(Pattern {
+                kind,
+                held_side,
+                example: e,
+                count: 1,
+            }),
+        }
+    }
+    found
+}
+
+/// One flow, summarised when it is retired.
+#[derive(Debug, Clone)]
+pub struct FlowSummary {
+    /// [`Flow::id`].
+    pub id: u64,
+    /// Connection initiator.
+    pub client: Endpoint,
+    /// Acceptor.
+    pub server: Endpoint,
+    /// How the client was identified.
+    pub client_guess: ClientGuess,
+    /// Packets from client and server.
+    pub packets: u64,
+    /// New payload bytes client → server and server → client.
+    pub bytes: [u64; 2],
+    /// Retransmitted segments, both directions.
+    pub retransmissions: u64,
+    /// Sequence gaps (data the capture missed), both directions.
+    pub capture_gaps: u64,
+    /// Request/response turns.
+    pub requests: u64,
+    /// Events per kind.
+    pub counts: KindCounts,
+    /// Sum of stall delays, ns.
+    pub time_lost_ns: u64,
+    /// Longest stall, ns.
+    pub worst_stall_ns: u64,
+    /// Turn latency percentiles (p50, p99, max), microseconds, when turns were answered.
+    pub latency_us: Option<(u32, u32, u32)>,
+    /// MSS client → server and server → client.
+    pub mss: [u32; 2],
+    /// Round trip capture point → client host → capture point, and the same for the server.
+    pub near_rtt_ns: [Option<u64>; 2],
+    /// Capture time of the first and the last packet.
+    pub span_ns: (u64, u64),
+}
+
+impl FlowSummary {
+    /// `client-server`, the flow's name in reports.
+    pub fn label(&self) -> String {
+        format!("{}-{}", self.client, self.server)
+    }
+
+    /// Where the capture was taken, from the near-side RTTs.
+    pub fn capture_position(&self) -> &'static str {
+        const NEAR: u64 = 200_000;
+        match self.near_rtt_ns {
+            [Some(c), Some(s)] if c < NEAR && s < NEAR => "loopback",
+            [Some(c), Some(_)] if c < NEAR => "client host",
+            [Some(_), Some(s)] if s < NEAR => "server host",
+            [Some(_), Some(_)] => "mid-path",
+            _ => "unknown",
+        }
+    }
+}
+
+/// Nearest-rank percentile of sorted values.
+fn percentile(sorted: &[u32], p: f64) -> u32 {
+    let rank = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+/// Summarises a flow that leaves the table.
+pub fn summarise(mut flow: Flow, counts: &KindCounts, lost_ns: u64, worst_ns: u64) -> FlowSummary {
+    flow.turns.finish();
+    let lat = &mut flow.turns.latencies_us;
+    lat.sort_unstable();
+    let latency_us = (!lat.is_empty()).then(|| {
+        (
+            percentile(lat, 0.50),
+            percentile(lat, 0.99),
+            lat[lat.len() - 1],
+        )
+    });
+    let [c, s] = &flow.dirs;
+    FlowSummary {
+        id: flow.id,
+        client: flow.client,
+        server: flow.server,
+        client_guess: flow.client_guess,
+        packets: c.packets + s.packets,
+        bytes: [c.bytes, s.bytes],
+        retransmissions: c.retransmissions + s.retransmissions,
+        capture_gaps: c.gaps + s.gaps,
+        requests: flow.turns.requests,
+        counts: *counts,
+        time_lost_ns: lost_ns,
+        worst_stall_ns: worst_ns,
+        latency_us,
+        mss: [c.mss, s.mss],
+        near_rtt_ns: [c.near_rtt_ns, s.near_rtt_ns],
+        span_ns: (flow.first_ns, c.last_ns.max(s.last_ns)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stacks_from_delays() {
+        assert_eq!(PeerStack::from_ack_delay(41_000_000), PeerStack::Linux);
+        assert_eq!(PeerStack::from_ack_delay(120_000_000), PeerStack::MacOsBsd);
+        assert_eq!(PeerStack::from_ack_delay(200_000_000), PeerStack::Windows);
+        assert_eq!(PeerStack::from_ack_delay(900_000_000), PeerStack::Unknown);
+    }
+
+    #[test]
+    fn percentile_nearest_rank() {
+        let v: Vec<u32> = (1..=100).collect();
+        assert_eq!(percentile(&v, 0.99), 99);
+        assert_eq!(percentile(&v, 0.5), 50);
+        assert_eq!(percentile(&[7], 0.99), 7);
+    }
+}

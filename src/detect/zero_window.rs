@@ -1,0 +1,72 @@
+//! The receiver closed its window (RFC 9293 §3.8.6.1; Linux `tcp_select_window` advertising 0
+//! when the receive buffer is full) and the sender waited: zero-window probes
+//! (`tcp_send_probe0`) until a window update let the data go.
+
+use super::{Finding, StallKind};
+use crate::decode::Segment;
+use crate::flow::{seq_lt, Flow, PeerWindow, Side};
+
+/// Checks whether `seg`, new data from `side`, left right after the peer reopened a window it
+/// had closed.
+pub fn check(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
+    let me = flow.dir(side);
+    let PeerWindow::Reopened { since_ns, at_ns } = me.peer_window else {
+        return None;
+    };
+    if seg.payload_len == 0 || seq_lt(seg.seq, me.snd_nxt) {
+        return None;
+    }
+    // The window update must be the packet just before B, and B must follow it at once.
+    let prev = flow.prev?;
+    if prev.side != side.peer() || prev.ts_ns != at_ns {
+        return None;
+    }
+    if seg.ts_ns.saturating_sub(at_ns) > flow.follow_allowance_ns(side) {
+        return None; // the sender had nothing waiting when the window opened
+    }
+    Finding::released_by_peer(
+        StallKind::ZeroWindow,
+        side,
+        seg.ts_ns.saturating_sub(since_ns),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{assert_single, Wire};
+    use super::super::StallKind;
+    use crate::flow::Side;
+
+    #[test]
+    fn sender_waits_for_window_update() {
+        let mut w = Wire::handshake(30, 1448);
+        w.data(true, 1_000, 1000)
+            .ack_window(false, 1_100, 0)
+            .ack_window(false, 300_000, 64)
+            .data(true, 300_020, 1000);
+        assert_single(&w.analyse(), StallKind::ZeroWindow, Side::Client);
+    }
+
+    /// The window closed once during an upload; much later the sender answers a request at
+    /// once: that answer did not wait for the window.
+    #[test]
+    fn later_answer_is_not_a_window_stall() {
+        let mut w = Wire::handshake(30, 1448);
+        w.data(true, 1_000, 1000)
+            .ack_window(false, 1_100, 0)
+            .ack_window(false, 300_000, 64)
+            .data(false, 900_000, 100)
+            .data(true, 900_050, 1000);
+        assert_eq!(w.analyse().stall_count(), 0);
+    }
+
+    #[test]
+    fn window_reopened_while_idle_is_not_a_stall() {
+        let mut w = Wire::handshake(30, 1448);
+        w.data(true, 1_000, 1000)
+            .ack_window(false, 1_100, 0)
+            .ack_window(false, 300_000, 64)
+            .data(true, 900_000, 1000);
+        assert_eq!(w.analyse().stall_count(), 0);
+    }
+}

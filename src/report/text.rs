@@ -1,0 +1,177 @@
+//! The terminal report: a summary a person reads in ten seconds, then per flow the stalls in
+//! application terms with their fixes; `--flows` adds a per-flow table.
+
+use std::fmt::Write as _;
+
+use super::json::InputFacts;
+use super::ms;
+use crate::detect::verdict::{events_by_flow, explain, fixes, patterns, FlowSummary};
+use crate::detect::{Analysis, StallKind};
+
+/// Flows described in detail; the rest are counted (the JSON has them all).
+const FLOWS_SHOWN: usize = 10;
+
+fn kinds_line(counts: &crate::detect::KindCounts) -> String {
+    let mut parts = Vec::new();
+    for kind in StallKind::ALL {
+        let n = counts.get(kind);
+        if n > 0 && kind.is_stall() {
+            parts.push(format!("{n} {}", kind.name()));
+        }
+    }
+    if parts.is_empty() {
+        "no stalls".to_string()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// The summary and the stalled flows.
+pub fn summary(a: &Analysis, input: &InputFacts) -> String {
+    let mut out = String::new();
+    let span = a.span_ns.map(|(f, l)| l.saturating_sub(f)).unwrap_or(0);
+    let _ = writeln!(
+        out,
+        "{} packets ({} TCP), {} flows, {:.3} s of traffic",
+        input.records.max(a.packets),
+        a.packets,
+        a.flows.len(),
+        span as f64 / 1e9
+    );
+    let minor = a.counts.get(StallKind::NagleMinor);
+    let _ = write!(out, "stalls: {}", kinds_line(&a.counts));
+    if minor > 0 {
+        let _ = write!(
+            out,
+            " (and {minor} minor Nagle holds released by an ordinary ACK)"
+        );
+    }
+    out.push('\n');
+    let gappy = a.flows.iter().filter(|f| f.capture_gaps > 0).count();
+    if gappy > 0 {
+        let _ = writeln!(
+            out,
+            "note: {gappy} flows miss data in the capture (sequence gaps); stalls there may go \
+             unseen: capture on the host itself, or with a larger buffer (tcpdump -B)"
+        );
+    }
+    if input.warnings > 0 {
+        let _ = writeln!(
+            out,
+            "warnings: {} (damaged input, see above)",
+            input.warnings
+        );
+    }
+
+    let mut stalled: Vec<&FlowSummary> = a.flows.iter().filter(|f| f.counts.stalls() > 0).collect();
+    stalled.sort_by(|x, y| y.time_lost_ns.cmp(&x.time_lost_ns).then(x.id.cmp(&y.id)));
+    if !stalled.is_empty() {
+        let lost: u64 = stalled.iter().map(|f| f.time_lost_ns).sum();
+        let worst = stalled.iter().map(|f| f.worst_stall_ns).max().unwrap_or(0);
+        let _ = writeln!(
+            out,
+            "time lost: {} in {} of {} flows; longest stall {}",
+            ms(lost),
+            stalled.len(),
+            a.flows.len(),
+            ms(worst)
+        );
+    }
+    let by_flow = events_by_flow(&a.events);
+    for f in stalled.iter().take(FLOWS_SHOWN) {
+        out.push('\n');
+        let latency = f
+            .latency_us
+            .map(|(p50, p99, _)| {
+                format!(
+                    ", p99 {} (p50 {})",
+                    ms(u64::from(p99) * 1000),
+                    ms(u64::from(p50) * 1000)
+                )
+            })
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "{}: {} requests, {}, {} lost, worst {}{latency}",
+            f.label(),
+            f.requests,
+            kinds_line(&f.counts),
+            ms(f.time_lost_ns),
+            ms(f.worst_stall_ns),
+        );
+        let events = by_flow.get(&f.id).map(Vec::as_slice).unwrap_or_default();
+        for p in patterns(events) {
+            let _ = writeln!(out, "  {} x {}", p.count, explain(p.example));
+            for (i, fix) in fixes(p.kind, p.held_side).iter().enumerate() {
+                let lead = if i == 0 { "  fix:" } else { "      " };
+                let _ = writeln!(out, "{lead} {}. {fix}", i + 1);
+            }
+        }
+    }
+    if stalled.len() > FLOWS_SHOWN {
+        let _ = writeln!(
+            out,
+            "\n... and {} more flows with stalls (--flows lists them, --json has every event)",
+            stalled.len() - FLOWS_SHOWN
+        );
+    }
+    let clean = a.flows.len() - stalled.len();
+    if clean > 0 {
+        let _ = writeln!(out, "\n{clean} flows without stalls");
+    }
+    out
+}
+
+/// `--flows`: one line per flow.
+pub fn flow_table(a: &Analysis) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<47} {:>7} {:>6} {:>5} {:>4} {:>4} {:>4} {:>5} {:>10} {:>9} {:>9} {:>7}  capture",
+        "flow (client-server)",
+        "packets",
+        "reqs",
+        "nagle",
+        "cork",
+        "rto",
+        "zwin",
+        "minor",
+        "lost ms",
+        "p50 ms",
+        "p99 ms",
+        "retrans",
+    );
+    for f in &a.flows {
+        let (p50, p99) = f
+            .latency_us
+            .map(|(p50, p99, _)| {
+                (
+                    format!("{:.1}", f64::from(p50) / 1e3),
+                    format!("{:.1}", f64::from(p99) / 1e3),
+                )
+            })
+            .unwrap_or(("-".into(), "-".into()));
+        let guess = match f.client_guess {
+            crate::flow::ClientGuess::Syn => String::new(),
+            g => format!(", client by {}", g.name()),
+        };
+        let _ = writeln!(
+            out,
+            "{:<47} {:>7} {:>6} {:>5} {:>4} {:>4} {:>4} {:>5} {:>10.1} {:>9} {:>9} {:>7}  {}{guess}",
+            f.label(),
+            f.packets,
+            f.requests,
+            f.counts.get(StallKind::NagleDelayedAck),
+            f.counts.get(StallKind::CorkTimer),
+            f.counts.get(StallKind::Rto),
+            f.counts.get(StallKind::ZeroWindow),
+            f.counts.get(StallKind::NagleMinor),
+            f.time_lost_ns as f64 / 1e6,
+            p50,
+            p99,
+            f.retransmissions,
+            f.capture_position(),
+        );
+    }
+    out
+}

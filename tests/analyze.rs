@@ -1,0 +1,869 @@
+//! `tcpstall analyze` on real captures: the lab's own capture of every catalogue row, tcpdump's
+//! capture of the same traffic, the fixture captures of stalls and look-alikes (committed, and
+//! regenerated live by tests/fixtures/analyze/make-fixtures.py), exit statuses, standard input
+//! and damaged input.
+//!
+//! The live tests need root (tcpdump on `lo`, AF_PACKET for the lab, `ip netns` for `rto`),
+//! as CI runs them.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_tcpstall");
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/analyze");
+
+/// A scratch directory removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("tcpstall-an-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).expect("create scratch directory");
+        Scratch(dir)
+    }
+
+    fn path(&self, file: &str) -> PathBuf {
+        self.0.join(file)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Waits until tcpdump, writing to `child`'s stderr, says "listening on" (its filter is
+/// attached); kills the child and fails after 10 s.
+fn wait_for_listening(child: &mut Child) {
+    let mut stderr = child.stderr.take().expect("piped stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::Read;
+        let mut buf = [0u8; 256];
+        let mut seen = Vec::new();
+        while let Ok(n) = stderr.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            seen.extend_from_slice(&buf[..n]);
+            if String::from_utf8_lossy(&seen).contains("listening on") {
+                let _ = tx.send(());
+            }
+        }
+    });
+    if rx.recv_timeout(Duration::from_secs(10)).is_err() {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("tcpdump did not start listening within 10 s (needs root and tcpdump)");
+    }
+}
+
+/// tcpdump on `lo`, stopped (SIGINT, then kill) on drop, also when the test fails.
+struct Tcpdump(Child);
+
+impl Tcpdump {
+    fn start(file: &Path, filter: &[&str]) -> Tcpdump {
+        let mut child = Command::new("tcpdump")
+            .args(["-i", "lo", "-s", "128", "--immediate-mode", "-U", "-w"])
+            .arg(file)
+            .args(filter)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("tcpdump must be installed (scripts/install-deps) and the test run as root");
+        wait_for_listening(&mut child);
+        Tcpdump(child)
+    }
+
+    fn stop(mut self) {
+        self.interrupt();
+    }
+
+    fn interrupt(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            std::thread::sleep(Duration::from_millis(200)); // the last packets reach the file
+            let pid = nix::unistd::Pid::from_raw(self.0.id() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = self.0.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+impl Drop for Tcpdump {
+    fn drop(&mut self) {
+        self.interrupt();
+    }
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().expect("run tcpstall")
+}
+
+fn analyze_json(file: &Path) -> Value {
+    let out = Command::new(BIN)
+        .args(["analyze", "--json"])
+        .arg(file)
+        .output()
+        .expect("run tcpstall analyze");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "analyze {} failed: {}",
+        file.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("analyze --json prints JSON")
+}
+
+/// (kind, held_side) → count, for the events of flows whose server listens on `port`
+/// (all flows when `port` is None).
+fn verdicts(analysis: &Value, port: Option<u64>) -> BTreeMap<(String, String), u64> {
+    let mut m = BTreeMap::new();
+    for e in analysis["events"].as_array().expect("events") {
+        if port.is_some_and(|p| e["server_port"].as_u64() != Some(p)) {
+            continue;
+        }
+        let key = (
+            e["kind"].as_str().unwrap_or("?").to_string(),
+            e["held_side"].as_str().unwrap_or("?").to_string(),
+        );
+        *m.entry(key).or_insert(0) += 1;
+    }
+    m
+}
+
+fn count(v: &BTreeMap<(String, String), u64>, kind: &str, side: &str) -> u64 {
+    v.get(&(kind.to_string(), side.to_string()))
+        .copied()
+        .unwrap_or(0)
+}
+
+fn total(v: &BTreeMap<(String, String), u64>) -> u64 {
+    v.values().sum()
+}
+
+/// What each fixture scenario must yield; `exact` for the committed files (their traffic is
+/// fixed), a tolerance of one for live captures (the first or last turn may differ).
+fn check_fixture(name: &str, analysis: &Value, exact: bool) {
+    let v = verdicts(analysis, None);
+    let requests = 10;
+    let in_range = |n: u64, want: u64| {
+        if exact {
+            n == want
+        } else {
+            n + 1 >= want && n <= want
+        }
+    };
+    match name {
+        "split_response" => {
+            let n = count(&v, "nagle_delayed_ack", "server");
+            assert!(
+                in_range(n, requests - 1),
+                "{name}: {n} server stalls, {v:?}"
+            );
+            assert_eq!(
+                total(&v),
+                n,
+                "{name}: only Nagle stalls of the server: {v:?}"
+            );
+            let e = &analysis["events"][0];
+            assert_eq!(e["ack_side"], "client");
+            assert_eq!(e["peer_stack"], "linux");
+            assert_eq!(
+                e["writes"],
+                serde_json::json!([143, 127]),
+                "{name}: header then body"
+            );
+            let d = e["delay_ms"].as_f64().unwrap_or(0.0);
+            assert!(
+                d >= 30.0,
+                "{name}: a delayed-ACK stall lasts >= 30 ms, got {d}"
+            );
+        }
+        "split_request" | "split_request_v6" => {
+            let n = count(&v, "nagle_delayed_ack", "client");
+            assert!(
+                in_range(n, requests - 1),
+                "{name}: {n} client stalls, {v:?}"
+            );
+            assert_eq!(total(&v), n, "{name}: {v:?}");
+            assert_eq!(analysis["events"][0]["writes"], serde_json::json!([6, 7]));
+        }
+        "nodelay" | "think_time" | "think_oneway" => {
+            assert_eq!(total(&v), 0, "{name} must not be flagged: {v:?}");
+        }
+        "cork" => {
+            let n = count(&v, "cork_timer", "server");
+            assert!(in_range(n, 5), "{name}: {n} cork stalls, {v:?}");
+            assert_eq!(total(&v), n, "{name}: cork, not Nagle: {v:?}");
+        }
+        "zero_window" => {
+            assert!(count(&v, "zero_window", "client") >= 1, "{name}: {v:?}");
+            assert_eq!(count(&v, "nagle_delayed_ack", "client"), 0, "{name}: {v:?}");
+            assert_eq!(count(&v, "rto", "client"), 0, "{name}: {v:?}");
+        }
+        "rto" => {
+            let n = count(&v, "rto", "client");
+            assert!(n >= 1, "{name}: {v:?}");
+            assert_eq!(
+                total(&v),
+                n,
+                "{name}: only the client's timer-driven resends: {v:?}"
+            );
+            assert_eq!(count(&v, "nagle_delayed_ack", "client"), 0, "{name}: {v:?}");
+            assert_eq!(count(&v, "nagle_delayed_ack", "server"), 0, "{name}: {v:?}");
+        }
+        "windows_peer" => {
+            // 5 requests; the first waits for a quick ACK held 160 ms by the relay, the others
+            // for the 40 ms delayed ACK held 160 ms more: ~200 ms, named Windows.
+            let n = count(&v, "nagle_delayed_ack", "client");
+            assert!(in_range(n, 5), "{name}: {n} client stalls, {v:?}");
+            assert_eq!(total(&v), n, "{name}: {v:?}");
+            let windows = analysis["events"].as_array().map_or(0, |e| {
+                e.iter().filter(|e| e["peer_stack"] == "windows").count()
+            });
+            assert!(
+                windows + 1 >= n as usize,
+                "{name}: {windows} of {n} named windows"
+            );
+        }
+        other => panic!("no expectation for fixture {other}"),
+    }
+}
+
+const FIXTURE_NAMES: [&str; 10] = [
+    "split_response",
+    "split_request",
+    "split_request_v6",
+    "nodelay",
+    "think_time",
+    "think_oneway",
+    "cork",
+    "zero_window",
+    "rto",
+    "windows_peer",
+];
+
+#[test]
+fn committed_fixtures_get_their_verdicts() {
+    for name in FIXTURE_NAMES {
+        let file = Path::new(FIXTURES).join(format!("{name}.pcap"));
+        check_fixture(name, &analyze_json(&file), true);
+    }
+}
+
+#[test]
+fn live_fixture_captures_get_the_same_verdicts() {
+    let dir = Scratch::new("fixtures");
+    let out = Command::new("python3")
+        .arg(Path::new(FIXTURES).join("make-fixtures.py"))
+        .arg(&dir.0)
+        .output()
+        .expect("python3 must be installed (scripts/install-deps)");
+    assert!(
+        out.status.success(),
+        "make-fixtures.py failed (needs root, tcpdump, ip netns): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for name in FIXTURE_NAMES {
+        check_fixture(
+            name,
+            &analyze_json(&dir.path(&format!("{name}.pcap"))),
+            false,
+        );
+    }
+}
+
+/// Runs the lab with reduced counts, capturing with both the lab and tcpdump.
+fn lab_run(dir: &Scratch) -> (Value, Value, Value) {
+    let lab_pcap = dir.path("lab.pcap");
+    let dump_pcap = dir.path("tcpdump.pcap");
+    let dump = Tcpdump::start(&dump_pcap, &["tcp"]);
+    let out = Command::new(BIN)
+        .args([
+            "lab",
+            "--requests",
+            "8",
+            "--connections",
+            "4",
+            "--writes",
+            "4",
+            "--json",
+            "--capture",
+        ])
+        .arg(&lab_pcap)
+        .output()
+        .expect("run tcpstall lab");
+    dump.stop();
+    assert!(
+        out.status.success(),
+        "lab failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lab: Value = serde_json::from_slice(&out.stdout).expect("lab --json");
+    (lab, analyze_json(&lab_pcap), analyze_json(&dump_pcap))
+}
+
+#[test]
+fn lab_catalogue_rows_found_in_both_captures() {
+    let dir = Scratch::new("lab");
+    let (lab, from_lab, from_tcpdump) = lab_run(&dir);
+    let rows = lab["rows"].as_array().expect("lab rows");
+    assert!(rows.len() >= 10, "the catalogue has rows");
+    let mut stalled_rows = 0;
+    for row in rows {
+        let scenario = row["scenario"].as_str().unwrap_or("?");
+        let variant = row["variant"].as_str().unwrap_or("?");
+        let port = row["server_port"].as_u64().expect("server_port");
+        let requests = row["requests"].as_u64().expect("requests");
+        let v = verdicts(&from_lab, Some(port));
+        let name = format!("{scenario}/{variant} (port {port})");
+        let stalled_requests = row["stalled_requests"].as_u64().expect("stalled_requests");
+        if row["stalled"] == Value::Bool(true) {
+            stalled_rows += 1;
+            assert_eq!(row["connections"], 1, "{name}: stalled rows are keep-alive");
+            let side = row["held_side"]
+                .as_str()
+                .expect("held_side of a stalled row");
+            let n = count(&v, "nagle_delayed_ack", side);
+            // The first exchange is quick-ACKed: about requests - 1 stalls.
+            assert!(
+                n + 2 >= requests && n < requests,
+                "{name}: {n} stalls for {requests} requests: {v:?}"
+            );
+            assert_eq!(
+                n, stalled_requests,
+                "{name}: one stall per request the lab measured >= 30 ms: {v:?}"
+            );
+            assert_eq!(
+                total(&v),
+                n,
+                "{name}: only the held side's Nagle stalls: {v:?}"
+            );
+        } else {
+            assert_eq!(stalled_requests, 0, "{name}: the lab saw no slow request");
+            assert_eq!(
+                total(&v),
+                0,
+                "{name}: a clean row must have no stall: {v:?}"
+            );
+        }
+        assert_eq!(
+            verdicts(&from_tcpdump, Some(port)),
+            v,
+            "{name}: tcpdump's capture of the same traffic gives the same verdicts"
+        );
+    }
+    assert!(
+        stalled_rows >= 3,
+        "the catalogue has stalled rows ({stalled_rows})"
+    );
+}
+
+#[test]
+fn exit_statuses() {
+    let stalled = format!("{FIXTURES}/split_request.pcap");
+    let clean = format!("{FIXTURES}/think_time.pcap");
+    assert_eq!(run(&["analyze", &stalled]).status.code(), Some(0));
+    assert_eq!(
+        run(&["analyze", "--fail-on-stall", &stalled]).status.code(),
+        Some(1)
+    );
+    assert_eq!(
+        run(&["analyze", "--fail-on-stall", &clean]).status.code(),
+        Some(0)
+    );
+    let missing = run(&["analyze", "/nonexistent/capture.pcap"]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("cannot open"));
+}
+
+#[test]
+fn reads_standard_input() {
+    let bytes = fs::read(format!("{FIXTURES}/split_request.pcap")).expect("fixture");
+    let mut child = Command::new(BIN)
+        .args(["analyze", "--json", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run tcpstall");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(&bytes)
+        .expect("feed stdin");
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(out.status.code(), Some(0));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["summary"]["stalls"]["nagle_delayed_ack"], 9);
+    assert_eq!(v["summary"]["files"][0], "standard input");
+}
+
+#[test]
+fn text_report_names_the_pattern_and_the_fixes() {
+    let out = run(&[
+        "analyze",
+        "--flows",
+        &format!("{FIXTURES}/split_response.pcap"),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("9 nagle_delayed_ack"), "{text}");
+    assert!(
+        text.contains("the server writes the response in 2 writes (143 B, then 127 B)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("1. write the response in one call on the server"),
+        "{text}"
+    );
+    assert!(
+        text.contains("2. set TCP_NODELAY on the server's socket"),
+        "{text}"
+    );
+    assert!(
+        text.contains("3. set TCP_QUICKACK on the client's socket"),
+        "{text}"
+    );
+    assert!(
+        text.contains("loopback"),
+        "--flows shows the capture position: {text}"
+    );
+}
+
+#[test]
+fn pcapng_gives_the_same_verdicts() {
+    let dir = Scratch::new("pcapng");
+    let ng = dir.path("split_response.pcapng");
+    let status = Command::new("editcap")
+        .args(["-F", "pcapng"])
+        .arg(format!("{FIXTURES}/split_response.pcap"))
+        .arg(&ng)
+        .status()
+        .expect("editcap comes with tshark (scripts/install-deps)");
+    assert!(status.success());
+    let a = analyze_json(&ng);
+    let b = analyze_json(Path::new(&format!("{FIXTURES}/split_response.pcap")));
+    assert_eq!(a["events"], b["events"]);
+}
+
+#[test]
+fn damaged_input() {
+    let dir = Scratch::new("damaged");
+    let good = fs::read(format!("{FIXTURES}/split_request.pcap")).expect("fixture");
+
+    // Cut inside the last record: what comes before is analysed, with a warning.
+    let cut = dir.path("cut.pcap");
+    fs::write(&cut, &good[..good.len() - 30]).expect("write");
+    let out = run(&["analyze", "--json", cut.to_str().unwrap_or_default()]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("warning"),
+        "a warning for the cut record"
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert!(v["summary"]["stalls"]["nagle_delayed_ack"].as_u64() >= Some(8));
+
+    // Not a capture, empty, a directory: exit 2 with the reason.
+    let garbage = dir.path("garbage.pcap");
+    fs::write(&garbage, b"GET / HTTP/1.1\r\nHost: example\r\n\r\n").expect("write");
+    let empty = dir.path("empty.pcap");
+    fs::write(&empty, b"").expect("write");
+    for (file, reason) in [
+        (garbage.as_path(), "not a pcap or pcapng"),
+        (empty.as_path(), "empty"),
+        (dir.0.as_path(), "directory"),
+    ] {
+        let out = run(&["analyze", file.to_str().unwrap_or_default()]);
+        assert_eq!(out.status.code(), Some(2), "{}", file.display());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(reason), "{}: {err}", file.display());
+        assert!(!err.contains("panicked"), "{err}");
+    }
+
+    // Records in reverse order: time runs backwards; analysed without a panic, no stall made up.
+    let (_, records) = pcap_records(&good);
+    let mut reversed = good[..24].to_vec();
+    for r in records.iter().rev() {
+        reversed.extend_from_slice(r);
+    }
+    let backwards = dir.path("backwards.pcap");
+    fs::write(&backwards, &reversed).expect("write");
+    let out = run(&["analyze", "--json", backwards.to_str().unwrap_or_default()]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["summary"]["packets"], records.len());
+    assert_eq!(
+        v["summary"]["stalls"]["nagle_delayed_ack"], 0,
+        "reversed time has no Nagle hold"
+    );
+
+    // Random bytes after a valid header: warnings or an error, never a panic.
+    let mut noisy = good[..24].to_vec();
+    let mut x: u32 = 0x9e37_79b9;
+    for _ in 0..4096 {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        noisy.push(x as u8);
+    }
+    let noise = dir.path("noise.pcap");
+    fs::write(&noise, &noisy).expect("write");
+    let out = run(&["analyze", noise.to_str().unwrap_or_default()]);
+    assert!(matches!(out.status.code(), Some(0 | 2)));
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
+}
+
+#[test]
+fn workers_do_not_change_the_output() {
+    let files: Vec<String> = FIXTURE_NAMES
+        .iter()
+        .map(|n| format!("{FIXTURES}/{n}.pcap"))
+        .collect();
+    let outputs: Vec<Vec<u8>> = ["1", "2", "3"]
+        .iter()
+        .map(|workers| {
+            let mut args = vec!["analyze", "--json", "--minor", "--workers", workers];
+            args.extend(files.iter().map(String::as_str));
+            let out = run(&args);
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            out.stdout
+        })
+        .collect();
+    let v: Value = serde_json::from_slice(&outputs[0]).expect("JSON");
+    assert_eq!(
+        v["summary"]["files"].as_array().map(Vec::len),
+        Some(files.len())
+    );
+    assert!(
+        v["summary"]["stall_total"].as_u64() > Some(20),
+        "several files' stalls together"
+    );
+    assert_eq!(outputs[0], outputs[1], "1 and 2 detector threads");
+    assert_eq!(outputs[0], outputs[2], "1 and 3 detector threads");
+}
+
+/// A server process stopped (killed) on drop, also when the test fails.
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    listener.local_addr().expect("local address").port()
+}
+
+fn wait_listening(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "server on port {port} did not start within 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Ten keep-alive GETs on one connection with curl, captured by tcpdump, then analysed.
+fn capture_keep_alive_gets(dir: &Scratch, name: &str, port: u16) -> Value {
+    wait_listening(port);
+    let file = dir.path(&format!("{name}.pcap"));
+    let dump = Tcpdump::start(&file, &["tcp", "port", &port.to_string()]);
+    let url = format!("http://127.0.0.1:{port}/index.html");
+    let mut curl = Command::new("curl");
+    curl.args(["-s", "--max-time", "20"]);
+    for _ in 0..10 {
+        curl.args(["-o", "/dev/null", &url]);
+    }
+    let status = curl
+        .status()
+        .expect("curl must be installed (scripts/install-deps)");
+    dump.stop();
+    assert!(status.success(), "{name}: curl failed");
+    analyze_json(&file)
+}
+
+/// Real servers: CPython's http.server writes headers and body apart (CPython issue 108736),
+/// nginx does too with `sendfile on; tcp_nodelay off`, and not with its default
+/// `tcp_nodelay on`.
+#[test]
+fn real_servers_on_keep_alive() {
+    let dir = Scratch::new("servers");
+    fs::write(dir.path("index.html"), "x".repeat(300)).expect("write index.html");
+
+    let port = free_port();
+    let script = "import http.server, sys\n\
+        class H(http.server.SimpleHTTPRequestHandler):\n    protocol_version = 'HTTP/1.1'\n    \
+        def log_message(self, *a): pass\n\
+        http.server.ThreadingHTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()\n";
+    let python = Server(
+        Command::new("python3")
+            .args(["-c", script, &port.to_string()])
+            .current_dir(&dir.0)
+            .spawn()
+            .expect("python3"),
+    );
+    let v = verdicts(&capture_keep_alive_gets(&dir, "python", port), None);
+    drop(python);
+    assert_eq!(
+        count(&v, "nagle_delayed_ack", "server"),
+        9,
+        "CPython http.server: {v:?}"
+    );
+    assert_eq!(total(&v), 9, "{v:?}");
+
+    for (nodelay, stalls) in [("on", 0), ("off", 9)] {
+        let port = free_port();
+        let root = dir.0.display();
+        let conf = dir.path(&format!("nginx-{nodelay}.conf"));
+        fs::write(
+            &conf,
+            format!(
+                "daemon off; master_process off; worker_processes 1;\n\
+                 error_log {root}/nginx-error.log; pid {root}/nginx-{nodelay}.pid;\n\
+                 events {{ worker_connections 64; }}\n\
+                 http {{ access_log off; sendfile on; tcp_nodelay {nodelay}; keepalive_timeout 30;\n\
+                 client_body_temp_path {root}; proxy_temp_path {root}; fastcgi_temp_path {root};\n\
+                 uwsgi_temp_path {root}; scgi_temp_path {root};\n\
+                 server {{ listen 127.0.0.1:{port}; root {root}; }} }}\n"
+            ),
+        )
+        .expect("write nginx.conf");
+        let nginx = Server(
+            Command::new("nginx")
+                .arg("-c")
+                .arg(&conf)
+                .arg("-p")
+                .arg(&dir.0)
+                .spawn()
+                .expect("nginx must be installed (nginx-light, scripts/install-deps)"),
+        );
+        let v = verdicts(
+            &capture_keep_alive_gets(&dir, &format!("nginx-{nodelay}"), port),
+            None,
+        );
+        drop(nginx);
+        assert_eq!(
+            count(&v, "nagle_delayed_ack", "server"),
+            stalls,
+            "nginx tcp_nodelay {nodelay}: {v:?}"
+        );
+        assert_eq!(total(&v), stalls, "nginx tcp_nodelay {nodelay}: {v:?}");
+    }
+}
+
+/// `tcpdump -w - | tcpstall analyze -`, stopped with Ctrl-C (SIGINT to the whole pipeline, as a
+/// terminal sends it): the report of what was captured still comes out.
+#[test]
+fn live_pipe_from_tcpdump_stopped_by_interrupt() {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::process::CommandExt;
+
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("address").port();
+    let pipeline = format!(
+        "tcpdump -i lo -s 128 --immediate-mode -U -w - tcp port {port} | {BIN} analyze --json -"
+    );
+    let mut child = Command::new("sh")
+        .args(["-c", &pipeline])
+        .process_group(0)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("sh");
+    let group = nix::unistd::Pid::from_raw(-(child.id() as i32));
+    wait_for_listening(&mut child);
+
+    // Echo server; the client writes each request in two parts: 4 of 5 turns stall.
+    let server = std::thread::spawn(move || {
+        let (conn, _) = listener.accept().expect("accept");
+        conn.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        let mut reader = BufReader::new(conn.try_clone().expect("clone"));
+        let mut conn = conn;
+        for _ in 0..5 {
+            let mut line = String::new();
+            reader.read_line(&mut line).expect("read request");
+            conn.write_all(line.as_bytes()).expect("answer");
+        }
+    });
+    {
+        let mut client = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        client
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        let mut reader = BufReader::new(client.try_clone().expect("clone"));
+        for _ in 0..5 {
+            client.write_all(b"hello ").expect("write");
+            client.write_all(b"world\r\n").expect("write");
+            let mut line = String::new();
+            reader.read_line(&mut line).expect("read answer");
+        }
+    }
+    server.join().expect("server");
+    std::thread::sleep(Duration::from_millis(200));
+    let _ = nix::sys::signal::kill(group, nix::sys::signal::Signal::SIGINT);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while child.try_wait().ok().flatten().is_none() {
+        if Instant::now() > deadline {
+            let _ = nix::sys::signal::kill(group, nix::sys::signal::Signal::SIGKILL);
+            let _ = child.wait();
+            panic!("the pipeline did not end within 10 s of Ctrl-C");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().expect("output");
+    let v: Value = serde_json::from_slice(&out.stdout).expect("a JSON report after Ctrl-C");
+    let stalls = verdicts(&v, Some(u64::from(port)));
+    assert_eq!(
+        count(&stalls, "nagle_delayed_ack", "client"),
+        4,
+        "{stalls:?}"
+    );
+}
+
+/// Splits a little-endian pcap into its file header and records.
+fn pcap_records(bytes: &[u8]) -> (&[u8], Vec<&[u8]>) {
+    let mut records = Vec::new();
+    let mut at = 24;
+    while at + 16 <= bytes.len() {
+        let field =
+            |i: usize| u32::from_le_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]);
+        let end = (at + 16 + field(at + 8) as usize).min(bytes.len());
+        records.push(&bytes[at..end]);
+        at = end;
+    }
+    (&bytes[..24], records)
+}
+
+/// A snap length that cuts the TCP options (window scale, timestamps) still shows the stall;
+/// a packet missing from the capture is reported as a gap rather than guessed around.
+#[test]
+fn cut_options_and_missing_packets() {
+    let dir = Scratch::new("cut");
+    let good = fs::read(format!("{FIXTURES}/split_response.pcap")).expect("fixture");
+    let (header, records) = pcap_records(&good);
+
+    let mut snap60 = header.to_vec();
+    snap60[16..20].copy_from_slice(&60u32.to_le_bytes());
+    for r in &records {
+        let keep = r.len().min(16 + 60);
+        let mut rec = r[..keep].to_vec();
+        rec[8..12].copy_from_slice(&((keep - 16) as u32).to_le_bytes());
+        snap60.extend_from_slice(&rec);
+    }
+    let file = dir.path("snap60.pcap");
+    fs::write(&file, &snap60).expect("write");
+    let v = analyze_json(&file);
+    assert_eq!(
+        v["summary"]["stalls"]["nagle_delayed_ack"], 9,
+        "{}",
+        v["summary"]
+    );
+
+    // Drop the first response's header segment (packet 6: the server's first data).
+    let mut gap = header.to_vec();
+    for (i, r) in records.iter().enumerate() {
+        if i != 5 {
+            gap.extend_from_slice(r);
+        }
+    }
+    let file = dir.path("gap.pcap");
+    fs::write(&file, &gap).expect("write");
+    let v = analyze_json(&file);
+    assert_eq!(
+        v["summary"]["flows_with_capture_gaps"], 1,
+        "{}",
+        v["summary"]
+    );
+    let text = run(&["analyze", file.to_str().unwrap_or_default()]);
+    assert!(String::from_utf8_lossy(&text.stdout).contains("miss data in the capture"));
+}
+
+/// memcached answers a GET in one `sendmsg` (header, value and END together): no stall on a
+/// keep-alive connection, even for the 1400-4000 B values of the 002 source.
+#[test]
+fn real_memcached_is_clean() {
+    use std::io::Read;
+    let dir = Scratch::new("memcached");
+    let port = free_port();
+    let _memcached = Server(
+        Command::new("memcached")
+            .args([
+                "-l",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "-U",
+                "0",
+                "-u",
+                "root",
+            ])
+            .spawn()
+            .expect("memcached must be installed (scripts/install-deps)"),
+    );
+    wait_listening(port);
+    let file = dir.path("memcached.pcap");
+    let dump = Tcpdump::start(&file, &["tcp", "port", &port.to_string()]);
+    {
+        let mut conn = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        conn.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        let value = "v".repeat(2400);
+        conn.write_all(format!("set k 0 0 {}\r\n{value}\r\n", value.len()).as_bytes())
+            .expect("set");
+        let mut buf = vec![0u8; 65536];
+        let n = conn.read(&mut buf).expect("STORED");
+        assert_eq!(&buf[..n], b"STORED\r\n");
+        let answer = format!("VALUE k 0 {}\r\n{value}\r\nEND\r\n", value.len()).len();
+        for _ in 0..10 {
+            conn.write_all(b"get k\r\n").expect("get");
+            let mut got = 0;
+            while got < answer {
+                let n = conn.read(&mut buf).expect("read answer");
+                assert!(n > 0, "memcached closed the connection");
+                got += n;
+            }
+        }
+    }
+    dump.stop();
+    let v = analyze_json(&file);
+    assert_eq!(v["summary"]["flows"], 1);
+    assert_eq!(v["summary"]["stall_total"], 0, "{}", v["summary"]);
+}
