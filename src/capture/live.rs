@@ -4,6 +4,10 @@
 //! Only packets to or from the ports given to [`LiveCapture::watch_port`] are kept: other
 //! programs (and other lab instances) share `lo`. On loopback every packet passes the tap twice,
 //! once leaving (PACKET_OUTGOING) and once arriving; like libpcap, only the arriving copy is kept.
+//!
+//! Over an emulated path (`lab --rtt`) the capture taps the server namespace's TUN device
+//! instead: raw IP packets (LINKTYPE_RAW), each seen once, in either direction, as the server's
+//! kernel sends and receives them.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
@@ -25,6 +29,19 @@ use nix::sys::socket::{
 use nix::sys::time::{TimeVal, TimeValLike};
 
 use super::pcap_writer::{PcapWriter, LINKTYPE_ETHERNET};
+use crate::lab::path::NetNs;
+
+/// LINKTYPE_RAW: each packet starts with its IPv4 or IPv6 header (a TUN device's packets).
+const LINKTYPE_RAW: u32 = 101;
+
+/// Which kind of device a capture taps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tap {
+    /// `lo`: Ethernet frames, every packet seen twice.
+    Loopback,
+    /// A TUN device: raw IP packets, each seen once.
+    Tun,
+}
 
 /// Largest frame on `lo` (MTU 65536 plus the Ethernet header), so nothing is cut.
 const SNAPLEN: u32 = 65_536 + 14;
@@ -61,9 +78,28 @@ impl LiveCapture {
     /// from this call on, so a connection opened afterwards is captured from its SYN.
     pub fn start_loopback(path: &Path) -> anyhow::Result<LiveCapture> {
         let fd = open_packet_socket("lo")?;
+        LiveCapture::start(path, fd, Tap::Loopback)
+    }
+
+    /// Like [`LiveCapture::start_loopback`] but on the TUN device `interface` of namespace `ns`
+    /// (the server end of an emulated path), written as raw IP packets.
+    pub fn start_tun(path: &Path, ns: &NetNs, interface: &str) -> anyhow::Result<LiveCapture> {
+        let fd = ns
+            .run(|| {
+                open_packet_socket(interface).map_err(|err| io::Error::other(format!("{err:#}")))
+            })
+            .with_context(|| format!("cannot capture on {interface} in {}", ns.name()))?;
+        LiveCapture::start(path, fd, Tap::Tun)
+    }
+
+    fn start(path: &Path, fd: OwnedFd, tap: Tap) -> anyhow::Result<LiveCapture> {
         let file = File::create(path)
             .with_context(|| format!("cannot create capture file {}", path.display()))?;
-        let writer = PcapWriter::new(BufWriter::new(file), LINKTYPE_ETHERNET, SNAPLEN)
+        let linktype = match tap {
+            Tap::Loopback => LINKTYPE_ETHERNET,
+            Tap::Tun => LINKTYPE_RAW,
+        };
+        let writer = PcapWriter::new(BufWriter::new(file), linktype, SNAPLEN)
             .with_context(|| format!("cannot write to {}", path.display()))?;
         let ports = Arc::new(Mutex::new(HashSet::new()));
         let stop = Arc::new(AtomicBool::new(false));
@@ -71,7 +107,7 @@ impl LiveCapture {
             let (ports, stop) = (ports.clone(), stop.clone());
             std::thread::Builder::new()
                 .name("lab-capture".into())
-                .spawn(move || capture_loop(fd, writer, &ports, &stop))?
+                .spawn(move || capture_loop(fd, writer, tap, &ports, &stop))?
         };
         Ok(LiveCapture {
             path: path.to_path_buf(),
@@ -173,6 +209,7 @@ impl FlowClose {
 fn capture_loop(
     fd: OwnedFd,
     mut writer: PcapWriter<BufWriter<File>>,
+    tap: Tap,
     ports: &Mutex<HashSet<u16>>,
     stop: &AtomicBool,
 ) -> io::Result<CaptureSummary> {
@@ -222,11 +259,11 @@ fn capture_loop(
             Err(Errno::EAGAIN | Errno::EINTR) => continue,
             Err(err) => return Err(err.into()),
         };
-        if outgoing {
+        if outgoing && tap == Tap::Loopback {
             continue;
         }
         let data = &frame[..len.min(frame.len())];
-        let Some(tcp) = tcp_ports_and_flags(data) else {
+        let Some(tcp) = tcp_ports_and_flags(data, tap) else {
             continue;
         };
         let watched = ports
@@ -264,8 +301,11 @@ struct TcpSummary {
     rst: bool,
 }
 
-fn tcp_ports_and_flags(frame: &[u8]) -> Option<TcpSummary> {
-    let packet = SlicedPacket::from_ethernet(frame).ok()?;
+fn tcp_ports_and_flags(frame: &[u8], tap: Tap) -> Option<TcpSummary> {
+    let packet = match tap {
+        Tap::Loopback => SlicedPacket::from_ethernet(frame).ok()?,
+        Tap::Tun => SlicedPacket::from_ip(frame).ok()?,
+    };
     match packet.transport? {
         TransportSlice::Tcp(tcp) => Some(TcpSummary {
             src: tcp.source_port(),

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use socket2::{Domain, Socket, Type};
 
 use super::framing::{self, FrameEnd, MessageReader};
+use super::path::NetNs;
 use super::write::WriteStrategy;
 use crate::sockopt;
 
@@ -23,6 +24,9 @@ pub struct ClientConfig {
     pub quickack_rearm: bool,
     /// Bound of each wait: connect, and every read.
     pub timeout: Duration,
+    /// The client namespace of an emulated path (`lab --rtt`): sockets are created there and
+    /// may connect to the server namespace's address; `None`: loopback only.
+    pub namespace: Option<NetNs>,
 }
 
 impl Default for ClientConfig {
@@ -32,6 +36,7 @@ impl Default for ClientConfig {
             nodelay: false,
             quickack_rearm: false,
             timeout: Duration::from_secs(2),
+            namespace: None,
         }
     }
 }
@@ -45,9 +50,10 @@ pub struct Connection {
 }
 
 impl Connection {
-    /// Connects to `addr`, which must be a loopback address (the lab sends nothing elsewhere).
+    /// Connects to `addr`, which must be a loopback address (the lab sends nothing elsewhere),
+    /// or, in an emulated path's namespace, whose only route leads to the server namespace.
     pub fn connect(addr: SocketAddr, config: &ClientConfig) -> io::Result<Connection> {
-        if !addr.ip().is_loopback() {
+        if !addr.ip().is_loopback() && config.namespace.is_none() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!(
@@ -55,7 +61,10 @@ impl Connection {
                 ),
             ));
         }
-        let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+        let socket = match &config.namespace {
+            Some(ns) => ns.socket(Domain::for_address(addr), Type::STREAM)?,
+            None => Socket::new(Domain::for_address(addr), Type::STREAM, None)?,
+        };
         if let Some(mss) = config.mss {
             sockopt::set_maxseg(socket.as_fd(), mss)?;
         }

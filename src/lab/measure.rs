@@ -9,9 +9,18 @@ use hdrhistogram::Histogram;
 /// trip without a stall takes well under 1 ms, so nothing else lands near it.
 pub const STALL_THRESHOLD_MS: f64 = 30.0;
 
-/// Whether a median latency counts as a Nagle × delayed-ACK stall, see [`STALL_THRESHOLD_MS`].
+/// Whether a median latency counts as a Nagle × delayed-ACK stall on loopback, see
+/// [`STALL_THRESHOLD_MS`].
 pub fn is_stalled(p50_ms: f64) -> bool {
     p50_ms >= STALL_THRESHOLD_MS
+}
+
+/// The stall threshold over a path of round-trip time `rtt` for an exchange that needs
+/// `round_trips` round trips without any timer: those round trips plus
+/// [`STALL_THRESHOLD_MS`]. A stall is the delayed-ACK timer on top of what the path costs
+/// anyway; on loopback (`rtt` zero) this is [`STALL_THRESHOLD_MS`].
+pub fn stall_threshold_ms(round_trips: u32, rtt: Duration) -> f64 {
+    f64::from(round_trips) * rtt.as_secs_f64() * 1000.0 + STALL_THRESHOLD_MS
 }
 
 /// Median, 99th percentile and maximum of a set of latencies, in milliseconds.
@@ -61,5 +70,7 @@ mod tests {
         assert!((s.max_ms - 100.0).abs() < 0.1, "{s:?}");
         assert_eq!(LatencySummary::of(&[]), LatencySummary::default());
         assert!(is_stalled(44.0) && !is_stalled(0.1));
+        assert_eq!(stall_threshold_ms(2, Duration::from_millis(20)), 70.0);
+        assert_eq!(stall_threshold_ms(1, Duration::ZERO), STALL_THRESHOLD_MS);
     }
 }

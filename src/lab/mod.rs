@@ -4,10 +4,13 @@
 //!
 //! A row is **stalled** when its median latency is at least 30 ms: the 40 ms floor of the Linux
 //! delayed-ACK timer (`TCP_DELACK_MIN`) minus a 10 ms margin ([`measure::STALL_THRESHOLD_MS`]).
+//! Over an emulated path (`--rtt`, [`path`]) the round trips the row needs without a timer
+//! are added: RTT + 30 ms, or 2 RTT + 30 ms when Nagle holds a split message's tail.
 
 pub mod client;
 pub mod framing;
 pub mod measure;
+pub mod path;
 pub mod runner;
 pub mod scenarios;
 pub mod server;
@@ -15,6 +18,7 @@ pub mod write;
 
 use std::io::{self, Write};
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
@@ -22,7 +26,8 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
-use self::runner::{expected_stall, Row, RunSettings};
+use self::path::{EmulatedPath, PathShape, TUN_NAME};
+use self::runner::{expected_stall, round_trips, Row, RunSettings};
 use self::scenarios::{Scenario, Variant, CATALOGUE, SCENARIOS};
 use crate::capture::live::{CaptureSummary, LiveCapture};
 use crate::kernel::KernelFacts;
@@ -33,7 +38,12 @@ use crate::Outcome;
 #[command(
     after_help = "A row is stalled when its median latency is >= 30 ms: the 40 ms \
     delayed-ACK floor (TCP_DELACK_MIN) minus a 10 ms margin. Every server binds 127.0.0.1 \
-    port 0; nothing leaves loopback."
+    port 0; nothing leaves loopback.\n\nWith --rtt MS the client and the server run in two \
+    network namespaces (tcpstall-lab-<pid>-client/-server, 169.254.77.1 and .2, deleted at \
+    the end) joined by TUN devices and a relay that delays each packet by RTT/2 (needs \
+    CAP_NET_ADMIN and CAP_SYS_ADMIN: run as root). A row is then stalled when its p50 is \
+    >= RTT + 30 ms, or 2 RTT + 30 ms for rows whose split message Nagle holds until the first \
+    part is acknowledged (those cost 2 RTT even when the ACK is immediate)."
 )]
 pub struct LabArgs {
     /// Run only these scenarios (comma-separated or repeated); see --list.
@@ -76,6 +86,13 @@ pub struct LabArgs {
     /// Exit 1 when a row stalls that is not expected to.
     #[arg(long)]
     pub fail_on_stall: bool,
+    /// Run over an emulated path with this round-trip time in ms (1-400): client and server in
+    /// their own network namespaces, packets delayed by a relay (needs root).
+    #[arg(long, value_name = "MS")]
+    pub rtt: Option<u64>,
+    /// With --rtt: bottleneck rate of the path in Mbit/s (0.1-10000), both directions.
+    #[arg(long, value_name = "MBIT", requires = "rtt")]
+    pub rate: Option<f64>,
 }
 
 /// The whole output of `lab --json`.
@@ -90,6 +107,23 @@ pub struct LabReport {
     /// The capture written with `--capture`, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub capture: Option<CaptureReport>,
+    /// The emulated path of `--rtt`, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathReport>,
+}
+
+/// The emulated path a run used.
+#[derive(Debug, Serialize)]
+pub struct PathReport {
+    /// Round-trip time added by the relay.
+    pub rtt_ms: f64,
+    /// Bottleneck rate, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate_mbit: Option<f64>,
+    /// The client's namespace (deleted when the run ended).
+    pub client_namespace: String,
+    /// The server's namespace (deleted when the run ended).
+    pub server_namespace: String,
 }
 
 /// What `--capture` wrote.
@@ -109,22 +143,33 @@ pub struct CaptureReport {
 
 /// Runs the lab.
 pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
-    let settings = settings_of(args)?;
+    let mut settings = settings_of(args)?;
+    let shape = path_shape_of(args)?;
     let selected = select(args)?;
     if let Some(size) = args.size {
         check_size(&selected, size)?;
     }
     if args.list {
-        print_list(&mut std::io::stdout().lock(), &selected, &settings)
+        print_list(&mut std::io::stdout().lock(), &selected, &settings, shape)
             .context("cannot write the catalogue to standard output")?;
         return Ok(Outcome::Done);
     }
     let kernel = KernelFacts::read();
-    let capture = args
-        .capture
-        .as_deref()
-        .map(LiveCapture::start_loopback)
-        .transpose()?;
+    // Owns the namespaces: dropped (deleted) when this function returns, also on error.
+    let emulated = match shape {
+        Some(shape) => {
+            let registry = Arc::new(Mutex::new(Vec::new()));
+            path::delete_namespaces_on_signal(registry.clone())?;
+            Some(EmulatedPath::create(shape, registry)?)
+        }
+        None => None,
+    };
+    settings.path = emulated.as_ref().map(|p| p.ends().clone());
+    let capture = match (&args.capture, &settings.path) {
+        (Some(file), Some(ends)) => Some(LiveCapture::start_tun(file, &ends.server, TUN_NAME)?),
+        (Some(file), None) => Some(LiveCapture::start_loopback(file)?),
+        (None, _) => None,
+    };
     let watch = |port: u16| {
         if let Some(capture) = &capture {
             capture.watch_port(port);
@@ -180,7 +225,14 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
         kernel,
         rows,
         capture,
+        path: settings.path.as_ref().map(|ends| PathReport {
+            rtt_ms: ends.shape.rtt.as_secs_f64() * 1000.0,
+            rate_mbit: ends.shape.rate_bps.map(|bps| bps as f64 / 1e6),
+            client_namespace: ends.client.name().to_string(),
+            server_namespace: ends.server.name().to_string(),
+        }),
     };
+    drop(emulated);
     let mut out = std::io::stdout().lock();
     if args.json {
         serde_json::to_writer_pretty(&mut out, &report)
@@ -215,7 +267,18 @@ fn settings_of(args: &LabArgs) -> anyhow::Result<RunSettings> {
         stream_writes: args.writes,
         stream_parallel: args.parallel,
         row_timeout: Duration::from_secs(args.row_timeout),
+        path: None,
     })
+}
+
+fn path_shape_of(args: &LabArgs) -> anyhow::Result<Option<PathShape>> {
+    let Some(rtt) = args.rtt else {
+        return Ok(None);
+    };
+    Ok(Some(PathShape {
+        rtt: path::rtt_of(rtt)?,
+        rate_bps: args.rate.map(path::rate_of).transpose()?,
+    }))
 }
 
 fn check_range(flag: &str, value: usize, min: usize, max: usize) -> anyhow::Result<()> {
@@ -282,8 +345,18 @@ fn print_list(
     out: &mut impl Write,
     selected: &[Variant],
     settings: &RunSettings,
+    shape: Option<PathShape>,
 ) -> io::Result<()> {
-    writeln!(out, "A row is stalled when its median latency is >= 30 ms (40 ms delayed-ACK floor minus 10 ms).")?;
+    match shape {
+        None => writeln!(out, "A row is stalled when its median latency is >= 30 ms (40 ms delayed-ACK floor minus 10 ms).")?,
+        Some(shape) => writeln!(
+            out,
+            "Over a {} ms RTT path a row is stalled when its median latency is >= RTT + 30 ms, \
+             or 2 RTT + 30 ms when Nagle holds a split message's tail until the first part is \
+             acknowledged (marked 2 RTT below).",
+            shape.rtt.as_millis()
+        )?,
+    }
     for scenario in SCENARIOS {
         let rows: Vec<&Variant> = selected.iter().filter(|v| v.scenario == scenario).collect();
         if rows.is_empty() {
@@ -297,7 +370,16 @@ fn print_list(
             } else {
                 "no stall"
             };
-            writeln!(out, "  {:<18} {:<8} {}", v.name, stall, v.explanation)?;
+            let rounds = if shape.is_some() && round_trips(v, size, settings.mss.or(v.mss)) == 2 {
+                "2 RTT "
+            } else {
+                ""
+            };
+            writeln!(
+                out,
+                "  {:<18} {:<8} {rounds}{}",
+                v.name, stall, v.explanation
+            )?;
         }
     }
     Ok(())
@@ -305,6 +387,18 @@ fn print_list(
 
 fn print_table(out: &mut impl Write, report: &LabReport) -> io::Result<()> {
     writeln!(out, "{}", report.kernel_summary)?;
+    if let Some(path) = &report.path {
+        writeln!(
+            out,
+            "path: RTT {} ms{} between namespaces {} and {} (user-space relay over TUN, MTU 1500)",
+            path.rtt_ms,
+            path.rate_mbit
+                .map(|r| format!(", {r} Mbit/s"))
+                .unwrap_or_default(),
+            path.client_namespace,
+            path.server_namespace
+        )?;
+    }
     writeln!(
         out,
         "{:<10} {:<18} {:>5} {:>8} {:>8} {:>8} {:>7} {:<7} {:<8} why",

@@ -1,6 +1,6 @@
 //! Runs one catalogue row on real sockets and measures it.
 
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -10,12 +10,14 @@ use serde::Serialize;
 
 use super::client::{http_get_request, ClientConfig, Connection};
 use super::framing::{self, FrameEnd};
-use super::measure::{is_stalled, LatencySummary};
+use super::measure::{stall_threshold_ms, LatencySummary};
+use super::path::PathEnds;
 use super::scenarios::{ConnectionMode, Expectation, Variant, Workload};
 use super::server::{
     http_response_head, memcached_reply_len, Protocol, Server, ServerConfig, ServerNodelay,
     MEMCACHED_FIRST_WRITE_CAP,
 };
+use super::write::WriteStrategy;
 use crate::kernel::tcpext_counter;
 
 /// Knobs of a run that apply to every row.
@@ -35,6 +37,8 @@ pub struct RunSettings {
     pub stream_parallel: usize,
     /// No row runs longer than this.
     pub row_timeout: Duration,
+    /// The emulated path of `lab --rtt`; `None`: loopback.
+    pub path: Option<PathEnds>,
 }
 
 /// One measured row: the stable keys of `lab --json` and the lab's own additions.
@@ -54,8 +58,15 @@ pub struct Row {
     pub max_ms: f64,
     /// Data segments of both ends per request (`tcpi_data_segs_out` deltas).
     pub segments_per_request: f64,
-    /// p50 at or above [`super::measure::STALL_THRESHOLD_MS`].
+    /// p50 at or above `stall_threshold_ms`.
     pub stalled: bool,
+    /// The p50 from which the row counts as stalled: the round trips its exchange needs
+    /// without any timer, times the path's RTT, plus 30 ms (see
+    /// [`super::measure::stall_threshold_ms`]); 30 ms on loopback.
+    pub stall_threshold_ms: f64,
+    /// Round-trip time of the emulated path (`lab --rtt`); absent on loopback.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path_rtt_ms: Option<f64>,
     /// What Linux is expected to do, from the catalogue.
     pub expected_stall: bool,
     /// Why, from the kernel's rules.
@@ -129,6 +140,33 @@ pub fn expected_stall(variant: &Variant, size: usize, mss: Option<u32>) -> bool 
     }
 }
 
+/// Round trips a row's request needs when no timer fires: one, plus one when Nagle holds the
+/// second part of a split message until the first is acknowledged (`tcp_nagle_check`, the
+/// Minshall rule: a sub-MSS first segment still unacknowledged), even when that ACK comes at
+/// once. Over an RTT this is what separates a quick-ACKed split (2 RTT) from a stall
+/// (2 RTT + the delayed-ACK timer).
+pub fn round_trips(variant: &Variant, size: usize, mss: Option<u32>) -> u32 {
+    let (strategy, nagle_on) = match variant.workload {
+        Workload::Stream => return 1,
+        Workload::Echo => (variant.client_write, !variant.client_nodelay),
+        Workload::Http | Workload::Memcached => (
+            variant.server_reply,
+            variant.server_nodelay == ServerNodelay::Off,
+        ),
+    };
+    let splits = matches!(
+        strategy,
+        WriteStrategy::Split | WriteStrategy::BufferedFlush
+    );
+    let mss = payload_mss(mss.unwrap_or(LOOPBACK_MSS)) as usize;
+    let (first, second) = split_write_sizes(variant, size);
+    if splits && nagle_on && first < mss && second > 0 {
+        2
+    } else {
+        1
+    }
+}
+
 /// MSS of a TCP connection over `lo` (MTU 65536 minus 40 bytes of IPv4 and TCP headers).
 const LOOPBACK_MSS: u32 = 65_495;
 
@@ -196,7 +234,10 @@ pub fn run_variant(
         Workload::Memcached => Protocol::Memcached { value_len: size },
         Workload::Stream => Protocol::Sink { chunk: size },
     };
+    let path = settings.path.as_ref();
     let server = Server::start(ServerConfig {
+        bind: path.map_or(Ipv4Addr::LOCALHOST, |p| p.server_addr),
+        namespace: path.map(|p| p.server.clone()),
         reply: variant.server_reply,
         mss,
         nodelay: variant.server_nodelay,
@@ -204,13 +245,14 @@ pub fn run_variant(
         quickack_rearm: variant.server_quickack,
         ..ServerConfig::new(protocol, deadline)
     })
-    .context("cannot start the lab server on 127.0.0.1")?;
+    .context("cannot start the lab server")?;
     let addr = server.addr();
     watch_port(addr.port());
     let client = ClientConfig {
         mss,
         nodelay: variant.client_nodelay,
         quickack_rearm: variant.client_quickack,
+        namespace: path.map(|p| p.client.clone()),
         ..ClientConfig::default()
     };
     let corking_before = tcpext_counter("TCPAutoCorking");
@@ -240,7 +282,9 @@ pub fn run_variant(
     outcome.errors.extend(report.errors);
     let summary = LatencySummary::of(&latencies);
     let requests = outcome.requests.max(1) as f64;
-    let stalled = is_stalled(summary.p50_ms);
+    let rtt = path.map_or(Duration::ZERO, |p| p.shape.rtt);
+    let threshold = stall_threshold_ms(round_trips(variant, size, mss), rtt);
+    let stalled = summary.p50_ms >= threshold;
     let expected = expected_stall(variant, size, mss);
     let explanation = if stalled == expected {
         variant.explanation.to_string()
@@ -267,11 +311,13 @@ pub fn run_variant(
         max_ms: summary.max_ms,
         segments_per_request: (outcome.client_segments + report.data_segs_out) as f64 / requests,
         stalled,
+        stall_threshold_ms: threshold,
+        path_rtt_ms: path.map(|p| p.shape.rtt.as_secs_f64() * 1000.0),
         expected_stall: expected,
         explanation,
         stalled_requests: latencies
             .iter()
-            .filter(|l| is_stalled(l.as_secs_f64() * 1000.0))
+            .filter(|l| l.as_secs_f64() * 1000.0 >= threshold)
             .count(),
         held_side: if expected {
             split_writer(variant)

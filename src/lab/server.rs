@@ -1,4 +1,5 @@
-//! The lab's servers: one listener on 127.0.0.1 port 0 (the kernel picks a free port), one
+//! The lab's servers: one listener on 127.0.0.1 (or, on an emulated path, the server
+//! namespace's address) port 0 (the kernel picks a free port), one
 //! thread per accepted connection, every wait bounded by a read timeout and a deadline.
 //! Dropping a [`Server`] stops it, so a failing test never leaves one running.
 
@@ -15,6 +16,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use socket2::{Domain, Socket, Type};
 
 use super::framing::{self, MessageReader};
+use super::path::NetNs;
 use super::write::WriteStrategy;
 use crate::sockopt;
 
@@ -103,6 +105,10 @@ pub struct ServerConfig {
     pub read_timeout: Duration,
     /// Nothing runs past this instant.
     pub deadline: Instant,
+    /// The address to listen on (port 0: the kernel picks a free one).
+    pub bind: Ipv4Addr,
+    /// The namespace of an emulated path (`lab --rtt`) to listen in; `None`: this process's.
+    pub namespace: Option<NetNs>,
 }
 
 impl ServerConfig {
@@ -117,6 +123,8 @@ impl ServerConfig {
             quickack_rearm: false,
             read_timeout: Duration::from_secs(2),
             deadline,
+            bind: Ipv4Addr::LOCALHOST,
+            namespace: None,
         }
     }
 }
@@ -147,9 +155,13 @@ pub struct Server {
 }
 
 impl Server {
-    /// Binds 127.0.0.1 port 0 and starts accepting.
+    /// Binds the configured address (127.0.0.1 unless on an emulated path), port 0, and
+    /// starts accepting.
     pub fn start(config: ServerConfig) -> io::Result<Server> {
-        let socket = Socket::new(Domain::IPV4, Type::STREAM, None)?;
+        let socket = match &config.namespace {
+            Some(ns) => ns.socket(Domain::IPV4, Type::STREAM)?,
+            None => Socket::new(Domain::IPV4, Type::STREAM, None)?,
+        };
         if let Some(mss) = config.mss {
             sockopt::set_maxseg(socket.as_fd(), mss)?;
         }
@@ -159,7 +171,7 @@ impl Server {
         if let Some(on) = config.listener_quickack {
             sockopt::set_quickack(socket.as_fd(), on)?;
         }
-        socket.bind(&SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0).into())?;
+        socket.bind(&SocketAddrV4::new(config.bind, 0).into())?;
         socket.listen(128)?;
         socket.set_nonblocking(true)?;
         let listener: TcpListener = socket.into();

@@ -1,0 +1,437 @@
+//! `lab --rtt`: an emulated network path. The client runs in one network namespace, the server
+//! in another, both created by tcpstall (`tcpstall-lab-<pid>-client`, `-server`) and deleted
+//! when the run ends. Each holds one TUN device; a relay in this process moves every IP packet
+//! from one TUN device to the other after RTT/2 (and, with a rate, after its serialisation
+//! time), like netem's delay but in user space, since netem may be missing from the kernel.
+//!
+//! Addresses are link-local (169.254.77.1 client, .2 server, RFC 3927) and exist only inside the
+//! two namespaces, whose only route is the TUN device: nothing can reach the host's networks.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::net::Ipv4Addr;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sched::CloneFlags;
+use socket2::{Domain, Socket, Type};
+
+/// Prefix of every namespace the lab creates.
+pub const NAMESPACE_PREFIX: &str = "tcpstall-lab-";
+
+/// The client's address inside its namespace.
+pub const CLIENT_ADDR: Ipv4Addr = Ipv4Addr::new(169, 254, 77, 1);
+
+/// The server's address inside its namespace.
+pub const SERVER_ADDR: Ipv4Addr = Ipv4Addr::new(169, 254, 77, 2);
+
+/// Name of the TUN device in each namespace.
+pub const TUN_NAME: &str = "tcpstall0";
+
+/// MTU of the TUN devices: an Ethernet path, so that the MSS is 1460 as in the documents.
+const TUN_MTU: u32 = 1500;
+
+/// Packets waiting in one direction before the relay drops (a tail-drop queue, like a qdisc's
+/// limit).
+const QUEUE_PACKETS: usize = 4096;
+
+/// Shortest and longest `--rtt`, in milliseconds.
+pub const RTT_RANGE_MS: (u64, u64) = (1, 400);
+
+/// Shape of the emulated path.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PathShape {
+    /// Round-trip time added by the relay (RTT/2 each way).
+    pub rtt: Duration,
+    /// Bottleneck rate in bits per second, both directions; `None`: no pacing.
+    pub rate_bps: Option<u64>,
+}
+
+/// A network namespace the lab created, entered by threads that create sockets in it.
+#[derive(Debug, Clone)]
+pub struct NetNs {
+    name: String,
+    fd: Arc<OwnedFd>,
+}
+
+impl NetNs {
+    /// Its name under /run/netns.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Runs `work` on a thread that entered this namespace: a socket or device created there
+    /// belongs to the namespace for its whole life, whichever thread uses it later.
+    pub fn run<T: Send>(&self, work: impl FnOnce() -> io::Result<T> + Send) -> io::Result<T> {
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    nix::sched::setns(self.fd.as_fd(), CloneFlags::CLONE_NEWNET).map_err(
+                        |err| {
+                            io::Error::other(format!(
+                                "cannot enter network namespace {} (needs CAP_SYS_ADMIN): {err}",
+                                self.name
+                            ))
+                        },
+                    )?;
+                    work()
+                })
+                .join()
+                .unwrap_or_else(|_| Err(io::Error::other("a namespace thread panicked")))
+        })
+    }
+
+    /// A new socket in this namespace.
+    pub fn socket(&self, domain: Domain, ty: Type) -> io::Result<Socket> {
+        self.run(|| Socket::new(domain, ty, None))
+    }
+}
+
+/// The ends of a running path, as the lab's clients and servers need them.
+#[derive(Debug, Clone)]
+pub struct PathEnds {
+    /// Where clients create their sockets.
+    pub client: NetNs,
+    /// Where servers create their sockets.
+    pub server: NetNs,
+    /// The address servers bind.
+    pub server_addr: Ipv4Addr,
+    /// The path's shape.
+    pub shape: PathShape,
+}
+
+/// A namespace created with `ip netns add`, deleted when dropped.
+struct NamedNamespace {
+    name: String,
+    registry: Arc<Mutex<Vec<String>>>,
+}
+
+impl Drop for NamedNamespace {
+    fn drop(&mut self) {
+        delete_namespace(&self.name);
+        if let Ok(mut names) = self.registry.lock() {
+            names.retain(|n| n != &self.name);
+        }
+    }
+}
+
+/// A running emulated path: two namespaces, their TUN devices and the relay between them.
+/// Dropping it stops the relay and deletes the namespaces.
+pub struct EmulatedPath {
+    ends: PathEnds,
+    stop: Arc<AtomicBool>,
+    relays: Vec<JoinHandle<()>>,
+    // Deleted after the relay threads have stopped (see `Drop`).
+    namespaces: Vec<NamedNamespace>,
+}
+
+impl EmulatedPath {
+    /// Creates the namespaces, their TUN devices and addresses, and starts the relay.
+    /// `registry` lists the namespaces alive, for a Ctrl-C handler to delete.
+    pub fn create(
+        shape: PathShape,
+        registry: Arc<Mutex<Vec<String>>>,
+    ) -> anyhow::Result<EmulatedPath> {
+        check_capabilities()?;
+        let pid = std::process::id();
+        // Deleted by their Drop if anything below fails.
+        let mut namespaces = Vec::new();
+        let client = create_namespace(
+            &format!("{NAMESPACE_PREFIX}{pid}-client"),
+            &registry,
+            &mut namespaces,
+        )?;
+        let server = create_namespace(
+            &format!("{NAMESPACE_PREFIX}{pid}-server"),
+            &registry,
+            &mut namespaces,
+        )?;
+        let mut tuns = Vec::with_capacity(2);
+        for (ns, local, peer) in [
+            (&client, CLIENT_ADDR, SERVER_ADDR),
+            (&server, SERVER_ADDR, CLIENT_ADDR),
+        ] {
+            let tun = ns
+                .run(|| open_tun(TUN_NAME))
+                .with_context(|| format!("cannot create TUN device {TUN_NAME} in {}", ns.name))?;
+            configure(&ns.name, local, peer)?;
+            tuns.push(File::from(tun));
+        }
+        let (Some(server_tun), Some(client_tun)) = (tuns.pop(), tuns.pop()) else {
+            bail!("internal error: a TUN device is missing");
+        };
+        let mut path = EmulatedPath {
+            ends: PathEnds {
+                client,
+                server,
+                server_addr: SERVER_ADDR,
+                shape,
+            },
+            stop: Arc::new(AtomicBool::new(false)),
+            relays: Vec::new(),
+            namespaces,
+        };
+        path.start_direction("c2s", client_tun.try_clone()?, server_tun.try_clone()?)?;
+        path.start_direction("s2c", server_tun, client_tun)?;
+        Ok(path)
+    }
+
+    /// The namespaces and addresses for clients and servers.
+    pub fn ends(&self) -> &PathEnds {
+        &self.ends
+    }
+
+    /// One direction: a reader that stamps each packet with its due time, a sender that
+    /// writes it out when due.
+    fn start_direction(&mut self, label: &str, from: File, to: File) -> io::Result<()> {
+        let (queue, due) = mpsc::sync_channel(QUEUE_PACKETS);
+        let shape = self.ends.shape;
+        let stop = self.stop.clone();
+        self.relays.push(
+            std::thread::Builder::new()
+                .name(format!("path-read-{label}"))
+                .spawn(move || read_packets(from, queue, shape, &stop))?,
+        );
+        let stop = self.stop.clone();
+        self.relays.push(
+            std::thread::Builder::new()
+                .name(format!("path-send-{label}"))
+                .spawn(move || send_packets(to, due, &stop))?,
+        );
+        Ok(())
+    }
+}
+
+impl Drop for EmulatedPath {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        for relay in self.relays.drain(..) {
+            let _ = relay.join();
+        }
+        // Only now that nothing uses the TUN devices: each namespace's Drop deletes it.
+        self.namespaces.clear();
+    }
+}
+
+/// Reads packets from a TUN device and queues each with the instant it is due at the other end.
+fn read_packets(
+    mut from: File,
+    queue: SyncSender<(Instant, Vec<u8>)>,
+    shape: PathShape,
+    stop: &AtomicBool,
+) {
+    let one_way = shape.rtt / 2;
+    let mut buf = vec![0u8; 65_536];
+    // When the bottleneck finishes sending the packets queued so far.
+    let mut link_free = Instant::now();
+    while !stop.load(Ordering::SeqCst) {
+        // A short poll so that the stop flag is seen; a packet wakes it at once.
+        let mut fds = [PollFd::new(from.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, PollTimeout::from(50u16)) {
+            Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
+            Ok(_) => {}
+            Err(_) => return,
+        }
+        let len = match from.read(&mut buf) {
+            Ok(len) => len,
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => return,
+        };
+        let now = Instant::now();
+        let departs = match shape.rate_bps {
+            Some(rate) => {
+                let serialise = Duration::from_nanos(len as u64 * 8 * 1_000_000_000 / rate);
+                link_free = link_free.max(now) + serialise;
+                link_free
+            }
+            None => now,
+        };
+        match queue.try_send((departs + one_way, buf[..len].to_vec())) {
+            // A full queue drops the packet, as a qdisc at its limit would.
+            Ok(()) | Err(TrySendError::Full(_)) => {}
+            Err(TrySendError::Disconnected(_)) => return,
+        }
+    }
+}
+
+/// Writes queued packets to a TUN device when they are due (the queue is in due order: every
+/// packet of a direction gets the same delay and the bottleneck is first-in first-out).
+fn send_packets(mut to: File, due: Receiver<(Instant, Vec<u8>)>, stop: &AtomicBool) {
+    while !stop.load(Ordering::SeqCst) {
+        let (when, packet) = match due.recv_timeout(Duration::from_millis(50)) {
+            Ok(next) => next,
+            Err(RecvTimeoutError::Timeout) => continue,
+            Err(RecvTimeoutError::Disconnected) => return,
+        };
+        let wait = when.saturating_duration_since(Instant::now());
+        if !wait.is_zero() {
+            std::thread::sleep(wait);
+        }
+        // A packet the kernel refuses is lost, as on a real path; TCP retransmits.
+        let _ = to.write(&packet);
+    }
+}
+
+/// Says which capability is missing, before anything is created.
+fn check_capabilities() -> anyhow::Result<()> {
+    const CAP_NET_ADMIN: u32 = 12;
+    const CAP_SYS_ADMIN: u32 = 21;
+    let status = std::fs::read_to_string("/proc/self/status")
+        .context("cannot read /proc/self/status to check capabilities")?;
+    let effective = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .ok_or_else(|| anyhow!("no CapEff line in /proc/self/status"))?;
+    let missing: Vec<&str> = [
+        (
+            CAP_NET_ADMIN,
+            "CAP_NET_ADMIN (network namespaces, TUN devices)",
+        ),
+        (
+            CAP_SYS_ADMIN,
+            "CAP_SYS_ADMIN (entering the namespaces with setns)",
+        ),
+    ]
+    .into_iter()
+    .filter(|(bit, _)| effective & (1 << bit) == 0)
+    .map(|(_, name)| name)
+    .collect();
+    if !missing.is_empty() {
+        bail!(
+            "--rtt needs {}: run it as root (sudo tcpstall lab --rtt ...); `tcpstall lab` without \
+             --rtt needs no privileges",
+            missing.join(" and ")
+        );
+    }
+    Ok(())
+}
+
+/// Runs `ip` with `args`, saying what failed.
+fn ip(args: &[&str]) -> anyhow::Result<()> {
+    let out = Command::new("ip").args(args).output().map_err(|err| {
+        anyhow!("cannot run `ip` (install iproute2: apt-get install iproute2): {err}")
+    })?;
+    if !out.status.success() {
+        bail!(
+            "`ip {}` failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+fn create_namespace(
+    name: &str,
+    registry: &Arc<Mutex<Vec<String>>>,
+    created: &mut Vec<NamedNamespace>,
+) -> anyhow::Result<NetNs> {
+    if let Ok(mut names) = registry.lock() {
+        names.push(name.to_string());
+    }
+    let added = ip(&["netns", "add", name]);
+    // Registered before the result is checked, so that a half-made namespace is deleted too.
+    created.push(NamedNamespace {
+        name: name.to_string(),
+        registry: registry.clone(),
+    });
+    added.with_context(|| format!("cannot create network namespace {name}"))?;
+    let fd = File::open(format!("/run/netns/{name}"))
+        .with_context(|| format!("cannot open /run/netns/{name}"))?;
+    Ok(NetNs {
+        name: name.to_string(),
+        fd: Arc::new(OwnedFd::from(fd)),
+    })
+}
+
+/// Deletes a namespace the lab created; quiet when it is already gone.
+pub fn delete_namespace(name: &str) {
+    if name.starts_with(NAMESPACE_PREFIX) {
+        let _ = Command::new("ip").args(["netns", "delete", name]).output();
+    }
+}
+
+/// Gives the namespace's TUN device its address, the peer's route, the MTU, and brings it up.
+fn configure(ns: &str, local: Ipv4Addr, peer: Ipv4Addr) -> anyhow::Result<()> {
+    let (local, peer, mtu) = (local.to_string(), format!("{peer}/32"), TUN_MTU.to_string());
+    ip(&["-n", ns, "link", "set", "lo", "up"])?;
+    ip(&["-n", ns, "link", "set", TUN_NAME, "mtu", &mtu, "up"])?;
+    ip(&[
+        "-n", ns, "addr", "add", &local, "peer", &peer, "dev", TUN_NAME,
+    ])
+}
+
+/// Opens a TUN device (raw IP packets, no packet-information header) in the calling thread's
+/// namespace (`tun_set_iff` in drivers/net/tun.c).
+fn open_tun(name: &str) -> io::Result<OwnedFd> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/net/tun")
+        .map_err(|err| io::Error::other(format!("cannot open /dev/net/tun: {err}")))?;
+    // SAFETY: ifreq is plain data; all zeroes is a valid value before the fields are set.
+    let mut request: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (slot, byte) in request.ifr_name.iter_mut().zip(name.bytes()) {
+        *slot = byte as libc::c_char;
+    }
+    request.ifr_ifru.ifru_flags = (libc::IFF_TUN | libc::IFF_NO_PI) as libc::c_short;
+    // SAFETY: TUNSETIFF reads and writes one ifreq, which lives for the whole call.
+    let result = unsafe { libc::ioctl(file.as_raw_fd(), libc::TUNSETIFF, &mut request) };
+    if result < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(OwnedFd::from(file))
+}
+
+/// Parses `--rtt`, checking its range.
+pub fn rtt_of(ms: u64) -> anyhow::Result<Duration> {
+    let (min, max) = RTT_RANGE_MS;
+    if !(min..=max).contains(&ms) {
+        bail!("--rtt {ms} is out of range: use {min} to {max} milliseconds");
+    }
+    Ok(Duration::from_millis(ms))
+}
+
+/// Parses `--rate`, checking its range (0.1 to 10000 Mbit/s).
+pub fn rate_of(mbit: f64) -> anyhow::Result<u64> {
+    if !(0.1..=10_000.0).contains(&mbit) {
+        bail!("--rate {mbit} is out of range: use 0.1 to 10000 Mbit/s");
+    }
+    Ok((mbit * 1_000_000.0) as u64)
+}
+
+/// Deletes the namespaces listed in `registry` when SIGINT, SIGTERM or SIGHUP arrives, then
+/// exits with 128 + the signal's number, as the shell would report it. Must be called before
+/// this process starts other threads: the signals are blocked in the calling thread, and every
+/// thread started later inherits that mask, so only the waiting thread receives them.
+pub fn delete_namespaces_on_signal(registry: Arc<Mutex<Vec<String>>>) -> anyhow::Result<()> {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut signals = SigSet::empty();
+    for signal in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        signals.add(signal);
+    }
+    signals
+        .thread_block()
+        .context("cannot block SIGINT/SIGTERM to clean up on Ctrl-C")?;
+    std::thread::Builder::new()
+        .name("lab-path-signals".into())
+        .spawn(move || {
+            let Ok(signal) = signals.wait() else { return };
+            let names = registry.lock().map(|n| n.clone()).unwrap_or_default();
+            for name in names {
+                delete_namespace(&name);
+            }
+            eprintln!("tcpstall: {signal}: deleted the lab's network namespaces");
+            std::process::exit(128 + signal as i32);
+        })
+        .context("cannot start the signal thread")?;
+    Ok(())
+}
