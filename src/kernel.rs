@@ -90,7 +90,13 @@ fn proc_config_gz() -> Option<String> {
 /// when the file or the counter is missing. The block is a header line of names followed by a
 /// line of values in the same order.
 pub fn tcpext_counter(name: &str) -> Option<u64> {
-    let text = fs::read_to_string("/proc/net/netstat").ok()?;
+    tcpext_counter_in("/proc/net/netstat", name)
+}
+
+/// Like [`tcpext_counter`], from another netstat file: `/proc/thread-self/net/netstat` read by
+/// a thread inside a network namespace gives that namespace's counters.
+pub fn tcpext_counter_in(netstat: &str, name: &str) -> Option<u64> {
+    let text = fs::read_to_string(netstat).ok()?;
     let mut lines = text.lines();
     while let Some(header) = lines.next() {
         let values = lines.next()?;

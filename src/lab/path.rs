@@ -1,8 +1,10 @@
 //! `lab --rtt`: an emulated network path. The client runs in one network namespace, the server
 //! in another, both created by tcpstall (`tcpstall-lab-<pid>-client`, `-server`) and deleted
 //! when the run ends. Each holds one TUN device; a relay in this process moves every IP packet
-//! from one TUN device to the other after RTT/2 (and, with a rate, after its serialisation
-//! time), like netem's delay but in user space, since netem may be missing from the kernel.
+//! from one TUN device to the other after RTT/2, like netem's delay but in user space, since
+//! netem may be missing from the kernel. A rate is a `tbf` qdisc on each TUN device: packets
+//! wait in the sender's own kernel, still charged to its socket, as behind a slow NIC, so that
+//! TCP small queues and autocorking (`tcp_should_autocork`) see them.
 //!
 //! Addresses are link-local (169.254.77.1 client, .2 server, RFC 3927) and exist only inside the
 //! two namespaces, whose only route is the TUN device: nothing can reach the host's networks.
@@ -50,7 +52,7 @@ pub const RTT_RANGE_MS: (u64, u64) = (1, 400);
 pub struct PathShape {
     /// Round-trip time added by the relay (RTT/2 each way).
     pub rtt: Duration,
-    /// Bottleneck rate in bits per second, both directions; `None`: no pacing.
+    /// Bottleneck rate in bits per second, both directions (a `tbf` qdisc); `None`: none.
     pub rate_bps: Option<u64>,
 }
 
@@ -161,7 +163,7 @@ impl EmulatedPath {
             let tun = ns
                 .run(|| open_tun(TUN_NAME))
                 .with_context(|| format!("cannot create TUN device {TUN_NAME} in {}", ns.name))?;
-            configure(&ns.name, local, peer)?;
+            configure(&ns.name, local, peer, shape.rate_bps)?;
             tuns.push(File::from(tun));
         }
         let (Some(server_tun), Some(client_tun)) = (tuns.pop(), tuns.pop()) else {
@@ -229,8 +231,6 @@ fn read_packets(
 ) {
     let one_way = shape.rtt / 2;
     let mut buf = vec![0u8; 65_536];
-    // When the bottleneck finishes sending the packets queued so far.
-    let mut link_free = Instant::now();
     while !stop.load(Ordering::SeqCst) {
         // A short poll so that the stop flag is seen; a packet wakes it at once.
         let mut fds = [PollFd::new(from.as_fd(), PollFlags::POLLIN)];
@@ -244,16 +244,7 @@ fn read_packets(
             Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
             Err(_) => return,
         };
-        let now = Instant::now();
-        let departs = match shape.rate_bps {
-            Some(rate) => {
-                let serialise = Duration::from_nanos(len as u64 * 8 * 1_000_000_000 / rate);
-                link_free = link_free.max(now) + serialise;
-                link_free
-            }
-            None => now,
-        };
-        match queue.try_send((departs + one_way, buf[..len].to_vec())) {
+        match queue.try_send((Instant::now() + one_way, buf[..len].to_vec())) {
             // A full queue drops the packet, as a qdisc at its limit would.
             Ok(()) | Err(TrySendError::Full(_)) => {}
             Err(TrySendError::Disconnected(_)) => return,
@@ -262,7 +253,7 @@ fn read_packets(
 }
 
 /// Writes queued packets to a TUN device when they are due (the queue is in due order: every
-/// packet of a direction gets the same delay and the bottleneck is first-in first-out).
+/// packet of a direction gets the same delay).
 fn send_packets(mut to: File, due: Receiver<(Instant, Vec<u8>)>, stop: &AtomicBool) {
     while !stop.load(Ordering::SeqCst) {
         let (when, packet) = match due.recv_timeout(Duration::from_millis(50)) {
@@ -314,14 +305,14 @@ fn check_capabilities() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Runs `ip` with `args`, saying what failed.
-fn ip(args: &[&str]) -> anyhow::Result<()> {
-    let out = Command::new("ip").args(args).output().map_err(|err| {
-        anyhow!("cannot run `ip` (install iproute2: apt-get install iproute2): {err}")
+/// Runs `program` (`ip` or `tc`, from iproute2) with `args`, saying what failed.
+fn run(program: &str, args: &[&str]) -> anyhow::Result<()> {
+    let out = Command::new(program).args(args).output().map_err(|err| {
+        anyhow!("cannot run `{program}` (install iproute2: apt-get install iproute2): {err}")
     })?;
     if !out.status.success() {
         bail!(
-            "`ip {}` failed: {}",
+            "`{program} {}` failed: {}",
             args.join(" "),
             String::from_utf8_lossy(&out.stderr).trim()
         );
@@ -337,7 +328,7 @@ fn create_namespace(
     if let Ok(mut names) = registry.lock() {
         names.push(name.to_string());
     }
-    let added = ip(&["netns", "add", name]);
+    let added = run("ip", &["netns", "add", name]);
     // Registered before the result is checked, so that a half-made namespace is deleted too.
     created.push(NamedNamespace {
         name: name.to_string(),
@@ -359,14 +350,39 @@ pub fn delete_namespace(name: &str) {
     }
 }
 
-/// Gives the namespace's TUN device its address, the peer's route, the MTU, and brings it up.
-fn configure(ns: &str, local: Ipv4Addr, peer: Ipv4Addr) -> anyhow::Result<()> {
+/// Gives the namespace's TUN device its address, the peer's route, the MTU and the rate, and
+/// brings it up.
+fn configure(
+    ns: &str,
+    local: Ipv4Addr,
+    peer: Ipv4Addr,
+    rate_bps: Option<u64>,
+) -> anyhow::Result<()> {
     let (local, peer, mtu) = (local.to_string(), format!("{peer}/32"), TUN_MTU.to_string());
-    ip(&["-n", ns, "link", "set", "lo", "up"])?;
-    ip(&["-n", ns, "link", "set", TUN_NAME, "mtu", &mtu, "up"])?;
-    ip(&[
-        "-n", ns, "addr", "add", &local, "peer", &peer, "dev", TUN_NAME,
-    ])
+    run("ip", &["-n", ns, "link", "set", "lo", "up"])?;
+    run(
+        "ip",
+        &["-n", ns, "link", "set", TUN_NAME, "mtu", &mtu, "up"],
+    )?;
+    run(
+        "ip",
+        &[
+            "-n", ns, "addr", "add", &local, "peer", &peer, "dev", TUN_NAME,
+        ],
+    )?;
+    if let Some(rate) = rate_bps {
+        // A bucket of two full packets: the rate holds from the third packet of a burst on;
+        // 200 ms of queue before tail drop.
+        let (rate, burst) = (format!("{rate}bit"), (2 * (TUN_MTU + 14)).to_string());
+        run(
+            "tc",
+            &[
+                "-n", ns, "qdisc", "add", "dev", TUN_NAME, "root", "tbf", "rate", &rate, "burst",
+                &burst, "latency", "200ms",
+            ],
+        )?;
+    }
+    Ok(())
 }
 
 /// Opens a TUN device (raw IP packets, no packet-information header) in the calling thread's

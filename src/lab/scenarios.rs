@@ -273,7 +273,7 @@ pub const CATALOGUE: &[Variant] = &[
     Variant {
         name: "short",
         connections: ConnectionMode::PerRequest,
-        explanation: "new connection per request (`ab` without -k): the client is in quick-ACK mode and ACKs the header at once",
+        explanation: "new connection per request (`ab` without -k): the server closes after the body, and closing pushes the held body out with the FIN (tcp_send_fin); the client, in quick-ACK mode, ACKs the header at once anyway",
         ..HTTP
     },
     Variant {
