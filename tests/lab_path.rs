@@ -1,0 +1,335 @@
+//! `tcpstall lab --rtt`: the catalogue over an emulated path (two network namespaces joined by
+//! TUN devices and a delaying relay), run as the built binary. These tests need root
+//! (CAP_NET_ADMIN and CAP_SYS_ADMIN) and fail with a message saying so without it.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_tcpstall");
+
+/// The path's round-trip time in these tests.
+const RTT_MS: f64 = 20.0;
+
+fn require_root() {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(
+        euid, 0,
+        "tests/lab_path.rs needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN create and enter network \
+         namespaces): run `sudo scripts/test` or `sudo cargo test --release --test lab_path`"
+    );
+}
+
+/// Namespaces left by the lab process `pid` (`tcpstall-lab-<pid>-client` / `-server`).
+fn namespaces_of(pid: u32) -> Vec<String> {
+    let out = Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .expect("ip netns list runs");
+    let prefix = format!("tcpstall-lab-{pid}-");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|name| name.starts_with(&prefix))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Runs `tcpstall lab ARGS` and checks that its namespaces are gone afterwards.
+fn lab(args: &[&str]) -> Output {
+    let child = Command::new(BIN)
+        .arg("lab")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the tcpstall binary runs");
+    let pid = child.id();
+    let out = child.wait_with_output().expect("tcpstall lab finishes");
+    assert_eq!(
+        namespaces_of(pid),
+        Vec::<String>::new(),
+        "lab {args:?} left namespaces behind"
+    );
+    out
+}
+
+fn lab_json(args: &[&str]) -> Vec<Value> {
+    let mut all = vec!["--json", "--rtt", "20"];
+    all.extend_from_slice(args);
+    let out = lab(&all);
+    assert!(
+        out.status.success(),
+        "tcpstall lab {all:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("lab --json prints JSON");
+    assert_eq!(report["path"]["rtt_ms"].as_f64(), Some(RTT_MS));
+    let rows = report["rows"].as_array().expect("rows").clone();
+    for row in &rows {
+        assert!(row["errors"].is_null(), "{}: {}", name(row), row["errors"]);
+        assert_eq!(row["path_rtt_ms"].as_f64(), Some(RTT_MS));
+    }
+    rows
+}
+
+fn name(row: &Value) -> String {
+    format!("{}/{}", row["scenario"], row["variant"])
+}
+
+fn row<'a>(rows: &'a [Value], variant: &str) -> &'a Value {
+    rows.iter()
+        .find(|r| r["variant"] == variant)
+        .unwrap_or_else(|| panic!("no row {variant}"))
+}
+
+fn p50(row: &Value) -> f64 {
+    row["p50_ms"].as_f64().expect("p50_ms")
+}
+
+#[test]
+fn echo_split_costs_the_timer_on_top_of_the_path_and_the_fixes_do_not() {
+    require_root();
+    let rows = lab_json(&[
+        "--scenario",
+        "echo",
+        "--variant",
+        "split,single,nodelay,quickack",
+        "--requests",
+        "8",
+    ]);
+    let split = row(&rows, "split");
+    assert!(
+        p50(split) >= RTT_MS + 30.0,
+        "split p50 {} ms over a {RTT_MS} ms path",
+        p50(split)
+    );
+    assert_eq!(split["stalled"], true);
+    for fix in ["single", "nodelay"] {
+        let r = row(&rows, fix);
+        assert!(p50(r) < RTT_MS + 10.0, "{fix} p50 {} ms", p50(r));
+        assert_eq!(r["stalled"], false, "{fix}");
+    }
+    // QUICKACK removes the timer but not the round trip: `world` still waits for the ACK of
+    // `hello `, so the request costs two RTTs, no more.
+    let quickack = row(&rows, "quickack");
+    assert!(
+        p50(quickack) < 2.0 * RTT_MS + 10.0,
+        "quickack p50 {} ms",
+        p50(quickack)
+    );
+    assert_eq!(quickack["stalled"], false);
+    assert!(p50(split) >= p50(quickack) + 30.0, "the timer shows on top");
+}
+
+#[test]
+fn stream_merges_writes_over_a_path() {
+    require_root();
+    let rows = lab_json(&[
+        "--scenario",
+        "stream",
+        "--variant",
+        "nagle-0ms",
+        "--connections",
+        "10",
+    ]);
+    let share = row(&rows, "nagle-0ms")["own_segment_share"]
+        .as_f64()
+        .expect("own_segment_share");
+    assert!(share < 1.0, "nagle-0ms share of own segments {share}");
+
+    // Behind a 10 Mbit/s bottleneck the packets wait in the sender's qdisc, charged to the
+    // socket: autocorking merges back-to-back writes even with TCP_NODELAY.
+    let rows = lab_json(&[
+        "--rate",
+        "10",
+        "--scenario",
+        "stream",
+        "--variant",
+        "nodelay-0ms",
+        "--connections",
+        "10",
+    ]);
+    let nodelay = row(&rows, "nodelay-0ms");
+    let corked = nodelay["autocorking_delta"].as_u64().expect("autocorking");
+    assert!(corked > 0, "autocorking delta {corked}");
+    assert!(nodelay["own_segment_share"].as_f64().expect("share") < 1.0);
+}
+
+#[test]
+fn capture_on_the_server_tun_is_read_by_tshark_and_analyze() {
+    require_root();
+    let dir = std::env::temp_dir().join(format!("tcpstall-lab-path-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let pcap: PathBuf = dir.join("path.pcap");
+    let rows = lab_json(&[
+        "--scenario",
+        "echo,http",
+        "--variant",
+        "split,single,nodelay",
+        "--requests",
+        "6",
+        "--capture",
+        pcap.to_str().expect("utf-8 path"),
+    ]);
+
+    let tshark = Command::new("tshark")
+        .args([
+            "-r",
+            pcap.to_str().unwrap(),
+            "-T",
+            "fields",
+            "-e",
+            "tcp.srcport",
+        ])
+        .output()
+        .expect("tshark runs (installed by scripts/install-deps)");
+    assert!(
+        tshark.status.success(),
+        "{}",
+        String::from_utf8_lossy(&tshark.stderr)
+    );
+    let packets = String::from_utf8_lossy(&tshark.stdout).lines().count();
+    assert!(packets > 0, "tshark read no packets");
+
+    let analyzed = Command::new(BIN)
+        .args(["analyze", "--json", pcap.to_str().unwrap()])
+        .output()
+        .expect("tcpstall analyze runs");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        analyzed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&analyzed.stderr)
+    );
+    let report: Value = serde_json::from_slice(&analyzed.stdout).expect("analyze JSON");
+    assert_eq!(report["summary"]["packets"].as_u64(), Some(packets as u64));
+    let mut stalls: HashMap<u64, Vec<&Value>> = HashMap::new();
+    for event in report["events"].as_array().expect("events") {
+        if event["kind"] == "nagle_delayed_ack" {
+            let port = event["server_port"].as_u64().expect("server_port");
+            stalls.entry(port).or_default().push(event);
+        }
+    }
+    for r in &rows {
+        let port = r["server_port"].as_u64().expect("server_port");
+        let found = stalls.get(&port).map_or(&[][..], Vec::as_slice);
+        if r["expected_stall"] == true {
+            let stalled = r["stalled_requests"].as_u64().expect("stalled_requests");
+            assert!(stalled > 0, "{} measured no stalled request", name(r));
+            assert_eq!(found.len() as u64, stalled, "{}: analyze's stalls", name(r));
+            for event in found {
+                assert_eq!(event["held_side"], r["held_side"], "{}", name(r));
+            }
+        } else {
+            assert!(found.is_empty(), "{}: analyze found {found:?}", name(r));
+        }
+    }
+}
+
+#[test]
+fn namespaces_are_deleted_after_a_failed_run_and_after_ctrl_c() {
+    require_root();
+    // Fails after the namespaces exist: the capture file cannot be created.
+    let out = lab(&[
+        "--rtt",
+        "20",
+        "--scenario",
+        "echo",
+        "--capture",
+        "/nonexistent-dir/x.pcap",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent-dir/x.pcap"));
+
+    // Interrupted in the middle of a row.
+    let child = Command::new(BIN)
+        .args([
+            "lab",
+            "--rtt",
+            "20",
+            "--scenario",
+            "echo",
+            "--requests",
+            "1000",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tcpstall runs");
+    let pid = child.id();
+    let start = Instant::now();
+    while namespaces_of(pid).len() < 2 && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        namespaces_of(pid).len(),
+        2,
+        "the run created its namespaces"
+    );
+    // SAFETY: kill only sends a signal to the child started above.
+    unsafe { libc::kill(pid as libc::pid_t, libc::SIGINT) };
+    let out = child.wait_with_output().expect("tcpstall exits");
+    assert_eq!(out.status.code(), Some(128 + libc::SIGINT));
+    assert_eq!(namespaces_of(pid), Vec::<String>::new());
+}
+
+#[test]
+fn bad_rtt_and_rate_are_refused_clearly() {
+    for (args, message) in [
+        (&["--rtt", "0"][..], "--rtt 0 is out of range"),
+        (&["--rtt", "5000"][..], "--rtt 5000 is out of range"),
+        (
+            &["--rtt", "20", "--rate", "0"][..],
+            "--rate 0 is out of range",
+        ),
+        (&["--rate", "10"][..], "--rtt"),
+    ] {
+        let out = lab(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(message), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn without_privileges_rtt_names_the_capabilities_and_plain_lab_still_runs() {
+    require_root();
+    let as_nobody = |args: &[&str]| {
+        Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                BIN,
+                "lab",
+            ])
+            .args(args)
+            .output()
+            .expect("setpriv (util-linux) runs")
+    };
+    let out = as_nobody(&["--rtt", "20"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("CAP_NET_ADMIN") && stderr.contains("CAP_SYS_ADMIN"),
+        "{stderr}"
+    );
+    let out = as_nobody(&[
+        "--scenario",
+        "echo",
+        "--variant",
+        "single",
+        "--requests",
+        "2",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
