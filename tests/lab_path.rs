@@ -137,10 +137,20 @@ fn stream_merges_writes_over_a_path() {
         "--connections",
         "10",
     ]);
-    let share = row(&rows, "nagle-0ms")["own_segment_share"]
+    // Document 001's measure: writes that left as a packet of their own. With Nagle on, the
+    // writes made while the first segment is unacknowledged (one RTT) leave merged.
+    let nagle = row(&rows, "nagle-0ms");
+    let alone = nagle["own_packet_share"]
+        .as_f64()
+        .expect("own_packet_share");
+    assert!(alone < 1.0, "nagle-0ms share of writes sent alone {alone}");
+    let segments = nagle["own_segment_share"]
         .as_f64()
         .expect("own_segment_share");
-    assert!(share < 1.0, "nagle-0ms share of own segments {share}");
+    assert!(
+        segments < 1.0,
+        "nagle-0ms data segments per write {segments}"
+    );
 
     // Behind a 10 Mbit/s bottleneck the packets wait in the sender's qdisc, charged to the
     // socket: autocorking merges back-to-back writes even with TCP_NODELAY.
@@ -157,7 +167,13 @@ fn stream_merges_writes_over_a_path() {
     let nodelay = row(&rows, "nodelay-0ms");
     let corked = nodelay["autocorking_delta"].as_u64().expect("autocorking");
     assert!(corked > 0, "autocorking delta {corked}");
-    assert!(nodelay["own_segment_share"].as_f64().expect("share") < 1.0);
+    let alone = nodelay["own_packet_share"]
+        .as_f64()
+        .expect("own_packet_share");
+    assert!(
+        alone < 1.0,
+        "nodelay-0ms share of writes sent alone {alone}"
+    );
 }
 
 #[test]

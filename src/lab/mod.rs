@@ -421,6 +421,9 @@ fn print_table(out: &mut impl Write, report: &LabReport) -> io::Result<()> {
                 share * 100.0
             );
         }
+        if let Some(own) = r.own_packet_share {
+            why = format!("{:.0}% of writes sent alone; {why}", own * 100.0);
+        }
         if let Some(inherited) = r.inherited {
             why = format!("inherited: {}; {why}", yes_no(inherited));
         }

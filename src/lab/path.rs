@@ -9,6 +9,7 @@
 //! Addresses are link-local (169.254.77.1 client, .2 server, RFC 3927) and exist only inside the
 //! two namespaces, whose only route is the TUN device: nothing can reach the host's networks.
 
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::net::Ipv4Addr;
@@ -21,6 +22,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
+use etherparse::{SlicedPacket, TransportSlice};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sched::CloneFlags;
 use socket2::{Domain, Socket, Type};
@@ -96,6 +98,54 @@ impl NetNs {
     }
 }
 
+/// The data segments of one client connection as the relay forwarded them toward the server.
+#[derive(Debug, Default, Clone)]
+pub struct FlowSegments {
+    /// The client's initial sequence number, from its SYN.
+    isn: Option<u32>,
+    /// Each data segment: offset of its first byte in the client's stream, and its length.
+    pub segments: Vec<(u32, usize)>,
+}
+
+/// Client data segments per (client port, server port), recorded by the client-to-server relay:
+/// what a capture on the wire would show, without one.
+pub type SegmentLog = Arc<Mutex<HashMap<(u16, u16), FlowSegments>>>;
+
+/// Share of `writes` writes of `size` bytes to the server at `server_port` that left as a packet
+/// of their own (one whole write, nothing more, nothing less): source document 001's measure.
+pub fn own_packet_share(log: &SegmentLog, server_port: u16, size: usize, writes: usize) -> f64 {
+    let Ok(flows) = log.lock() else { return 0.0 };
+    let own = flows
+        .iter()
+        .filter(|((_, server), _)| *server == server_port)
+        .flat_map(|(_, flow)| &flow.segments)
+        .filter(|(offset, len)| *len == size && *offset as usize % size == 0)
+        .count();
+    own as f64 / writes.max(1) as f64
+}
+
+/// Notes a client-to-server packet in `log`.
+fn log_segment(log: &SegmentLog, packet: &[u8]) {
+    let Ok(SlicedPacket {
+        transport: Some(TransportSlice::Tcp(tcp)),
+        ..
+    }) = SlicedPacket::from_ip(packet)
+    else {
+        return;
+    };
+    let Ok(mut flows) = log.lock() else { return };
+    let flow = flows
+        .entry((tcp.source_port(), tcp.destination_port()))
+        .or_default();
+    if tcp.syn() {
+        flow.isn = Some(tcp.sequence_number());
+    } else if let (Some(isn), false) = (flow.isn, tcp.payload().is_empty()) {
+        // The SYN takes one sequence number (RFC 9293).
+        let offset = tcp.sequence_number().wrapping_sub(isn).wrapping_sub(1);
+        flow.segments.push((offset, tcp.payload().len()));
+    }
+}
+
 /// The ends of a running path, as the lab's clients and servers need them.
 #[derive(Debug, Clone)]
 pub struct PathEnds {
@@ -107,6 +157,8 @@ pub struct PathEnds {
     pub server_addr: Ipv4Addr,
     /// The path's shape.
     pub shape: PathShape,
+    /// Client data segments forwarded so far.
+    pub segments: SegmentLog,
 }
 
 /// A namespace created with `ip netns add`, deleted when dropped.
@@ -175,13 +227,15 @@ impl EmulatedPath {
                 server,
                 server_addr: SERVER_ADDR,
                 shape,
+                segments: SegmentLog::default(),
             },
             stop: Arc::new(AtomicBool::new(false)),
             relays: Vec::new(),
             namespaces,
         };
-        path.start_direction("c2s", client_tun.try_clone()?, server_tun.try_clone()?)?;
-        path.start_direction("s2c", server_tun, client_tun)?;
+        let log = Some(path.ends.segments.clone());
+        path.start_direction("c2s", client_tun.try_clone()?, server_tun.try_clone()?, log)?;
+        path.start_direction("s2c", server_tun, client_tun, None)?;
         Ok(path)
     }
 
@@ -192,14 +246,20 @@ impl EmulatedPath {
 
     /// One direction: a reader that stamps each packet with its due time, a sender that
     /// writes it out when due.
-    fn start_direction(&mut self, label: &str, from: File, to: File) -> io::Result<()> {
+    fn start_direction(
+        &mut self,
+        label: &str,
+        from: File,
+        to: File,
+        log: Option<SegmentLog>,
+    ) -> io::Result<()> {
         let (queue, due) = mpsc::sync_channel(QUEUE_PACKETS);
         let shape = self.ends.shape;
         let stop = self.stop.clone();
         self.relays.push(
             std::thread::Builder::new()
                 .name(format!("path-read-{label}"))
-                .spawn(move || read_packets(from, queue, shape, &stop))?,
+                .spawn(move || read_packets(from, queue, shape, log, &stop))?,
         );
         let stop = self.stop.clone();
         self.relays.push(
@@ -227,6 +287,7 @@ fn read_packets(
     mut from: File,
     queue: SyncSender<(Instant, Vec<u8>)>,
     shape: PathShape,
+    log: Option<SegmentLog>,
     stop: &AtomicBool,
 ) {
     let one_way = shape.rtt / 2;
@@ -244,7 +305,11 @@ fn read_packets(
             Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
             Err(_) => return,
         };
-        match queue.try_send((Instant::now() + one_way, buf[..len].to_vec())) {
+        let due = Instant::now() + one_way;
+        if let Some(log) = &log {
+            log_segment(log, &buf[..len]);
+        }
+        match queue.try_send((due, buf[..len].to_vec())) {
             // A full queue drops the packet, as a qdisc at its limit would.
             Ok(()) | Err(TrySendError::Full(_)) => {}
             Err(TrySendError::Disconnected(_)) => return,

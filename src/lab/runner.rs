@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::client::{http_get_request, ClientConfig, Connection};
 use super::framing::{self, FrameEnd};
 use super::measure::{stall_threshold_ms, LatencySummary};
-use super::path::PathEnds;
+use super::path::{own_packet_share, PathEnds};
 use super::scenarios::{ConnectionMode, Expectation, Variant, Workload};
 use super::server::{
     http_response_head, memcached_reply_len, Protocol, Server, ServerConfig, ServerNodelay,
@@ -94,6 +94,10 @@ pub struct Row {
     /// Stream: data segments per write, at most 1 (1 = every write left as its own segment).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub own_segment_share: Option<f64>,
+    /// Stream over an emulated path: share of writes that left as a packet of their own (one
+    /// whole write, nothing merged), counted on the path as document 001 counted in Wireshark.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub own_packet_share: Option<f64>,
     /// Stream: change of TcpExt TCPAutoCorking during the row (system-wide counter).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub autocorking_delta: Option<u64>,
@@ -357,6 +361,9 @@ pub fn run_variant(
         client_data_segments: outcome.client_segments,
         server_data_segments: report.data_segs_out,
         own_segment_share: is_stream.then(|| (outcome.client_segments as f64 / requests).min(1.0)),
+        own_packet_share: path
+            .filter(|_| is_stream)
+            .map(|ends| own_packet_share(&ends.segments, addr.port(), size, outcome.requests)),
         autocorking_delta: if is_stream {
             corking_before
                 .zip(corking_after)
