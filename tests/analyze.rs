@@ -15,6 +15,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+mod support;
+use support::KillOnDrop;
+
 const BIN: &str = env!("CARGO_BIN_EXE_tcpstall");
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/analyze");
 
@@ -574,16 +577,6 @@ fn workers_do_not_change_the_output() {
     assert_eq!(outputs[0], outputs[2], "1 and 3 detector threads");
 }
 
-/// A server process stopped (killed) on drop, also when the test fails.
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
     listener.local_addr().expect("local address").port()
@@ -632,7 +625,7 @@ fn real_servers_on_keep_alive() {
         class H(http.server.SimpleHTTPRequestHandler):\n    protocol_version = 'HTTP/1.1'\n    \
         def log_message(self, *a): pass\n\
         http.server.ThreadingHTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()\n";
-    let python = Server(
+    let python = KillOnDrop(
         Command::new("python3")
             .args(["-c", script, &port.to_string()])
             .current_dir(&dir.0)
@@ -665,7 +658,7 @@ fn real_servers_on_keep_alive() {
             ),
         )
         .expect("write nginx.conf");
-        let nginx = Server(
+        let nginx = KillOnDrop(
             Command::new("nginx")
                 .arg("-c")
                 .arg(&conf)
@@ -823,7 +816,7 @@ fn real_memcached_is_clean() {
     use std::io::Read;
     let dir = Scratch::new("memcached");
     let port = free_port();
-    let _memcached = Server(
+    let _memcached = KillOnDrop(
         Command::new("memcached")
             .args([
                 "-l",

@@ -7,6 +7,8 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+mod support;
+
 const BIN: &str = env!("CARGO_BIN_EXE_tcpstall");
 
 /// A stalled request waits for the 40 ms delayed-ACK timer; a fixed one takes well under 1 ms.
@@ -420,26 +422,16 @@ fn list_describes_every_scenario_and_the_stall_rule() {
 /// block and the file in two writes (CPython issue 108736), so the lab's keep-alive client
 /// stalls on it, and re-arming TCP_QUICKACK on the client removes the stall.
 mod python_http_server {
-    use std::io::{BufRead, BufReader};
     use std::net::SocketAddr;
-    use std::process::{Child, Command, Stdio};
-    use std::sync::mpsc;
+    use std::process::{Command, Stdio};
     use std::time::{Duration, Instant};
 
     use tcpstall::lab::client::{ClientConfig, HttpClient};
     use tcpstall::lab::measure::LatencySummary;
 
-    /// Kills the server when the test ends, passed or failed.
-    struct ServerGuard(Child);
+    use super::support::{first_line_within, KillOnDrop};
 
-    impl Drop for ServerGuard {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-
-    fn start(dir: &std::path::Path) -> (ServerGuard, SocketAddr) {
+    fn start(dir: &std::path::Path) -> (KillOnDrop, SocketAddr) {
         let mut child = Command::new("python3")
             .args(["-u", "-m", "http.server", "--protocol", "HTTP/1.1"])
             .args(["--bind", "127.0.0.1", "--directory"])
@@ -450,16 +442,9 @@ mod python_http_server {
             .spawn()
             .expect("python3 is installed by scripts/install-deps");
         let stdout = child.stdout.take().expect("piped stdout");
-        let guard = ServerGuard(child);
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            let _ = BufReader::new(stdout).read_line(&mut line);
-            let _ = tx.send(line);
-        });
+        let guard = KillOnDrop(child);
         // "Serving HTTP on 127.0.0.1 port 41234 (http://127.0.0.1:41234/) ..."
-        let line = rx
-            .recv_timeout(Duration::from_secs(10))
+        let line = first_line_within(stdout, Duration::from_secs(10))
             .expect("http.server announces its port");
         let port: u16 = line
             .split_whitespace()

@@ -1,17 +1,20 @@
 //! `sockets`, `fix` and `trace` against real processes: a Python keep-alive HTTP server that
-//! writes header and body in two calls (tests/fixtures/process/split_server.py), a keep-alive
-//! client written here, and a Python client doing write-write-read or single writes.
+//! writes header and body in two calls (tests/fixtures/process/split_server.py), the lab's
+//! keep-alive client, and a Python client doing write-write-read or single writes.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tcpstall::lab::client::{ClientConfig, HttpClient};
+
+mod support;
+use support::{first_line_within, KillOnDrop};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tcpstall");
 
@@ -30,16 +33,6 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// A child process killed and reaped when the test ends, passing or failing.
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// The Python server, its pid and port.
 struct Server {
     child: KillOnDrop,
@@ -56,14 +49,7 @@ impl Server {
             .expect("python3 runs (scripts/install-deps installs it)");
         let stdout = child.stdout.take().expect("stdout is piped");
         let child = KillOnDrop(child);
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            let _ = BufReader::new(stdout).read_line(&mut line);
-            let _ = tx.send(line);
-        });
-        let line = rx
-            .recv_timeout(Duration::from_secs(10))
+        let line = first_line_within(stdout, Duration::from_secs(10))
             .expect("server prints its port within 10 s");
         let port = line.trim().parse().expect("server prints a port number");
         Server { child, port }
