@@ -9,6 +9,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+mod support;
+use support::KillOnDrop;
+
 const BIN: &str = env!("CARGO_BIN_EXE_tcpstall");
 
 /// The path's round-trip time in these tests.
@@ -262,22 +265,24 @@ fn namespaces_are_deleted_after_a_failed_run_and_after_ctrl_c() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent-dir/x.pcap"));
 
-    // Interrupted in the middle of a row.
-    let child = Command::new(BIN)
-        .args([
-            "lab",
-            "--rtt",
-            "20",
-            "--scenario",
-            "echo",
-            "--requests",
-            "1000",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("tcpstall runs");
-    let pid = child.id();
+    // Interrupted in the middle of a row; killed outright if the test fails before it exits.
+    let mut child = KillOnDrop(
+        Command::new(BIN)
+            .args([
+                "lab",
+                "--rtt",
+                "20",
+                "--scenario",
+                "echo",
+                "--requests",
+                "1000",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("tcpstall runs"),
+    );
+    let pid = child.0.id();
     let start = Instant::now();
     while namespaces_of(pid).len() < 2 && start.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(20));
@@ -287,10 +292,20 @@ fn namespaces_are_deleted_after_a_failed_run_and_after_ctrl_c() {
         2,
         "the run created its namespaces"
     );
-    // SAFETY: kill only sends a signal to the child started above.
+    // SAFETY: kill only sends a signal to the child started above, not yet reaped.
     unsafe { libc::kill(pid as libc::pid_t, libc::SIGINT) };
-    let out = child.wait_with_output().expect("tcpstall exits");
-    assert_eq!(out.status.code(), Some(128 + libc::SIGINT));
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.0.try_wait().expect("try_wait") {
+            break status;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "tcpstall did not exit within 10 s of SIGINT"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(128 + libc::SIGINT));
     assert_eq!(namespaces_of(pid), Vec::<String>::new());
 }
 
