@@ -62,7 +62,8 @@ pub struct LabArgs {
     /// TCP_MAXSEG on both ends (88-32767), e.g. 1460 to emulate a 1500-byte MTU on loopback.
     #[arg(long)]
     pub mss: Option<u32>,
-    /// Write the lab's own traffic to this pcap file (needs CAP_NET_RAW).
+    /// Write the lab's own traffic to this pcap file (needs CAP_NET_RAW); with --rtt, as
+    /// the server's TUN device sees it (raw IP, link type 101).
     #[arg(long, value_name = "FILE.pcap")]
     pub capture: Option<PathBuf>,
     /// Print the catalogue with a description of each entry and exit.

@@ -516,3 +516,41 @@ pub fn delete_namespaces_on_signal(registry: Arc<Mutex<Vec<String>>>) -> anyhow:
         .context("cannot start the signal thread")?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use etherparse::PacketBuilder;
+
+    fn tcp_packet(seq: u32, syn: bool, payload: &[u8]) -> Vec<u8> {
+        let builder = PacketBuilder::ipv4(CLIENT_ADDR.octets(), SERVER_ADDR.octets(), 64)
+            .tcp(40_000, 5_000, seq, 65_535);
+        let builder = if syn { builder.syn() } else { builder.ack(1) };
+        let mut packet = Vec::new();
+        builder.write(&mut packet, payload).unwrap();
+        packet
+    }
+
+    #[test]
+    fn writes_sent_alone_are_whole_aligned_packets() {
+        let log = SegmentLog::default();
+        let isn = u32::MAX - 1000; // wraps within the connection
+        log_segment(&log, &tcp_packet(isn, true, &[]));
+        // Write 1 alone; writes 2 and 3 merged into 1448 + 952; write 4 alone.
+        log_segment(&log, &tcp_packet(isn.wrapping_add(1), false, &[0; 1200]));
+        log_segment(&log, &tcp_packet(isn.wrapping_add(1201), false, &[0; 1448]));
+        log_segment(&log, &tcp_packet(isn.wrapping_add(2649), false, &[0; 952]));
+        log_segment(&log, &tcp_packet(isn.wrapping_add(3601), false, &[0; 1200]));
+        assert_eq!(own_packet_share(&log, 5_000, 1200, 4), 0.5);
+        assert_eq!(own_packet_share(&log, 5_001, 1200, 4), 0.0);
+    }
+
+    #[test]
+    fn rtt_and_rate_ranges() {
+        assert_eq!(rtt_of(20).unwrap(), Duration::from_millis(20));
+        assert!(rtt_of(0).unwrap_err().to_string().contains("1 to 400"));
+        assert!(rtt_of(401).is_err());
+        assert_eq!(rate_of(10.0).unwrap(), 10_000_000);
+        assert!(rate_of(0.0).is_err() && rate_of(f64::NAN).is_err());
+    }
+}

@@ -594,6 +594,28 @@ mod tests {
     }
 
     #[test]
+    fn round_trips_count_the_wait_for_the_first_part_ack() {
+        assert_eq!(round_trips(row("echo", "split"), 13, None), 2);
+        assert_eq!(round_trips(row("echo", "quickack"), 13, None), 2);
+        assert_eq!(round_trips(row("echo", "single"), 13, None), 1);
+        assert_eq!(round_trips(row("echo", "nodelay"), 13, None), 1);
+        // The server's close pushes the held body with the FIN.
+        assert_eq!(round_trips(row("http", "short"), 200, None), 1);
+        assert_eq!(
+            round_trips(row("memcached", "value-100"), 100, Some(1460)),
+            1
+        );
+        assert_eq!(
+            round_trips(row("memcached", "nodelay-1400"), 1400, Some(1460)),
+            1
+        );
+        assert_eq!(
+            round_trips(row("memcached", "value-4000"), 4000, Some(1460)),
+            2
+        );
+    }
+
+    #[test]
     fn echo_line_of_13_bytes_is_hello_world() {
         let (head, body) = echo_parts(13);
         assert_eq!((&head[..], &body[..]), (&b"hello "[..], &b"world\r\n"[..]));
