@@ -159,11 +159,13 @@ pub fn flow(f: &FlowSummary, flow_events: &[&StallEvent]) -> FlowJson {
 /// Events or flows rendered per thread and round: bounds the text held in memory (about
 /// 350 bytes each) while keeping the threads' start-up cost negligible.
 const ITEMS_PER_THREAD: usize = 8192;
+/// Fewest lines worth handing to a helper thread.
+const MIN_ITEMS_PER_THREAD: usize = 1024;
 
 /// Writes the whole analysis as one JSON document, one event and one flow per line, without
-/// building it in memory first (a large capture has tens of thousands of events). Lines are
-/// rendered on every CPU, a bounded round at a time, and written in order: the document is the
-/// same for any number of CPUs.
+/// building the whole document in memory (a large capture has tens of thousands of events).
+/// Lines are rendered on every CPU, a bounded round at a time, and written in order: the
+/// document is the same for any number of CPUs.
 pub fn write(out: &mut impl Write, a: &Analysis, input: &InputFacts) -> io::Result<()> {
     let summary = json!({
         "packets": input.records.max(a.packets),
@@ -213,16 +215,17 @@ fn write_lines<T: Sync>(
         Ok(buf)
     };
     for (round_no, round) in items.chunks(threads * ITEMS_PER_THREAD).enumerate() {
-        let per_thread = round.len().div_ceil(threads);
+        // Small outputs stay on this thread: a helper costs more than a few lines.
+        let per_thread = round.len().div_ceil(threads).max(MIN_ITEMS_PER_THREAD);
         let rendered: Vec<serde_json::Result<Vec<u8>>> = std::thread::scope(|scope| {
-            let mut chunks = round.chunks(per_thread).enumerate();
+            let mut chunks = round.chunks(per_thread);
             // This thread renders the first chunk; the others go to helpers.
             let first = chunks.next();
             let helpers: Vec<_> = chunks
-                .map(|(i, chunk)| scope.spawn(move || render_chunk(chunk, round_no == 0 && i == 0)))
+                .map(|chunk| scope.spawn(move || render_chunk(chunk, false)))
                 .collect();
             let mut rendered: Vec<_> = first
-                .map(|(_, chunk)| render_chunk(chunk, round_no == 0))
+                .map(|chunk| render_chunk(chunk, round_no == 0))
                 .into_iter()
                 .collect();
             for helper in helpers {
