@@ -66,6 +66,7 @@ enum ByteOrder {
 }
 
 impl ByteOrder {
+    #[inline]
     fn u32_at(self, bytes: &[u8], at: usize) -> u32 {
         let b = [bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]];
         match self {
@@ -183,10 +184,17 @@ impl<R: Read> InputBuffer<R> {
     }
 
     /// Reads until `n` bytes are buffered; false when the input ends first.
+    #[inline]
     fn fill(&mut self, n: usize) -> Result<bool, CaptureError> {
         if self.available() >= n {
             return Ok(true);
         }
+        self.refill(n)
+    }
+
+    /// The slow path of [`InputBuffer::fill`]: moves what is left to the front and reads.
+    #[inline(never)]
+    fn refill(&mut self, n: usize) -> Result<bool, CaptureError> {
         if self.start + n > self.buf.len() {
             self.buf.copy_within(self.start..self.end, 0);
             self.end -= self.start;
@@ -392,7 +400,8 @@ impl<R: Read> FrameReader<R> {
             }
             return Ok(None);
         }
-        let head = self.input.data();
+        // The fixed 16 bytes every record header starts with: one bounds check for all fields.
+        let head = &self.input.data()[..16];
         let ts_sec = order.u32_at(head, 0);
         let ts_frac = order.u32_at(head, 4);
         let caplen = order.u32_at(head, 8) as usize;

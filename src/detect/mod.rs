@@ -261,10 +261,10 @@ impl Detector {
             Some((first, last)) => (first.min(seg.ts_ns), last.max(seg.ts_ns)),
         });
 
-        let lookup = self.table.lookup(seg, ordinal);
-        if let Some(old) = lookup.replaced {
-            retire(&mut self.analysis.flows, &mut self.tallies, old);
-        }
+        let (flows, tallies) = (&mut self.analysis.flows, &mut self.tallies);
+        let lookup = self
+            .table
+            .lookup(seg, ordinal, |old| retire(flows, tallies, old));
         let flow = lookup.flow;
         let side = lookup.side;
         if let Some(finding) = classify(flow, side, seg) {

@@ -689,8 +689,6 @@ pub struct Lookup<'a> {
     pub flow: &'a mut Flow,
     /// Which side sent the segment.
     pub side: Side,
-    /// A previous incarnation of the 4-tuple that this segment's SYN replaced.
-    pub replaced: Option<Flow>,
 }
 
 impl FlowTable {
@@ -720,11 +718,11 @@ impl FlowTable {
     /// becomes the id of a new flow). A SYN on a 4-tuple already in use with another ISN (port
     /// reuse), or any segment of a flow that is retirable by its own times (closed more than
     /// [`CLOSE_GRACE_NS`] ago, idle for [`IDLE_TIMEOUT_NS`]), starts a new flow and returns the
-    /// old one in [`Lookup::replaced`]: the outcome depends on the flow's packets alone, not on
-    /// when the table was last swept.
-    pub fn lookup(&mut self, seg: &Segment, ordinal: u64) -> Lookup<'_> {
+    /// old one to `retire`: the outcome depends on the flow's packets alone, not on when the
+    /// table was last swept. (A callback rather than a returned `Option<Flow>`: the flow is
+    /// large, and moving it out on every lookup costs a copy per packet.)
+    pub fn lookup(&mut self, seg: &Segment, ordinal: u64, retire: impl FnOnce(Flow)) -> Lookup<'_> {
         let (key, _) = FlowKey::of(seg);
-        let mut replaced = None;
         let mut slot = self.index.get(&key).copied();
         if let Some(old) = slot {
             if let Some(Some((_, flow))) = self.slots.get(old as usize) {
@@ -732,7 +730,9 @@ impl FlowTable {
                 let reused =
                     seg.has(flags::SYN) && !seg.has(flags::ACK) && dir.seen && dir.isn != seg.seq;
                 if reused || flow.retirable(seg.ts_ns) {
-                    replaced = self.remove_slot(old);
+                    if let Some(old_flow) = self.remove_slot(old) {
+                        retire(old_flow);
+                    }
                     slot = None;
                 }
             }
@@ -757,11 +757,7 @@ impl FlowTable {
             .as_mut()
             .unwrap_or_else(|| unreachable!("the index only names occupied slots"));
         let side = flow.side_of(seg);
-        Lookup {
-            flow,
-            side,
-            replaced,
-        }
+        Lookup { flow, side }
     }
 
     /// Removes flows retirable at `now_ns` and passes each to `retire`.

@@ -156,8 +156,16 @@ pub fn flow(f: &FlowSummary, flow_events: &[&StallEvent]) -> FlowJson {
     }
 }
 
+/// Events or flows rendered per thread and round: bounds the text held in memory (about
+/// 350 bytes each) while keeping the threads' start-up cost negligible.
+const ITEMS_PER_THREAD: usize = 8192;
+/// Fewest lines worth handing to a helper thread.
+const MIN_ITEMS_PER_THREAD: usize = 1024;
+
 /// Writes the whole analysis as one JSON document, one event and one flow per line, without
-/// building it in memory first (a large capture has tens of thousands of events).
+/// building the whole document in memory (a large capture has tens of thousands of events).
+/// Lines are rendered on every CPU, a bounded round at a time, and written in order: the
+/// document is the same for any number of CPUs.
 pub fn write(out: &mut impl Write, a: &Analysis, input: &InputFacts) -> io::Result<()> {
     let summary = json!({
         "packets": input.records.max(a.packets),
@@ -170,22 +178,68 @@ pub fn write(out: &mut impl Write, a: &Analysis, input: &InputFacts) -> io::Resu
         "files": input.files,
     });
     write!(out, "{{\"summary\": {summary},\n\"events\": [")?;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     // Labels once per flow, not per event: formatting addresses is the costly part.
     let labels: FxHashMap<u64, String> = a.flows.iter().map(|f| (f.id, f.label())).collect();
-    for (i, e) in a.events.iter().enumerate() {
-        out.write_all(if i == 0 { b"\n" } else { b",\n" })?;
+    write_lines(out, &a.events, threads, |buf, e| {
         let label = labels
             .get(&e.flow_id)
             .map(String::as_str)
             .unwrap_or_default();
-        serde_json::to_writer(&mut *out, &event(e, label))?;
-    }
+        serde_json::to_writer(buf, &event(e, label))
+    })?;
     write!(out, "\n],\n\"flows\": [")?;
     let by_flow = events_by_flow(&a.events);
-    for (i, f) in a.flows.iter().enumerate() {
-        out.write_all(if i == 0 { b"\n" } else { b",\n" })?;
+    write_lines(out, &a.flows, threads, |buf, f| {
         let events = by_flow.get(&f.id).map(Vec::as_slice).unwrap_or_default();
-        serde_json::to_writer(&mut *out, &flow(f, events))?;
-    }
+        serde_json::to_writer(buf, &flow(f, events))
+    })?;
     writeln!(out, "\n]}}")
+}
+
+/// Writes `items` as the lines of a JSON array body (`\n` before the first, `,\n` before the
+/// others), each rendered by `render`; rounds of up to `threads` × [`ITEMS_PER_THREAD`] items
+/// are rendered in parallel.
+fn write_lines<T: Sync>(
+    out: &mut impl Write,
+    items: &[T],
+    threads: usize,
+    render: impl Fn(&mut Vec<u8>, &T) -> serde_json::Result<()> + Sync,
+) -> io::Result<()> {
+    let render_chunk = |chunk: &[T], first: bool| -> serde_json::Result<Vec<u8>> {
+        let mut buf = Vec::with_capacity(chunk.len() * 384);
+        for (i, item) in chunk.iter().enumerate() {
+            buf.extend_from_slice(if first && i == 0 { b"\n" } else { b",\n" });
+            render(&mut buf, item)?;
+        }
+        Ok(buf)
+    };
+    for (round_no, round) in items.chunks(threads * ITEMS_PER_THREAD).enumerate() {
+        // Small outputs stay on this thread: a helper costs more than a few lines.
+        let per_thread = round.len().div_ceil(threads).max(MIN_ITEMS_PER_THREAD);
+        let rendered: Vec<serde_json::Result<Vec<u8>>> = std::thread::scope(|scope| {
+            let mut chunks = round.chunks(per_thread);
+            // This thread renders the first chunk; the others go to helpers.
+            let first = chunks.next();
+            let helpers: Vec<_> = chunks
+                .map(|chunk| scope.spawn(move || render_chunk(chunk, false)))
+                .collect();
+            let mut rendered: Vec<_> = first
+                .map(|chunk| render_chunk(chunk, round_no == 0))
+                .into_iter()
+                .collect();
+            for helper in helpers {
+                rendered.push(
+                    helper
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                );
+            }
+            rendered
+        });
+        for buf in rendered {
+            out.write_all(&buf?)?;
+        }
+    }
+    Ok(())
 }
