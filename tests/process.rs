@@ -340,6 +340,89 @@ fn trace_follows_every_way_of_waiting_for_the_reply() {
     }
 }
 
+#[test]
+fn trace_follows_replies_read_by_another_thread_or_program() {
+    let _serial = serial();
+    let server = Server::start(&["--single-write"]);
+    // A reader thread already blocked in recv when the request goes out: its return ends the
+    // burst, so single writes are clean and split writes are counted once per request.
+    let (_, report, info) = trace_client(server.port, 6, "single-reader", &[]);
+    let socket = traced_socket(&report, &info[0]["fd"], &info[0]["local"]);
+    assert_eq!(socket["sends"], 6, "{socket:#}");
+    assert_eq!(socket["write_write_read"], 0, "{socket:#}");
+    let (_, report, info) = trace_client(server.port, 6, "split-reader", &[]);
+    let socket = traced_socket(&report, &info[0]["fd"], &info[0]["local"]);
+    let found = socket["write_write_read"].as_u64().unwrap_or(0);
+    assert!((5..=6).contains(&found), "one per request: {socket:#}");
+    assert_eq!(
+        socket["example"]["writes"],
+        serde_json::json!([60, 10]),
+        "{socket:#}"
+    );
+    // Each response read by a new program holding the socket as stdin: still one socket.
+    let (_, report, info) = trace_client(server.port, 6, "split-exec", &[]);
+    let local = &info[0]["local"];
+    let same: Vec<&Value> = report["sockets"]
+        .as_array()
+        .expect("sockets")
+        .iter()
+        .filter(|s| s["local"] == *local)
+        .collect();
+    assert_eq!(same.len(), 1, "one connection, one socket: {report:#}");
+    let socket = same[0];
+    assert_eq!(socket["sends"], 12, "{socket:#}");
+    assert!(
+        socket["reads"].as_u64().is_some_and(|n| n >= 6),
+        "{socket:#}"
+    );
+    let found = socket["write_write_read"].as_u64().unwrap_or(0);
+    assert!((5..=6).contains(&found), "{socket:#}");
+}
+
+#[test]
+fn trace_of_a_program_that_cannot_start_is_a_clear_error() {
+    let dir = std::env::temp_dir().join(format!("tcpstall-trace-exec-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let script = dir.join("missing-interpreter.sh");
+    std::fs::write(&script, "#!/nonexistent/interpreter\necho never\n").expect("script");
+    let not_elf = dir.join("not-a-program");
+    std::fs::write(&not_elf, b"\x7fELF but not really").expect("file");
+    for path in [&script, &not_elf] {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    for (path, reason) in [(&script, "interpreter"), (&not_elf, "Exec format error")] {
+        let mut child = KillOnDrop(
+            Command::new(BIN)
+                .args(["trace", "--"])
+                .arg(path)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("tcpstall runs"),
+        );
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(status) = child.0.try_wait().expect("try_wait") {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "trace of {path:?} did not end");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut stderr = String::new();
+        if let Some(mut err) = child.0.stderr.take() {
+            err.read_to_string(&mut stderr).expect("stderr");
+        }
+        assert_eq!(status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains("cannot run") && stderr.contains(reason),
+            "{stderr}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Traces a client whose writes cannot stall on Nagle; checks the socket was followed (its
 /// sends counted) and nothing was blamed.
 fn assert_trace_finds_nothing(mode: &str, sends: u64, nodelay: bool) {

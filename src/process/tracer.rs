@@ -12,9 +12,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
-use std::os::fd::AsFd;
-use std::os::unix::process::CommandExt;
-use std::process::Command;
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -185,6 +183,9 @@ impl TracedSocket {
 
 /// What a duplicate of a TCP socket tells.
 struct SocketFacts {
+    /// Inode of the socket: the same socket behind other fds, in other processes, or after
+    /// an exec, has the same one.
+    inode: Option<u64>,
     local: Option<SocketAddr>,
     remote: Option<SocketAddr>,
     nodelay: bool,
@@ -264,6 +265,8 @@ struct Tracer {
     threads: HashMap<Pid, Thread>,
     processes: HashMap<u32, Process>,
     sockets: Vec<TracedSocket>,
+    /// Socket inode → index into `sockets`, for sockets whose fd has been looked at.
+    by_inode: HashMap<u64, usize>,
     syscalls: u64,
     exit_status: Option<i32>,
 }
@@ -291,30 +294,57 @@ fn find_program(program: &str) -> Option<std::path::PathBuf> {
         .find(|p| runnable(p))
 }
 
+/// Where the child failed before its program ran, as it reports through the pipe.
+const STAGE_TRACEME: u32 = 1;
+const STAGE_SECCOMP: u32 = 2;
+const STAGE_EXEC: u32 = 3;
+
 /// Runs `command` under the tracer until it ends, or until `limit` or Ctrl-C (then it is killed).
+///
+/// The child is forked by hand rather than with `std::process::Command`: `Command::spawn`
+/// waits for the exec inside the call, while a child that asks to be traced must be set up by
+/// the tracer first; and once the filter is in, a failed exec could only report through a
+/// filtered `write` that nobody would answer. So the child stops itself after
+/// PTRACE_TRACEME, the tracer sets its options, and then the child installs the filter and
+/// execs; a failure at any step comes back through a close-on-exec pipe.
 pub fn trace_command(command: &[String], limit: Option<Duration>) -> anyhow::Result<Traced> {
-    let Some((program, args)) = command.split_first() else {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+
+    let Some(program) = command.first() else {
         bail!("no command given: use `tcpstall trace -- CMD ARGS` or `tcpstall trace -p PID`");
     };
     let path = find_program(program).with_context(|| {
         format!("cannot run {program:?}: not found or not executable (PATH searched)")
     })?;
+    // Everything the child touches is made before fork: it may not allocate after it.
+    let c_path = CString::new(path.as_os_str().as_bytes())
+        .with_context(|| format!("cannot run {program:?}: the path holds a NUL byte"))?;
+    let c_args = command
+        .iter()
+        .map(|a| CString::new(a.as_bytes()))
+        .collect::<Result<Vec<_>, _>>()
+        .with_context(|| format!("cannot run {program:?}: an argument holds a NUL byte"))?;
+    let mut argv: Vec<*const libc::c_char> = c_args.iter().map(|a| a.as_ptr()).collect();
+    argv.push(std::ptr::null());
     let filter = seccomp::filter();
-    let mut cmd = Command::new(path);
-    cmd.args(args);
-    // SAFETY: the closure runs between fork and exec and only makes raw syscalls.
-    unsafe {
-        cmd.pre_exec(move || {
-            ptrace::traceme().map_err(nix_io)?;
-            seccomp::install(&filter)
-        });
-    }
+    let (report_read, report_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(nix_io)
+        .context("cannot create a pipe for the traced command")?;
+
     let guard = SignalGuard::install()?;
-    let child = cmd
-        .spawn()
-        .with_context(|| format!("cannot start {program:?} with a seccomp filter under ptrace"))?;
-    let root = Pid::from_raw(child.id() as i32);
-    if let Err(err) = take_over(root, program) {
+    // SAFETY: this process has one thread here (the tracer runs on the main thread), and the
+    // child makes only raw syscalls on data prepared above before it execs or exits.
+    let root = match unsafe { nix::unistd::fork() } {
+        Err(err) => return Err(nix_io(err)).context("cannot fork the traced command"),
+        Ok(nix::unistd::ForkResult::Child) => {
+            // SAFETY: async-signal-safe calls only; the child exits if anything fails.
+            unsafe { exec_traced_child(&c_path, &argv, &filter, report_write.as_raw_fd()) }
+        }
+        Ok(nix::unistd::ForkResult::Parent { child }) => child,
+    };
+    drop(report_write);
+    if let Err(err) = take_over(root, program, &report_read) {
         // Without the options the child would run on with socket calls failing (ENOSYS from
         // the filter with no tracer listening): end it.
         let _ = signal::kill(root, Signal::SIGKILL);
@@ -331,33 +361,112 @@ pub fn trace_command(command: &[String], limit: Option<Duration>) -> anyhow::Res
     traced
 }
 
-/// Waits for the child's stop at exec, then sets the ptrace options that make the seccomp
-/// filter report to us and follow threads and forks.
-fn take_over(root: Pid, program: &str) -> anyhow::Result<()> {
-    // The exec stops the child with SIGTRAP (PTRACE_TRACEME without options yet).
+/// The child's side of [`trace_command`]: ask to be traced, stop until the tracer has set its
+/// options, install the filter, exec. Never returns.
+///
+/// # Safety
+/// Only in the child between fork and exec: makes raw syscalls only, allocates nothing.
+unsafe fn exec_traced_child(
+    path: &std::ffi::CStr,
+    argv: &[*const libc::c_char],
+    filter: &[libc::sock_filter],
+    report: std::os::fd::RawFd,
+) -> ! {
+    let fail = |stage: u32| -> ! {
+        let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0) as u32;
+        let mut message = [0u8; 8];
+        message[..4].copy_from_slice(&stage.to_ne_bytes());
+        message[4..].copy_from_slice(&errno.to_ne_bytes());
+        // SAFETY: plain write and _exit.
+        unsafe {
+            libc::write(report, message.as_ptr().cast(), message.len());
+            libc::_exit(127)
+        }
+    };
+    // SAFETY: raw syscalls on valid arguments.
+    unsafe {
+        if libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0) != 0 {
+            fail(STAGE_TRACEME);
+        }
+        libc::raise(libc::SIGSTOP);
+        if seccomp::install(filter).is_err() {
+            fail(STAGE_SECCOMP);
+        }
+        libc::execv(path.as_ptr(), argv.as_ptr());
+    }
+    fail(STAGE_EXEC)
+}
+
+/// Reads what the child reported before it exited without running its program.
+fn child_failure(report: &std::os::fd::OwnedFd, program: &str) -> anyhow::Error {
+    let mut message = [0u8; 8];
+    let read = nix::unistd::read(report, &mut message).unwrap_or(0);
+    if read != message.len() {
+        return anyhow::anyhow!("{program:?} exited before it started");
+    }
+    let word =
+        |i: usize| u32::from_ne_bytes([message[i], message[i + 1], message[i + 2], message[i + 3]]);
+    let (stage, errno) = (word(0), word(4) as i32);
+    let cause = std::io::Error::from_raw_os_error(errno);
+    match stage {
+        STAGE_TRACEME => {
+            anyhow::anyhow!("cannot trace {program:?}: PTRACE_TRACEME failed: {cause}")
+        }
+        STAGE_SECCOMP => anyhow::anyhow!(
+            "cannot trace {program:?}: the seccomp filter was refused: {cause} (a kernel without \
+             CONFIG_SECCOMP_FILTER, or a container that forbids seccomp)"
+        ),
+        _ if errno == libc::ENOENT => anyhow::anyhow!(
+            "cannot run {program:?}: {cause}; the file exists, so the interpreter on its `#!` line \
+             or its dynamic loader is missing"
+        ),
+        _ => anyhow::anyhow!("cannot run {program:?}: {cause}"),
+    }
+}
+
+/// Sets up the child of [`trace_command`]: at its self-inflicted SIGSTOP, sets the ptrace
+/// options that make the seccomp filter report to us and follow threads and forks, then lets it
+/// exec. Returns once the exec succeeded (the child is then stopped at PTRACE_EVENT_EXEC), or
+/// with the reason it failed.
+fn take_over(root: Pid, program: &str, report: &std::os::fd::OwnedFd) -> anyhow::Result<()> {
+    let mut options_set = false;
     loop {
         match waitpid(root, Some(WaitPidFlag::__WALL)) {
-            Ok(WaitStatus::Stopped(_, Signal::SIGTRAP)) => break,
-            Ok(WaitStatus::Exited(_, code)) => {
-                bail!("{program:?} exited with status {code} before it started")
+            Ok(WaitStatus::Stopped(_, Signal::SIGSTOP)) if !options_set => {
+                let options = Options::PTRACE_O_TRACESECCOMP
+                    | Options::PTRACE_O_TRACESYSGOOD
+                    | Options::PTRACE_O_TRACECLONE
+                    | Options::PTRACE_O_TRACEFORK
+                    | Options::PTRACE_O_TRACEVFORK
+                    | Options::PTRACE_O_TRACEEXEC
+                    | Options::PTRACE_O_EXITKILL;
+                ptrace::setoptions(root, options)
+                    .map_err(nix_io)
+                    .context("PTRACE_SETOPTIONS")?;
+                options_set = true;
+                ptrace::cont(root, None)
+                    .map_err(nix_io)
+                    .context("PTRACE_CONT")?;
             }
+            Ok(WaitStatus::PtraceEvent(_, _, libc::PTRACE_EVENT_EXEC)) => return Ok(()),
+            // The filter stops the child's report of a failed exec (a write): let it through.
+            Ok(WaitStatus::PtraceEvent(..)) | Ok(WaitStatus::Stopped(..)) => {
+                ptrace::cont(root, None)
+                    .map_err(nix_io)
+                    .context("PTRACE_CONT")?;
+            }
+            Ok(WaitStatus::Exited(..)) => return Err(child_failure(report, program)),
             Ok(WaitStatus::Signaled(_, sig, _)) => {
                 bail!("{program:?} was killed by {sig} before it started")
             }
-            Ok(_) | Err(Errno::EINTR) => continue,
+            Ok(_) | Err(Errno::EINTR) => {
+                if STOP_REQUESTED.load(Ordering::SeqCst) {
+                    bail!("interrupted before {program:?} started");
+                }
+            }
             Err(err) => return Err(nix_io(err)).context("waitpid on the traced command"),
         }
     }
-    let options = Options::PTRACE_O_TRACESECCOMP
-        | Options::PTRACE_O_TRACESYSGOOD
-        | Options::PTRACE_O_TRACECLONE
-        | Options::PTRACE_O_TRACEFORK
-        | Options::PTRACE_O_TRACEVFORK
-        | Options::PTRACE_O_TRACEEXEC
-        | Options::PTRACE_O_EXITKILL;
-    ptrace::setoptions(root, options)
-        .map_err(nix_io)
-        .context("PTRACE_SETOPTIONS")
 }
 
 /// Follows the running process `pid` for at most `limit`, then detaches from every thread.
@@ -447,6 +556,7 @@ impl Tracer {
             threads: HashMap::new(),
             processes: HashMap::new(),
             sockets: Vec::new(),
+            by_inode: HashMap::new(),
             syscalls: 0,
             exit_status: None,
         }
@@ -726,16 +836,11 @@ impl Tracer {
                 socket.is_some()
             }
             SyscallKind::Recv => {
+                // The exit decides, even with no sends waiting now: a read that blocks (in
+                // another thread, say) while sends are made ends their burst when it returns
+                // with the reply; EAGAIN keeps the burst open.
                 socket = self.socket_of(tgid, fd);
-                match socket {
-                    // With sends waiting, the result decides (EAGAIN keeps the burst open).
-                    Some(idx) if self.sockets[idx].burst.is_some() => true,
-                    Some(idx) => {
-                        self.sockets[idx].reads += 1;
-                        false
-                    }
-                    None => false,
-                }
+                socket.is_some()
             }
             SyscallKind::SetSockOpt => {
                 let tcp_option = args[1] == libc::IPPROTO_TCP as u64
@@ -933,12 +1038,29 @@ impl Tracer {
             }
             Probe::Unknown => return None,
         };
-        let Slot::Tcp(idx) = self.new_socket(tgid, fd) else {
-            return None;
+        // A socket seen before through another fd, process or program (inherited over fork
+        // or exec, passed on as stdin...) stays one socket.
+        let known = facts.inode.and_then(|ino| self.by_inode.get(&ino).copied());
+        let idx = match known {
+            Some(idx) => idx,
+            None => {
+                let Slot::Tcp(idx) = self.new_socket(tgid, fd) else {
+                    return None;
+                };
+                self.learn(idx, facts);
+                idx
+            }
         };
-        self.sockets[idx].learn(facts);
         self.set_slot(tgid, fd, Some(Slot::Tcp(idx)));
         Some(idx)
+    }
+
+    /// Records what a duplicate of socket `idx` showed, and its inode.
+    fn learn(&mut self, idx: usize, facts: SocketFacts) {
+        if let Some(ino) = facts.inode {
+            self.by_inode.entry(ino).or_insert(idx);
+        }
+        self.sockets[idx].learn(facts);
     }
 
     fn on_send(&mut self, tid: Pid, tgid: u32, idx: usize, bytes: u64, more: bool, now: Instant) {
@@ -946,7 +1068,7 @@ impl Tracer {
             let fd = self.sockets[idx].fd;
             if let Some(process) = self.processes.get_mut(&tgid) {
                 if let Probe::Tcp(facts) = probe(process, tgid, fd) {
-                    self.sockets[idx].learn(facts);
+                    self.learn(idx, facts);
                 }
             }
             // Try once: a socket that cannot be read keeps the options the syscalls showed.
@@ -1052,6 +1174,7 @@ fn probe(process: &mut Process, tgid: u32, fd: i32) -> Probe {
     }
     let fd = dup.as_fd();
     Probe::Tcp(SocketFacts {
+        inode: nix::sys::stat::fstat(fd).ok().map(|st| st.st_ino),
         local: sock.local_addr().ok().and_then(|a| a.as_socket()),
         remote: sock.peer_addr().ok().and_then(|a| a.as_socket()),
         nodelay: sockopt::nodelay(fd).unwrap_or(false),
