@@ -669,6 +669,29 @@ fn without_permission_errors_name_cap_sys_ptrace() {
     assert_eq!(listener["state"], "LISTEN");
     assert!(listener["nodelay"].is_null());
     assert!(listener["fd"].is_null());
+    // Which process holds each socket of the uid is unknown: none is named.
+    assert!(
+        shown
+            .as_array()
+            .expect("array")
+            .iter()
+            .all(|s| s["pid"].is_null()),
+        "{shown:#}"
+    );
+
+    // --all without permission: the namespace's sockets, owners unknown, and why.
+    let all = as_nobody(&binary, &["sockets", "--all", "--json"]);
+    let stderr = String::from_utf8_lossy(&all.stderr);
+    assert_eq!(all.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("not fully readable"), "{stderr}");
+    let all = json_of(&all);
+    let listener = all
+        .as_array()
+        .expect("array")
+        .iter()
+        .find(|s| s["local"] == format!("127.0.0.1:{}", server.port).as_str())
+        .unwrap_or_else(|| panic!("--all shows the listener from /proc: {all:#}"));
+    assert!(listener["pid"].is_null(), "{listener:#}");
 
     // The target was not changed.
     assert!(sockets_json(server.pid())
@@ -698,6 +721,67 @@ fn missing_process_and_missing_command_are_clear_errors() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr.contains("not found"), "{stderr}");
+}
+
+/// Targets no capability would open: a thread id, a zombie, a kernel thread. Each error says
+/// what the target is instead of asking for CAP_SYS_PTRACE.
+#[test]
+fn targets_that_are_not_live_processes_are_named() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (_done, wait) = std::sync::mpsc::channel::<()>();
+    let thread = std::thread::spawn(move || {
+        // SAFETY: gettid has no preconditions.
+        let _ = tx.send(unsafe { libc::gettid() });
+        let _ = wait.recv_timeout(Duration::from_secs(30));
+    });
+    let tid = rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("thread id")
+        .to_string();
+    let me = std::process::id().to_string();
+    let trace_tid = ["trace", "-p", &tid, "--duration", "1"];
+    for args in [&["sockets", &tid][..], &["fix", &tid, "--yes"], &trace_tid] {
+        let out = tcpstall(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(&format!("is a thread of process {me}")),
+            "{args:?}: {stderr}"
+        );
+    }
+    drop(_done);
+    let _ = thread.join();
+
+    // A child that exited and was not reaped yet.
+    let mut zombie = Command::new("true").spawn().expect("true runs");
+    let pid = zombie.id();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .contains("State:\tZ")
+    {
+        assert!(Instant::now() < deadline, "the child never exited");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let pid_text = pid.to_string();
+    let trace_zombie = ["trace", "-p", &pid_text, "--duration", "1"];
+    for args in [&["sockets", &pid_text][..], &trace_zombie] {
+        let out = tcpstall(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains("zombie"), "{args:?}: {stderr}");
+        assert!(!stderr.contains("CAP_SYS_PTRACE"), "{args:?}: {stderr}");
+    }
+    zombie.wait().expect("reaped");
+
+    // kthreadd, where this pid namespace shows it.
+    let kthreadd = std::fs::read_to_string("/proc/2/status").unwrap_or_default();
+    if kthreadd.contains("Kthread:\t1") {
+        let out = tcpstall(&["trace", "-p", "2", "--duration", "1"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains("kernel thread"), "{stderr}");
+    }
 }
 
 #[test]

@@ -40,6 +40,25 @@ pub enum AccessError {
         /// A hint about Yama's `ptrace_scope` when it is stricter than classic ptrace rules.
         yama: String,
     },
+    /// The kernel refused although a capability is not what is missing: the target is a kernel
+    /// thread, a zombie, tcpstall itself, or out of reach even with CAP_SYS_PTRACE.
+    #[error("cannot {action} of pid {pid}: {cause}")]
+    Refused {
+        /// What was attempted.
+        action: String,
+        /// The target process.
+        pid: u32,
+        /// Why, as far as /proc tells.
+        cause: String,
+    },
+    /// The id names a thread, not a process (thread-group leader).
+    #[error("{pid} is a thread of process {tgid}: give the process id, {tgid}")]
+    Thread {
+        /// The thread id given.
+        pid: u32,
+        /// Its process.
+        tgid: u32,
+    },
     /// `pidfd_open`/`pidfd_getfd` returned ENOSYS.
     #[error(
         "cannot {action} of pid {pid}: this kernel ({release}) lacks pidfd_open/pidfd_getfd, \
@@ -62,14 +81,14 @@ pub enum AccessError {
         pid: u32,
     },
     /// Anything else the kernel said.
-    #[error("cannot {action} of pid {pid}: {source}")]
+    #[error("cannot {action} of pid {pid}: {cause}")]
     Io {
         /// What was attempted.
         action: String,
         /// The target process.
         pid: u32,
-        /// The kernel's error.
-        source: std::io::Error,
+        /// The kernel's error (in the message, not chained: it would be printed twice).
+        cause: std::io::Error,
     },
 }
 
@@ -79,11 +98,7 @@ impl AccessError {
         let action = action.into();
         match err.raw_os_error() {
             Some(libc::ESRCH) => AccessError::NoSuchProcess { pid },
-            Some(libc::EPERM) | Some(libc::EACCES) => AccessError::PermissionDenied {
-                action,
-                pid,
-                yama: yama_hint(),
-            },
+            Some(libc::EPERM) | Some(libc::EACCES) => AccessError::refused(pid, action),
             Some(libc::ENOSYS) => AccessError::KernelTooOld {
                 action,
                 pid,
@@ -92,15 +107,85 @@ impl AccessError {
             _ => AccessError::Io {
                 action,
                 pid,
-                source: err,
+                cause: err,
             },
         }
+    }
+
+    /// The kernel said EPERM/EACCES to `action` on `pid`: a missing capability, unless /proc
+    /// shows a reason no capability would overcome.
+    pub fn refused(pid: u32, action: impl Into<String>) -> AccessError {
+        let action = action.into();
+        match refusal_cause(pid) {
+            Some(cause) => AccessError::Refused { action, pid, cause },
+            None => AccessError::PermissionDenied {
+                action,
+                pid,
+                yama: yama_hint(),
+            },
+        }
+    }
+
+    /// `pid` names a thread that is not its process's leader (pidfd_open and ptrace want the
+    /// process).
+    pub fn thread_of(pid: u32) -> Option<AccessError> {
+        procfs::status_field(pid, "Tgid")
+            .filter(|&tgid| tgid != pid)
+            .map(|tgid| AccessError::Thread { pid, tgid })
     }
 
     /// True when the error is a refused permission (the caller may still show what /proc allows).
     pub fn is_permission(&self) -> bool {
         matches!(self, AccessError::PermissionDenied { .. })
     }
+}
+
+/// Why ptrace access to `pid` is refused when no capability would help, from /proc: tcpstall
+/// itself (`ptrace_attach` refuses the tracer's own thread group), a kernel thread (no `mm`,
+/// `__ptrace_may_access` refuses), a zombie, or a refusal that CAP_SYS_PTRACE did not overcome.
+fn refusal_cause(pid: u32) -> Option<String> {
+    if pid == std::process::id() {
+        return Some("it is tcpstall itself".into());
+    }
+    if procfs::status_text(pid, "Kthread").as_deref() == Some("1") {
+        return Some("it is a kernel thread: it has no user-space sockets or syscalls".into());
+    }
+    if let Some(AccessError::Refused { cause, .. }) = zombie(pid, "") {
+        return Some(cause);
+    }
+    if has_cap_sys_ptrace() {
+        return Some(format!(
+            "refused although tcpstall has CAP_SYS_PTRACE: the process is in another user \
+             namespace (a container's), or a security module forbids it (AppArmor, SELinux){}",
+            yama_hint()
+        ));
+    }
+    None
+}
+
+const ZOMBIE: &str = "it has exited (a zombie waiting for its parent to reap it)";
+
+/// `pid` has exited and waits to be reaped: its fds and sockets are gone.
+pub fn zombie(pid: u32, action: &str) -> Option<AccessError> {
+    let state = procfs::status_text(pid, "State")?;
+    (state.starts_with('Z') || state.starts_with('X')).then(|| AccessError::Refused {
+        action: action.into(),
+        pid,
+        cause: ZOMBIE.into(),
+    })
+}
+
+/// CAP_SYS_PTRACE (bit 19) is in this process's effective set (`CapEff` of /proc/self/status).
+pub fn has_cap_sys_ptrace() -> bool {
+    const CAP_SYS_PTRACE: u32 = 19;
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .is_some_and(|caps| caps & (1 << CAP_SYS_PTRACE) != 0)
 }
 
 /// Yama's `kernel.yama.ptrace_scope` (security/yama/yama_lsm.c) narrows ptrace beyond the classic

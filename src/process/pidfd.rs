@@ -22,16 +22,15 @@ impl PidFd {
         let rc = unsafe { libc::syscall(libc::SYS_pidfd_open, raw_pid, 0 as libc::c_uint) };
         if rc < 0 {
             let err = io::Error::last_os_error();
-            if err.raw_os_error() == Some(libc::EINVAL) {
-                // pidfd_open refuses threads that are not a thread-group leader.
-                return Err(AccessError::Io {
-                    action: "open a pidfd".into(),
-                    pid,
-                    source: io::Error::new(
-                        io::ErrorKind::InvalidInput,
-                        "it is a thread, not a process: give the process id (Tgid in /proc/PID/status)",
-                    ),
-                });
+            // pidfd_open refuses a thread that is not its group's leader (EINVAL; ENOENT on
+            // newer kernels, which look it up as a process).
+            if matches!(err.raw_os_error(), Some(libc::EINVAL) | Some(libc::ENOENT)) {
+                if let Some(thread) = AccessError::thread_of(pid) {
+                    return Err(thread);
+                }
+                if err.raw_os_error() == Some(libc::ENOENT) {
+                    return Err(AccessError::NoSuchProcess { pid });
+                }
             }
             return Err(AccessError::from_errno(err, pid, "open a pidfd"));
         }

@@ -235,6 +235,14 @@ pub fn status_field(pid: u32, field: &str) -> Option<u32> {
         .and_then(|v| v.parse().ok())
 }
 
+/// A field of `/proc/PID/status` as text (`State` → `S (sleeping)`).
+pub fn status_text(pid: u32, field: &str) -> Option<String> {
+    let text = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    text.lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .map(|rest| rest.trim().to_string())
+}
+
 /// The real uid owning `pid`.
 pub fn uid_of(pid: u32) -> Option<u32> {
     status_field(pid, "Uid")

@@ -67,8 +67,9 @@ impl From<sockopt::TcpInfo> for InfoView {
 /// One TCP socket of a process. Option fields are `None` (JSON null) when they could not be read.
 #[derive(Debug, Clone, Serialize)]
 pub struct SocketView {
-    /// Process holding the socket.
-    pub pid: u32,
+    /// Process holding the socket; `None` (JSON null) when /proc did not tell which process
+    /// holds it (its fds were not readable).
+    pub pid: Option<u32>,
     /// Its fd in that process; `None` when /proc/PID/fd was not readable.
     pub fd: Option<i32>,
     /// Socket inode (`socket:[N]`).
@@ -100,7 +101,7 @@ pub struct SocketView {
 }
 
 impl SocketView {
-    fn from_proc(pid: u32, fd: Option<i32>, entry: &TcpEntry) -> SocketView {
+    fn from_proc(pid: Option<u32>, fd: Option<i32>, entry: &TcpEntry) -> SocketView {
         SocketView {
             pid,
             fd,
@@ -170,6 +171,11 @@ pub fn inspect(pid: u32) -> Result<ProcessSockets, AccessError> {
     if !procfs::process_exists(pid) {
         return Err(AccessError::NoSuchProcess { pid });
     }
+    if let Some(refusal) =
+        AccessError::thread_of(pid).or_else(|| super::zombie(pid, "read the sockets"))
+    {
+        return Err(refusal);
+    }
     let table = procfs::tcp_table(pid).map_err(|err| {
         if procfs::process_exists(pid) {
             AccessError::from_errno(err, pid, "read /proc/PID/net/tcp")
@@ -192,7 +198,7 @@ pub fn inspect(pid: u32) -> Result<ProcessSockets, AccessError> {
         let Some(entry) = table.get(&inode) else {
             continue; // not TCP (UDP, unix...), or a TCP socket neither bound nor connected
         };
-        let mut view = SocketView::from_proc(pid, Some(fd), entry);
+        let mut view = SocketView::from_proc(Some(pid), Some(fd), entry);
         if let Some(reason) = &missing {
             view.unknown_reason = Some(reason.clone());
         } else {
@@ -206,7 +212,12 @@ pub fn inspect(pid: u32) -> Result<ProcessSockets, AccessError> {
                 Err(err) => {
                     let reason = err.to_string();
                     view.unknown_reason = Some(reason.clone());
-                    if err.is_permission() || matches!(err, AccessError::KernelTooOld { .. }) {
+                    if err.is_permission()
+                        || matches!(
+                            err,
+                            AccessError::KernelTooOld { .. } | AccessError::Refused { .. }
+                        )
+                    {
                         missing = Some(reason);
                     }
                 }
@@ -245,20 +256,16 @@ fn read_options(
 }
 
 /// Without access to /proc/PID/fd, the sockets cannot be tied to fds: show the TCP sockets of
-/// the process's user in its network namespace, which include the process's own.
+/// the process's user in its network namespace, which include the process's own. Which process
+/// holds each is unknown, so none is named (`pid` null).
 fn owned_by_uid(pid: u32, table: &std::collections::HashMap<u64, TcpEntry>) -> ProcessSockets {
     let uid = procfs::uid_of(pid);
-    let reason = AccessError::PermissionDenied {
-        action: "list the fds".into(),
-        pid,
-        yama: String::new(),
-    }
-    .to_string();
+    let reason = AccessError::refused(pid, "list the fds").to_string();
     let mut sockets: Vec<SocketView> = table
         .values()
         .filter(|e| Some(e.uid) == uid)
         .map(|e| {
-            let mut view = SocketView::from_proc(pid, None, e);
+            let mut view = SocketView::from_proc(None, None, e);
             view.unknown_reason = Some(reason.clone());
             view
         })
@@ -271,7 +278,7 @@ fn owned_by_uid(pid: u32, table: &std::collections::HashMap<u64, TcpEntry>) -> P
         missing: Some(reason),
         shown_instead: Some(format!(
             "shown instead: every TCP socket of uid {uid_text} in the process's network \
-             namespace (fd unknown), options unknown"
+             namespace, pid {pid}'s among them (owner and fd unknown, options unknown)"
         )),
     }
 }
@@ -288,6 +295,7 @@ pub fn run(args: &SocketsArgs) -> anyhow::Result<Outcome> {
     } else {
         let me = std::process::id();
         let mut refused = 0usize;
+        let mut unreadable = false;
         for pid in procfs::all_pids().context("cannot list /proc")? {
             if pid == me {
                 continue;
@@ -295,6 +303,7 @@ pub fn run(args: &SocketsArgs) -> anyhow::Result<Outcome> {
             match procfs::socket_fds(pid) {
                 Err(FdListError::PermissionDenied) => {
                     refused += 1;
+                    unreadable = true;
                     continue;
                 }
                 Err(_) => continue,
@@ -306,15 +315,36 @@ pub fn run(args: &SocketsArgs) -> anyhow::Result<Outcome> {
                     if found.missing.is_some() {
                         refused += 1;
                     }
-                    views.extend(found.sockets);
+                    unreadable |= found.shown_instead.is_some();
+                    views.extend(found.sockets.into_iter().filter(|v| v.pid.is_some()));
                 }
                 Err(AccessError::NoSuchProcess { .. }) => {}
                 Err(err) => notes.push(err.to_string()),
             }
         }
+        if unreadable {
+            // What /proc allows: the namespace's TCP table names every socket and its uid,
+            // only not the process holding it.
+            let claimed: std::collections::HashSet<u64> = views.iter().map(|v| v.inode).collect();
+            let table = procfs::tcp_table(me).context("cannot read /proc/net/tcp")?;
+            let mut unclaimed: Vec<SocketView> = table
+                .values()
+                .filter(|e| e.inode != 0 && !claimed.contains(&e.inode))
+                .map(|e| SocketView::from_proc(None, None, e))
+                .collect();
+            unclaimed.sort_by_key(|v| v.inode);
+            views.extend(unclaimed);
+        }
         if refused > 0 {
+            let why = if super::has_cap_sys_ptrace() {
+                "refused even with CAP_SYS_PTRACE (other user namespaces, kernel threads, or a \
+                 security module)"
+            } else {
+                "needs CAP_SYS_PTRACE or the same user"
+            };
             notes.push(format!(
-                "{refused} processes not fully readable: needs CAP_SYS_PTRACE or the same user"
+                "{refused} processes not fully readable: {why}; their sockets are listed with \
+                 pid ?"
             ));
         }
     }
@@ -369,7 +399,7 @@ pub fn render_table(views: &[SocketView]) -> String {
         let _ = writeln!(
             out,
             "{:>7} {:>4} {:<22} {:<22} {:<11} {:<7} {:<4} {:<8} {:>7} {:>7} {:>7} {:>7}",
-            v.pid,
+            v.pid.map_or("?".to_string(), |p| p.to_string()),
             v.fd.map_or("?".to_string(), |fd| fd.to_string()),
             v.local,
             if v.listening { "*" } else { &v.remote },
@@ -389,7 +419,7 @@ pub fn render_table(views: &[SocketView]) -> String {
                 out,
                 "held now: pid {} fd {} {}: {} B written and not sent while {} segment(s) \
                  await an ACK (Nagle)",
-                v.pid,
+                v.pid.map_or("?".to_string(), |p| p.to_string()),
                 v.fd.map_or("?".to_string(), |fd| fd.to_string()),
                 v.local,
                 info.notsent_bytes,
@@ -398,6 +428,7 @@ pub fn render_table(views: &[SocketView]) -> String {
         }
     }
     for v in views.iter().filter(|v| v.can_stall == Some(true)) {
+        let Some(pid) = v.pid else { continue };
         let fd = v.fd.map_or("?".to_string(), |fd| fd.to_string());
         let why = if v.listening {
             "listening with Nagle on: every connection it accepts inherits Nagle"
@@ -406,8 +437,8 @@ pub fn render_table(views: &[SocketView]) -> String {
         };
         let _ = writeln!(
             out,
-            "can stall: pid {} fd {fd} {}: {why} (tcpstall fix {})",
-            v.pid, v.local, v.pid
+            "can stall: pid {pid} fd {fd} {}: {why} (tcpstall fix {pid})",
+            v.local
         );
     }
     out

@@ -19,7 +19,8 @@ const DEFAULT_ATTACH_SECONDS: f64 = 10.0;
 #[derive(Args, Debug, Clone)]
 pub struct TraceArgs {
     /// Follow this running process (all its threads) instead of starting a command; it is
-    /// detached, untouched, at the end. No seccomp filter can be installed in a running
+    /// detached at the end and runs on (as under strace, a syscall blocked at the moment of
+    /// attaching or detaching may return EINTR, which programs retry). No seccomp filter can be installed in a running
     /// process from outside, so it stops at every syscall: slower than `trace -- CMD`.
     #[arg(
         short = 'p',
@@ -166,7 +167,8 @@ pub fn render(report: &TraceReport) -> String {
     let mut out = String::new();
     let target = match (&report.command, report.pid) {
         (Some(cmd), _) => cmd.join(" "),
-        (None, Some(pid)) => format!("pid {pid} (detached)"),
+        (None, Some(pid)) if report.interrupted => format!("pid {pid} (detached)"),
+        (None, Some(pid)) => format!("pid {pid} (exited during the trace)"),
         (None, None) => String::new(),
     };
     let status = report
@@ -175,7 +177,8 @@ pub fn render(report: &TraceReport) -> String {
         .unwrap_or_default();
     let _ = writeln!(
         out,
-        "traced {target} for {:.2} s{status}: {} socket syscalls, {} TCP sockets with data",
+        "traced {target} for {:.2} s{status}: {} syscalls followed (sockets, reads, writes, \
+         waits, closes), {} TCP sockets with data",
         report.duration_s,
         report.syscalls,
         report.sockets.len()

@@ -8,7 +8,8 @@
 //!   (since Linux 4.8 the seccomp stop comes after syscall-entry, so the next stop is the exit).
 //! - `trace -p PID`: every thread is seized (PTRACE_SEIZE) and stepped from syscall to syscall
 //!   (PTRACE_SYSCALL): a filter cannot be installed in a running process from outside. On the
-//!   way out every thread is interrupted and detached, so the target runs on untouched.
+//!   way out every thread is interrupted and detached, and the target runs on (a syscall
+//!   blocked at that moment may return EINTR, as with strace).
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -636,7 +637,7 @@ impl Tracer {
     }
 
     /// Interrupts every thread and detaches from each at its next stop, passing on a pending
-    /// signal, so that the target runs on as if never traced.
+    /// signal, so that the target runs on (a blocked syscall may see EINTR).
     fn detach_all(&mut self) {
         for tid in self.threads.keys() {
             let _ = ptrace::interrupt(*tid);
