@@ -1,5 +1,6 @@
 //! The `tcpstall` command: parses arguments, runs one verb, maps the result to an exit status
-//! (0 done, 1 stalls found with `--fail-on-stall`, 2 error with the reason on stderr).
+//! (0 done, 1 stalls found with `--fail-on-stall`, 2 error with the reason on stderr; a
+//! reader that closes standard output early ends the run quietly with 0).
 
 use std::process::ExitCode;
 
@@ -40,9 +41,22 @@ fn main() -> ExitCode {
     match result {
         Ok(Outcome::StallsFound) if fail_on_stall => ExitCode::from(1),
         Ok(_) => ExitCode::SUCCESS,
+        // The reader of standard output went away (`tcpstall lab | head -1`): it took what
+        // it wanted, so end quietly, as Unix tools do. Rust ignores SIGPIPE, so the write
+        // returned EPIPE instead of killing the process.
+        Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("tcpstall: error: {err:#}");
             ExitCode::from(2)
         }
     }
+}
+
+/// Whether `err` comes from writing to a pipe whose reader has closed it.
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }

@@ -1,7 +1,7 @@
 //! `tcpstall lab` end to end: the built binary on real loopback sockets, its JSON checked
 //! against what Linux must do, its capture read back by tcpdump and tshark.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
@@ -47,20 +47,56 @@ fn name(row: &Value) -> String {
     )
 }
 
-/// Every row that must stall has p50 >= 30 ms, every fix p50 < 10 ms, and the lab's own
-/// verdict agrees.
-fn assert_stalls_as_expected(rows: &[Value]) {
-    assert!(!rows.is_empty());
-    for row in rows {
+/// What Linux must do with each row, pinned here rather than read from the binary's own
+/// `expected_stall`, so that a wrong catalogue fails the test: the split writes stall (the
+/// second write waits in tcp_nagle_check for the delayed ACK of the first), every fix does not.
+const ECHO: &[(&str, bool)] = &[
+    ("split", true),
+    ("single", false),
+    ("writev", false),
+    ("nodelay", false),
+    ("flush", true),
+    ("cork", false),
+    ("msg_more", false),
+    ("quickack", false),
+    ("short", false),
+];
+const HTTP: &[(&str, bool)] = &[
+    ("split", true),
+    ("single", false),
+    ("nodelay", false),
+    ("short", false),
+];
+/// MSS 1460 (1448 B of payload): the reply is cut after 1400 B; a rest below one MSS is held,
+/// a rest starting with a full segment is not, and a reply under 1400 B is one write.
+const MEMCACHED: &[(&str, bool)] = &[
+    ("value-100", false),
+    ("value-1400", true),
+    ("value-2400", true),
+    ("value-4000", false),
+    ("quickack-1400", false),
+    ("nodelay-1400", false),
+];
+const INHERIT: &[(&str, bool)] = &[("nodelay-listener", false), ("quickack-listener", true)];
+
+/// Exactly the rows of `expected`, each stalled (p50 >= 30 ms) or not (p50 < 10 ms) as pinned
+/// there, without errors, and the lab's own verdict and expectation agree.
+fn assert_stalls(rows: &[Value], expected: &[(&str, bool)]) {
+    let names: Vec<&str> = rows
+        .iter()
+        .map(|r| r["variant"].as_str().unwrap())
+        .collect();
+    let pinned: Vec<&str> = expected.iter().map(|(n, _)| *n).collect();
+    assert_eq!(names, pinned, "the rows run");
+    for (row, (_, stalls)) in rows.iter().zip(expected) {
         let p50 = row["p50_ms"].as_f64().unwrap();
-        let expected = row["expected_stall"].as_bool().unwrap();
         assert!(
             row["errors"].is_null(),
             "{}: errors {}",
             name(row),
             row["errors"]
         );
-        if expected {
+        if *stalls {
             assert!(
                 p50 >= STALL_MIN_MS,
                 "{} must stall, p50 {p50} ms",
@@ -73,7 +109,13 @@ fn assert_stalls_as_expected(rows: &[Value]) {
                 name(row)
             );
         }
-        assert_eq!(row["stalled"].as_bool(), Some(expected), "{}", name(row));
+        assert_eq!(row["stalled"].as_bool(), Some(*stalls), "{}", name(row));
+        assert_eq!(
+            row["expected_stall"].as_bool(),
+            Some(*stalls),
+            "{}: expectation",
+            name(row)
+        );
     }
 }
 
@@ -87,8 +129,7 @@ fn variant<'a>(rows: &'a [Value], variant: &str) -> &'a Value {
 fn echo_split_writes_stall_and_every_fix_does_not() {
     let report = lab_json(&["--scenario", "echo", "--requests", "6"]);
     let rows = rows(&report);
-    assert_eq!(rows.len(), 9);
-    assert_stalls_as_expected(&rows);
+    assert_stalls(&rows, ECHO);
     for stalls in ["split", "flush"] {
         let row = variant(&rows, stalls);
         assert!(row["expected_stall"].as_bool().unwrap());
@@ -123,8 +164,7 @@ fn echo_split_writes_stall_and_every_fix_does_not() {
 #[test]
 fn http_header_then_body_stalls_on_keep_alive_only() {
     let rows = rows(&lab_json(&["--scenario", "http", "--requests", "6"]));
-    assert_eq!(rows.len(), 4);
-    assert_stalls_as_expected(&rows);
+    assert_stalls(&rows, HTTP);
     assert!(variant(&rows, "split")["stalled"].as_bool().unwrap());
     assert_eq!(variant(&rows, "split")["held_side"], "server");
     assert!(!variant(&rows, "short")["stalled"].as_bool().unwrap());
@@ -134,29 +174,14 @@ fn http_header_then_body_stalls_on_keep_alive_only() {
 #[test]
 fn memcached_cut_stalls_only_when_the_rest_is_below_one_mss() {
     let rows = rows(&lab_json(&["--scenario", "memcached", "--requests", "6"]));
-    assert_stalls_as_expected(&rows);
-    let stalled: BTreeMap<String, bool> = rows
-        .iter()
-        .map(|r| {
-            (
-                r["variant"].as_str().unwrap().to_string(),
-                r["stalled"].as_bool().unwrap(),
-            )
-        })
-        .collect();
-    assert!(!stalled["value-100"], "value-100 must not stall");
-    assert!(stalled["value-1400"], "value-1400 must stall");
-    assert!(stalled["value-2400"], "value-2400 must stall");
-    assert!(!stalled["value-4000"], "value-4000 must not stall");
-    assert!(!stalled["quickack-1400"], "quickack-1400 must not stall");
-    assert!(!stalled["nodelay-1400"], "nodelay-1400 must not stall");
+    assert_stalls(&rows, MEMCACHED);
     assert!(rows.iter().all(|r| r["mss"] == 1460));
 }
 
 #[test]
 fn listener_nodelay_is_inherited_and_quickack_is_not_lasting() {
     let rows = rows(&lab_json(&["--scenario", "inherit", "--requests", "6"]));
-    assert_stalls_as_expected(&rows);
+    assert_stalls(&rows, INHERIT);
     assert_eq!(variant(&rows, "nodelay-listener")["inherited"], true);
     assert!(variant(&rows, "quickack-listener")["inherited"].is_boolean());
 }
@@ -173,8 +198,7 @@ fn stream_reports_share_of_own_segments_and_autocorking() {
         "--writes",
         "5",
     ]));
-    assert_eq!(rows.len(), 2);
-    assert_stalls_as_expected(&rows);
+    assert_stalls(&rows, &[("nagle-0ms", false), ("nodelay-5ms", false)]);
     for row in &rows {
         assert_eq!(row["requests"], 20, "{}", name(row));
         assert_eq!(row["connections"], 4);
@@ -183,6 +207,15 @@ fn stream_reports_share_of_own_segments_and_autocorking() {
         assert!(row["autocorking_delta"].is_u64());
         assert_eq!(row["server_data_segments"], 0, "the receiver sends no data");
     }
+}
+
+/// Payload bytes of a full segment for TCP_MAXSEG `mss` (loopback's 65495 when unset): the
+/// timestamps option, on unless net.ipv4.tcp_timestamps=0, takes 12 bytes.
+fn payload_mss(mss: Option<u64>) -> u64 {
+    let timestamps = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_timestamps")
+        .map(|v| v.trim() != "0")
+        .unwrap_or(true);
+    mss.unwrap_or(65_495) - if timestamps { 12 } else { 0 }
 }
 
 fn require_root(what: &str) {
@@ -220,9 +253,9 @@ fn capture_is_read_by_tcpdump_and_tshark_with_one_flow_per_connection() {
     let requests = 4;
     let report = lab_json(&[
         "--scenario",
-        "echo",
+        "echo,memcached",
         "--variant",
-        "split,single,short",
+        "split,single,short,value-4000",
         "--requests",
         &requests.to_string(),
         "--capture",
@@ -263,7 +296,8 @@ fn capture_is_read_by_tcpdump_and_tshark_with_one_flow_per_connection() {
         ],
     );
     let mut flows_per_port: HashMap<u16, std::collections::HashSet<u32>> = HashMap::new();
-    let mut data_segments_per_port: HashMap<u16, u64> = HashMap::new();
+    let mut data_packets_per_port: HashMap<u16, u64> = HashMap::new();
+    let mut payload_per_port: HashMap<u16, Vec<u64>> = HashMap::new();
     let ports: Vec<u16> = rows
         .iter()
         .map(|r| r["server_port"].as_u64().unwrap() as u16)
@@ -285,7 +319,11 @@ fn capture_is_read_by_tcpdump_and_tshark_with_one_flow_per_connection() {
         assert!(ports.contains(&port), "packet of a foreign flow: {line}");
         flows_per_port.entry(port).or_default().insert(stream);
         if len > 0 {
-            *data_segments_per_port.entry(port).or_default() += 1;
+            *data_packets_per_port.entry(port).or_default() += 1;
+            payload_per_port
+                .entry(port)
+                .or_default()
+                .push(u64::from(len));
         }
     }
     for row in &rows {
@@ -299,21 +337,37 @@ fn capture_is_read_by_tcpdump_and_tshark_with_one_flow_per_connection() {
         );
         let json_segments = row["client_data_segments"].as_u64().unwrap()
             + row["server_data_segments"].as_u64().unwrap();
-        assert_eq!(
-            data_segments_per_port[&port],
-            json_segments,
-            "{}",
-            name(row)
-        );
+        // A loopback capture holds the sender's GSO packets: one packet may carry several
+        // segments. Split each at the payload MSS as the NIC would; TCP_INFO counts those.
+        let mss = payload_mss(row["mss"].as_u64());
+        let segments: u64 = payload_per_port[&port]
+            .iter()
+            .map(|len| len.div_ceil(mss))
+            .sum();
+        assert_eq!(segments, json_segments, "{}", name(row));
+        assert!(data_packets_per_port[&port] <= segments, "{}", name(row));
     }
     // Split: `hello `, `world\r\n` and the reply; single: request and reply.
     let r = requests as u64;
     let split = variant(&rows, "split")["server_port"].as_u64().unwrap() as u16;
     let single = variant(&rows, "single")["server_port"].as_u64().unwrap() as u16;
     let short = variant(&rows, "short")["server_port"].as_u64().unwrap() as u16;
-    assert_eq!(data_segments_per_port[&split], 3 * r);
-    assert_eq!(data_segments_per_port[&single], 2 * r);
+    assert_eq!(data_packets_per_port[&split], 3 * r);
+    assert_eq!(data_packets_per_port[&single], 2 * r);
     assert_eq!(flows_per_port[&short].len() as u64, r);
+    // memcached value-4000 at MSS 1460 (1448 B of payload): `get k\r\n` (7 B), then a
+    // 4023 B reply written as 1400 B and 2623 B, which leaves as 1448 B + 1175 B: four
+    // segments per request, though GSO may carry the last two in one captured packet.
+    let m4 = variant(&rows, "value-4000");
+    let m4_port = m4["server_port"].as_u64().unwrap() as u16;
+    assert_eq!(m4["client_data_segments"], r);
+    assert_eq!(m4["server_data_segments"], 3 * r);
+    let bytes: u64 = payload_per_port[&m4_port].iter().sum();
+    assert_eq!(
+        bytes,
+        r * (7 + 16 + 4000 + 7),
+        "payload bytes of value-4000"
+    );
 
     // Kernel timestamps show the stall: after the first turn (quick-ACK mode), `world` leaves
     // one delayed-ACK timeout after `hello `.
@@ -355,7 +409,7 @@ fn capture_without_cap_net_raw_names_the_capability() {
             "--variant",
             "single",
             "--requests",
-            "1",
+            "3",
             "--capture",
         ])
         .arg(&pcap)
@@ -508,11 +562,238 @@ fn http_body_stalls_up_to_one_byte_below_a_full_segment() {
             "--requests",
             "6",
         ]));
-        assert_stalls_as_expected(&rows);
-        assert_eq!(
-            rows[0]["stalled"].as_bool(),
-            Some(stalls),
-            "body of {size} B"
+        assert_stalls(&rows, &[("split", stalls)]);
+        assert_eq!(rows[0]["message_parts"][1], size.parse::<u64>().unwrap());
+    }
+}
+
+/// The first request of a connection is always quick-ACKed, so with fewer than 3 requests
+/// the median of a keep-alive row is a request that cannot stall: refused, with the reason.
+/// Short connections (every request is a first one) run with any count; 3 requests are
+/// enough for a split row to show its stall.
+#[test]
+fn too_few_requests_for_keep_alive_rows_are_refused() {
+    for requests in ["1", "2"] {
+        assert_error(
+            &[
+                "--scenario",
+                "echo,http",
+                "--variant",
+                "split",
+                "--requests",
+                requests,
+            ],
+            &[
+                "too few for keep-alive rows",
+                "quick-ACK mode",
+                "--requests 3",
+            ],
         );
     }
+    let rows = rows(&lab_json(&[
+        "--scenario",
+        "echo,http",
+        "--variant",
+        "short",
+        "--requests",
+        "1",
+    ]));
+    assert_eq!(rows.len(), 2);
+    let rows_3 = self::rows(&lab_json(&[
+        "--scenario",
+        "echo",
+        "--variant",
+        "split,single",
+        "--requests",
+        "3",
+    ]));
+    assert_stalls(&rows_3, &[("split", true), ("single", false)]);
+}
+
+/// `--size` replaces memcached's value sizes: value-100 ... value-4000 become one row named by
+/// the size in use, and the table shows that size.
+#[test]
+fn memcached_size_names_the_rows_by_the_value_in_use() {
+    let rows = rows(&lab_json(&[
+        "--scenario",
+        "memcached",
+        "--size",
+        "2400",
+        "--requests",
+        "6",
+    ]));
+    // 1400 B then 1023 B: both below the 1448 B payload of MSS 1460, so the rest is held.
+    assert_stalls(
+        &rows,
+        &[
+            ("value-2400", true),
+            ("quickack-2400", false),
+            ("nodelay-2400", false),
+        ],
+    );
+    for row in &rows {
+        assert_eq!(row["size"], 2400, "{}", name(row));
+    }
+    let text = lab(&[
+        "--scenario",
+        "memcached",
+        "--variant",
+        "value-100",
+        "--size",
+        "2400",
+        "--requests",
+        "3",
+    ]);
+    assert!(text.status.success());
+    let table = String::from_utf8_lossy(&text.stdout);
+    let line = table
+        .lines()
+        .find(|l| l.starts_with("memcached"))
+        .expect("a memcached row");
+    assert!(
+        line.contains("value-2400") && line.contains(" 2400 "),
+        "{line}"
+    );
+    assert!(!line.contains("one write"), "{line}");
+}
+
+/// Whatever --mss says, a row's explanation follows the writes it makes: at MSS 88 the 1400 B
+/// first write of memcached is many full segments and nothing waits for a timer.
+#[test]
+fn small_mss_rows_do_not_stall_and_say_why() {
+    let rows = rows(&lab_json(&[
+        "--scenario",
+        "memcached",
+        "--variant",
+        "value-1400",
+        "--mss",
+        "88",
+        "--requests",
+        "6",
+    ]));
+    assert_stalls(&rows, &[("value-1400", false)]);
+    let why = rows[0]["explanation"].as_str().unwrap();
+    assert!(why.contains("fills at least one 76 B segment"), "{why}");
+    assert!(!why.contains("waits in tcp_nagle_check"), "{why}");
+}
+
+/// A row cut short is an error: the table still comes out on stdout, the reason goes to stderr
+/// with the row's name, and the exit status is 2.
+#[test]
+fn row_errors_reach_stderr_and_exit_2() {
+    // 100 stalled requests need over 4 s; the row timeout stops them after 1 s.
+    let out = lab(&[
+        "--scenario",
+        "echo",
+        "--variant",
+        "split",
+        "--requests",
+        "100",
+        "--row-timeout",
+        "1",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stdout.contains("echo       split"), "{stdout}");
+    assert!(
+        stderr.contains("echo/split: stopped by the 1 s row timeout"),
+        "{stderr}"
+    );
+}
+
+/// Out of file descriptors, the server's accept fails again and again: the row reports it once
+/// with a count and what to do, and the run ends with status 2.
+#[test]
+fn running_out_of_descriptors_is_one_counted_error() {
+    let out = Command::new("sh")
+        .args([
+            "-c",
+            "ulimit -n 24 && exec \"$0\" \"$@\"",
+            BIN,
+            "lab",
+            "--json",
+        ])
+        .args(["--scenario", "stream", "--variant", "nagle-0ms"])
+        .args(["--parallel", "16", "--connections", "100", "--writes", "3"])
+        .output()
+        .expect("sh runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("too many open files: raise ulimit -n or lower --parallel"),
+        "{stderr}"
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    let errors = report["rows"][0]["errors"].as_array().expect("errors");
+    assert!(
+        errors.len() <= 10,
+        "{} error entries: {errors:?}",
+        errors.len()
+    );
+    assert!(stderr.lines().count() <= 12, "{stderr}");
+}
+
+#[test]
+fn unknown_variant_lists_each_name_once() {
+    let out = lab(&["--variant", "bogus"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2));
+    let list = stderr
+        .split("known variants are ")
+        .nth(1)
+        .and_then(|rest| rest.split(" (see").next())
+        .expect("a list of variants");
+    let names: Vec<&str> = list.split(", ").collect();
+    let mut unique = names.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(names.len(), unique.len(), "{list}");
+    assert!(names.contains(&"split") && names.contains(&"value-4000"));
+}
+
+#[test]
+fn list_json_is_the_catalogue() {
+    let out = lab(&["--list", "--json"]);
+    assert!(out.status.success());
+    let list: Value = serde_json::from_slice(&out.stdout).expect("--list --json prints JSON");
+    let scenarios = list["scenarios"].as_array().expect("scenarios");
+    let names: Vec<&str> = scenarios
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["echo", "http", "memcached", "stream", "inherit"]);
+    let echo: Vec<(&str, bool)> = scenarios[0]["variants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            (
+                v["name"].as_str().unwrap(),
+                v["expected_stall"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(echo, ECHO);
+    assert!(list["stall_rule"].as_str().unwrap().contains(">= 30 ms"));
+}
+
+/// A reader that closes the pipe early (`tcpstall lab | head -1`) ends the run quietly.
+#[test]
+fn closed_stdout_ends_quietly() {
+    use std::process::Stdio;
+    let mut child = Command::new(BIN)
+        .args(["lab", "--scenario", "echo", "--variant", "single"])
+        .args(["--requests", "3"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the tcpstall binary runs");
+    // Closing the read end now: the lab is still measuring, so every line it writes later
+    // meets a closed pipe.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("the run ends");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.is_empty(), "{stderr}");
+    assert_eq!(out.status.code(), Some(0));
 }

@@ -356,7 +356,7 @@ fn without_privileges_rtt_names_the_capabilities_and_plain_lab_still_runs() {
         "--variant",
         "single",
         "--requests",
-        "2",
+        "3",
     ]);
     assert!(
         out.status.success(),

@@ -8,8 +8,10 @@
 //! are added: RTT + 30 ms, or 2 RTT + 30 ms when Nagle holds a split message's tail.
 
 pub mod client;
+pub mod explain;
 pub mod framing;
 pub mod measure;
+pub mod notes;
 pub mod path;
 pub mod runner;
 pub mod scenarios;
@@ -26,9 +28,10 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
+use self::explain::{expected_stall, row_name};
 use self::path::{EmulatedPath, PathShape, TUN_NAME};
-use self::runner::{expected_stall, round_trips, Row, RunSettings};
-use self::scenarios::{Scenario, Variant, CATALOGUE, SCENARIOS};
+use self::runner::{round_trips, Row, RunSettings};
+use self::scenarios::{ConnectionMode, Scenario, Variant, Workload, CATALOGUE, SCENARIOS};
 use crate::capture::live::{CaptureSummary, LiveCapture};
 use crate::kernel::KernelFacts;
 use crate::Outcome;
@@ -52,21 +55,26 @@ pub struct LabArgs {
     /// Run only these variants of the selected scenarios (comma-separated or repeated).
     #[arg(long, value_delimiter = ',')]
     pub variant: Vec<String>,
-    /// Requests per row (1-100000); stream rows use --connections and --writes instead.
+    /// Requests per row (1-100000; at least 3 when a keep-alive row is selected: a new
+    /// connection starts in quick-ACK mode, so its first request is never held and the
+    /// median must land on a later one); stream rows use --connections and --writes instead.
     #[arg(long, default_value_t = 20)]
     pub requests: usize,
     /// Payload size in bytes, replacing each row's own: echo line, HTTP body, memcached
-    /// value, stream write.
+    /// value, stream write. memcached's value-N rows then become one row named by the size
+    /// (value-2400), as do quickack-N and nodelay-N.
     #[arg(long)]
     pub size: Option<usize>,
     /// TCP_MAXSEG on both ends (88-32767), e.g. 1460 to emulate a 1500-byte MTU on loopback.
     #[arg(long)]
     pub mss: Option<u32>,
     /// Write the lab's own traffic to this pcap file (needs CAP_NET_RAW); with --rtt, as
-    /// the server's TUN device sees it (raw IP, link type 101).
+    /// the server's TUN device sees it (raw IP, link type 101). On loopback the capture holds
+    /// the sender's GSO packets: one packet may carry several segments, so count segments as
+    /// payload bytes split at the MSS (TCP_INFO's data_segments), not as packets.
     #[arg(long, value_name = "FILE.pcap")]
     pub capture: Option<PathBuf>,
-    /// Print the catalogue with a description of each entry and exit.
+    /// Print the catalogue with a description of each entry and exit (as JSON with --json).
     #[arg(long)]
     pub list: bool,
     /// Print JSON instead of a table.
@@ -151,10 +159,18 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
         check_size(&selected, size)?;
     }
     if args.list {
-        print_list(&mut std::io::stdout().lock(), &selected, &settings, shape)
-            .context("cannot write the catalogue to standard output")?;
+        let mut out = std::io::stdout().lock();
+        if args.json {
+            serde_json::to_writer_pretty(&mut out, &list_report(&selected, &settings, shape))
+                .map_err(io::Error::from)
+                .and_then(|()| writeln!(out))
+        } else {
+            print_list(&mut out, &selected, &settings, shape)
+        }
+        .context("cannot write the catalogue to standard output")?;
         return Ok(Outcome::Done);
     }
+    check_requests(&selected, args.requests)?;
     let kernel = KernelFacts::read();
     // Owns the namespaces: dropped (deleted) when this function returns, also on error.
     let emulated = match shape {
@@ -243,6 +259,26 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
         print_table(&mut out, &report)
     }
     .context("cannot write the results to standard output")?;
+    drop(out);
+    // The table (or JSON) above holds every row; the rows that failed are named again on
+    // stderr, and the run exits 2 since their figures are incomplete.
+    let failed: Vec<&Row> = report
+        .rows
+        .iter()
+        .filter(|r| !r.errors.is_empty())
+        .collect();
+    for row in &failed {
+        for error in &row.errors {
+            eprintln!("tcpstall: {}/{}: {error}", row.scenario, row.variant);
+        }
+    }
+    if !failed.is_empty() {
+        bail!(
+            "{} of {} rows ended with an error (listed above); their figures are incomplete",
+            failed.len(),
+            report.rows.len()
+        );
+    }
     Ok(if unexpected {
         Outcome::StallsFound
     } else {
@@ -289,6 +325,28 @@ fn check_range(flag: &str, value: usize, min: usize, max: usize) -> anyhow::Resu
     Ok(())
 }
 
+/// Fewest requests that let a keep-alive row show a stall: the first data a connection
+/// receives puts it in quick-ACK mode (`tcp_event_data_recv` with `icsk_ack.ato` still 0 calls
+/// `tcp_incr_quickack`), so the first turn is ACKed at once; the stall shows from the second
+/// turn on, once the receiver is in ping-pong mode. With 3 turns the median is a later one.
+const MIN_KEEP_ALIVE_REQUESTS: usize = 3;
+
+fn check_requests(selected: &[Variant], requests: usize) -> anyhow::Result<()> {
+    let keep_alive = selected
+        .iter()
+        .any(|v| v.workload != Workload::Stream && v.connections == ConnectionMode::KeepAlive);
+    if keep_alive && requests < MIN_KEEP_ALIVE_REQUESTS {
+        bail!(
+            "--requests {requests} is too few for keep-alive rows: a new connection starts in \
+             quick-ACK mode, so its first request is never held for the delayed ACK and a \
+             stall shows from the second request on; use --requests {MIN_KEEP_ALIVE_REQUESTS} \
+             or more so that the median is a later request (the short variants, one \
+             connection per request, work with any count)"
+        );
+    }
+    Ok(())
+}
+
 fn check_size(selected: &[Variant], size: usize) -> anyhow::Result<()> {
     for variant in selected {
         let (min, max) = variant.scenario.size_range();
@@ -323,8 +381,14 @@ fn select(args: &LabArgs) -> anyhow::Result<Vec<Variant>> {
         .collect();
     for name in &args.variant {
         if !candidates.iter().any(|v| v.name == name) {
-            let mut known: Vec<&str> = candidates.iter().map(|v| v.name).collect();
-            known.dedup();
+            // Several scenarios share names (split, single, ...): list each once, in
+            // catalogue order.
+            let mut known: Vec<&str> = Vec::new();
+            for v in &candidates {
+                if !known.contains(&v.name) {
+                    known.push(v.name);
+                }
+            }
             bail!(
                 "unknown variant `{name}`{}: known variants are {} (see `tcpstall lab --list`)",
                 if scenarios.is_empty() {
@@ -336,10 +400,97 @@ fn select(args: &LabArgs) -> anyhow::Result<Vec<Variant>> {
             );
         }
     }
-    Ok(candidates
+    let mut rows: Vec<Variant> = Vec::new();
+    let mut names: Vec<(Scenario, String)> = Vec::new();
+    for v in candidates
         .into_iter()
         .filter(|v| args.variant.is_empty() || args.variant.iter().any(|n| n == v.name))
-        .collect())
+    {
+        // With --size, memcached's value-100 ... value-4000 are all the same experiment,
+        // value-<size>: run it once.
+        let name = (v.scenario, row_name(&v, args.size));
+        if !names.contains(&name) {
+            names.push(name);
+            rows.push(v);
+        }
+    }
+    Ok(rows)
+}
+
+/// `lab --list --json`.
+#[derive(Debug, Serialize)]
+struct ListReport {
+    /// When a row counts as stalled.
+    stall_rule: String,
+    scenarios: Vec<ListScenario>,
+}
+
+#[derive(Debug, Serialize)]
+struct ListScenario {
+    name: &'static str,
+    description: &'static str,
+    variants: Vec<ListVariant>,
+}
+
+#[derive(Debug, Serialize)]
+struct ListVariant {
+    name: String,
+    size: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mss: Option<u32>,
+    expected_stall: bool,
+    /// Round trips the exchange needs without a timer (1, or 2 when Nagle holds a tail).
+    round_trips: u32,
+    explanation: String,
+}
+
+fn stall_rule(shape: Option<PathShape>) -> String {
+    match shape {
+        None => "A row is stalled when its median latency is >= 30 ms (40 ms delayed-ACK floor minus 10 ms).".to_string(),
+        Some(shape) => format!(
+            "Over a {} ms RTT path a row is stalled when its median latency is >= RTT + 30 ms, \
+             or 2 RTT + 30 ms when Nagle holds a split message's tail until the first part is \
+             acknowledged (marked 2 RTT below).",
+            shape.rtt.as_millis()
+        ),
+    }
+}
+
+fn list_report(
+    selected: &[Variant],
+    settings: &RunSettings,
+    shape: Option<PathShape>,
+) -> ListReport {
+    let scenarios = SCENARIOS
+        .into_iter()
+        .filter_map(|scenario| {
+            let variants: Vec<ListVariant> = selected
+                .iter()
+                .filter(|v| v.scenario == scenario)
+                .map(|v| {
+                    let size = settings.size.unwrap_or(v.size);
+                    let mss = settings.mss.or(v.mss);
+                    ListVariant {
+                        name: row_name(v, settings.size),
+                        size,
+                        mss,
+                        expected_stall: expected_stall(v, size, mss),
+                        round_trips: round_trips(v, size, mss),
+                        explanation: explain::explanation(v, size, mss),
+                    }
+                })
+                .collect();
+            (!variants.is_empty()).then(|| ListScenario {
+                name: scenario.name(),
+                description: scenario.description(),
+                variants,
+            })
+        })
+        .collect();
+    ListReport {
+        stall_rule: stall_rule(shape).replace(" (marked 2 RTT below)", ""),
+        scenarios,
+    }
 }
 
 fn print_list(
@@ -348,38 +499,25 @@ fn print_list(
     settings: &RunSettings,
     shape: Option<PathShape>,
 ) -> io::Result<()> {
-    match shape {
-        None => writeln!(out, "A row is stalled when its median latency is >= 30 ms (40 ms delayed-ACK floor minus 10 ms).")?,
-        Some(shape) => writeln!(
-            out,
-            "Over a {} ms RTT path a row is stalled when its median latency is >= RTT + 30 ms, \
-             or 2 RTT + 30 ms when Nagle holds a split message's tail until the first part is \
-             acknowledged (marked 2 RTT below).",
-            shape.rtt.as_millis()
-        )?,
-    }
-    for scenario in SCENARIOS {
-        let rows: Vec<&Variant> = selected.iter().filter(|v| v.scenario == scenario).collect();
-        if rows.is_empty() {
-            continue;
-        }
-        writeln!(out, "\n{}: {}", scenario.name(), scenario.description())?;
-        for v in rows {
-            let size = settings.size.unwrap_or(v.size);
-            let stall = if expected_stall(v, size, settings.mss.or(v.mss)) {
+    let list = list_report(selected, settings, shape);
+    writeln!(out, "{}", stall_rule(shape))?;
+    for scenario in &list.scenarios {
+        writeln!(out, "\n{}: {}", scenario.name, scenario.description)?;
+        for v in &scenario.variants {
+            let stall = if v.expected_stall {
                 "stalls"
             } else {
                 "no stall"
             };
-            let rounds = if shape.is_some() && round_trips(v, size, settings.mss.or(v.mss)) == 2 {
+            let rounds = if shape.is_some() && v.round_trips == 2 {
                 "2 RTT "
             } else {
                 ""
             };
             writeln!(
                 out,
-                "  {:<18} {:<8} {rounds}{}",
-                v.name, stall, v.explanation
+                "  {:<18} {:>7} B {:<8} {rounds}{}",
+                v.name, v.size, stall, v.explanation
             )?;
         }
     }
@@ -402,9 +540,10 @@ fn print_table(out: &mut impl Write, report: &LabReport) -> io::Result<()> {
     }
     writeln!(
         out,
-        "{:<10} {:<18} {:>5} {:>8} {:>8} {:>8} {:>7} {:<7} {:<8} why",
+        "{:<10} {:<18} {:>7} {:>5} {:>8} {:>8} {:>8} {:>7} {:<7} {:<8} why",
         "scenario",
         "variant",
+        "size B",
         "req",
         "p50 ms",
         "p99 ms",
@@ -433,9 +572,10 @@ fn print_table(out: &mut impl Write, report: &LabReport) -> io::Result<()> {
         }
         writeln!(
             out,
-            "{:<10} {:<18} {:>5} {:>8.2} {:>8.2} {:>8.2} {:>7.2} {:<7} {:<8} {why}",
+            "{:<10} {:<18} {:>7} {:>5} {:>8.2} {:>8.2} {:>8.2} {:>7.2} {:<7} {:<8} {why}",
             r.scenario,
             r.variant,
+            r.size,
             r.requests,
             r.p50_ms,
             r.p99_ms,

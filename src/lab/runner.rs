@@ -9,14 +9,13 @@ use anyhow::Context;
 use serde::Serialize;
 
 use super::client::{http_get_request, ClientConfig, Connection};
+use super::explain::{self, expected_stall, split_writer, Geometry};
 use super::framing::{self, FrameEnd};
 use super::measure::{stall_threshold_ms, LatencySummary};
+use super::notes::{describe_io, ErrorTally};
 use super::path::{own_packet_share, PathEnds};
-use super::scenarios::{ConnectionMode, Expectation, Variant, Workload};
-use super::server::{
-    http_response_head, memcached_reply_len, Protocol, Server, ServerConfig, ServerNodelay,
-    MEMCACHED_FIRST_WRITE_CAP,
-};
+use super::scenarios::{ConnectionMode, Variant, Workload};
+use super::server::{Protocol, Server, ServerConfig, ServerNodelay};
 use super::write::WriteStrategy;
 use crate::kernel::{tcpext_counter, tcpext_counter_in};
 
@@ -46,8 +45,9 @@ pub struct RunSettings {
 pub struct Row {
     /// Scenario name.
     pub scenario: &'static str,
-    /// Variant name.
-    pub variant: &'static str,
+    /// Variant name; a name ending in the catalogue's size (`value-1400`) shows the size in
+    /// use instead (`value-2400` with `--size 2400`).
+    pub variant: String,
     /// Requests completed (stream: writes).
     pub requests: usize,
     /// Median latency (stream: from a write to its last byte reaching the receiver).
@@ -85,6 +85,13 @@ pub struct Row {
     pub connections: usize,
     /// Payload size, in bytes.
     pub size: usize,
+    /// Bytes of the two writes of the row's message as the split variants write it (echo
+    /// request, HTTP or memcached reply; a second part of 0: one write). The other variants
+    /// send the same bytes their own way.
+    pub message_parts: [usize; 2],
+    /// Payload bytes of a full segment in effect (MSS minus TCP options), the size the
+    /// message's parts are measured against.
+    pub payload_mss: usize,
     /// TCP_MAXSEG set on both ends, if any.
     pub mss: Option<u32>,
     /// Data segments the clients sent.
@@ -119,31 +126,6 @@ pub enum Side {
     Server,
 }
 
-/// Which end writes the split message of a row (the end whose second write Nagle holds).
-pub fn split_writer(variant: &Variant) -> Option<Side> {
-    match variant.workload {
-        Workload::Echo => Some(Side::Client),
-        Workload::Http | Workload::Memcached => Some(Side::Server),
-        Workload::Stream => None,
-    }
-}
-
-/// Whether Linux stalls the row, from the catalogue and the kernel rules.
-pub fn expected_stall(variant: &Variant, size: usize, mss: Option<u32>) -> bool {
-    match variant.expected {
-        Expectation::NoStall => false,
-        Expectation::Stall => {
-            // The second part is held only behind a sub-MSS first segment (Minshall,
-            // `tcp_minshall_check`) and only while the receiver sees at most one MSS
-            // unacknowledged: a full segment in either part makes it ACK at once
-            // (`__tcp_ack_snd_check`), which releases the tail.
-            let mss = payload_mss(mss.unwrap_or(LOOPBACK_MSS)) as usize;
-            let (first, second) = split_write_sizes(variant, size);
-            first < mss && second > 0 && second < mss
-        }
-    }
-}
-
 /// Round trips a row's request needs when no timer fires: one, plus one when Nagle holds the
 /// second part of a split message until the first is acknowledged (`tcp_nagle_check`, the
 /// Minshall rule: a sub-MSS first segment still unacknowledged), even when that ACK comes at
@@ -165,9 +147,8 @@ pub fn round_trips(variant: &Variant, size: usize, mss: Option<u32>) -> u32 {
         strategy,
         WriteStrategy::Split | WriteStrategy::BufferedFlush
     );
-    let mss = payload_mss(mss.unwrap_or(LOOPBACK_MSS)) as usize;
-    let (first, second) = split_write_sizes(variant, size);
-    if splits && nagle_on && first < mss && second > 0 {
+    let g = Geometry::of(variant, size, mss);
+    if splits && nagle_on && g.first < g.mss && g.second > 0 {
         2
     } else {
         1
@@ -199,40 +180,7 @@ pub fn path_note(variant: &Variant, size: usize, mss: Option<u32>) -> &'static s
 }
 
 /// MSS of a TCP connection over `lo` (MTU 65536 minus 40 bytes of IPv4 and TCP headers).
-const LOOPBACK_MSS: u32 = 65_495;
-
-/// Sizes of the two writes of a split message: echo request, HTTP reply, memcached reply.
-fn split_write_sizes(variant: &Variant, size: usize) -> (usize, usize) {
-    match variant.workload {
-        Workload::Echo => {
-            let (head, body) = echo_parts(size);
-            (head.len(), body.len())
-        }
-        Workload::Http => {
-            let close = variant.connections == ConnectionMode::PerRequest;
-            (http_response_head(size, close).len(), size)
-        }
-        Workload::Memcached => {
-            let reply = memcached_reply_len(size);
-            let first = reply.min(MEMCACHED_FIRST_WRITE_CAP);
-            (first, reply - first)
-        }
-        Workload::Stream => (size, 0),
-    }
-}
-
-/// Payload bytes of a full segment for an MSS set with TCP_MAXSEG: the TCP timestamps option
-/// (RFC 7323, on unless `net.ipv4.tcp_timestamps=0`) takes 12 bytes of it (`tcp_current_mss`).
-pub fn payload_mss(mss: u32) -> u32 {
-    let timestamps = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_timestamps")
-        .map(|v| v.trim() != "0")
-        .unwrap_or(true);
-    if timestamps {
-        mss.saturating_sub(12)
-    } else {
-        mss
-    }
-}
+pub(crate) const LOOPBACK_MSS: u32 = 65_495;
 
 /// The two parts of the echo line of `size` bytes: for 13, `hello ` and `world\r\n`.
 pub fn echo_parts(size: usize) -> (Vec<u8>, Vec<u8>) {
@@ -310,19 +258,20 @@ pub fn run_variant(
             ));
         }
     }
-    outcome.errors.extend(report.errors);
+    outcome.errors.merge(report.errors);
     let summary = LatencySummary::of(&latencies);
     let requests = outcome.requests.max(1) as f64;
     let rtt = path.map_or(Duration::ZERO, |p| p.shape.rtt);
     let threshold = stall_threshold_ms(round_trips(variant, size, mss), rtt);
     let stalled = summary.p50_ms >= threshold;
     let expected = expected_stall(variant, size, mss);
-    let mut explanation = variant.explanation.to_string();
+    let geometry = Geometry::of(variant, size, mss);
+    let mut explanation = explain::explanation(variant, size, mss);
     if path.is_some() {
         explanation = format!("{explanation}; {}", path_note(variant, size, mss));
     }
     if stalled != expected {
-        explanation = format!("UNEXPECTED on this kernel; catalogue says: {explanation}");
+        explanation = format!("UNEXPECTED on this kernel; the kernel rules say: {explanation}");
     }
     let is_stream = variant.workload == Workload::Stream;
     let inherited = match (variant.server_nodelay, variant.listener_quickack) {
@@ -334,7 +283,7 @@ pub fn run_variant(
     };
     Ok(Row {
         scenario: variant.scenario.name(),
-        variant: variant.name,
+        variant: explain::row_name(variant, settings.size),
         requests: outcome.requests,
         p50_ms: summary.p50_ms,
         p99_ms: summary.p99_ms,
@@ -357,6 +306,8 @@ pub fn run_variant(
         server_port: addr.port(),
         connections: outcome.connections,
         size,
+        message_parts: [geometry.first, geometry.second],
+        payload_mss: geometry.mss,
         mss,
         client_data_segments: outcome.client_segments,
         server_data_segments: report.data_segs_out,
@@ -372,7 +323,7 @@ pub fn run_variant(
             None
         },
         inherited,
-        errors: outcome.errors,
+        errors: outcome.errors.lines(),
     })
 }
 
@@ -414,7 +365,7 @@ struct ClientOutcome {
     latencies: Vec<Duration>,
     /// Stream: per client port, when each write was handed to the kernel.
     stream_writes: Vec<(u16, Vec<Instant>)>,
-    errors: Vec<String>,
+    errors: ErrorTally,
 }
 
 /// Runs the client side of a row: request/response turns (or the stream's one-way writes),
@@ -443,7 +394,7 @@ fn run_client(row: &RowContext<'_>) -> ClientOutcome {
                 Err(err) => {
                     outcome
                         .errors
-                        .push(format!("connect to {}: {err}", row.addr));
+                        .push(describe_io(&format!("connect to {}", row.addr), &err));
                     break;
                 }
             }
@@ -521,7 +472,7 @@ fn run_stream(row: &RowContext<'_>) -> ClientOutcome {
                             o.client_segments += u64::from(segments);
                             o.stream_writes.push((port, writes));
                         }
-                        Err(err) => o.errors.push(format!("stream connection: {err}")),
+                        Err(err) => o.errors.push(describe_io("stream connection", &err)),
                     }
                 }
             });
@@ -621,24 +572,5 @@ mod tests {
         assert_eq!((&head[..], &body[..]), (&b"hello "[..], &b"world\r\n"[..]));
         let (head, body) = echo_parts(3);
         assert_eq!(head.len() + body.len(), 3);
-    }
-
-    #[test]
-    fn memcached_expectation_follows_the_segment_rule() {
-        let split = row("memcached", "value-1400");
-        let mss = Some(1460);
-        // Reply 1400 + rest: rest below the 1448-byte payload MSS stalls, a full one does not.
-        let rest = |value: usize| memcached_reply_len(value) - MEMCACHED_FIRST_WRITE_CAP;
-        assert!(!expected_stall(split, 100, mss), "one write");
-        assert!(expected_stall(split, 1400, mss) && rest(1400) < 1448);
-        assert!(expected_stall(split, 2400, mss));
-        assert!(!expected_stall(split, 4000, mss) && rest(4000) >= 1448);
-        // At loopback's own MSS the 1400-byte cut always leaves a small rest.
-        assert!(expected_stall(split, 4000, None));
-        assert!(!expected_stall(
-            row("memcached", "quickack-1400"),
-            1400,
-            mss
-        ));
     }
 }

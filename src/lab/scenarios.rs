@@ -101,7 +101,7 @@ pub enum ConnectionMode {
 pub enum Expectation {
     /// Stalls for one delayed-ACK timeout per request while the message's two writes each
     /// fit in one segment (first sub-MSS, second below one MSS); with larger writes the
-    /// receiver sees a full segment and ACKs at once. See `runner::expected_stall`.
+    /// receiver sees a full segment and ACKs at once. See [`super::explain::Geometry::fit`].
     Stall,
     /// Never waits for the timer.
     NoStall,
@@ -140,7 +140,11 @@ pub struct Variant {
     pub mss: Option<u32>,
     /// What Linux should do.
     pub expected: Expectation,
-    /// Why, in one line, from the kernel's rules.
+    /// Why, in one line, from the kernel's rules, for the message shape the row is about.
+    /// `{first}`, `{second}` (bytes of the message's two writes), `{message}`, `{mss}`
+    /// (payload bytes of a full segment) and `{segments}` are filled with the sizes in
+    /// effect; a split row whose writes no longer fit that shape gets its text from
+    /// [`super::explain::explanation`] instead.
     pub explanation: &'static str,
 }
 
@@ -183,6 +187,10 @@ const MEMCACHED: Variant = Variant {
     ..ECHO
 };
 
+/// Every memcached value row: which sizes stall is the point of the scenario, so the text of a
+/// row whose reply does not fit this shape comes from the geometry (`explain::explanation`).
+const MEMCACHED_SPLIT: &str = "the server writes {first} B then a {second} B rest, both below one {mss} B segment: the rest waits in tcp_nagle_check for the ACK of the sub-MSS first write (Minshall), which the client delays (ping-pong) until the timer";
+
 const STREAM: Variant = Variant {
     scenario: Scenario::Stream,
     workload: Workload::Stream,
@@ -200,68 +208,68 @@ pub const CATALOGUE: &[Variant] = &[
     Variant {
         name: "split",
         expected: Expectation::Stall,
-        explanation: "write-write-read: `world` waits in tcp_nagle_check for the ACK of sub-MSS `hello `, which the server delays (ping-pong mode) until the delayed-ACK timer",
+        explanation: "write-write-read: the {second} B tail waits in tcp_nagle_check for the ACK of the {first} B head (both below one {mss} B segment), which the server delays (ping-pong mode) until the delayed-ACK timer",
         ..ECHO
     },
     Variant {
         name: "single",
         client_write: WriteStrategy::Single,
-        explanation: "one write, one segment: nothing is left for Nagle to hold; the reply carries the ACK",
+        explanation: "one write, {segments}: full segments are never held and no sub-MSS segment is in flight ahead of the last, so nothing waits; the reply carries the ACK",
         ..ECHO
     },
     Variant {
         name: "writev",
         client_write: WriteStrategy::Writev,
-        explanation: "one gathering writev, one segment: same as a single write without the copy",
+        explanation: "one gathering writev ({segments}): same as a single write without the copy",
         ..ECHO
     },
     Variant {
         name: "nodelay",
         client_nodelay: true,
-        explanation: "client TCP_NODELAY: tcp_nagle_test passes, `world` leaves at once (two segments per request)",
+        explanation: "client TCP_NODELAY: tcp_nagle_test passes, the {second} B tail leaves right after the {first} B head",
         ..ECHO
     },
     Variant {
         name: "flush",
         client_write: WriteStrategy::BufferedFlush,
         expected: Expectation::Stall,
-        explanation: "flush() only hands each part to the kernel: still write-write-read, Nagle holds `world` (doc 003)",
+        explanation: "flush() only hands each part to the kernel: still write-write-read, Nagle holds the {second} B tail behind the unacknowledged {first} B head (both below one {mss} B segment) until the delayed ACK (doc 003)",
         ..ECHO
     },
     Variant {
         name: "cork",
         client_write: WriteStrategy::CorkUncork,
-        explanation: "TCP_CORK gathers both parts; uncorking pushes them as one segment at once",
+        explanation: "TCP_CORK gathers both parts; uncorking pushes all {message} B at once ({segments})",
         ..ECHO
     },
     Variant {
         name: "msg_more",
         client_write: WriteStrategy::MsgMore,
-        explanation: "send(MSG_MORE) keeps `hello ` queued; the second send pushes both as one segment",
+        explanation: "send(MSG_MORE) keeps the {first} B head queued; the second send pushes all {message} B at once ({segments})",
         ..ECHO
     },
     Variant {
         name: "quickack",
         server_quickack: true,
-        explanation: "server re-arms TCP_QUICKACK after every read: it ACKs `hello ` at once, which releases `world`",
+        explanation: "server re-arms TCP_QUICKACK after every read: it ACKs the {first} B head at once, which releases the {second} B tail",
         ..ECHO
     },
     Variant {
         name: "short",
         connections: ConnectionMode::PerRequest,
-        explanation: "one request per connection: a new connection is in quick-ACK mode, the server ACKs `hello ` at once",
+        explanation: "one request per connection: a new connection is in quick-ACK mode, the server ACKs the {first} B head at once",
         ..ECHO
     },
     Variant {
         name: "split",
         expected: Expectation::Stall,
-        explanation: "write(header) write(body): the body waits for the ACK of the header, which the client delays (ping-pong) until the timer (doc 004, `ab -k`)",
+        explanation: "write(header) write(body): the {second} B body waits for the ACK of the {first} B header (both below one {mss} B segment), which the client delays (ping-pong) until the timer (doc 004, `ab -k`)",
         ..HTTP
     },
     Variant {
         name: "single",
         server_reply: WriteStrategy::Single,
-        explanation: "header and body in one write: one segment, nothing held",
+        explanation: "header and body in one write of {message} B ({segments}): nothing held",
         ..HTTP
     },
     Variant {
@@ -279,25 +287,25 @@ pub const CATALOGUE: &[Variant] = &[
     Variant {
         name: "value-100",
         size: 100,
-        explanation: "reply below 1400 B: one write, one segment, nothing held",
+        explanation: MEMCACHED_SPLIT,
         ..MEMCACHED
     },
     Variant {
         name: "value-1400",
         size: 1400,
-        explanation: "1400 B then a small rest: the rest waits for the ACK of the sub-MSS 1400 B segment (Minshall), which the client delays",
+        explanation: MEMCACHED_SPLIT,
         ..MEMCACHED
     },
     Variant {
         name: "value-2400",
         size: 2400,
-        explanation: "rest (1023 B) is below one MSS: same as value-1400, the client holds its ACK with only 1400 B unacknowledged",
+        explanation: MEMCACHED_SPLIT,
         ..MEMCACHED
     },
     Variant {
         name: "value-4000",
         size: 4000,
-        explanation: "rest starts with a full segment (1448 B: MSS 1460 minus 12 B of timestamps) that Nagle never holds; with more than one MSS unacknowledged the client ACKs at once (__tcp_ack_snd_check), releasing the tail",
+        explanation: MEMCACHED_SPLIT,
         ..MEMCACHED
     },
     Variant {
@@ -305,7 +313,7 @@ pub const CATALOGUE: &[Variant] = &[
         size: 1400,
         client_quickack: true,
         expected: Expectation::NoStall,
-        explanation: "client re-arms TCP_QUICKACK after each receive: it ACKs the 1400 B at once, the rest follows (doc 002's client fix)",
+        explanation: "client re-arms TCP_QUICKACK after each receive: it ACKs the first {first} B at once, the {second} B rest follows (doc 002's client fix)",
         ..MEMCACHED
     },
     Variant {
@@ -313,7 +321,7 @@ pub const CATALOGUE: &[Variant] = &[
         size: 1400,
         server_nodelay: ServerNodelay::Accepted,
         expected: Expectation::NoStall,
-        explanation: "server TCP_NODELAY on the accepted socket: the rest leaves right after the first 1400 B (doc 002's server fix)",
+        explanation: "server TCP_NODELAY on the accepted socket: the {second} B rest leaves right after the first {first} B (doc 002's server fix)",
         ..MEMCACHED
     },
     Variant {
@@ -374,7 +382,7 @@ pub const CATALOGUE: &[Variant] = &[
         server_reply: WriteStrategy::Split,
         server_nodelay: ServerNodelay::Listener,
         size: 200,
-        explanation: "HTTP header+body in two writes, TCP_NODELAY set on the listener only: accepted sockets are copies of it (nonagle included), so no stall",
+        explanation: "HTTP header and body in two writes ({first} B + {second} B), TCP_NODELAY set on the listener only: accepted sockets are copies of it (nonagle included), so no stall",
         ..ECHO
     },
     Variant {
@@ -382,7 +390,7 @@ pub const CATALOGUE: &[Variant] = &[
         name: "quickack-listener",
         listener_quickack: Some(false),
         expected: Expectation::Stall,
-        explanation: "echo split, TCP_QUICKACK=0 (ping-pong) set on the listener only: not carried over to accepted sockets, and quick-ACK is no lasting setting anyway; ping-pong starts after the first turn and the split request stalls",
+        explanation: "echo split ({first} B + {second} B), TCP_QUICKACK=0 (ping-pong) set on the listener only: not carried over to accepted sockets, and quick-ACK is no lasting setting anyway; ping-pong starts after the first turn and the split request stalls",
         ..ECHO
     },
 ];

@@ -16,6 +16,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use socket2::{Domain, Socket, Type};
 
 use super::framing::{self, MessageReader};
+use super::notes::{describe_io, ErrorTally};
 use super::path::NetNs;
 use super::write::WriteStrategy;
 use crate::sockopt;
@@ -142,8 +143,9 @@ pub struct ServerReport {
     pub accepted_quickack: Option<bool>,
     /// Sink protocol: per client port, when each chunk had fully arrived.
     pub arrivals: HashMap<u16, Vec<Instant>>,
-    /// Errors of connection handlers (a timeout, a reset), for the row's notes.
-    pub errors: Vec<String>,
+    /// Errors of the acceptor and the connection handlers (a timeout, a reset, running out
+    /// of file descriptors), counted, for the row's notes.
+    pub errors: ErrorTally,
 }
 
 /// A running lab server. Stops when [`Server::stop`] is called or when dropped.
@@ -231,6 +233,7 @@ fn accept_loop(
 ) -> Vec<JoinHandle<()>> {
     let mut handlers = Vec::new();
     let mut draining = false;
+    let mut backoff = ACCEPT_BACKOFF_MIN;
     while Instant::now() < config.deadline {
         if !draining && stop.load(Ordering::SeqCst) {
             // Connections the kernel completed but not yet accepted may already hold data a
@@ -252,11 +255,25 @@ fn accept_loop(
             }
         }
         let (stream, peer) = match listener.accept() {
-            Ok(accepted) => accepted,
+            Ok(accepted) => {
+                backoff = ACCEPT_BACKOFF_MIN;
+                accepted
+            }
             Err(err) if err.kind() == io::ErrorKind::WouldBlock && draining => break,
             Err(err) if err.kind() == io::ErrorKind::WouldBlock => continue,
             Err(err) => {
-                note_error(&report, format!("accept: {err}"));
+                note_error(&report, describe_io("accept", &err));
+                if draining {
+                    break;
+                }
+                if lacks_resources(&err) {
+                    // The connection stays in the accept queue and the poll above reports it
+                    // again at once: without a pause this loop spins until a descriptor is
+                    // freed (inet_csk_accept fails the same way each time).
+                    let left = config.deadline.saturating_duration_since(Instant::now());
+                    std::thread::sleep(backoff.min(left));
+                    backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
+                }
                 continue;
             }
         };
@@ -282,16 +299,29 @@ fn accept_loop(
                     }
                     if let Err(err) = result {
                         r.errors
-                            .push(format!("server connection from {peer}: {err}"));
+                            .push(describe_io(&format!("server connection from {peer}"), &err));
                     }
                 }
             });
         match spawned {
             Ok(handle) => handlers.push(handle),
-            Err(err) => note_error(&report, format!("spawning a handler: {err}")),
+            Err(err) => note_error(&report, describe_io("spawning a handler", &err)),
         }
     }
     handlers
+}
+
+/// First and longest pause after an accept that failed for lack of resources.
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(5);
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_millis(200);
+
+/// accept(2) failures that last until something else gives a resource back (a descriptor,
+/// memory), as opposed to one connection's failure (ECONNABORTED, EPROTO) worth retrying now.
+fn lacks_resources(err: &io::Error) -> bool {
+    matches!(
+        err.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+    )
 }
 
 fn note_error(report: &Mutex<ServerReport>, message: String) {

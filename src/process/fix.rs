@@ -138,7 +138,7 @@ pub fn run(args: &FixArgs) -> anyhow::Result<Outcome> {
         if args.json {
             eprint!("{plan_text}");
         } else {
-            print!("{plan_text}");
+            crate::report::print_stdout(&plan_text)?;
         }
     }
     let mut applied = false;
@@ -158,9 +158,9 @@ pub fn run(args: &FixArgs) -> anyhow::Result<Outcome> {
         sockets: plan,
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        crate::report::print_stdout(&(serde_json::to_string_pretty(&report)? + "\n"))?;
     } else if applied {
-        print!("{}", render_result(&report));
+        crate::report::print_stdout(&render_result(&report))?;
     }
     Ok(Outcome::Done)
 }

@@ -355,9 +355,9 @@ pub fn run(args: &SocketsArgs) -> anyhow::Result<Outcome> {
         eprintln!("tcpstall: {note}");
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&views)?);
+        crate::report::print_stdout(&(serde_json::to_string_pretty(&views)? + "\n"))?;
     } else {
-        print!("{}", render_table(&views));
+        crate::report::print_stdout(&render_table(&views))?;
     }
     Ok(Outcome::Done)
 }

@@ -138,7 +138,7 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<Outcome> {
     match &args.output {
         Some(path) => std::fs::write(path, text)
             .with_context(|| format!("cannot write the report to {}", path.display()))?,
-        None => print!("{text}"),
+        None => crate::report::print_stdout(&text)?,
     }
     Ok(if report.write_write_read > 0 {
         Outcome::StallsFound

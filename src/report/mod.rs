@@ -3,6 +3,16 @@
 pub mod json;
 pub mod text;
 
+use std::io::{self, Write};
+
+/// Writes `text` to standard output and returns what went wrong (a reader that closed the
+/// pipe included) instead of panicking as `print!` does.
+pub fn print_stdout(text: &str) -> io::Result<()> {
+    let mut out = io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()
+}
+
 /// A duration for people: milliseconds with one decimal, seconds from 10 s up.
 pub fn ms(ns: u64) -> String {
     if ns >= 10_000_000_000 {
