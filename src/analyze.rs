@@ -226,6 +226,9 @@ fn analyse_one(
         .filter(|m| m.is_file())
         .map(|m| m.len());
     let input = ProgressRead::new(input, size);
+    // Warnings go through the bar, which clears itself for them and redraws after, so the two
+    // do not garble each other on the terminal.
+    let bar = input.bar.clone();
     let name = display(path);
     let stats = for_each_segment(
         input,
@@ -233,7 +236,7 @@ fn analyse_one(
         |w| {
             *warnings += 1;
             if *warnings <= WARNINGS_SHOWN {
-                eprintln!("tcpstall: warning: {name}: {w}");
+                bar.suspend(|| eprintln!("tcpstall: warning: {name}: {w}"));
             }
         },
     )?;
@@ -245,7 +248,9 @@ fn analyse_one(
 struct ProgressRead<R> {
     inner: R,
     started: Instant,
-    bar: Option<ProgressBar>,
+    /// Hidden until shown; warnings are printed through it either way.
+    bar: ProgressBar,
+    shown: bool,
     size: Option<u64>,
     read: u64,
     checked: u64,
@@ -256,7 +261,8 @@ impl<R: Read> ProgressRead<R> {
         ProgressRead {
             inner,
             started: Instant::now(),
-            bar: None,
+            bar: ProgressBar::hidden(),
+            shown: false,
             size,
             read: 0,
             checked: 0,
@@ -269,23 +275,23 @@ impl<R: Read> ProgressRead<R> {
             return;
         }
         self.checked = self.read;
-        if self.bar.is_none()
+        if !self.shown
             && self.started.elapsed() > Duration::from_secs(1)
             && io::stderr().is_terminal()
         {
-            let bar = match self.size {
-                Some(len) => ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr()),
-                None => ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr()),
-            };
+            if let Some(len) = self.size {
+                self.bar.set_length(len);
+            }
             if let Ok(style) = ProgressStyle::with_template(
                 "{spinner} {bytes}/{total_bytes} {wide_bar} {bytes_per_sec} eta {eta}",
             ) {
-                bar.set_style(style);
+                self.bar.set_style(style);
             }
-            self.bar = Some(bar);
+            self.bar.set_draw_target(ProgressDrawTarget::stderr());
+            self.shown = true;
         }
-        if let Some(bar) = &self.bar {
-            bar.set_position(self.read);
+        if self.shown {
+            self.bar.set_position(self.read);
         }
     }
 }
@@ -301,8 +307,8 @@ impl<R: Read> Read for ProgressRead<R> {
 
 impl<R> Drop for ProgressRead<R> {
     fn drop(&mut self) {
-        if let Some(bar) = &self.bar {
-            bar.finish_and_clear();
+        if self.shown {
+            self.bar.finish_and_clear();
         }
     }
 }

@@ -188,6 +188,27 @@ fn check_fixture(name: &str, analysis: &Value, exact: bool) {
             let e = &analysis["events"][0];
             assert_eq!(e["ack_side"], "client");
             assert_eq!(e["peer_stack"], "linux");
+            // The flow is named client-server as in flows[]; the time is the released
+            // packet's capture time (seconds since the Unix epoch).
+            assert_eq!(e["flow"], analysis["flows"][0]["flow"]);
+            let flow = e["flow"].as_str().unwrap_or_default();
+            assert!(
+                flow.starts_with("127.0.0.1:")
+                    && flow.ends_with(&format!("-127.0.0.1:{}", e["server_port"])),
+                "{flow}"
+            );
+            if exact {
+                let packet = e["packet"].as_u64().unwrap_or(0) as usize;
+                let want = record_time(
+                    &fs::read(format!("{FIXTURES}/{name}.pcap")).expect("fixture"),
+                    packet,
+                );
+                let time = e["time"].as_f64().unwrap_or(0.0);
+                assert!(
+                    (time - want).abs() < 1e-6,
+                    "{name}: time {time}, packet {packet} at {want}"
+                );
+            }
             assert_eq!(
                 e["writes"],
                 serde_json::json!([143, 127]),
@@ -208,7 +229,7 @@ fn check_fixture(name: &str, analysis: &Value, exact: bool) {
             assert_eq!(total(&v), n, "{name}: {v:?}");
             assert_eq!(analysis["events"][0]["writes"], serde_json::json!([6, 7]));
         }
-        "nodelay" | "think_time" | "think_oneway" => {
+        "nodelay" | "think_time" | "think_oneway" | "think_200ms" => {
             assert_eq!(total(&v), 0, "{name} must not be flagged: {v:?}");
         }
         "cork" => {
@@ -231,6 +252,13 @@ fn check_fixture(name: &str, analysis: &Value, exact: bool) {
             );
             assert_eq!(count(&v, "nagle_delayed_ack", "client"), 0, "{name}: {v:?}");
             assert_eq!(count(&v, "nagle_delayed_ack", "server"), 0, "{name}: {v:?}");
+            for e in analysis["events"].as_array().into_iter().flatten() {
+                assert_eq!(
+                    e["ack_side"],
+                    Value::Null,
+                    "{name}: the timer, not an ACK: {e}"
+                );
+            }
         }
         "windows_peer" => {
             // 5 requests; the first waits for a quick ACK held 160 ms by the relay, the others
@@ -250,13 +278,14 @@ fn check_fixture(name: &str, analysis: &Value, exact: bool) {
     }
 }
 
-const FIXTURE_NAMES: [&str; 10] = [
+const FIXTURE_NAMES: [&str; 11] = [
     "split_response",
     "split_request",
     "split_request_v6",
     "nodelay",
     "think_time",
     "think_oneway",
+    "think_200ms",
     "cork",
     "zero_window",
     "rto",
@@ -394,7 +423,13 @@ fn exit_statuses() {
     );
     let missing = run(&["analyze", "/nonexistent/capture.pcap"]);
     assert_eq!(missing.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&missing.stderr).contains("cannot open"));
+    let err = String::from_utf8_lossy(&missing.stderr);
+    assert!(err.contains("cannot open"), "{err}");
+    assert_eq!(
+        err.matches("No such file or directory").count(),
+        1,
+        "the reason once: {err}"
+    );
 }
 
 #[test]
@@ -526,6 +561,58 @@ fn damaged_input() {
         v["summary"]["stalls"]["nagle_delayed_ack"], 0,
         "reversed time has no Nagle hold"
     );
+
+    // A pcapng cut inside its section header, a pcap header followed by bytes that are no
+    // record: nothing readable, exit 2 with the reason.
+    let ng = dir.path("split_request.pcapng");
+    let status = Command::new("editcap")
+        .args(["-F", "pcapng"])
+        .arg(format!("{FIXTURES}/split_request.pcap"))
+        .arg(&ng)
+        .status()
+        .expect("editcap comes with tshark (scripts/install-deps)");
+    assert!(status.success());
+    let ng_cut = dir.path("cut.pcapng");
+    fs::write(&ng_cut, &fs::read(&ng).expect("pcapng")[..20]).expect("write");
+    let mut header_and_junk = good[..24].to_vec();
+    header_and_junk.extend_from_slice(&[0xff; 100]);
+    let junk = dir.path("junk.pcap");
+    fs::write(&junk, &header_and_junk).expect("write");
+    for (file, reason) in [
+        (
+            &ng_cut,
+            "truncated capture: the pcapng section header block needs",
+        ),
+        (&junk, "no packet could be read: absurd record length"),
+    ] {
+        let out = run(&["analyze", file.to_str().unwrap_or_default()]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{}: {err}", file.display());
+        assert!(err.contains(reason), "{}: {err}", file.display());
+    }
+
+    // One packet stamped an hour ahead: the warning names the jump without blaming the
+    // packet after it.
+    let (_, records) = pcap_records(&good);
+    let mut jumped = good[..24].to_vec();
+    for (i, r) in records.iter().enumerate() {
+        let mut r = r.to_vec();
+        if i == 9 {
+            let sec = u32::from_le_bytes([r[0], r[1], r[2], r[3]]) + 3600;
+            r[..4].copy_from_slice(&sec.to_le_bytes());
+        }
+        jumped.extend_from_slice(&r);
+    }
+    let jump = dir.path("jump.pcap");
+    fs::write(&jump, &jumped).expect("write");
+    let out = run(&["analyze", "--json", jump.to_str().unwrap_or_default()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("packet 11: 3599.") && err.contains(" s earlier than packet 10 ("),
+        "{err}"
+    );
+    assert!(!err.contains("goes backwards"), "{err}");
 
     // Random bytes after a valid header: warnings or an error, never a panic.
     let mut noisy = good[..24].to_vec();
@@ -749,6 +836,150 @@ fn live_pipe_from_tcpdump_stopped_by_interrupt() {
         4,
         "{stalls:?}"
     );
+}
+
+/// Capture time in seconds of the 1-based `packet` of a little-endian microsecond pcap.
+fn record_time(bytes: &[u8], packet: usize) -> f64 {
+    let (_, records) = pcap_records(bytes);
+    let r = records[packet - 1];
+    let field = |i: usize| f64::from(u32::from_le_bytes([r[i], r[i + 1], r[i + 2], r[i + 3]]));
+    field(0) + field(4) / 1e6
+}
+
+/// Packet numbers (1-based) of the SYN segments of a capture, and of those without ACK.
+fn syn_packets(file: &Path) -> (Vec<u64>, Vec<u64>) {
+    let (mut syns, mut client_syns) = (Vec::new(), Vec::new());
+    let input = fs::File::open(file).expect("open capture");
+    tcpstall::capture::for_each_segment(
+        input,
+        |seg| {
+            use tcpstall::decode::flags;
+            if seg.has(flags::SYN) {
+                syns.push(seg.packet_number);
+                if !seg.has(flags::ACK) {
+                    client_syns.push(seg.packet_number);
+                }
+            }
+        },
+        |_| {},
+    )
+    .expect("readable capture");
+    (syns, client_syns)
+}
+
+/// A copy of a little-endian pcap without the given packets (1-based numbers).
+fn without_packets(bytes: &[u8], drop: &[u64]) -> Vec<u8> {
+    let (header, records) = pcap_records(bytes);
+    let mut out = header.to_vec();
+    for (i, r) in records.iter().enumerate() {
+        if !drop.contains(&(i as u64 + 1)) {
+            out.extend_from_slice(r);
+        }
+    }
+    out
+}
+
+/// A capture that starts mid-flow (handshake cut off) with the server on a high port, above
+/// the client's (as a server on a port the kernel picked): client and server are still told
+/// apart, the stalls are found on the right side, and the report says the client was guessed.
+#[test]
+fn mid_flow_capture_with_server_on_high_port() {
+    let dir = Scratch::new("midflow");
+    let original = Path::new(FIXTURES).join("split_response.pcap");
+    let whole = analyze_json(&original);
+    let (client, server) = (
+        whole["flows"][0]["client"].clone(),
+        whole["flows"][0]["server"].clone(),
+    );
+    let port = |v: &Value| {
+        v.as_str()
+            .and_then(|s| s.rsplit(':').next())
+            .and_then(|p| p.parse::<u32>().ok())
+            .unwrap_or(0)
+    };
+    assert!(
+        port(&server) > port(&client) && port(&client) >= 32768,
+        "the fixture's server port is ephemeral and above the client's: {client} {server}"
+    );
+    let (syns, _) = syn_packets(&original);
+    assert_eq!(syns.len(), 2);
+    let cut = dir.path("midflow.pcap");
+    fs::write(
+        &cut,
+        without_packets(&fs::read(&original).expect("fixture"), &syns),
+    )
+    .expect("write");
+    let v = analyze_json(&cut);
+    assert_eq!(v["flows"][0]["client"], client, "{}", v["flows"][0]);
+    assert_eq!(v["flows"][0]["server"], server);
+    assert_eq!(v["flows"][0]["client_guess"], "first_data");
+    assert_eq!(
+        verdicts(&v, None),
+        verdicts(&whole, None),
+        "the same stalls, held by the server"
+    );
+    let text = String::from_utf8_lossy(&run(&["analyze", cut.to_str().unwrap_or_default()]).stdout)
+        .to_string();
+    assert!(
+        text.contains("capture starts mid-flow: client guessed as the side that sent data first"),
+        "{text}"
+    );
+    assert!(text.contains("MSS assumed"), "{text}");
+}
+
+/// The lab's memcached rows (the reply's first write is 1400 B, MSS 1460) with the handshake
+/// cut off, and with only the client's SYN cut off: the stalls of the value-1400 and
+/// value-2400 rows are all still found, with the MSS assumed or taken from the SYN-ACK.
+#[test]
+fn memcached_rows_without_handshake() {
+    let dir = Scratch::new("memcached-cut");
+    let pcap = dir.path("memcached.pcap");
+    let out = Command::new(BIN)
+        .args([
+            "lab",
+            "--scenario",
+            "memcached",
+            "--variant",
+            "value-1400,value-2400",
+            "--requests",
+            "20",
+            "--json",
+            "--capture",
+        ])
+        .arg(&pcap)
+        .output()
+        .expect("run tcpstall lab");
+    assert!(
+        out.status.success(),
+        "lab failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lab: Value = serde_json::from_slice(&out.stdout).expect("lab --json");
+    let rows = lab["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), 2, "{lab}");
+    let bytes = fs::read(&pcap).expect("capture");
+    let (syns, client_syns) = syn_packets(&pcap);
+    assert_eq!(syns.len(), 4, "two handshakes");
+    for (name, drop) in [("no-syn", &syns), ("no-client-syn", &client_syns)] {
+        let file = dir.path(&format!("{name}.pcap"));
+        fs::write(&file, without_packets(&bytes, drop)).expect("write");
+        let v = analyze_json(&file);
+        for row in rows {
+            let port = row["server_port"].as_u64().expect("server_port");
+            let stalls = verdicts(&v, Some(port));
+            assert_eq!(
+                count(&stalls, "nagle_delayed_ack", "server"),
+                19,
+                "{name} {}: {stalls:?}",
+                row["variant"]
+            );
+            assert_eq!(total(&stalls), 19, "{name}: {stalls:?}");
+            assert_eq!(
+                row["stalled_requests"], 19,
+                "the lab measured 19 slow requests"
+            );
+        }
+    }
 }
 
 /// Splits a little-endian pcap into its file header and records.

@@ -324,9 +324,28 @@ fn record_boundaries(bytes: &[u8]) -> Vec<usize> {
     boundaries
 }
 
-/// Cutting a file anywhere never panics: a cut inside the pcap file header is an error,
-/// anywhere else the segments of the whole records come out, and a cut inside a record or
-/// block ends with one "truncated" warning.
+/// End of the first packet record or block of a little-endian pcap or pcapng file.
+fn first_packet_end(bytes: &[u8]) -> usize {
+    if bytes.starts_with(&0x0a0d_0d0au32.to_le_bytes()) {
+        let mut at = 0;
+        loop {
+            let block_type = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
+            at += u32::from_le_bytes(bytes[at + 4..at + 8].try_into().unwrap()) as usize;
+            if matches!(block_type, 2 | 3 | 6) {
+                return at;
+            }
+        }
+    }
+    pcap_record_offsets(bytes)
+        .get(1)
+        .copied()
+        .unwrap_or(bytes.len())
+}
+
+/// Cutting a file anywhere never panics: a cut inside the file header, or anywhere before
+/// the first packet is whole, is an error (nothing can be read); anywhere else the segments
+/// of the whole records come out, and a cut inside a record or block ends with one
+/// "truncated" warning.
 #[test]
 fn truncated_at_every_offset() {
     for name in [
@@ -337,6 +356,7 @@ fn truncated_at_every_offset() {
         let bytes = fixture_bytes(name);
         let boundaries = record_boundaries(&bytes);
         let (_, all, _) = read_all(&bytes[..]);
+        let first_packet = first_packet_end(&bytes);
         for cut in 0..bytes.len() {
             let (result, segments, warnings) = read_all(&bytes[..cut]);
             assert!(
@@ -344,8 +364,16 @@ fn truncated_at_every_offset() {
                 "{name} cut at {cut}: segments are not a prefix of the whole file's"
             );
             let pcap_header_cut = !name.ends_with(".pcapng") && cut < 24;
-            if cut < 4 || pcap_header_cut {
-                assert!(result.is_err(), "{name} cut at {cut}: an error expected");
+            let before_first_packet = cut < first_packet && !boundaries.contains(&cut);
+            if cut < 4 || pcap_header_cut || before_first_packet {
+                let err = result.expect_err(&format!("{name} cut at {cut}: an error expected"));
+                if cut >= 4 {
+                    assert!(
+                        err.to_string().contains("truncated"),
+                        "{name} cut at {cut}: {err}"
+                    );
+                }
+                assert!(warnings.is_empty(), "{name} cut at {cut}: {warnings:?}");
                 continue;
             }
             assert!(result.is_ok(), "{name} cut at {cut}: {result:?}");
@@ -390,6 +418,31 @@ fn absurd_record_length_stops_with_a_warning() {
     assert!(warnings[0].message.contains("absurd"), "{}", warnings[0]);
 }
 
+/// A record length far beyond the snap length is named as such, not as a file cut short.
+#[test]
+fn record_length_beyond_the_snap_length_is_absurd() {
+    let mut bytes = fixture_bytes("lo-ethernet.pcap");
+    bytes[16..20].copy_from_slice(&65535u32.to_le_bytes());
+    let at = pcap_record_offsets(&bytes)[4];
+    bytes[at + 8..at + 12].copy_from_slice(&5_000_000u32.to_le_bytes());
+    let (result, segments, warnings) = read_all(&bytes[..]);
+    assert!(result.is_ok());
+    assert_eq!(segments.len(), 4);
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert_eq!(warnings[0].packet_number, 5);
+    let text = warnings[0].to_string();
+    assert!(
+        text.contains("absurd record length") && text.contains("snap length (65535)"),
+        "{text}"
+    );
+    assert!(!text.contains("truncated"), "{text}");
+    // In the first record there is nothing before it to read: an error.
+    let at = pcap_record_offsets(&bytes)[0];
+    bytes[at + 8..at + 12].copy_from_slice(&5_000_000u32.to_le_bytes());
+    let err = read_all(&bytes[..]).0.expect_err("nothing readable");
+    assert!(err.to_string().contains("absurd record length"), "{err}");
+}
+
 #[test]
 fn timestamps_going_backwards_are_warned_about() {
     let mut bytes = fixture_bytes("lo-ethernet.pcap");
@@ -405,6 +458,11 @@ fn timestamps_going_backwards_are_warned_about() {
         .collect();
     assert_eq!(backwards.len(), 1, "{warnings:?}");
     assert_eq!(backwards[0].packet_number, 4);
+    assert!(
+        backwards[0].message.contains("earlier than packet 3"),
+        "{}",
+        backwards[0]
+    );
 }
 
 #[test]

@@ -19,6 +19,10 @@ const BUFFER_SIZE: usize = 1 << 18;
 /// Largest record or block accepted. Far beyond any real snap length (libpcap caps it at
 /// 262144, Linux BIG TCP packets stay under 512 KiB), small enough to buffer.
 pub const MAX_RECORD_LEN: usize = 16 << 20;
+/// Largest captured length libpcap accepts whatever the file's snap length says
+/// (`MAXIMUM_SNAPLEN` in libpcap's `pcap-int.h`): a record may exceed the file's snap length
+/// (some writers set it wrong) but not this.
+pub const LIBPCAP_MAX_SNAPLEN: usize = 262_144;
 
 /// Pcap magic numbers as read little-endian (libpcap `sf-pcap.c`).
 const PCAP_MAGIC_US: u32 = 0xa1b2_c3d4;
@@ -138,6 +142,11 @@ enum Format {
         nanoseconds: bool,
         record_header_len: usize,
         link: Result<LinkType, u32>,
+        /// Largest captured length taken as real: the file's snap length, at least libpcap's
+        /// [`LIBPCAP_MAX_SNAPLEN`], at most [`MAX_RECORD_LEN`].
+        max_caplen: usize,
+        /// The snap length of the file header, for messages.
+        snaplen: u32,
     },
     PcapNg {
         order: ByteOrder,
@@ -208,12 +217,17 @@ impl<R: Read> InputBuffer<R> {
                 Ok(0) => self.at_eof = true,
                 Ok(read) => self.end += read,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(source) => return Err(CaptureError::Read { source }),
+                Err(error) => return Err(CaptureError::Read { error }),
             }
         }
         Ok(self.available() >= n)
     }
 }
+
+/// What damage that ends the reading means for the packets before it, in warnings.
+const READ_BEFORE: &str = "the packets before it are read";
+/// The same, for damage that leaves the rest of the file unreadable.
+const DAMAGED: &str = "the file is damaged from here on";
 
 /// Reads frames one at a time from a pcap or pcapng stream.
 pub struct FrameReader<R> {
@@ -227,6 +241,9 @@ pub struct FrameReader<R> {
     backwards_warnings: WarningBudget,
     unusable_warnings: WarningBudget,
     done: bool,
+    /// Damage met before any packet could be read: nothing in the file is usable, so it is
+    /// an error rather than a warning.
+    fatal: Option<String>,
 }
 
 impl<R: Read> FrameReader<R> {
@@ -245,6 +262,7 @@ impl<R: Read> FrameReader<R> {
         }
         let magic = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
         let format = if magic == PCAPNG_SHB {
+            check_first_section_header(&mut input)?;
             // The section header itself is read as the first block.
             Format::PcapNg {
                 order: ByteOrder::Little,
@@ -289,6 +307,8 @@ impl<R: Read> FrameReader<R> {
                 nanoseconds: header.is_nanosecond_precision(),
                 record_header_len: if header.is_modified_format() { 24 } else { 16 },
                 link,
+                max_caplen: (header.snaplen as usize).clamp(LIBPCAP_MAX_SNAPLEN, MAX_RECORD_LEN),
+                snaplen: header.snaplen,
             };
             input.consume(24);
             format
@@ -307,6 +327,7 @@ impl<R: Read> FrameReader<R> {
             backwards_warnings: WarningBudget::new("timestamps going backwards"),
             unusable_warnings: WarningBudget::new("unusable packet blocks"),
             done: false,
+            fatal: None,
         })
     }
 
@@ -342,14 +363,30 @@ impl<R: Read> FrameReader<R> {
         };
         let Some(found) = found else {
             self.done = true;
+            if let Some(reason) = self.fatal.take() {
+                return Err(CaptureError::NothingReadable { reason });
+            }
             return Ok(None);
         };
         self.packets += 1;
         if found.ts_ns < self.last_ts_ns {
-            let back_us = (self.last_ts_ns - found.ts_ns) / 1000;
+            // Which of the two is wrong cannot be told from two packets: a clock stepped back
+            // at this one, or the previous one stamped ahead. Say it neutrally.
+            let back_ns = self.last_ts_ns - found.ts_ns;
+            let previous = self.packets - 1;
             self.backwards_warnings
                 .report(on_warning, self.packets, || {
-                    format!("timestamp goes backwards by {back_us} µs from the previous packet")
+                    let split = if back_ns >= crate::flow::IDLE_TIMEOUT_NS {
+                        "; a flow that seems silent that long around it is taken as ended and \
+                         may show up as two"
+                    } else {
+                        ""
+                    };
+                    format!(
+                        "{} earlier than packet {previous} (timestamps go backwards here, or \
+                         packet {previous}'s is ahead){split}",
+                        duration(back_ns)
+                    )
                 });
         }
         self.last_ts_ns = found.ts_ns;
@@ -364,12 +401,18 @@ impl<R: Read> FrameReader<R> {
         }))
     }
 
-    /// Stops the reading with a warning about damage at the next packet.
-    fn stop(&mut self, on_warning: &mut impl FnMut(&CaptureWarning), message: String) {
-        on_warning(&CaptureWarning {
-            packet_number: self.packets + 1,
-            message,
-        });
+    /// Stops the reading with a warning about damage at the next packet, or, when no packet
+    /// has been read yet, with an error: a file whose first packet is damaged holds nothing to
+    /// analyse. `message` says what is wrong; `after` what it means for the packets before it.
+    fn stop(&mut self, on_warning: &mut impl FnMut(&CaptureWarning), message: String, after: &str) {
+        if self.packets == self.skipped {
+            self.fatal = Some(message);
+        } else {
+            on_warning(&CaptureWarning {
+                packet_number: self.packets + 1,
+                message: format!("{message}; {after}"),
+            });
+        }
         self.done = true;
     }
 
@@ -382,6 +425,8 @@ impl<R: Read> FrameReader<R> {
             nanoseconds,
             record_header_len,
             link,
+            max_caplen,
+            snaplen,
         } = self.format
         else {
             return Ok(None);
@@ -394,8 +439,9 @@ impl<R: Read> FrameReader<R> {
                     on_warning,
                     format!(
                         "truncated capture: the file ends {left} bytes into packet {number}'s \
-                         {record_header_len}-byte record header; the packets before it are read"
+                         {record_header_len}-byte record header"
                     ),
+                    READ_BEFORE,
                 );
             }
             return Ok(None);
@@ -406,13 +452,15 @@ impl<R: Read> FrameReader<R> {
         let ts_frac = order.u32_at(head, 4);
         let caplen = order.u32_at(head, 8) as usize;
         let orig_len = order.u32_at(head, 12);
-        if caplen > MAX_RECORD_LEN {
+        if caplen > max_caplen {
             self.stop(
                 on_warning,
                 format!(
                     "absurd record length: packet {number}'s record header says {caplen} bytes \
-                     (at most {MAX_RECORD_LEN} expected); the file is damaged from here on"
+                     captured, beyond the file's snap length ({snaplen}) and libpcap's limit \
+                     ({LIBPCAP_MAX_SNAPLEN})"
                 ),
+                DAMAGED,
             );
             return Ok(None);
         }
@@ -423,8 +471,9 @@ impl<R: Read> FrameReader<R> {
                 on_warning,
                 format!(
                     "truncated capture: packet {number}'s record header says {caplen} bytes \
-                     but the file ends after {found}; the packets before it are read"
+                     but the file ends after {found}"
                 ),
+                READ_BEFORE,
             );
             return Ok(None);
         }
@@ -456,8 +505,9 @@ impl<R: Read> FrameReader<R> {
                         on_warning,
                         format!(
                             "truncated capture: the file ends {left} bytes into a pcapng block \
-                             header; the packets before it are read"
+                             header"
                         ),
+                        READ_BEFORE,
                     );
                 }
                 return Ok(None);
@@ -476,9 +526,8 @@ impl<R: Read> FrameReader<R> {
                     _ => {
                         self.stop(
                             on_warning,
-                            "pcapng section header with an invalid byte-order magic; the file \
-                             is damaged from here on"
-                                .to_string(),
+                            "pcapng section header with an invalid byte-order magic".to_string(),
+                            DAMAGED,
                         );
                         return Ok(None);
                     }
@@ -491,8 +540,9 @@ impl<R: Read> FrameReader<R> {
                     on_warning,
                     format!(
                         "absurd pcapng block length {block_len} at byte {offset} (block type \
-                         {block_type:#x}); the file is damaged from here on"
+                         {block_type:#x})"
                     ),
+                    DAMAGED,
                 );
                 return Ok(None);
             }
@@ -502,8 +552,9 @@ impl<R: Read> FrameReader<R> {
                     on_warning,
                     format!(
                         "truncated capture: the pcapng block at byte {offset} says {block_len} \
-                         bytes but the file ends after {found}; the packets before it are read"
+                         bytes but the file ends after {found}"
                     ),
+                    READ_BEFORE,
                 );
                 return Ok(None);
             }
@@ -513,8 +564,9 @@ impl<R: Read> FrameReader<R> {
                     on_warning,
                     format!(
                         "pcapng block at byte {offset}: its trailing length differs from its \
-                         leading length {block_len}; the file is damaged from here on"
+                         leading length {block_len}"
                     ),
+                    DAMAGED,
                 );
                 return Ok(None);
             }
@@ -526,8 +578,9 @@ impl<R: Read> FrameReader<R> {
                             on_warning,
                             format!(
                                 "pcapng section header at byte {offset} is unreadable or of \
-                                 an unknown version; the file is damaged from here on"
+                                 an unknown version"
                             ),
+                            DAMAGED,
                         );
                         return Ok(None);
                     }
@@ -678,6 +731,48 @@ impl<R: Read> FrameReader<R> {
             caplen,
             record_len: block_len,
         })
+    }
+}
+
+/// Checks that the first pcapng section header block is whole, so that a file cut inside it
+/// is an error like a pcap file cut inside its header.
+fn check_first_section_header<R: Read>(input: &mut InputBuffer<R>) -> Result<(), CaptureError> {
+    let what = "the pcapng section header block".to_string();
+    if !input.fill(12)? {
+        return Err(CaptureError::Truncated {
+            what,
+            expected: 12,
+            found: input.available() as u64,
+        });
+    }
+    let head = input.data();
+    let order = if u32::from_le_bytes([head[8], head[9], head[10], head[11]])
+        == PCAPNG_BYTE_ORDER_MAGIC.swap_bytes()
+    {
+        ByteOrder::Big
+    } else {
+        ByteOrder::Little
+    };
+    let block_len = order.u32_at(head, 4) as usize;
+    // An absurd length is reported by the block reader; only a cut is checked here.
+    if (12..=MAX_RECORD_LEN).contains(&block_len) && !input.fill(block_len)? {
+        return Err(CaptureError::Truncated {
+            what,
+            expected: block_len as u64,
+            found: input.available() as u64,
+        });
+    }
+    Ok(())
+}
+
+/// A duration for messages: µs, ms or s as fits.
+fn duration(ns: u64) -> String {
+    if ns < 1_000_000 {
+        format!("{} µs", ns / 1000)
+    } else if ns < 1_000_000_000 {
+        format!("{:.3} ms", ns as f64 / 1e6)
+    } else {
+        format!("{:.3} s", ns as f64 / 1e9)
     }
 }
 

@@ -21,19 +21,26 @@ use link::link_type_name;
 /// [`CaptureWarning`] instead: what was read before it is still used.
 #[derive(Debug, thiserror::Error)]
 pub enum CaptureError {
-    /// The file could not be opened.
-    #[error("cannot open capture file {}: {source}; check the path and that you may read it", path.display())]
+    /// The file could not be opened. (The system's words are part of the message, not a
+    /// separate source, so that an error chain does not print them twice.)
+    #[error("cannot open capture file {}: {error}; check the path and that you may read it", path.display())]
     Open {
         /// The file asked for.
         path: PathBuf,
         /// What the system said.
-        source: io::Error,
+        error: io::Error,
     },
     /// Reading failed half-way.
-    #[error("cannot read the capture: {source}")]
+    #[error("cannot read the capture: {error}")]
     Read {
         /// What the system said.
-        source: io::Error,
+        error: io::Error,
+    },
+    /// The file is damaged before its first packet: nothing in it can be analysed.
+    #[error("no packet could be read: {reason}")]
+    NothingReadable {
+        /// What is wrong, in words.
+        reason: String,
     },
     /// Zero bytes.
     #[error("the capture is empty (0 bytes); was the capture stopped before it wrote its header?")]
@@ -161,15 +168,15 @@ pub fn open_input(path: &Path) -> Result<Box<dyn Read + Send>, CaptureError> {
     if path == Path::new("-") {
         return Ok(Box::new(io::stdin()));
     }
-    let file = File::open(path).map_err(|source| CaptureError::Open {
+    let file = File::open(path).map_err(|error| CaptureError::Open {
         path: path.to_path_buf(),
-        source,
+        error,
     })?;
     // A directory opens but cannot be read: say so now rather than at the first read.
     match file.metadata() {
         Ok(meta) if meta.is_dir() => Err(CaptureError::Open {
             path: path.to_path_buf(),
-            source: io::Error::new(io::ErrorKind::InvalidInput, "it is a directory"),
+            error: io::Error::new(io::ErrorKind::InvalidInput, "it is a directory"),
         }),
         _ => Ok(Box::new(file)),
     }

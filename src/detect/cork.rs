@@ -15,15 +15,19 @@ pub const CORK_MAX_NS: u64 = 260_000_000;
 
 /// Checks whether `seg`, new data from `side`, left on the cork timer: a partial segment with
 /// nothing in flight and no ACK releasing it, ~200 ms after the last activity that could have
-/// queued it (the peer's last packet or this side's last data).
+/// queued it (the peer's last packet or this side's last data), and in the middle of a turn
+/// (see [`continues_turn`]).
 pub fn check(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
     let me = flow.dir(side);
     let peer = flow.dir(side.peer());
-    if seg.payload_len == 0 || seq_lt(seg.seq, me.snd_nxt) || seg.payload_len >= me.mss {
+    if seg.payload_len == 0 || seq_lt(seg.seq, me.snd_nxt) || !me.is_small(seg) {
         return None;
     }
     if me.in_flight() != 0 {
         return None; // Nagle's business, or a released hold
+    }
+    if !continues_turn(flow, side) {
+        return None;
     }
     let last_activity = peer.last_ns.max(me.last_data_ns);
     let gap = seg.ts_ns.saturating_sub(last_activity);
@@ -40,6 +44,26 @@ pub fn check(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
     })
 }
 
+/// The data continues a turn already under way, so the application had written it earlier
+/// and the kernel held it. Think time looks the same on the wire (silence, then a small
+/// segment with nothing in flight), but starts a turn: a client sending its next request
+/// after it read the whole answer. A held segment is either
+/// - the partial tail of a write whose full-sized segments already left (`tcp_write_xmit`
+///   sends full segments at once even when corked; only the last, partial one waits), or
+/// - the server's answer to the client's request that came in since its last data: a server
+///   answers when the request arrives, so a 200 ms-class wait there is the timer.
+///
+/// A client's first data after the server's answer starts a new request: never cork. (A
+/// client that corks whole requests is missed, rather than every 200 ms pause flagged.)
+fn continues_turn(flow: &Flow, side: Side) -> bool {
+    let me = flow.dir(side);
+    let peer = flow.dir(side.peer());
+    let tail_of_write = me.burst.count > 0 && !me.last_data_small;
+    let answers_request =
+        side == Side::Server && peer.bytes > 0 && peer.last_data_ns >= me.last_data_ns;
+    tail_of_write || answers_request
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::testing::{assert_single, Wire};
@@ -51,6 +75,31 @@ mod tests {
         let mut w = Wire::handshake(30, 1448);
         w.data(true, 1_000, 40)
             .ack(false, 41_000)
+            .data(false, 206_000, 300);
+        assert_single(&w.analyse(), StallKind::CorkTimer, Side::Server);
+    }
+
+    /// A client that reads the whole answer, then waits 200 ms before its next request: think
+    /// time, whatever the length of the pause.
+    #[test]
+    fn think_time_of_200ms_is_not_cork() {
+        let mut w = Wire::handshake(30, 1448);
+        w.data(true, 1_000, 60)
+            .data(false, 1_100, 60)
+            .ack(true, 41_100)
+            .data(true, 201_200, 60)
+            .data(false, 201_300, 60)
+            .data(true, 401_400, 60);
+        assert_eq!(w.analyse().stall_count(), 0);
+    }
+
+    /// The partial tail of a corked write leaves on the timer after its full segments.
+    #[test]
+    fn corked_tail_after_full_segments() {
+        let mut w = Wire::handshake(30, 1448);
+        w.data(true, 1_000, 40)
+            .data(false, 1_100, 1448)
+            .ack(true, 1_200)
             .data(false, 206_000, 300);
         assert_single(&w.analyse(), StallKind::CorkTimer, Side::Server);
     }

@@ -228,6 +228,8 @@ pub struct Detector {
     tallies: FxHashMap<u64, FlowTally>,
     analysis: Analysis,
     last_sweep_ns: u64,
+    /// Capture time of the previous segment pushed.
+    prev_ts_ns: u64,
 }
 
 impl Detector {
@@ -277,10 +279,14 @@ impl Detector {
         }
         flow.update(seg, side);
 
-        if seg.ts_ns.saturating_sub(self.last_sweep_ns) >= SWEEP_EVERY_NS {
-            self.last_sweep_ns = seg.ts_ns;
+        // Sweep at the earlier of this and the previous segment's time: one packet stamped far
+        // ahead (a damaged timestamp) must not retire every other flow as idle.
+        let now = seg.ts_ns.min(self.prev_ts_ns);
+        self.prev_ts_ns = seg.ts_ns;
+        if now.saturating_sub(self.last_sweep_ns) >= SWEEP_EVERY_NS {
+            self.last_sweep_ns = now;
             let (flows, tallies) = (&mut self.analysis.flows, &mut self.tallies);
-            self.table.evict(seg.ts_ns, |f| retire(flows, tallies, f));
+            self.table.evict(now, |f| retire(flows, tallies, f));
         }
     }
 
@@ -358,7 +364,7 @@ fn record(
 
 #[cfg(test)]
 mod tests {
-    use super::testing::{Wire, MS};
+    use super::testing::{assert_single, Wire, MS};
     use super::*;
 
     /// Closed flows leave the table after the grace period: memory follows active flows.
@@ -391,7 +397,7 @@ mod tests {
         assert_eq!(a.flows[0].requests, 1);
     }
 
-    /// A capture that starts mid-flow: the side with the larger (ephemeral) port is the client.
+    /// A capture that starts mid-flow: the side with the ephemeral port is the client.
     #[test]
     fn mid_flow_client_guess() {
         let mut w = Wire::handshake(30, 1448);
@@ -403,10 +409,82 @@ mod tests {
         let a = w.analyse();
         assert_eq!(
             a.flows[0].client_guess,
-            crate::flow::ClientGuess::EphemeralPort
+            crate::flow::ClientGuess::ServicePort
         );
         assert_eq!(a.flows[0].client.port, 40000);
         assert_eq!(a.counts.get(StallKind::NagleDelayedAck), 1);
+    }
+
+    /// Mid-flow with both ports ephemeral and the server's the larger: the side that sends the
+    /// first data is the client, even when the capture starts with the server's pure ACK.
+    #[test]
+    fn mid_flow_both_ephemeral_first_data_decides() {
+        let mut w = Wire::handshake(30, 1448);
+        w.ack(false, 900)
+            .data(true, 1_000, 80)
+            .data(false, 1_100, 148)
+            .ack(true, 41_100)
+            .data(false, 41_130, 127);
+        w.segments.drain(..3);
+        for seg in &mut w.segments {
+            for port in [&mut seg.src_port, &mut seg.dst_port] {
+                *port = if *port == 80 { 50_000 } else { 40_000 };
+            }
+        }
+        let a = w.analyse();
+        let f = &a.flows[0];
+        assert_eq!(f.client_guess, crate::flow::ClientGuess::FirstData);
+        assert_eq!((f.client.port, f.server.port), (40_000, 50_000));
+        assert_single(&a, StallKind::NagleDelayedAck, Side::Server);
+        assert_eq!(a.events[0].server.port, 50_000);
+    }
+
+    /// Without a SYN the MSS is assumed (Ethernet's), not taken from the largest payload: a
+    /// 1400 B first write stays sub-MSS and its Nagle hold is found.
+    #[test]
+    fn mid_flow_mss_not_raised_to_largest_write() {
+        let mut w = Wire::handshake(30, 1460);
+        w.data(true, 1_000, 7)
+            .data(false, 1_100, 1400)
+            .ack(true, 41_100)
+            .data(false, 41_130, 23);
+        w.segments.drain(..3);
+        let a = w.analyse();
+        assert_single(&a, StallKind::NagleDelayedAck, Side::Server);
+        assert_eq!(a.flows[0].mss_source[1], crate::flow::MssSource::Assumed);
+        // Only the SYN-ACK: the server's own announced MSS stands in for the client's.
+        let mut w = Wire::handshake(30, 1460);
+        w.data(true, 1_000, 7)
+            .data(false, 1_100, 1400)
+            .ack(true, 41_100)
+            .data(false, 41_130, 23);
+        w.segments.remove(0);
+        let a = w.analyse();
+        assert_single(&a, StallKind::NagleDelayedAck, Side::Server);
+        assert_eq!(a.flows[0].mss, [1460, 1460]);
+        assert_eq!(a.flows[0].mss_source[1], crate::flow::MssSource::OwnSyn);
+    }
+
+    /// A lone packet stamped an hour ahead does not retire the other flows as idle.
+    #[test]
+    fn one_packet_far_ahead_does_not_split_flows() {
+        let mut d = Detector::new(DetectorConfig::default());
+        let mut a = Wire::handshake(30, 1448);
+        a.data(true, 1_000, 10).data(false, 2_000, 10);
+        let mut b = Wire::handshake(30, 1448);
+        b.data(true, 1_500, 10).data(false, 2_500, 10);
+        for seg in &mut b.segments {
+            seg.src_port += 1;
+            seg.dst_port += 1;
+        }
+        b.segments[3].ts_ns += 3_600_000 * MS; // b's first request: one hour ahead
+        for seg in a.segments.iter().chain(&b.segments).chain(&a.segments[3..]) {
+            d.push(seg);
+        }
+        // Flow b itself is split at its far packet (its own times say it idled an hour; the
+        // reader warns), but flow a, silent meanwhile, is not.
+        let a = d.finish();
+        assert_eq!(a.flows.iter().filter(|f| f.client.port == 40000).count(), 1);
     }
 }
 

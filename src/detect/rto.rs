@@ -6,7 +6,7 @@
 //! it costs about one RTT and is only counted in the flow. When nothing triggered it, the
 //! sender sat out a timer: a stall of at least the RTO (Linux `TCP_RTO_MIN` = 200 ms).
 
-use super::{Finding, StallKind};
+use super::{Finding, StallKind, MIN_STALL_NS};
 use crate::decode::Segment;
 use crate::flow::{seq_lt, Flow, Side};
 
@@ -27,8 +27,15 @@ pub fn check(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
             return None; // triggered by the peer's (duplicate) ACK: fast retransmit
         }
     }
+    // Nothing of the peer's released it: the sender's own timer did (no ACK side).
     let delay = seg.ts_ns.saturating_sub(me.last_data_ns);
-    Finding::released_by_peer(StallKind::Rto, side, delay)
+    (delay >= MIN_STALL_NS).then_some(Finding {
+        kind: StallKind::Rto,
+        held_side: side,
+        ack_side: None,
+        delay_ns: delay,
+        ack_delay_ns: None,
+    })
 }
 
 #[cfg(test)]
@@ -43,7 +50,9 @@ mod tests {
         w.data(true, 1_000, 50)
             .data(false, 1_100, 300)
             .retransmit(false, 215_000, 300);
-        assert_single(&w.analyse(), StallKind::Rto, Side::Server);
+        let a = w.analyse();
+        assert_single(&a, StallKind::Rto, Side::Server);
+        assert_eq!(a.events[0].finding.ack_side, None, "no ACK released it");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use rustc_hash::FxHashMap;
 
 use super::{KindCounts, StallEvent, StallKind};
-use crate::flow::{ClientGuess, Endpoint, Flow, Side};
+use crate::flow::{ClientGuess, Endpoint, Flow, MssSource, Side};
 
 /// The peer's TCP stack, guessed from how long its delayed ACK took.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -221,6 +221,8 @@ pub struct FlowSummary {
     pub latency_us: Option<(u32, u32, u32)>,
     /// MSS client → server and server → client.
     pub mss: [u32; 2],
+    /// Where each of `mss` comes from.
+    pub mss_source: [MssSource; 2],
     /// Round trip capture point → client host → capture point, and the same for the server.
     pub near_rtt_ns: [Option<u64>; 2],
     /// Capture time of the first and the last packet.
@@ -280,6 +282,7 @@ pub fn summarise(mut flow: Flow, counts: &KindCounts, lost_ns: u64, worst_ns: u6
         worst_stall_ns: worst_ns,
         latency_us,
         mss: [c.mss, s.mss],
+        mss_source: [c.mss_source, s.mss_source],
         near_rtt_ns: [c.near_rtt_ns, s.near_rtt_ns],
         span_ns: (flow.first_ns, c.last_ns.max(s.last_ns)),
     }

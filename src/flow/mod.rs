@@ -25,10 +25,22 @@ pub fn seq_le(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) <= 0
 }
 
-/// MSS assumed for IPv4 when the SYN was not captured (RFC 9293 §3.7.1: 536).
-pub const DEFAULT_MSS_V4: u32 = 536;
-/// MSS assumed for IPv6 when the SYN was not captured (RFC 9293 §3.7.1: 1220).
-pub const DEFAULT_MSS_V6: u32 = 1220;
+/// MSS assumed for IPv4 when no SYN was captured: Ethernet's (1500-byte MTU less 40 bytes of
+/// headers, RFC 894), by far the commonest. RFC 9293's 536 is what a *sender* must assume; taken
+/// here it would make every write above 536 B look full-sized and hide Nagle holds.
+pub const DEFAULT_MSS_V4: u32 = 1460;
+/// MSS assumed for IPv6 when no SYN was captured: Ethernet's 1500-byte MTU less 60 bytes.
+pub const DEFAULT_MSS_V6: u32 = 1440;
+/// MSS assumed on loopback (IPv4) when no SYN was captured: `lo` has a 65536-byte MTU.
+pub const LOOPBACK_MSS_V4: u32 = 65_496;
+/// MSS assumed on loopback (IPv6) when no SYN was captured.
+pub const LOOPBACK_MSS_V6: u32 = 65_476;
+/// Bytes the timestamp option takes in every segment once negotiated (`TCPOLEN_TSTAMP_ALIGNED`):
+/// `tcp_current_mss` subtracts them, so a full segment carries MSS − 12 bytes of payload.
+pub const TIMESTAMP_OPTION_LEN: u32 = 12;
+/// Lowest port of Linux's default ephemeral range (`net.ipv4.ip_local_port_range` 32768-60999;
+/// Windows and macOS use 49152-65535, within it): a port below it is a service's.
+pub const EPHEMERAL_PORT_MIN: u16 = 32768;
 
 /// Closed flows stay this long (capture time) so late ACKs and retransmitted FINs still match.
 pub const CLOSE_GRACE_NS: u64 = 2_000_000_000;
@@ -139,8 +151,17 @@ pub enum ClientGuess {
     Syn,
     /// Only the SYN-ACK was seen: its receiver is the client.
     SynAck,
-    /// The capture starts mid-flow: the side with the larger (ephemeral-looking) port.
+    /// The capture starts mid-flow; one port is below the ephemeral range
+    /// ([`EPHEMERAL_PORT_MIN`]) and the other in it: the lower one is the server's.
+    ServicePort,
+    /// The capture starts mid-flow and both ports are on the same side of the ephemeral range,
+    /// so they tell little: the side with the larger port. With both ports ephemeral this
+    /// holds only until the first data is seen ([`ClientGuess::FirstData`]).
     EphemeralPort,
+    /// The capture starts mid-flow with both ports ephemeral (a server on a port the kernel
+    /// picked): the side that sent the first data, since a client speaks first in
+    /// request/response protocols (a capture cut just after the handshake shows its request).
+    FirstData,
 }
 
 impl ClientGuess {
@@ -149,7 +170,32 @@ impl ClientGuess {
         match self {
             ClientGuess::Syn => "syn",
             ClientGuess::SynAck => "syn_ack",
+            ClientGuess::ServicePort => "service_port",
             ClientGuess::EphemeralPort => "ephemeral_port",
+            ClientGuess::FirstData => "first_data",
+        }
+    }
+
+    /// The capture has no SYN of the flow: client and server are guessed.
+    pub fn is_guess(self) -> bool {
+        !matches!(self, ClientGuess::Syn | ClientGuess::SynAck)
+    }
+
+    /// How the client was told apart, in words.
+    pub fn describe(self) -> &'static str {
+        match self {
+            ClientGuess::Syn => "the client sent the SYN",
+            ClientGuess::SynAck => "capture starts at the SYN-ACK: its receiver is the client",
+            ClientGuess::ServicePort => {
+                "capture starts mid-flow: client guessed from ports (the server's is below the \
+                 ephemeral range)"
+            }
+            ClientGuess::EphemeralPort => {
+                "capture starts mid-flow: client guessed from ports (the larger one)"
+            }
+            ClientGuess::FirstData => {
+                "capture starts mid-flow: client guessed as the side that sent data first"
+            }
         }
     }
 }
@@ -159,9 +205,25 @@ impl ClientGuess {
 pub enum MssSource {
     /// The MSS option of the peer's SYN (what this side may send, RFC 9293 §3.7.1).
     Syn,
-    /// No SYN seen: RFC 9293 default, or the largest segment seen when larger.
+    /// The peer's SYN was not seen, this side's was: the MSS this side announced, as both ends
+    /// of a path usually announce the same (each derives it from its interface's MTU); raised
+    /// to the largest segment seen when larger.
+    OwnSyn,
+    /// No SYN seen: Ethernet's MSS ([`DEFAULT_MSS_V4`]; loopback's on `lo` addresses), or the
+    /// largest segment seen when larger.
     #[default]
     Assumed,
+}
+
+impl MssSource {
+    /// Stable name for reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            MssSource::Syn => "syn",
+            MssSource::OwnSyn => "own_syn",
+            MssSource::Assumed => "assumed",
+        }
+    }
 }
 
 /// Connection life, as far as the capture tells.
@@ -314,9 +376,33 @@ impl Direction {
         self.last_data_small && self.una_known && seq_lt(self.snd_una, self.snd_sml)
     }
 
-    fn assume_mss(&mut self, v6: bool) {
-        self.mss = if v6 { DEFAULT_MSS_V6 } else { DEFAULT_MSS_V4 };
+    /// `seg` from this side is shorter than a full segment: its payload plus the timestamp
+    /// option is below the MSS (`tcp_current_mss` takes the options off; `tcp_minshall_update`
+    /// marks a segment small against that).
+    #[inline]
+    pub fn is_small(&self, seg: &Segment) -> bool {
+        seg.payload_len + option_len(seg) < self.mss
+    }
+
+    fn assume_mss(&mut self, v6: bool, loopback: bool) {
+        self.mss = match (v6, loopback) {
+            (false, false) => DEFAULT_MSS_V4,
+            (true, false) => DEFAULT_MSS_V6,
+            (false, true) => LOOPBACK_MSS_V4,
+            (true, true) => LOOPBACK_MSS_V6,
+        };
         self.mss_source = MssSource::Assumed;
+    }
+}
+
+/// TCP option bytes of `seg` that count against the MSS (timestamps; SACK blocks are rare on
+/// data and ignored).
+#[inline]
+fn option_len(seg: &Segment) -> u32 {
+    if seg.timestamps.is_some() {
+        TIMESTAMP_OPTION_LEN
+    } else {
+        0
     }
 }
 
@@ -419,6 +505,8 @@ pub struct Flow {
     syn_ns: Option<u64>,
     /// Time of the SYN-ACK, for the handshake RTT.
     syn_ack_ns: Option<u64>,
+    /// The client guess may still change at the flow's first data ([`ClientGuess::FirstData`]).
+    guess_open: bool,
 }
 
 impl Flow {
@@ -433,19 +521,34 @@ impl Flow {
         };
         let syn = seg.has(flags::SYN);
         let ack = seg.has(flags::ACK);
+        // Mid-flow: a port below the ephemeral range is a service's; when both are ephemeral
+        // (or both below), the larger port is taken as the client's for now.
+        let src_ephemeral = src.port >= EPHEMERAL_PORT_MIN;
+        let dst_ephemeral = dst.port >= EPHEMERAL_PORT_MIN;
+        let src_is_client_by_ports = if src_ephemeral != dst_ephemeral {
+            src_ephemeral
+        } else {
+            src.port > dst.port
+        };
+        let port_guess = if src_ephemeral != dst_ephemeral {
+            ClientGuess::ServicePort
+        } else {
+            ClientGuess::EphemeralPort
+        };
         let (client, server, guess) = if syn && !ack {
             (src, dst, ClientGuess::Syn)
         } else if syn {
             (dst, src, ClientGuess::SynAck)
-        } else if src.port > dst.port {
-            (src, dst, ClientGuess::EphemeralPort)
+        } else if src_is_client_by_ports {
+            (src, dst, port_guess)
         } else {
-            (dst, src, ClientGuess::EphemeralPort)
+            (dst, src, port_guess)
         };
         let v6 = seg.src.is_ipv6();
+        let loopback = seg.src.is_loopback() && seg.dst.is_loopback();
         let mut dirs: [Direction; 2] = Default::default();
         for d in &mut dirs {
-            d.assume_mss(v6);
+            d.assume_mss(v6, loopback);
         }
         Flow {
             id,
@@ -464,6 +567,28 @@ impl Flow {
             turns: Turns::default(),
             syn_ns: None,
             syn_ack_ns: None,
+            guess_open: !syn && src_ephemeral && dst_ephemeral,
+        }
+    }
+
+    /// Settles an open client guess at the flow's first data segment: with both ports
+    /// ephemeral, the side that speaks first is taken as the client. Runs before any rule
+    /// sees the segment, so no stall is ever reported with the other guess.
+    #[cold]
+    #[inline(never)]
+    fn settle_guess(&mut self, seg: &Segment) {
+        if !self.guess_open || seg.payload_len == 0 {
+            return;
+        }
+        self.guess_open = false;
+        self.client_guess = ClientGuess::FirstData;
+        if self.side_of(seg) == Side::Server {
+            // Nothing but pure ACKs so far: swapping the roles loses nothing.
+            std::mem::swap(&mut self.client, &mut self.server);
+            self.dirs.swap(0, 1);
+            if let Some(prev) = &mut self.prev {
+                prev.side = prev.side.peer();
+            }
         }
     }
 
@@ -515,6 +640,12 @@ impl Flow {
                 // The MSS a side announces limits what the *peer* sends.
                 self.dirs[peer].mss = u32::from(mss);
                 self.dirs[peer].mss_source = MssSource::Syn;
+                // Until the peer's own SYN is seen (it may not be: a capture starting at the
+                // SYN-ACK), this side's announced MSS is the best guess for its own sending.
+                if self.dirs[me].mss_source == MssSource::Assumed {
+                    self.dirs[me].mss = u32::from(mss);
+                    self.dirs[me].mss_source = MssSource::OwnSyn;
+                }
             }
             if seg.has(flags::ACK) {
                 self.syn_ack_ns = Some(seg.ts_ns);
@@ -564,8 +695,11 @@ impl Flow {
             d.last_tsval = Some(tsval);
         }
         d.largest_payload = d.largest_payload.max(seg.payload_len);
-        if d.mss_source == MssSource::Assumed && seg.payload_len > d.mss {
-            d.mss = seg.payload_len;
+        // A guessed MSS must at least fit what was sent (a larger MTU, or TSO/GSO super-packets
+        // on the sending host); starting from Ethernet's rather than from the largest payload
+        // keeps a 1400 B write below it, as the kernel sees it.
+        if d.mss_source != MssSource::Syn && seg.payload_len + option_len(seg) > d.mss {
+            d.mss = seg.payload_len + option_len(seg);
         }
         if seg.payload_len > 0 {
             if d.packets > 1 && seq_lt(d.snd_nxt, seg.seq) {
@@ -576,7 +710,7 @@ impl Flow {
             } else {
                 d.bytes += u64::from(seg.payload_len);
                 d.last_data_ns = seg.ts_ns;
-                d.last_data_small = seg.payload_len < d.mss;
+                d.last_data_small = d.is_small(seg);
                 if d.last_data_small {
                     d.snd_sml = seq_end;
                 }
@@ -721,6 +855,7 @@ impl FlowTable {
     /// old one to `retire`: the outcome depends on the flow's packets alone, not on when the
     /// table was last swept. (A callback rather than a returned `Option<Flow>`: the flow is
     /// large, and moving it out on every lookup costs a copy per packet.)
+    #[inline]
     pub fn lookup(&mut self, seg: &Segment, ordinal: u64, retire: impl FnOnce(Flow)) -> Lookup<'_> {
         let (key, _) = FlowKey::of(seg);
         let mut slot = self.index.get(&key).copied();
@@ -756,6 +891,9 @@ impl FlowTable {
         let (_, flow) = self.slots[slot as usize]
             .as_mut()
             .unwrap_or_else(|| unreachable!("the index only names occupied slots"));
+        if flow.guess_open {
+            flow.settle_guess(seg);
+        }
         let side = flow.side_of(seg);
         Lookup { flow, side }
     }

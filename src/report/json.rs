@@ -116,6 +116,7 @@ pub struct FlowJson {
     p99_ms: Option<f64>,
     max_ms: Option<f64>,
     mss: [u32; 2],
+    mss_source: [&'static str; 2],
     patterns: Vec<PatternJson>,
 }
 
@@ -152,6 +153,7 @@ pub fn flow(f: &FlowSummary, flow_events: &[&StallEvent]) -> FlowJson {
         p99_ms: f.latency_us.map(|l| f64::from(l.1) / 1e3),
         max_ms: f.latency_us.map(|l| f64::from(l.2) / 1e3),
         mss: f.mss,
+        mss_source: f.mss_source.map(|m| m.name()),
         patterns,
     }
 }

@@ -7,6 +7,7 @@ use super::json::InputFacts;
 use super::ms;
 use crate::detect::verdict::{events_by_flow, explain, fixes, patterns, FlowSummary};
 use crate::detect::{Analysis, StallKind};
+use crate::flow::{ClientGuess, MssSource};
 
 /// Flows described in detail; the rest are counted (the JSON has them all).
 const FLOWS_SHOWN: usize = 10;
@@ -55,6 +56,7 @@ pub fn summary(a: &Analysis, input: &InputFacts) -> String {
              unseen: capture on the host itself, or with a larger buffer (tcpdump -B)"
         );
     }
+    let _ = write!(out, "{}", guess_notes(&a.flows));
     if input.warnings > 0 {
         let _ = writeln!(
             out,
@@ -99,6 +101,9 @@ pub fn summary(a: &Analysis, input: &InputFacts) -> String {
             ms(f.time_lost_ns),
             ms(f.worst_stall_ns),
         );
+        if let Some(guessed) = flow_guesses(f) {
+            let _ = writeln!(out, "  ({guessed})");
+        }
         let events = by_flow.get(&f.id).map(Vec::as_slice).unwrap_or_default();
         for p in patterns(events) {
             let _ = writeln!(out, "  {} x {}", p.count, explain(p.example));
@@ -118,6 +123,57 @@ pub fn summary(a: &Analysis, input: &InputFacts) -> String {
     let clean = a.flows.len() - stalled.len();
     if clean > 0 {
         let _ = writeln!(out, "\n{clean} flows without stalls");
+    }
+    out
+}
+
+/// What a flow's report rests on that the capture did not show: the client guessed (no SYN),
+/// the MSS assumed (no SYN carrying it).
+fn flow_guesses(f: &FlowSummary) -> Option<String> {
+    let mut parts = Vec::new();
+    if f.client_guess.is_guess() {
+        parts.push(f.client_guess.describe().to_string());
+    }
+    for (i, who) in ["client", "server"].iter().enumerate() {
+        match f.mss_source[i] {
+            MssSource::Syn => {}
+            MssSource::OwnSyn => parts.push(format!(
+                "{who}'s MSS assumed {} B from its own SYN",
+                f.mss[i]
+            )),
+            MssSource::Assumed => {
+                parts.push(format!("{who}'s MSS assumed {} B (no SYN)", f.mss[i]))
+            }
+        }
+    }
+    (!parts.is_empty()).then(|| parts.join("; "))
+}
+
+/// One line per way clients were guessed and one for assumed MSS, over all flows.
+fn guess_notes(flows: &[FlowSummary]) -> String {
+    let mut out = String::new();
+    for guess in [
+        ClientGuess::SynAck,
+        ClientGuess::ServicePort,
+        ClientGuess::EphemeralPort,
+        ClientGuess::FirstData,
+    ] {
+        let n = flows.iter().filter(|f| f.client_guess == guess).count();
+        if n > 0 {
+            let _ = writeln!(out, "note: {n} flows: {}", guess.describe());
+        }
+    }
+    let assumed = flows
+        .iter()
+        .filter(|f| f.mss_source.iter().any(|m| *m != MssSource::Syn))
+        .count();
+    if assumed > 0 {
+        let _ = writeln!(
+            out,
+            "note: {assumed} flows without a SYN carrying the MSS: MSS assumed (Ethernet's, \
+             loopback's, or the largest segment seen); a write at or above it is not taken for \
+             a small one"
+        );
     }
     out
 }
@@ -152,7 +208,7 @@ pub fn flow_table(a: &Analysis) -> String {
             })
             .unwrap_or(("-".into(), "-".into()));
         let guess = match f.client_guess {
-            crate::flow::ClientGuess::Syn => String::new(),
+            ClientGuess::Syn => String::new(),
             g => format!(", client by {}", g.name()),
         };
         let _ = writeln!(
