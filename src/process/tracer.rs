@@ -143,6 +143,9 @@ pub struct TracedSocket {
     /// Sends since the last read: the burst, its thread, and when its last send ended.
     #[serde(skip)]
     burst: Option<(Burst, Pid, Instant)>,
+    /// Thread of the last send: a read by another thread may be blocked while it sends.
+    #[serde(skip)]
+    last_sender: Option<Pid>,
 }
 
 impl TracedSocket {
@@ -165,6 +168,7 @@ impl TracedSocket {
             resolved: false,
             more_pending: false,
             burst: None,
+            last_sender: None,
         }
     }
 
@@ -837,11 +841,15 @@ impl Tracer {
                 socket.is_some()
             }
             SyscallKind::Recv => {
-                // The exit decides, even with no sends waiting now: a read that blocks (in
-                // another thread, say) while sends are made ends their burst when it returns
-                // with the reply; EAGAIN keeps the burst open.
                 socket = self.socket_of(tgid, fd);
-                socket.is_some()
+                match socket {
+                    Some(idx) if self.read_may_end_a_burst(idx, tid, tgid) => true,
+                    Some(idx) => {
+                        self.sockets[idx].reads += 1;
+                        false
+                    }
+                    None => false,
+                }
             }
             SyscallKind::SetSockOpt => {
                 let tcp_option = args[1] == libc::IPPROTO_TCP as u64
@@ -1056,6 +1064,30 @@ impl Tracer {
         Some(idx)
     }
 
+    /// Whether a read of socket `idx` by thread `tid` needs its exit stop. The result decides
+    /// when sends are waiting (a read that returns ends their burst, EAGAIN keeps it open). With
+    /// none waiting, it still does when another thread or process may send on the socket while
+    /// this read blocks, as a reader thread does: the socket's last sender was another thread,
+    /// or, before any send, the program has more than one thread or process.
+    fn read_may_end_a_burst(&self, idx: usize, tid: Pid, tgid: u32) -> bool {
+        let socket = &self.sockets[idx];
+        if socket.burst.is_some() {
+            return true;
+        }
+        match socket.last_sender {
+            Some(sender) => sender != tid,
+            None => {
+                self.processes.len() > 1
+                    || self
+                        .threads
+                        .values()
+                        .filter(|t| t.tgid == tgid)
+                        .nth(1)
+                        .is_some()
+            }
+        }
+    }
+
     /// Records what a duplicate of socket `idx` showed, and its inode.
     fn learn(&mut self, idx: usize, facts: SocketFacts) {
         if let Some(ino) = facts.inode {
@@ -1077,6 +1109,7 @@ impl Tracer {
         }
         let socket = &mut self.sockets[idx];
         socket.sends += 1;
+        socket.last_sender = Some(tid);
         let (mss, nodelay, cork, joins) =
             (socket.mss, socket.nodelay, socket.cork, socket.more_pending);
         socket.more_pending = more;
