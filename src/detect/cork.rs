@@ -35,13 +35,7 @@ pub fn check(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
     if gap < CORK_MIN_NS || gap > CORK_MAX_NS + 4 * path_rtt {
         return None;
     }
-    Some(Finding {
-        kind: StallKind::CorkTimer,
-        held_side: side,
-        ack_side: None,
-        delay_ns: gap,
-        ack_delay_ns: None,
-    })
+    Some(Finding::own_timer(StallKind::CorkTimer, side, gap))
 }
 
 /// The data continues a turn already under way, so the application had written it earlier

@@ -130,6 +130,18 @@ impl Finding {
             ack_delay_ns: None,
         })
     }
+
+    /// A stall of `kind` on `held_side` that no packet of the peer released: the side's own
+    /// timer sent the data (retransmission or cork/probe timer).
+    pub fn own_timer(kind: StallKind, held_side: Side, delay_ns: u64) -> Finding {
+        Finding {
+            kind,
+            held_side,
+            ack_side: None,
+            delay_ns,
+            ack_delay_ns: None,
+        }
+    }
 }
 
 /// One stall (or minor hold) in a flow.

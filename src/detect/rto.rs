@@ -29,13 +29,7 @@ pub fn check(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
     }
     // Nothing of the peer's released it: the sender's own timer did (no ACK side).
     let delay = seg.ts_ns.saturating_sub(me.last_data_ns);
-    (delay >= MIN_STALL_NS).then_some(Finding {
-        kind: StallKind::Rto,
-        held_side: side,
-        ack_side: None,
-        delay_ns: delay,
-        ack_delay_ns: None,
-    })
+    (delay >= MIN_STALL_NS).then(|| Finding::own_timer(StallKind::Rto, side, delay))
 }
 
 #[cfg(test)]

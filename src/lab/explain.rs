@@ -175,14 +175,7 @@ pub fn row_name(variant: &Variant, size: Option<usize>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lab::scenarios::CATALOGUE;
-
-    fn row(scenario: &str, name: &str) -> &'static Variant {
-        CATALOGUE
-            .iter()
-            .find(|v| v.scenario.name() == scenario && v.name == name)
-            .unwrap()
-    }
+    use crate::lab::scenarios::{catalogue_row as row, CATALOGUE};
 
     #[test]
     fn every_template_is_filled_at_any_size_and_mss() {

@@ -535,14 +535,7 @@ fn stream_latencies(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lab::scenarios::CATALOGUE;
-
-    fn row(scenario: &str, name: &str) -> &'static Variant {
-        CATALOGUE
-            .iter()
-            .find(|v| v.scenario.name() == scenario && v.name == name)
-            .unwrap()
-    }
+    use crate::lab::scenarios::catalogue_row as row;
 
     #[test]
     fn round_trips_count_the_wait_for_the_first_part_ack() {

@@ -404,3 +404,12 @@ pub fn variants_of(scenario: Scenario) -> impl Iterator<Item = &'static Variant>
 pub fn scenario_named(name: &str) -> Option<Scenario> {
     SCENARIOS.into_iter().find(|s| s.name() == name)
 }
+
+/// The catalogue row `scenario`/`name`, for unit tests.
+#[cfg(test)]
+pub(crate) fn catalogue_row(scenario: &str, name: &str) -> &'static Variant {
+    CATALOGUE
+        .iter()
+        .find(|v| v.scenario.name() == scenario && v.name == name)
+        .unwrap_or_else(|| panic!("no row {scenario}/{name} in the catalogue"))
+}
