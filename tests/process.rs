@@ -631,6 +631,17 @@ fn as_nobody(binary: &Path, args: &[&str]) -> Output {
         .expect("setpriv runs (util-linux)")
 }
 
+/// The socket of `sockets --json` output bound to 127.0.0.1:`port`.
+fn socket_on(shown: &Value, port: u16) -> &Value {
+    let local = format!("127.0.0.1:{port}");
+    shown
+        .as_array()
+        .expect("array")
+        .iter()
+        .find(|s| s["local"] == local.as_str())
+        .unwrap_or_else(|| panic!("{local} is shown from /proc: {shown:#}"))
+}
+
 #[test]
 fn without_permission_errors_name_cap_sys_ptrace() {
     // SAFETY: geteuid has no preconditions.
@@ -660,12 +671,7 @@ fn without_permission_errors_name_cap_sys_ptrace() {
     assert_eq!(sockets.status.code(), Some(0), "{stderr}");
     assert!(stderr.contains("CAP_SYS_PTRACE"), "{stderr}");
     let shown = json_of(&sockets);
-    let listener = shown
-        .as_array()
-        .expect("array")
-        .iter()
-        .find(|s| s["local"] == format!("127.0.0.1:{}", server.port).as_str())
-        .unwrap_or_else(|| panic!("the listener is still shown from /proc: {shown:#}"));
+    let listener = socket_on(&shown, server.port);
     assert_eq!(listener["state"], "LISTEN");
     assert!(listener["nodelay"].is_null());
     assert!(listener["fd"].is_null());
@@ -685,12 +691,7 @@ fn without_permission_errors_name_cap_sys_ptrace() {
     assert_eq!(all.status.code(), Some(0), "{stderr}");
     assert!(stderr.contains("not fully readable"), "{stderr}");
     let all = json_of(&all);
-    let listener = all
-        .as_array()
-        .expect("array")
-        .iter()
-        .find(|s| s["local"] == format!("127.0.0.1:{}", server.port).as_str())
-        .unwrap_or_else(|| panic!("--all shows the listener from /proc: {all:#}"));
+    let listener = socket_on(&all, server.port);
     assert!(listener["pid"].is_null(), "{listener:#}");
 
     // The target was not changed.
