@@ -70,7 +70,11 @@ mod tests {
         w.data(true, 1_000, 40)
             .ack(false, 41_000)
             .data(false, 206_000, 300);
-        assert_single(&w.analyse(), StallKind::CorkTimer, Side::Server);
+        let a = w.analyse();
+        assert_single(&a, StallKind::CorkTimer, Side::Server);
+        // A whole answer ~200 ms after the request: the timer, or the server's own time.
+        let text = super::super::verdict::explain(&a.events[0]);
+        assert!(text.contains("cannot tell them apart"), "{text}");
     }
 
     /// A client that reads the whole answer, then waits 200 ms before its next request: think
@@ -95,7 +99,11 @@ mod tests {
             .data(false, 1_100, 1448)
             .ack(true, 1_200)
             .data(false, 206_000, 300);
-        assert_single(&w.analyse(), StallKind::CorkTimer, Side::Server);
+        let a = w.analyse();
+        assert_single(&a, StallKind::CorkTimer, Side::Server);
+        // Full segments left at once, the tail 200 ms later: the kernel held it.
+        let text = super::super::verdict::explain(&a.events[0]);
+        assert!(text.contains("tail left") && text.contains("cork timer"), "{text}");
     }
 
     #[test]

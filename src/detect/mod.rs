@@ -270,9 +270,11 @@ impl Detector {
     pub fn push_at(&mut self, seg: &Segment, ordinal: u64) {
         let a = &mut self.analysis;
         a.packets += 1;
+        // From the first segment to the latest time seen: a packet stamped out of order (a
+        // clock step, a damaged record) does not stretch the span back to it.
         a.span_ns = Some(match a.span_ns {
             None => (seg.ts_ns, seg.ts_ns),
-            Some((first, last)) => (first.min(seg.ts_ns), last.max(seg.ts_ns)),
+            Some((first, last)) => (first, last.max(seg.ts_ns)),
         });
 
         let (flows, tallies) = (&mut self.analysis.flows, &mut self.tallies);

@@ -103,9 +103,19 @@ pub fn explain(event: &StallEvent) -> String {
                 None => format!("{what} ({ms:.1} ms)"),
             }
         }
+        // The partial tail of a write whose full segments left at once was held by the kernel:
+        // TCP_CORK or MSG_MORE. An answer that leaves ~200 ms after the request, all in one
+        // segment, looks the same on the wire as a server that worked 200 ms before writing.
+        StallKind::CorkTimer if event.writes.len() > 1 => format!(
+            "the {held}'s {} B tail left {ms:.1} ms after the full segments of its write, on the \
+             cork timer (TCP_CORK or MSG_MORE left set after the last write)",
+            event.released_bytes
+        ),
         StallKind::CorkTimer => format!(
-            "the {held}'s {} B write left {ms:.1} ms late on the cork timer (TCP_CORK or MSG_MORE \
-             left set after the last write)",
+            "the {held}'s {} B answer left {ms:.1} ms after the {peer}'s request with nothing in \
+             flight: the TCP_CORK/MSG_MORE timer (~200 ms), or as long spent by the {held} before \
+             it wrote; a capture cannot tell them apart (`tcpstall sockets PID` shows TCP_CORK on \
+             the socket, `tcpstall trace` the writes)",
             event.released_bytes
         ),
         StallKind::Rto => format!(
