@@ -380,6 +380,52 @@ fn trace_follows_replies_read_by_another_thread_or_program() {
 }
 
 #[test]
+fn trace_follows_sends_through_a_dup_and_sendmmsg() {
+    let _serial = serial();
+    let server = Server::start(&["--single-write"]);
+    // The header through a dup closed before the read (the socket stays open through its
+    // other fd), and two messages of one sendmmsg call (two sends for TCP).
+    for mode in ["split-dup", "split-sendmmsg"] {
+        let (_, report, info) = trace_client(server.port, 6, mode, &[]);
+        let socket = traced_socket(&report, &info[0]["fd"], &info[0]["local"]);
+        assert_eq!(socket["sends"], 12, "{mode}: {socket:#}");
+        let found = socket["write_write_read"].as_u64().unwrap_or(0);
+        assert!(found >= 5, "{mode}: {socket:#}");
+        assert_eq!(
+            socket["example"]["writes"],
+            serde_json::json!([60, 10]),
+            "{mode}"
+        );
+    }
+}
+
+/// The traced command starts with the signal state it would have untraced (the Rust runtime
+/// ignores SIGPIPE in tcpstall; the tracer installs handlers of its own).
+#[test]
+fn traced_command_gets_the_signal_state_it_would_have_untraced() {
+    let script = "grep -E '^Sig(Ign|Blk)' /proc/self/status";
+    let untraced = Command::new("sh")
+        .args(["-c", script])
+        .output()
+        .expect("sh runs");
+    let dir = std::env::temp_dir().join(format!("tcpstall-trace-sig-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let report = dir.join("report.txt");
+    let traced = Command::new(BIN)
+        .args(["trace", "-o"])
+        .arg(&report)
+        .args(["--", "sh", "-c", script])
+        .stdin(Stdio::null())
+        .output()
+        .expect("tcpstall runs");
+    assert_eq!(traced.status.code(), Some(0));
+    let untraced = String::from_utf8_lossy(&untraced.stdout);
+    assert!(untraced.contains("SigIgn"), "{untraced}");
+    assert_eq!(String::from_utf8_lossy(&traced.stdout), untraced);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn trace_of_a_program_that_cannot_start_is_a_clear_error() {
     let dir = std::env::temp_dir().join(format!("tcpstall-trace-exec-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
@@ -853,4 +899,66 @@ fn trace_leaves_a_job_control_stopped_process_stopped() {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// `trace -- CMD`: a SIGSTOP sent to the command stops it, as untraced, until SIGCONT.
+#[test]
+fn a_traced_command_obeys_job_control() {
+    let _serial = serial();
+    let tracer = KillOnDrop(
+        Command::new(BIN)
+            .args([
+                "trace",
+                "-o",
+                "/dev/null",
+                "--duration",
+                "10",
+                "--",
+                "sleep",
+                "8",
+            ])
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("tcpstall runs"),
+    );
+    let tracer_pid = tracer.0.id();
+    // The command is the tracer's child, once it has exec'd sleep.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let child = loop {
+        let children =
+            std::fs::read_to_string(format!("/proc/{tracer_pid}/task/{tracer_pid}/children"))
+                .unwrap_or_default();
+        let sleeping = children
+            .split_whitespace()
+            .filter_map(|p| p.parse::<u32>().ok())
+            .find(|p| {
+                std::fs::read_to_string(format!("/proc/{p}/comm"))
+                    .is_ok_and(|c| c.trim() == "sleep")
+            });
+        if let Some(pid) = sleeping {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "the command did not start");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let state = || thread_states(child).first().map(|(s, _)| *s);
+    let wait_for = |wanted: &[char], what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !state().is_some_and(|s| wanted.contains(&s)) {
+            assert!(Instant::now() < deadline, "{what}: state {:?}", state());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    // SAFETY: kill with a pid of our tracer's child and a valid signal.
+    assert_eq!(unsafe { libc::kill(child as i32, libc::SIGSTOP) }, 0);
+    wait_for(&['t', 'T'], "SIGSTOP did not stop the traced command");
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        state().is_some_and(|s| s == 't' || s == 'T'),
+        "the tracer resumed a stopped command: {:?}",
+        state()
+    );
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(child as i32, libc::SIGCONT) }, 0);
+    wait_for(&['S', 'R'], "SIGCONT did not resume the traced command");
 }

@@ -103,7 +103,10 @@ mod tests {
         assert_single(&a, StallKind::CorkTimer, Side::Server);
         // Full segments left at once, the tail 200 ms later: the kernel held it.
         let text = super::super::verdict::explain(&a.events[0]);
-        assert!(text.contains("tail left") && text.contains("cork timer"), "{text}");
+        assert!(
+            text.contains("tail left") && text.contains("cork timer"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -31,7 +31,7 @@ pub struct FixArgs {
     #[arg(long)]
     pub dry_run: bool,
     /// Only sockets whose local or remote port is N.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub port: Option<u16>,
     /// Print JSON (before/after of each socket) instead of text.
     #[arg(long)]
@@ -132,7 +132,7 @@ pub fn run(args: &FixArgs) -> anyhow::Result<Outcome> {
         .filter(|s| s.action == Action::SetNodelay)
         .count();
 
-    let plan_text = render_plan(pid, &plan, inherited);
+    let plan_text = render_plan(pid, &plan, inherited, args.port);
     if !args.json || !args.yes {
         // The plan goes where the question is asked; with --json --yes stdout stays pure JSON.
         if args.json {
@@ -218,12 +218,19 @@ fn on_off(v: Option<bool>) -> &'static str {
     }
 }
 
-fn render_plan(pid: u32, plan: &[FixedSocket], inherited: bool) -> String {
+fn render_plan(pid: u32, plan: &[FixedSocket], inherited: bool, port: Option<u16>) -> String {
     use std::fmt::Write;
     let mut out = String::new();
     let _ = writeln!(out, "plan for pid {pid}:");
     if plan.is_empty() {
-        let _ = writeln!(out, "  no TCP sockets");
+        match port {
+            Some(port) => {
+                let _ = writeln!(out, "  no TCP socket with local or remote port {port}");
+            }
+            None => {
+                let _ = writeln!(out, "  no TCP sockets");
+            }
+        }
     }
     for planned in plan {
         let s = &planned.socket;

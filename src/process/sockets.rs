@@ -24,7 +24,7 @@ pub struct SocketsArgs {
     #[arg(long)]
     pub all: bool,
     /// Only sockets whose local or remote port is N.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub port: Option<u16>,
     /// Print JSON (an array of sockets) instead of a table.
     #[arg(long)]

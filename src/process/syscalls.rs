@@ -17,6 +17,9 @@ pub enum SyscallKind {
         /// Index of the flags argument.
         flags_arg: Option<usize>,
     },
+    /// `sendmmsg(fd, msgvec, vlen, flags)`: several messages, each its own send
+    /// (`__sys_sendmmsg` calls `tcp_sendmsg` once per message); returns how many were sent.
+    SendMessages,
     /// Data read from fd (arg 0).
     Recv,
     /// The thread waits for readiness of some fds.
@@ -54,7 +57,7 @@ pub const FOLLOWED: &[(libc::c_long, SyscallKind)] = &[
     (libc::SYS_writev, SyscallKind::Send { flags_arg: None }),
     (libc::SYS_sendto, SyscallKind::Send { flags_arg: Some(3) }),
     (libc::SYS_sendmsg, SyscallKind::Send { flags_arg: Some(2) }),
-    (libc::SYS_sendmmsg, SyscallKind::Send { flags_arg: Some(3) }),
+    (libc::SYS_sendmmsg, SyscallKind::SendMessages),
     (libc::SYS_sendfile, SyscallKind::Send { flags_arg: None }),
     (libc::SYS_read, SyscallKind::Recv),
     (libc::SYS_readv, SyscallKind::Recv),

@@ -2,7 +2,8 @@
 //! forks, turns each followed syscall into socket events and feeds the write-write-read rule.
 //!
 //! Two ways in:
-//! - `trace -- CMD`: the child asks to be traced (PTRACE_TRACEME) and installs a seccomp filter
+//! - `trace -- CMD`: the child is seized (PTRACE_SEIZE) while it waits stopped, then installs a
+//!   seccomp filter
 //!   before exec, so it stops only at socket-related syscalls (PTRACE_EVENT_SECCOMP); the exit of
 //!   a syscall whose result matters is caught by resuming with PTRACE_SYSCALL from that stop
 //!   (since Linux 4.8 the seccomp stop comes after syscall-entry, so the next stop is the exit).
@@ -300,18 +301,17 @@ fn find_program(program: &str) -> Option<std::path::PathBuf> {
 }
 
 /// Where the child failed before its program ran, as it reports through the pipe.
-const STAGE_TRACEME: u32 = 1;
 const STAGE_SECCOMP: u32 = 2;
 const STAGE_EXEC: u32 = 3;
 
 /// Runs `command` under the tracer until it ends, or until `limit` or Ctrl-C (then it is killed).
 ///
 /// The child is forked by hand rather than with `std::process::Command`: `Command::spawn`
-/// waits for the exec inside the call, while a child that asks to be traced must be set up by
-/// the tracer first; and once the filter is in, a failed exec could only report through a
-/// filtered `write` that nobody would answer. So the child stops itself after
-/// PTRACE_TRACEME, the tracer sets its options, and then the child installs the filter and
-/// execs; a failure at any step comes back through a close-on-exec pipe.
+/// waits for the exec inside the call, while the child must be seized by the tracer first; and
+/// once the filter is in, a failed exec could only report through a filtered `write` that
+/// nobody would answer. So the child stops itself, the tracer seizes it with its options, and
+/// then the child installs the filter and execs; a failure at any step comes back through a
+/// close-on-exec pipe.
 pub fn trace_command(command: &[String], limit: Option<Duration>) -> anyhow::Result<Traced> {
     use std::ffi::CString;
     use std::os::unix::ffi::OsStrExt;
@@ -344,7 +344,15 @@ pub fn trace_command(command: &[String], limit: Option<Duration>) -> anyhow::Res
         Err(err) => return Err(nix_io(err)).context("cannot fork the traced command"),
         Ok(nix::unistd::ForkResult::Child) => {
             // SAFETY: async-signal-safe calls only; the child exits if anything fails.
-            unsafe { exec_traced_child(&c_path, &argv, &filter, report_write.as_raw_fd()) }
+            unsafe {
+                exec_traced_child(
+                    &c_path,
+                    &argv,
+                    &filter,
+                    &guard.previous,
+                    report_write.as_raw_fd(),
+                )
+            }
         }
         Ok(nix::unistd::ForkResult::Parent { child }) => child,
     };
@@ -366,8 +374,8 @@ pub fn trace_command(command: &[String], limit: Option<Duration>) -> anyhow::Res
     traced
 }
 
-/// The child's side of [`trace_command`]: ask to be traced, stop until the tracer has set its
-/// options, install the filter, exec. Never returns.
+/// The child's side of [`trace_command`]: stop until the tracer has seized it, install the
+/// filter, exec. Never returns.
 ///
 /// # Safety
 /// Only in the child between fork and exec: makes raw syscalls only, allocates nothing.
@@ -375,6 +383,7 @@ unsafe fn exec_traced_child(
     path: &std::ffi::CStr,
     argv: &[*const libc::c_char],
     filter: &[libc::sock_filter],
+    dispositions: &[(Signal, SigAction)],
     report: std::os::fd::RawFd,
 ) -> ! {
     let fail = |stage: u32| -> ! {
@@ -390,9 +399,17 @@ unsafe fn exec_traced_child(
     };
     // SAFETY: raw syscalls on valid arguments.
     unsafe {
-        if libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0) != 0 {
-            fail(STAGE_TRACEME);
+        // The command gets the signal state tcpstall was started with, as from a shell: the
+        // dispositions the tracer replaced, SIGPIPE back to default (the Rust runtime ignores
+        // it, and an ignored signal stays ignored across exec), no signal blocked.
+        for (sig, old) in dispositions {
+            let _ = signal::sigaction(*sig, old);
         }
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+        // Stopped until the tracer has seized us with its options.
         libc::raise(libc::SIGSTOP);
         if seccomp::install(filter).is_err() {
             fail(STAGE_SECCOMP);
@@ -414,9 +431,6 @@ fn child_failure(report: &std::os::fd::OwnedFd, program: &str) -> anyhow::Error 
     let (stage, errno) = (word(0), word(4) as i32);
     let cause = std::io::Error::from_raw_os_error(errno);
     match stage {
-        STAGE_TRACEME => {
-            anyhow::anyhow!("cannot trace {program:?}: PTRACE_TRACEME failed: {cause}")
-        }
         STAGE_SECCOMP => anyhow::anyhow!(
             "cannot trace {program:?}: the seccomp filter was refused: {cause} (a kernel without \
              CONFIG_SECCOMP_FILTER, or a container that forbids seccomp)"
@@ -429,15 +443,17 @@ fn child_failure(report: &std::os::fd::OwnedFd, program: &str) -> anyhow::Error 
     }
 }
 
-/// Sets up the child of [`trace_command`]: at its self-inflicted SIGSTOP, sets the ptrace
-/// options that make the seccomp filter report to us and follow threads and forks, then lets it
-/// exec. Returns once the exec succeeded (the child is then stopped at PTRACE_EVENT_EXEC), or
-/// with the reason it failed.
+/// Sets up the child of [`trace_command`]: once it has stopped itself, seizes it with the
+/// options that make the seccomp filter report to us and follow threads and forks, and lets it
+/// go on to exec. PTRACE_SEIZE rather than PTRACE_TRACEME: a seized tracee reports job-control
+/// stops as such (PTRACE_EVENT_STOP), so a SIGSTOP sent to the command stops it, as it would
+/// untraced. Returns once the exec succeeded (the child is then stopped at PTRACE_EVENT_EXEC),
+/// or with the reason it failed.
 fn take_over(root: Pid, program: &str, report: &std::os::fd::OwnedFd) -> anyhow::Result<()> {
-    let mut options_set = false;
+    let mut seized = false;
     loop {
-        match waitpid(root, Some(WaitPidFlag::__WALL)) {
-            Ok(WaitStatus::Stopped(_, Signal::SIGSTOP)) if !options_set => {
+        match waitpid(root, Some(WaitPidFlag::__WALL | WaitPidFlag::WUNTRACED)) {
+            Ok(WaitStatus::Stopped(_, Signal::SIGSTOP)) if !seized => {
                 let options = Options::PTRACE_O_TRACESECCOMP
                     | Options::PTRACE_O_TRACESYSGOOD
                     | Options::PTRACE_O_TRACECLONE
@@ -445,18 +461,26 @@ fn take_over(root: Pid, program: &str, report: &std::os::fd::OwnedFd) -> anyhow:
                     | Options::PTRACE_O_TRACEVFORK
                     | Options::PTRACE_O_TRACEEXEC
                     | Options::PTRACE_O_EXITKILL;
-                ptrace::setoptions(root, options)
+                ptrace::seize(root, options)
                     .map_err(nix_io)
-                    .context("PTRACE_SETOPTIONS")?;
-                options_set = true;
+                    .context("PTRACE_SEIZE of the command")?;
+                seized = true;
+                // The seized child reports its stop again (PTRACE_EVENT_STOP); SIGCONT ends it.
+                signal::kill(root, Signal::SIGCONT)
+                    .map_err(nix_io)
+                    .context("cannot resume the command")?;
+            }
+            Ok(WaitStatus::PtraceEvent(_, _, libc::PTRACE_EVENT_EXEC)) => return Ok(()),
+            // The stop reported after the seize, and the filter's stop at the child's report of
+            // a failed exec (a write): let it run on.
+            Ok(WaitStatus::PtraceEvent(..)) => {
                 ptrace::cont(root, None)
                     .map_err(nix_io)
                     .context("PTRACE_CONT")?;
             }
-            Ok(WaitStatus::PtraceEvent(_, _, libc::PTRACE_EVENT_EXEC)) => return Ok(()),
-            // The filter stops the child's report of a failed exec (a write): let it through.
-            Ok(WaitStatus::PtraceEvent(..)) | Ok(WaitStatus::Stopped(..)) => {
-                ptrace::cont(root, None)
+            // A signal on its way to the child (our SIGCONT): deliver it.
+            Ok(WaitStatus::Stopped(_, sig)) if seized => {
+                ptrace::cont(root, Some(sig))
                     .map_err(nix_io)
                     .context("PTRACE_CONT")?;
             }
@@ -836,7 +860,7 @@ impl Tracer {
         let wanted = match kind {
             SyscallKind::Socket | SyscallKind::Dup | SyscallKind::DupTo => true,
             SyscallKind::Connect => false,
-            SyscallKind::Accept | SyscallKind::Send { .. } => {
+            SyscallKind::Accept | SyscallKind::Send { .. } | SyscallKind::SendMessages => {
                 socket = self.socket_of(tgid, fd);
                 socket.is_some()
             }
@@ -892,8 +916,17 @@ impl Tracer {
                     .processes
                     .get_mut(&tgid)
                     .and_then(|p| p.fds.remove(&fd));
+                // Sends without a read after them are no write-write-read once the socket is
+                // gone; but it lives on while another fd (a dup, a forked copy) holds it.
                 if let Some(Slot::Tcp(idx)) = slot {
-                    self.drop_burst(idx);
+                    let still_open = self.processes.values().any(|p| {
+                        p.fds
+                            .values()
+                            .any(|s| matches!(s, Slot::Tcp(i) if *i == idx))
+                    });
+                    if !still_open {
+                        self.drop_burst(idx);
+                    }
                 }
                 false
             }
@@ -951,6 +984,14 @@ impl Tracer {
                         libc::TCP_CORK => socket.cork = value != 0,
                         // Not sticky (ping-pong mode returns at the next turn): count the calls.
                         _ => socket.quickack_sets += u64::from(value != 0),
+                    }
+                }
+            }
+            SyscallKind::SendMessages if ret > 0 => {
+                if let Some(idx) = call.socket {
+                    let more = args[3] & libc::MSG_MORE as u64 != 0;
+                    for bytes in sent_message_lengths(tid, args[1], ret as usize) {
+                        self.on_send(tid, tgid, idx, bytes, more, now);
                     }
                 }
             }
@@ -1138,9 +1179,25 @@ impl Tracer {
         if let Some(thread) = self.threads.get_mut(&owner) {
             thread.open_bursts.retain(|&i| i != idx);
         }
-        let socket = &mut self.sockets[idx];
-        socket.more_pending = false;
+        self.sockets[idx].more_pending = false;
         if !burst.is_write_write_read() {
+            return;
+        }
+        // TCP_NODELAY may have been switched on from outside (`tcpstall fix`) since the
+        // socket was last looked at: look again before blaming Nagle.
+        let (pid, fd) = (self.sockets[idx].pid, self.sockets[idx].fd);
+        if let Some(process) = self.processes.get_mut(&pid) {
+            if let Probe::Tcp(facts) = probe(process, pid, fd) {
+                if facts
+                    .inode
+                    .is_some_and(|ino| self.by_inode.get(&ino) == Some(&idx))
+                {
+                    self.sockets[idx].learn(facts);
+                }
+            }
+        }
+        let socket = &mut self.sockets[idx];
+        if socket.nodelay {
             return;
         }
         let wait = now.saturating_duration_since(last_send);
@@ -1227,6 +1284,26 @@ fn read_memory(tid: Pid, addr: u64, len: usize) -> Option<Vec<u8>> {
     let mut local = [std::io::IoSliceMut::new(&mut buf)];
     let read = nix::sys::uio::process_vm_readv(tid, &mut local, &remote).ok()?;
     (read == len).then_some(buf)
+}
+
+/// Most messages of one sendmmsg call looked at (the kernel's own limit, `UIO_MAXIOV`).
+const MAX_SENDMMSG: usize = 1024;
+
+/// Bytes sent by each of the first `count` messages of a sendmmsg call: the `msg_len` the kernel
+/// wrote into each `struct mmsghdr` of `msgvec` in the tracee.
+fn sent_message_lengths(tid: Pid, msgvec: u64, count: usize) -> Vec<u64> {
+    let count = count.min(MAX_SENDMMSG);
+    let entry = std::mem::size_of::<libc::mmsghdr>();
+    let len_at = std::mem::size_of::<libc::msghdr>();
+    let Some(bytes) = read_memory(tid, msgvec, entry * count) else {
+        return Vec::new();
+    };
+    bytes
+        .chunks_exact(entry)
+        .filter_map(|m| m.get(len_at..len_at + 4))
+        .map(|b| u64::from(u32::from_ne_bytes([b[0], b[1], b[2], b[3]])))
+        .filter(|&len| len > 0)
+        .collect()
 }
 
 /// Reads an int from the tracee's memory (the value a setsockopt call passes).
