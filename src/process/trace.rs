@@ -29,8 +29,9 @@ pub struct TraceArgs {
         conflicts_with = "command"
     )]
     pub pid: Option<u32>,
-    /// Stop after this many seconds (default with -p: 10; a command runs until it ends and is
-    /// killed when the time is up).
+    /// Stop after this many seconds (default with -p: 10; a command runs until it and every
+    /// process it started have ended, a daemon it leaves behind included, as under
+    /// `strace -f`, and is killed when the time is up).
     #[arg(long, value_name = "SECONDS")]
     pub duration: Option<f64>,
     /// Print JSON instead of text.
