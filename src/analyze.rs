@@ -141,7 +141,17 @@ pub fn analyse_files(
             recycled,
             ordinal: 0,
         };
+        let mut seen_files = std::collections::HashSet::new();
         for path in files {
+            // Read twice, a capture's packets would look like retransmissions of themselves.
+            let same = std::fs::canonicalize(path).ok().filter(|p| p.is_file());
+            if same.is_some_and(|p| !seen_files.insert(p)) {
+                eprintln!(
+                    "tcpstall: warning: {} is given more than once; read once",
+                    display(path)
+                );
+                continue;
+            }
             let stats = analyse_one(path, &mut router, &mut facts.warnings)
                 .with_context(|| format!("cannot analyse {}", display(path)))?;
             facts.records += stats.packets;

@@ -433,6 +433,19 @@ fn exit_statuses() {
 }
 
 #[test]
+fn a_file_given_twice_is_read_once() {
+    let file = format!("{FIXTURES}/split_request.pcap");
+    let once = analyze_json(Path::new(&file));
+    let twice = run(&["analyze", "--json", &file, &file]);
+    assert_eq!(twice.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&twice.stderr);
+    assert!(err.contains("more than once"), "{err}");
+    let twice: Value = serde_json::from_slice(&twice.stdout).expect("JSON");
+    assert_eq!(twice["summary"]["packets"], once["summary"]["packets"]);
+    assert_eq!(twice["summary"]["stalls"], once["summary"]["stalls"]);
+}
+
+#[test]
 fn reads_standard_input() {
     let bytes = fs::read(format!("{FIXTURES}/split_request.pcap")).expect("fixture");
     let mut child = Command::new(BIN)
