@@ -60,7 +60,7 @@ pub fn summary(a: &Analysis, input: &InputFacts) -> String {
     if input.warnings > 0 {
         let _ = writeln!(
             out,
-            "warnings: {} (damaged input, see above)",
+            "warnings: {} about the input (see above)",
             input.warnings
         );
     }
