@@ -31,9 +31,10 @@ pub fn seq_le(a: u32, b: u32) -> bool {
 pub const DEFAULT_MSS_V4: u32 = 1460;
 /// MSS assumed for IPv6 when no SYN was captured: Ethernet's 1500-byte MTU less 60 bytes.
 pub const DEFAULT_MSS_V6: u32 = 1440;
-/// MSS assumed on loopback (IPv4) when no SYN was captured: `lo` has a 65536-byte MTU.
-pub const LOOPBACK_MSS_V4: u32 = 65_496;
-/// MSS assumed on loopback (IPv6) when no SYN was captured.
+/// MSS of a TCP connection over `lo` (IPv4), as its SYN announces it: the 65535-byte IPv4
+/// datagram limit less 40 bytes of IPv4 and TCP headers (`lo` itself allows 65536).
+pub const LOOPBACK_MSS_V4: u32 = 65_495;
+/// MSS of a TCP connection over `lo` (IPv6): the 65536-byte MTU less 60 bytes of headers.
 pub const LOOPBACK_MSS_V6: u32 = 65_476;
 /// Bytes the timestamp option takes in every segment once negotiated (`TCPOLEN_TSTAMP_ALIGNED`):
 /// `tcp_current_mss` subtracts them, so a full segment carries MSS − 12 bytes of payload.

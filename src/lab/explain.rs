@@ -3,9 +3,10 @@
 //! table. The expectation and the explanation come from the same [`Geometry`], so a row's text
 //! never contradicts its `expected` column, whatever `--size` and `--mss` say.
 
-use super::runner::{echo_parts, Side, LOOPBACK_MSS};
+use super::runner::{echo_parts, Side};
 use super::scenarios::{ConnectionMode, Expectation, Variant, Workload};
 use super::server::{http_response_head, memcached_reply_len, MEMCACHED_FIRST_WRITE_CAP};
+use crate::flow::{LOOPBACK_MSS_V4, TIMESTAMP_OPTION_LEN};
 
 /// The message a row's split variant writes in two parts, against the segment size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,7 +56,7 @@ impl Geometry {
         Geometry {
             first,
             second,
-            mss: payload_mss(mss.unwrap_or(LOOPBACK_MSS)) as usize,
+            mss: payload_mss(mss.unwrap_or(LOOPBACK_MSS_V4)) as usize,
         }
     }
 
@@ -94,7 +95,7 @@ pub fn payload_mss(mss: u32) -> u32 {
         .map(|v| v.trim() != "0")
         .unwrap_or(true);
     if timestamps {
-        mss.saturating_sub(12)
+        mss.saturating_sub(TIMESTAMP_OPTION_LEN)
     } else {
         mss
     }

@@ -179,9 +179,6 @@ pub fn path_note(variant: &Variant, size: usize, mss: Option<u32>) -> &'static s
     }
 }
 
-/// MSS of a TCP connection over `lo` (MTU 65536 minus 40 bytes of IPv4 and TCP headers).
-pub(crate) const LOOPBACK_MSS: u32 = 65_495;
-
 /// The two parts of the echo line of `size` bytes: for 13, `hello ` and `world\r\n`.
 pub fn echo_parts(size: usize) -> (Vec<u8>, Vec<u8>) {
     let text: Vec<u8> = b"hello world "
