@@ -150,8 +150,8 @@ fn refusal_cause(pid: u32) -> Option<String> {
     if procfs::status_text(pid, "Kthread").as_deref() == Some("1") {
         return Some("it is a kernel thread: it has no user-space sockets or syscalls".into());
     }
-    if let Some(AccessError::Refused { cause, .. }) = zombie(pid, "") {
-        return Some(cause);
+    if is_zombie(pid) {
+        return Some(ZOMBIE.into());
     }
     if has_cap_sys_ptrace() {
         return Some(format!(
@@ -165,10 +165,15 @@ fn refusal_cause(pid: u32) -> Option<String> {
 
 const ZOMBIE: &str = "it has exited (a zombie waiting for its parent to reap it)";
 
-/// `pid` has exited and waits to be reaped: its fds and sockets are gone.
+/// `pid` has exited and waits to be reaped (state Z, or X while it goes).
+fn is_zombie(pid: u32) -> bool {
+    procfs::status_text(pid, "State").is_some_and(|s| s.starts_with('Z') || s.starts_with('X'))
+}
+
+/// The error for `action` on `pid` when it has exited and waits to be reaped: its fds and
+/// sockets are gone.
 pub fn zombie(pid: u32, action: &str) -> Option<AccessError> {
-    let state = procfs::status_text(pid, "State")?;
-    (state.starts_with('Z') || state.starts_with('X')).then(|| AccessError::Refused {
+    is_zombie(pid).then(|| AccessError::Refused {
         action: action.into(),
         pid,
         cause: ZOMBIE.into(),
@@ -178,13 +183,8 @@ pub fn zombie(pid: u32, action: &str) -> Option<AccessError> {
 /// CAP_SYS_PTRACE (bit 19) is in this process's effective set (`CapEff` of /proc/self/status).
 pub fn has_cap_sys_ptrace() -> bool {
     const CAP_SYS_PTRACE: u32 = 19;
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("CapEff:"))
-                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        })
+    procfs::status_text(std::process::id(), "CapEff")
+        .and_then(|v| u64::from_str_radix(&v, 16).ok())
         .is_some_and(|caps| caps & (1 << CAP_SYS_PTRACE) != 0)
 }
 

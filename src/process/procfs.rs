@@ -228,11 +228,11 @@ pub fn process_exists(pid: u32) -> bool {
 
 /// A field of `/proc/PID/status` (`Tgid`, `PPid`, `Uid`...): its first number.
 pub fn status_field(pid: u32, field: &str) -> Option<u32> {
-    let text = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    text.lines()
-        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
+    status_text(pid, field)?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// A field of `/proc/PID/status` as text (`State` → `S (sleeping)`).

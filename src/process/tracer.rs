@@ -503,8 +503,8 @@ pub fn trace_process(pid: u32, limit: Duration) -> anyhow::Result<Traced> {
     if !procfs::process_exists(pid) {
         return Err(AccessError::NoSuchProcess { pid }.into());
     }
-    if let Some(tgid) = procfs::status_field(pid, "Tgid").filter(|&t| t != pid) {
-        bail!("{pid} is a thread of process {tgid}: give the process id, `-p {tgid}`");
+    if let Some(thread) = AccessError::thread_of(pid) {
+        return Err(thread.into());
     }
     // A thread has at most one tracer (PTRACE_SEIZE fails with EPERM, which would otherwise
     // read as a missing capability).
@@ -991,14 +991,14 @@ impl Tracer {
                 if let Some(idx) = call.socket {
                     let more = args[3] & libc::MSG_MORE as u64 != 0;
                     for bytes in sent_message_lengths(tid, args[1], ret as usize) {
-                        self.on_send(tid, tgid, idx, bytes, more, now);
+                        self.on_send(tid, idx, bytes, more, now);
                     }
                 }
             }
             SyscallKind::Send { flags_arg } if ret > 0 => {
                 if let Some(idx) = call.socket {
                     let more = flags_arg.is_some_and(|i| args[i] & libc::MSG_MORE as u64 != 0);
-                    self.on_send(tid, tgid, idx, ret as u64, more, now);
+                    self.on_send(tid, idx, ret as u64, more, now);
                 }
             }
             SyscallKind::Recv if ret != -(libc::EAGAIN as i64) => {
@@ -1137,14 +1137,26 @@ impl Tracer {
         self.sockets[idx].learn(facts);
     }
 
-    fn on_send(&mut self, tid: Pid, tgid: u32, idx: usize, bytes: u64, more: bool, now: Instant) {
-        if !self.sockets[idx].resolved {
-            let fd = self.sockets[idx].fd;
-            if let Some(process) = self.processes.get_mut(&tgid) {
-                if let Probe::Tcp(facts) = probe(process, tgid, fd) {
-                    self.learn(idx, facts);
-                }
+    /// Reads socket `idx`'s options and addresses again through the fd it was first seen
+    /// at, if that fd still holds it (or holds a socket not yet told apart by inode).
+    fn look_again(&mut self, idx: usize) {
+        let (pid, fd) = (self.sockets[idx].pid, self.sockets[idx].fd);
+        let Some(process) = self.processes.get_mut(&pid) else {
+            return;
+        };
+        if let Probe::Tcp(facts) = probe(process, pid, fd) {
+            let same = facts.inode.map_or(true, |ino| {
+                self.by_inode.get(&ino).map_or(true, |&i| i == idx)
+            });
+            if same {
+                self.learn(idx, facts);
             }
+        }
+    }
+
+    fn on_send(&mut self, tid: Pid, idx: usize, bytes: u64, more: bool, now: Instant) {
+        if !self.sockets[idx].resolved {
+            self.look_again(idx);
             // Try once: a socket that cannot be read keeps the options the syscalls showed.
             self.sockets[idx].resolved = true;
         }
@@ -1185,17 +1197,7 @@ impl Tracer {
         }
         // TCP_NODELAY may have been switched on from outside (`tcpstall fix`) since the
         // socket was last looked at: look again before blaming Nagle.
-        let (pid, fd) = (self.sockets[idx].pid, self.sockets[idx].fd);
-        if let Some(process) = self.processes.get_mut(&pid) {
-            if let Probe::Tcp(facts) = probe(process, pid, fd) {
-                if facts
-                    .inode
-                    .is_some_and(|ino| self.by_inode.get(&ino) == Some(&idx))
-                {
-                    self.sockets[idx].learn(facts);
-                }
-            }
-        }
+        self.look_again(idx);
         let socket = &mut self.sockets[idx];
         if socket.nodelay {
             return;
