@@ -498,17 +498,23 @@ fn text_report_names_the_pattern_and_the_fixes() {
     );
 }
 
-#[test]
-fn pcapng_gives_the_same_verdicts() {
-    let dir = Scratch::new("pcapng");
-    let ng = dir.path("split_response.pcapng");
+/// The committed fixture `name`.pcap rewritten as pcapng by editcap, in `dir`.
+fn to_pcapng(dir: &Scratch, name: &str) -> PathBuf {
+    let ng = dir.path(&format!("{name}.pcapng"));
     let status = Command::new("editcap")
         .args(["-F", "pcapng"])
-        .arg(format!("{FIXTURES}/split_response.pcap"))
+        .arg(format!("{FIXTURES}/{name}.pcap"))
         .arg(&ng)
         .status()
         .expect("editcap comes with tshark (scripts/install-deps)");
     assert!(status.success());
+    ng
+}
+
+#[test]
+fn pcapng_gives_the_same_verdicts() {
+    let dir = Scratch::new("pcapng");
+    let ng = to_pcapng(&dir, "split_response");
     let a = analyze_json(&ng);
     let b = analyze_json(Path::new(&format!("{FIXTURES}/split_response.pcap")));
     assert_eq!(a["events"], b["events"]);
@@ -577,14 +583,7 @@ fn damaged_input() {
 
     // A pcapng cut inside its section header, a pcap header followed by bytes that are no
     // record: nothing readable, exit 2 with the reason.
-    let ng = dir.path("split_request.pcapng");
-    let status = Command::new("editcap")
-        .args(["-F", "pcapng"])
-        .arg(format!("{FIXTURES}/split_request.pcap"))
-        .arg(&ng)
-        .status()
-        .expect("editcap comes with tshark (scripts/install-deps)");
-    assert!(status.success());
+    let ng = to_pcapng(&dir, "split_request");
     let ng_cut = dir.path("cut.pcapng");
     fs::write(&ng_cut, &fs::read(&ng).expect("pcapng")[..20]).expect("write");
     let mut header_and_junk = good[..24].to_vec();
