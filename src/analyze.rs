@@ -16,7 +16,7 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rustc_hash::FxHasher;
 
-use crate::capture::{for_each_segment, open_input, CaptureStats};
+use crate::capture::{open_input, stream_segments, CaptureStats, SegmentSink};
 use crate::decode::Segment;
 use crate::detect::{Analysis, Detector, DetectorConfig};
 use crate::flow::FlowKey;
@@ -116,19 +116,19 @@ pub fn analyse_files(
     // of its flows, fed in batches in capture order, each segment with its position in the
     // whole input so that merging gives one detector's result.
     let parts = std::thread::scope(|scope| -> anyhow::Result<Vec<Analysis>> {
-        let (recycle, recycled) = mpsc::channel::<Vec<(u64, Segment)>>();
+        let (recycle, recycled) = mpsc::channel::<Batch>();
         let mut handles = Vec::with_capacity(workers);
         let mut queues = Vec::with_capacity(workers);
         for _ in 0..workers {
-            let (queue, batches) = mpsc::sync_channel::<Vec<(u64, Segment)>>(BATCHES_IN_FLIGHT);
+            let (queue, batches) = mpsc::sync_channel::<Batch>(BATCHES_IN_FLIGHT);
             let recycle = recycle.clone();
             let mut detector = Detector::new(config.clone());
             handles.push(scope.spawn(move || {
                 for mut batch in batches {
-                    for (ordinal, seg) in &batch {
+                    for (ordinal, seg) in batch.filled() {
                         detector.push_at(seg, *ordinal);
                     }
-                    batch.clear();
+                    batch.len = 0;
                     let _ = recycle.send(batch);
                 }
                 detector.finish()
@@ -136,10 +136,11 @@ pub fn analyse_files(
             queues.push(queue);
         }
         let mut router = Router {
-            batches: (0..workers).map(|_| Vec::with_capacity(BATCH)).collect(),
+            batches: (0..workers).map(|_| Batch::new()).collect(),
             queues,
             recycled,
             ordinal: 0,
+            staging: Segment::UNSET,
         };
         let mut seen_files = std::collections::HashSet::new();
         for path in files {
@@ -158,7 +159,6 @@ pub fn analyse_files(
             facts.files.push(display(path));
         }
         router.flush();
-        drop(router);
         handles
             .into_iter()
             .map(|h| {
@@ -176,44 +176,91 @@ pub fn analyse_files(
     Ok((Analysis::merge(parts), facts))
 }
 
+/// Segments on their way to a detector thread, each with its position in the input. The
+/// items stay allocated and initialised from one use to the next: the reader decodes straight
+/// into `items[len]`.
+struct Batch {
+    items: Vec<(u64, Segment)>,
+    len: usize,
+}
+
+impl Batch {
+    fn new() -> Batch {
+        Batch {
+            items: vec![(0, Segment::UNSET); BATCH],
+            len: 0,
+        }
+    }
+
+    fn filled(&self) -> &[(u64, Segment)] {
+        &self.items[..self.len]
+    }
+
+    fn is_full(&self) -> bool {
+        self.len == self.items.len()
+    }
+}
+
 /// Sends each segment, numbered in input order, to the worker that owns its flow.
 struct Router {
-    batches: Vec<Vec<(u64, Segment)>>,
-    queues: Vec<mpsc::SyncSender<Vec<(u64, Segment)>>>,
-    recycled: mpsc::Receiver<Vec<(u64, Segment)>>,
+    batches: Vec<Batch>,
+    queues: Vec<mpsc::SyncSender<Batch>>,
+    recycled: mpsc::Receiver<Batch>,
     ordinal: u64,
+    /// Where segments are decoded when several workers share them: the flow, hence the
+    /// batch, is known only once decoded.
+    staging: Segment,
 }
 
 impl Router {
-    fn route(&mut self, seg: &Segment) {
-        let worker = if self.queues.len() == 1 {
-            0
-        } else {
-            // Both directions of a flow share the key, hence the worker.
-            let mut hasher = FxHasher::default();
-            FlowKey::of(seg).0.hash(&mut hasher);
-            (hasher.finish() % self.queues.len() as u64) as usize
-        };
-        let batch = &mut self.batches[worker];
-        batch.push((self.ordinal, *seg));
-        self.ordinal += 1;
-        if batch.len() == BATCH {
-            let empty = self
-                .recycled
-                .try_recv()
-                .unwrap_or_else(|_| Vec::with_capacity(BATCH));
-            let full = std::mem::replace(batch, empty);
+    /// Sends the worker's batch when full, and takes an empty one back.
+    fn send_if_full(&mut self, worker: usize) {
+        if self.batches[worker].is_full() {
+            let empty = self.recycled.try_recv().unwrap_or_else(|_| Batch::new());
+            let full = std::mem::replace(&mut self.batches[worker], empty);
             // A send fails only when the worker is gone; its join reports why.
             let _ = self.queues[worker].send(full);
         }
     }
 
-    fn flush(&mut self) {
-        for (batch, queue) in self.batches.iter_mut().zip(&self.queues) {
-            if !batch.is_empty() {
-                let _ = queue.send(std::mem::take(batch));
+    /// Sends what is left; the workers then end with their queues.
+    fn flush(self) {
+        for (batch, queue) in self.batches.into_iter().zip(&self.queues) {
+            if batch.len > 0 {
+                let _ = queue.send(batch);
             }
         }
+    }
+}
+
+impl SegmentSink for Router {
+    fn slot(&mut self) -> &mut Segment {
+        if self.batches.len() == 1 {
+            // One worker: straight into its batch (never full here: sent as it fills).
+            let batch = &mut self.batches[0];
+            &mut batch.items[batch.len].1
+        } else {
+            &mut self.staging
+        }
+    }
+
+    fn commit(&mut self) {
+        let worker = if self.batches.len() == 1 {
+            0
+        } else {
+            // Both directions of a flow share the key, hence the worker.
+            let mut hasher = FxHasher::default();
+            FlowKey::of(&self.staging).0.hash(&mut hasher);
+            let worker = (hasher.finish() % self.batches.len() as u64) as usize;
+            let batch = &mut self.batches[worker];
+            batch.items[batch.len].1 = self.staging;
+            worker
+        };
+        let batch = &mut self.batches[worker];
+        batch.items[batch.len].0 = self.ordinal;
+        batch.len += 1;
+        self.ordinal += 1;
+        self.send_if_full(worker);
     }
 }
 
@@ -240,16 +287,12 @@ fn analyse_one(
     // do not garble each other on the terminal.
     let bar = input.bar.clone();
     let name = display(path);
-    let stats = for_each_segment(
-        input,
-        |seg| router.route(seg),
-        |w| {
-            *warnings += 1;
-            if *warnings <= WARNINGS_SHOWN {
-                bar.suspend(|| eprintln!("tcpstall: warning: {name}: {w}"));
-            }
-        },
-    )?;
+    let stats = stream_segments(input, router, |w| {
+        *warnings += 1;
+        if *warnings <= WARNINGS_SHOWN {
+            bar.suspend(|| eprintln!("tcpstall: warning: {name}: {w}"));
+        }
+    })?;
     Ok(stats)
 }
 

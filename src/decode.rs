@@ -81,11 +81,33 @@ impl Segment {
     }
 }
 
-/// What one network-layer packet turned out to be.
+impl Segment {
+    /// A placeholder for a segment about to be decoded in place (see [`decode_ip`]).
+    pub const UNSET: Segment = Segment {
+        ts_ns: 0,
+        packet_number: 0,
+        src: IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+        dst: IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+        src_port: 0,
+        dst_port: 0,
+        seq: 0,
+        ack: 0,
+        flags: 0,
+        window: 0,
+        payload_len: 0,
+        mss: None,
+        window_scale: None,
+        timestamps: None,
+        has_sack: false,
+    };
+}
+
+/// What one network-layer packet turned out to be. `T` is what a TCP segment yields: the
+/// [`Segment`], or `()` from the decoders that write it into the caller's place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Decoded {
+pub enum Decoded<T = Segment> {
     /// A TCP segment.
-    Tcp(Segment),
+    Tcp(T),
     /// A well-formed packet of another protocol (UDP, ICMP, ARP...), skipped silently.
     NotTcp,
     /// A non-first IP fragment: it carries no TCP header, and fragments are not reassembled.
@@ -114,17 +136,26 @@ pub struct PacketMeta {
 /// length. `wire_len` is how long the IP packet was on the wire (the frame's original length
 /// minus the link header): it stands in for the IP length field only when that field is zero,
 /// which Linux writes for TSO/GSO super-packets above 64 KiB and IPv6 jumbograms.
-pub fn decode_ip(packet: &[u8], wire_len: u32, meta: PacketMeta) -> Decoded {
+///
+/// A TCP segment is written into `out` (left as it was otherwise): decoding in place lets a
+/// reader fill its output buffer without building the segment elsewhere and copying it.
+pub fn decode_ip(packet: &[u8], wire_len: u32, meta: PacketMeta, out: &mut Segment) -> Decoded<()> {
     match packet.first().map(|b| b >> 4) {
-        Some(4) => decode_ipv4(packet, wire_len, meta),
-        Some(6) => decode_ipv6(packet, wire_len, meta),
+        Some(4) => decode_ipv4(packet, wire_len, meta, out),
+        Some(6) => decode_ipv6(packet, wire_len, meta, out),
         Some(_) => Decoded::Undecodable("IP version is neither 4 nor 6"),
         None => Decoded::Undecodable("no IP header captured"),
     }
 }
 
-/// Decodes an IPv4 packet (RFC 791 §3.1).
-pub fn decode_ipv4(packet: &[u8], wire_len: u32, meta: PacketMeta) -> Decoded {
+/// Decodes an IPv4 packet (RFC 791 §3.1) into `out`, as [`decode_ip`].
+#[inline(always)]
+pub fn decode_ipv4(
+    packet: &[u8],
+    wire_len: u32,
+    meta: PacketMeta,
+    out: &mut Segment,
+) -> Decoded<()> {
     if packet.len() < 20 {
         return Decoded::Undecodable("IPv4 header cut short by the snap length");
     }
@@ -160,11 +191,18 @@ pub fn decode_ipv4(packet: &[u8], wire_len: u32, meta: PacketMeta) -> Decoded {
         IpAddr::V4(src),
         IpAddr::V4(dst),
         meta,
+        out,
     )
 }
 
-/// Decodes an IPv6 packet (RFC 8200 §3), walking its extension headers (RFC 8200 §4) to TCP.
-pub fn decode_ipv6(packet: &[u8], wire_len: u32, meta: PacketMeta) -> Decoded {
+/// Decodes an IPv6 packet (RFC 8200 §3), walking its extension headers (RFC 8200 §4) to TCP,
+/// into `out`, as [`decode_ip`].
+pub fn decode_ipv6(
+    packet: &[u8],
+    wire_len: u32,
+    meta: PacketMeta,
+    out: &mut Segment,
+) -> Decoded<()> {
     const FIXED_HEADER: usize = 40;
     if packet.len() < FIXED_HEADER {
         return Decoded::Undecodable("IPv6 header cut short by the snap length");
@@ -222,18 +260,28 @@ pub fn decode_ipv6(packet: &[u8], wire_len: u32, meta: PacketMeta) -> Decoded {
     let mut dst = [0u8; 16];
     src.copy_from_slice(&packet[8..24]);
     dst.copy_from_slice(&packet[24..40]);
-    decode_tcp(tcp, remaining, IpAddr::from(src), IpAddr::from(dst), meta)
+    decode_tcp(
+        tcp,
+        remaining,
+        IpAddr::from(src),
+        IpAddr::from(dst),
+        meta,
+        out,
+    )
 }
 
 /// Decodes a TCP header (RFC 9293 §3.1). `segment_len` is the TCP header plus payload length
-/// given by the IP header; `tcp` holds the captured bytes from the TCP header on.
+/// given by the IP header; `tcp` holds the captured bytes from the TCP header on. The segment
+/// is written into `out`, as [`decode_ip`].
+#[inline(always)]
 pub fn decode_tcp(
     tcp: &[u8],
     segment_len: u32,
     src: IpAddr,
     dst: IpAddr,
     meta: PacketMeta,
-) -> Decoded {
+    out: &mut Segment,
+) -> Decoded<()> {
     if tcp.len() < TCP_MIN_HEADER {
         return Decoded::Undecodable("TCP header cut short by the snap length");
     }
@@ -244,7 +292,14 @@ pub fn decode_tcp(
     if segment_len < header_len as u32 {
         return Decoded::Undecodable("IP length smaller than the TCP header");
     }
-    let mut segment = Segment {
+    // Options cut by the snap length are read as far as they were captured: a partial
+    // option fails the length check in `parse_tcp_options` and ends the walk.
+    let captured_header = &tcp[..header_len.min(tcp.len())];
+    let options = parse_tcp_options(&captured_header[TCP_MIN_HEADER..]);
+    // Written whole from values in hand: filling the options into a segment in memory and
+    // then copying it out stalled the reader (a load overlapping recent narrower stores
+    // cannot be forwarded from them).
+    *out = Segment {
         ts_ns: meta.ts_ns,
         packet_number: meta.packet_number,
         src,
@@ -256,48 +311,55 @@ pub fn decode_tcp(
         flags: tcp[13],
         window: u16::from_be_bytes([tcp[14], tcp[15]]),
         payload_len: segment_len - header_len as u32,
-        mss: None,
-        window_scale: None,
-        timestamps: None,
-        has_sack: false,
+        mss: options.mss,
+        window_scale: options.window_scale,
+        timestamps: options.timestamps,
+        has_sack: options.has_sack,
     };
-    // Options cut by the snap length are read as far as they were captured: a partial
-    // option fails the length check in `parse_tcp_options` and ends the walk.
-    let captured_header = &tcp[..header_len.min(tcp.len())];
-    parse_tcp_options(&captured_header[TCP_MIN_HEADER..], &mut segment);
-    Decoded::Tcp(segment)
+    Decoded::Tcp(())
+}
+
+/// The TCP options the flow tracker uses.
+#[derive(Debug, Clone, Copy, Default)]
+struct TcpOptions {
+    mss: Option<u16>,
+    window_scale: Option<u8>,
+    timestamps: Option<(u32, u32)>,
+    has_sack: bool,
 }
 
 /// Reads the TCP options the flow tracker uses; stops at the first malformed option, as
 /// Linux's `tcp_parse_options` does.
-fn parse_tcp_options(mut options: &[u8], segment: &mut Segment) {
+#[inline(always)]
+fn parse_tcp_options(mut options: &[u8]) -> TcpOptions {
     const EOL: u8 = 0;
     const NOP: u8 = 1;
     const MSS: u8 = 2; // RFC 9293 §3.2
     const WINDOW_SCALE: u8 = 3; // RFC 7323 §2.2
     const SACK: u8 = 5; // RFC 2018 §3
     const TIMESTAMPS: u8 = 8; // RFC 7323 §3.2
+    let mut found = TcpOptions::default();
     while let Some((&kind, rest)) = options.split_first() {
         match kind {
-            EOL => return,
+            EOL => break,
             NOP => {
                 options = rest;
                 continue;
             }
             _ => {}
         }
-        let Some(&len) = rest.first() else { return };
+        let Some(&len) = rest.first() else { break };
         let len = usize::from(len);
         if len < 2 || len > options.len() {
-            return;
+            break;
         }
         let body = &options[2..len];
         match (kind, body.len()) {
-            (MSS, 2) => segment.mss = Some(u16::from_be_bytes([body[0], body[1]])),
-            (WINDOW_SCALE, 1) => segment.window_scale = Some(body[0]),
-            (SACK, n) if n >= 8 => segment.has_sack = true,
+            (MSS, 2) => found.mss = Some(u16::from_be_bytes([body[0], body[1]])),
+            (WINDOW_SCALE, 1) => found.window_scale = Some(body[0]),
+            (SACK, n) if n >= 8 => found.has_sack = true,
             (TIMESTAMPS, 8) => {
-                segment.timestamps = Some((
+                found.timestamps = Some((
                     u32::from_be_bytes([body[0], body[1], body[2], body[3]]),
                     u32::from_be_bytes([body[4], body[5], body[6], body[7]]),
                 ))
@@ -306,4 +368,5 @@ fn parse_tcp_options(mut options: &[u8], segment: &mut Segment) {
         }
         options = &options[len..];
     }
+    found
 }

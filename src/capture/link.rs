@@ -3,7 +3,7 @@
 //! Link-type numbers are the `LINKTYPE_*` values of <https://www.tcpdump.org/linktypes.html>,
 //! which pcap and pcapng files carry.
 
-use crate::decode::{decode_ip, decode_ipv4, decode_ipv6, Decoded, PacketMeta};
+use crate::decode::{decode_ip, decode_ipv4, decode_ipv6, Decoded, PacketMeta, Segment};
 
 /// A link layer this crate decodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -50,6 +50,23 @@ impl LinkType {
     /// `frame` holds the captured bytes (maybe cut by the snap length), `orig_len` the frame's
     /// length on the wire.
     pub fn decode(self, frame: &[u8], orig_len: u32, meta: PacketMeta) -> Decoded {
+        let mut segment = Segment::UNSET;
+        match self.decode_into(frame, orig_len, meta, &mut segment) {
+            Decoded::Tcp(()) => Decoded::Tcp(segment),
+            Decoded::NotTcp => Decoded::NotTcp,
+            Decoded::Fragment => Decoded::Fragment,
+            Decoded::Undecodable(reason) => Decoded::Undecodable(reason),
+        }
+    }
+
+    /// [`LinkType::decode`], writing a TCP segment into `out` (see [`decode_ip`]).
+    pub fn decode_into(
+        self,
+        frame: &[u8],
+        orig_len: u32,
+        meta: PacketMeta,
+        out: &mut Segment,
+    ) -> Decoded<()> {
         let (network, offset) = match self {
             LinkType::Ethernet => match ethernet_payload(frame) {
                 Ok(found) => found,
@@ -85,9 +102,9 @@ impl LinkType {
         let packet = frame.get(offset..).unwrap_or_default();
         let wire_len = orig_len.saturating_sub(offset as u32);
         match network {
-            Network::Ipv4 => decode_ipv4(packet, wire_len, meta),
-            Network::Ipv6 => decode_ipv6(packet, wire_len, meta),
-            Network::IpByVersion => decode_ip(packet, wire_len, meta),
+            Network::Ipv4 => decode_ipv4(packet, wire_len, meta, out),
+            Network::Ipv6 => decode_ipv6(packet, wire_len, meta, out),
+            Network::IpByVersion => decode_ip(packet, wire_len, meta, out),
             Network::Other => Decoded::NotTcp,
         }
     }
@@ -141,7 +158,7 @@ impl Network {
 }
 
 /// Finds the network header after an Ethernet header and its VLAN tags.
-fn ethernet_payload(frame: &[u8]) -> Result<(Network, usize), Decoded> {
+fn ethernet_payload(frame: &[u8]) -> Result<(Network, usize), Decoded<()>> {
     const TYPE_OFFSET: usize = 12;
     let mut offset = TYPE_OFFSET;
     loop {

@@ -189,7 +189,43 @@ pub fn open_input(path: &Path) -> Result<Box<dyn Read + Send>, CaptureError> {
 /// without IP, an I/O failure).
 pub fn for_each_segment<R: Read>(
     input: R,
-    mut on_segment: impl FnMut(&Segment),
+    on_segment: impl FnMut(&Segment),
+    on_warning: impl FnMut(&CaptureWarning),
+) -> Result<CaptureStats, CaptureError> {
+    /// Decodes into one segment and hands it to the callback.
+    struct Callback<F> {
+        segment: Segment,
+        on_segment: F,
+    }
+    impl<F: FnMut(&Segment)> SegmentSink for Callback<F> {
+        fn slot(&mut self) -> &mut Segment {
+            &mut self.segment
+        }
+        fn commit(&mut self) {
+            (self.on_segment)(&self.segment);
+        }
+    }
+    let mut sink = Callback {
+        segment: Segment::UNSET,
+        on_segment,
+    };
+    stream_segments(input, &mut sink, on_warning)
+}
+
+/// Where [`stream_segments`] decodes segments: in place, so that a consumer's buffer is filled
+/// without a segment being built elsewhere and copied.
+pub trait SegmentSink {
+    /// The place the next segment is decoded into; what is left there by a packet that is not
+    /// TCP is overwritten by the next.
+    fn slot(&mut self) -> &mut Segment;
+    /// The slot holds a complete segment.
+    fn commit(&mut self);
+}
+
+/// [`for_each_segment`], decoding every TCP segment into `sink`'s slot and committing it.
+pub fn stream_segments<R: Read>(
+    input: R,
+    sink: &mut impl SegmentSink,
     mut on_warning: impl FnMut(&CaptureWarning),
 ) -> Result<CaptureStats, CaptureError> {
     let mut stats = CaptureStats::default();
@@ -227,10 +263,10 @@ pub fn for_each_segment<R: Read>(
             ts_ns: frame.ts_ns,
             packet_number: frame.packet_number,
         };
-        match link.decode(frame.data, frame.orig_len, meta) {
-            Decoded::Tcp(segment) => {
+        match link.decode_into(frame.data, frame.orig_len, meta, sink.slot()) {
+            Decoded::Tcp(()) => {
                 stats.tcp_segments += 1;
-                on_segment(&segment);
+                sink.commit();
             }
             Decoded::NotTcp => stats.non_tcp += 1,
             Decoded::Fragment => {

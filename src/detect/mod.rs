@@ -200,7 +200,10 @@ impl Analysis {
     /// [`Detector::push_at`]): events in input order, flows in order of first appearance, the
     /// same result as one detector fed everything.
     pub fn merge(parts: Vec<Analysis>) -> Analysis {
-        let mut all = Analysis::default();
+        let mut parts = parts.into_iter();
+        // The first part's vectors are extended in place: a large capture has tens of thousands
+        // of events, and moving them into new vectors cost a copy and the page faults of it.
+        let mut all = parts.next().unwrap_or_default();
         for part in parts {
             all.packets += part.packets;
             for kind in StallKind::ALL {
@@ -213,6 +216,7 @@ impl Analysis {
                 (a, b) => a.or(b),
             };
         }
+        // Stable sorts: one part already in order costs a single pass.
         all.events.sort_by_key(|e| e.ordinal);
         all.flows.sort_by_key(|f| f.id);
         all
@@ -354,7 +358,10 @@ fn record(
         return None;
     }
     let dir = flow.dir(side);
-    let mut writes = dir.burst.recorded().to_vec();
+    // Sized once: growing it by the push below cost a reallocation per event.
+    let recorded = dir.burst.recorded();
+    let mut writes = Vec::with_capacity(recorded.len() + 1);
+    writes.extend_from_slice(recorded);
     if seg.payload_len > 0 && finding.kind != StallKind::Rto {
         writes.push(seg.payload_len);
     }

@@ -242,7 +242,11 @@ pub struct FlowSummary {
 impl FlowSummary {
     /// `client-server`, the flow's name in reports.
     pub fn label(&self) -> String {
-        format!("{}-{}", self.client, self.server)
+        let mut label = String::with_capacity(48);
+        self.client.push_to(&mut label);
+        label.push('-');
+        self.server.push_to(&mut label);
+        label
     }
 
     /// Where the capture was taken, from the near-side RTTs.

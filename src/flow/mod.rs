@@ -57,6 +57,31 @@ pub struct Endpoint {
     pub port: u16,
 }
 
+impl Endpoint {
+    /// Appends the endpoint as its `Display` writes it; IPv4 digits through itoa, several times
+    /// faster than `core::fmt` for the thousands of flows of a large capture's report.
+    pub fn push_to(&self, out: &mut String) {
+        let mut digits = itoa::Buffer::new();
+        match self.addr {
+            IpAddr::V4(a) => {
+                for (i, octet) in a.octets().into_iter().enumerate() {
+                    if i > 0 {
+                        out.push('.');
+                    }
+                    out.push_str(digits.format(octet));
+                }
+            }
+            IpAddr::V6(a) => {
+                use fmt::Write as _;
+                // Writing to a String cannot fail.
+                let _ = write!(out, "[{a}]");
+            }
+        }
+        out.push(':');
+        out.push_str(digits.format(self.port));
+    }
+}
+
 impl fmt::Display for Endpoint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.addr {
@@ -407,6 +432,8 @@ fn option_len(seg: &Segment) -> u32 {
     }
 }
 
+/// Turn latencies reserved at a flow's first answered turn.
+const LATENCIES_RESERVED: usize = 32;
 /// Longest list of turn latencies kept per flow: enough for a p99, bounded memory.
 pub const MAX_TURNS_KEPT: usize = 65_536;
 
@@ -445,6 +472,11 @@ impl Turns {
     pub fn finish(&mut self) {
         if let Some(end) = self.answered_ns.take() {
             if self.latencies_us.len() < MAX_TURNS_KEPT {
+                // Room for a keep-alive connection's turns at once, instead of growing from 4
+                // through five reallocations.
+                if self.latencies_us.is_empty() {
+                    self.latencies_us.reserve(LATENCIES_RESERVED);
+                }
                 let us = end.saturating_sub(self.start_ns) / 1000;
                 self.latencies_us
                     .push(u32::try_from(us).unwrap_or(u32::MAX));
@@ -926,6 +958,29 @@ impl FlowTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn push_to_writes_what_display_writes() {
+        for text in [
+            "0.0.0.0:0",
+            "127.0.0.1:8080",
+            "255.255.255.255:65535",
+            "10.2.0.26:20026",
+            "[::1]:443",
+            "[::ffff:192.0.2.1]:80",
+            "[2001:db8::1:0:0:1]:5",
+        ] {
+            let addr: std::net::SocketAddr = text.parse().expect("a valid socket address");
+            let e = Endpoint {
+                addr: addr.ip(),
+                port: addr.port(),
+            };
+            let mut pushed = String::new();
+            e.push_to(&mut pushed);
+            assert_eq!(pushed, e.to_string());
+            assert_eq!(pushed, text);
+        }
+    }
 
     #[test]
     fn serial_comparison_wraps() {

@@ -7,6 +7,7 @@ use std::io::{self, Write};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 use serde_json::json;
+use serde_json::ser::{CompactFormatter, Formatter};
 
 use crate::detect::verdict::{events_by_flow, explain, fixes, patterns, FlowSummary};
 use crate::detect::{Analysis, KindCounts, StallEvent, StallKind};
@@ -26,41 +27,68 @@ fn ms(ns: u64) -> f64 {
     (ns as f64 / 1e3).round() / 1e3
 }
 
-/// One event of `events[]`. The sentence naming the pattern and the fixes are given once per
-/// flow and pattern (`flows[].patterns`), not repeated per event.
-#[derive(Serialize)]
-pub struct EventJson<'a> {
-    kind: &'static str,
-    flow: &'a str,
-    flow_id: u64,
-    server_port: u16,
-    time: f64,
-    packet: u64,
-    delay_ms: f64,
-    ack_delay_ms: Option<f64>,
-    held_side: &'static str,
-    ack_side: Option<&'static str>,
-    peer_stack: Option<&'static str>,
-    writes: &'a [u32],
+/// Writes one event of `events[]` as a JSON object; `flow` is the flow's label
+/// (`client-server`). The sentence naming the pattern and the fixes are given once per flow and
+/// pattern (`flows[].patterns`), not repeated per event.
+///
+/// Written field by field rather than through a derived `Serialize`: a large capture has tens
+/// of thousands of events, and serde's per-byte escape scan of every key and fixed name was
+/// most of the cost. Keys and names are fixed ASCII that needs no escaping; the label and the
+/// numbers go through serde_json, so the text is what serde_json would write.
+pub fn write_event(buf: &mut Vec<u8>, e: &StallEvent, flow: &str) -> io::Result<()> {
+    let f = &e.finding;
+    let mut number = CompactFormatter;
+    buf.extend_from_slice(b"{\"kind\":\"");
+    buf.extend_from_slice(f.kind.name().as_bytes());
+    buf.extend_from_slice(b"\",\"flow\":");
+    write_str(buf, flow)?;
+    buf.extend_from_slice(b",\"flow_id\":");
+    number.write_u64(buf, e.flow_id)?;
+    buf.extend_from_slice(b",\"server_port\":");
+    number.write_u16(buf, e.server.port)?;
+    buf.extend_from_slice(b",\"time\":");
+    number.write_f64(buf, e.ts_ns as f64 / 1e9)?;
+    buf.extend_from_slice(b",\"packet\":");
+    number.write_u64(buf, e.packet_number)?;
+    buf.extend_from_slice(b",\"delay_ms\":");
+    number.write_f64(buf, ms(f.delay_ns))?;
+    buf.extend_from_slice(b",\"ack_delay_ms\":");
+    match f.ack_delay_ns {
+        Some(ns) => number.write_f64(buf, ms(ns))?,
+        None => buf.extend_from_slice(b"null"),
+    }
+    buf.extend_from_slice(b",\"held_side\":\"");
+    buf.extend_from_slice(f.held_side.name().as_bytes());
+    buf.extend_from_slice(b"\",\"ack_side\":");
+    write_name(buf, f.ack_side.map(|s| s.name()));
+    buf.extend_from_slice(b",\"peer_stack\":");
+    write_name(buf, e.peer_stack.map(|s| s.name()));
+    buf.extend_from_slice(b",\"writes\":[");
+    for (i, &w) in e.writes.iter().enumerate() {
+        if i > 0 {
+            buf.push(b',');
+        }
+        number.write_u32(buf, w)?;
+    }
+    buf.extend_from_slice(b"]}");
+    Ok(())
 }
 
-/// One event as its JSON object; `flow` is the flow's label (`client-server`).
-pub fn event<'a>(e: &'a StallEvent, flow: &'a str) -> EventJson<'a> {
-    let f = &e.finding;
-    EventJson {
-        kind: f.kind.name(),
-        flow,
-        flow_id: e.flow_id,
-        server_port: e.server.port,
-        time: e.ts_ns as f64 / 1e9,
-        packet: e.packet_number,
-        delay_ms: ms(f.delay_ns),
-        ack_delay_ms: f.ack_delay_ns.map(ms),
-        held_side: f.held_side.name(),
-        ack_side: f.ack_side.map(|s| s.name()),
-        peer_stack: e.peer_stack.map(|s| s.name()),
-        writes: &e.writes,
+/// A fixed ASCII name (no character JSON escapes) as a string, or `null`.
+fn write_name(buf: &mut Vec<u8>, name: Option<&'static str>) {
+    match name {
+        Some(name) => {
+            buf.push(b'"');
+            buf.extend_from_slice(name.as_bytes());
+            buf.push(b'"');
+        }
+        None => buf.extend_from_slice(b"null"),
     }
+}
+
+/// A string, escaped as JSON requires.
+fn write_str(buf: &mut Vec<u8>, s: &str) -> io::Result<()> {
+    serde_json::to_writer(buf, s).map_err(io::Error::from)
 }
 
 /// Counts per kind, under their stable names.
@@ -83,79 +111,118 @@ fn kinds(c: &KindCounts) -> KindsJson {
     }
 }
 
-/// One stall pattern of a flow, with its fixes.
-#[derive(Serialize)]
-pub struct PatternJson {
-    kind: &'static str,
-    held_side: &'static str,
-    count: u64,
-    explanation: String,
-    fixes: Vec<String>,
+/// A flow's label (`client-server`) and where the client's part ends in it.
+pub struct FlowLabel {
+    text: String,
+    client_len: usize,
 }
 
-/// One flow of `flows[]`.
-#[derive(Serialize)]
-pub struct FlowJson {
-    flow: String,
-    flow_id: u64,
-    client: String,
-    server: String,
-    server_port: u16,
-    client_guess: &'static str,
-    capture_position: &'static str,
-    packets: u64,
-    bytes_client_to_server: u64,
-    bytes_server_to_client: u64,
-    retransmissions: u64,
-    capture_gaps: u64,
-    requests: u64,
-    stalls: KindsJson,
-    time_lost_ms: f64,
-    worst_stall_ms: f64,
-    p50_ms: Option<f64>,
-    p99_ms: Option<f64>,
-    max_ms: Option<f64>,
-    mss: [u32; 2],
-    mss_source: [&'static str; 2],
-    patterns: Vec<PatternJson>,
-}
-
-/// One flow as its JSON object, with its stall patterns and their fixes.
-pub fn flow(f: &FlowSummary, flow_events: &[&StallEvent]) -> FlowJson {
-    let patterns = patterns(flow_events)
-        .into_iter()
-        .map(|p| PatternJson {
-            kind: p.kind.name(),
-            held_side: p.held_side.name(),
-            count: p.count,
-            explanation: explain(p.example),
-            fixes: fixes(p.kind, p.held_side),
-        })
-        .collect();
-    FlowJson {
-        flow: f.label(),
-        flow_id: f.id,
-        client: f.client.to_string(),
-        server: f.server.to_string(),
-        server_port: f.server.port,
-        client_guess: f.client_guess.name(),
-        capture_position: f.capture_position(),
-        packets: f.packets,
-        bytes_client_to_server: f.bytes[0],
-        bytes_server_to_client: f.bytes[1],
-        retransmissions: f.retransmissions,
-        capture_gaps: f.capture_gaps,
-        requests: f.requests,
-        stalls: kinds(&f.counts),
-        time_lost_ms: ms(f.time_lost_ns),
-        worst_stall_ms: ms(f.worst_stall_ns),
-        p50_ms: f.latency_us.map(|l| f64::from(l.0) / 1e3),
-        p99_ms: f.latency_us.map(|l| f64::from(l.1) / 1e3),
-        max_ms: f.latency_us.map(|l| f64::from(l.2) / 1e3),
-        mss: f.mss,
-        mss_source: f.mss_source.map(|m| m.name()),
-        patterns,
+impl FlowLabel {
+    /// The label of `f`, as [`FlowSummary::label`] writes it, computed once per flow:
+    /// formatting addresses is the costly part of a flow's JSON.
+    pub fn of(f: &FlowSummary) -> FlowLabel {
+        let text = f.label();
+        // Neither an IPv4 nor a bracketed IPv6 endpoint contains '-'.
+        let client_len = text.find('-').unwrap_or(text.len());
+        FlowLabel { text, client_len }
     }
+
+    /// `client-server`.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    fn client(&self) -> &str {
+        &self.text[..self.client_len]
+    }
+
+    fn server(&self) -> &str {
+        self.text.get(self.client_len + 1..).unwrap_or_default()
+    }
+}
+
+/// Writes one flow of `flows[]` as a JSON object, with its stall patterns and their fixes
+/// (written field by field, as [`write_event`] and for the same reason).
+pub fn write_flow(
+    buf: &mut Vec<u8>,
+    f: &FlowSummary,
+    label: &FlowLabel,
+    flow_events: &[&StallEvent],
+) -> io::Result<()> {
+    let mut number = CompactFormatter;
+    buf.extend_from_slice(b"{\"flow\":");
+    write_str(buf, label.as_str())?;
+    buf.extend_from_slice(b",\"flow_id\":");
+    number.write_u64(buf, f.id)?;
+    buf.extend_from_slice(b",\"client\":");
+    write_str(buf, label.client())?;
+    buf.extend_from_slice(b",\"server\":");
+    write_str(buf, label.server())?;
+    buf.extend_from_slice(b",\"server_port\":");
+    number.write_u16(buf, f.server.port)?;
+    buf.extend_from_slice(b",\"client_guess\":");
+    write_name(buf, Some(f.client_guess.name()));
+    buf.extend_from_slice(b",\"capture_position\":");
+    write_name(buf, Some(f.capture_position()));
+    for (key, value) in [
+        (&b",\"packets\":"[..], f.packets),
+        (b",\"bytes_client_to_server\":", f.bytes[0]),
+        (b",\"bytes_server_to_client\":", f.bytes[1]),
+        (b",\"retransmissions\":", f.retransmissions),
+        (b",\"capture_gaps\":", f.capture_gaps),
+        (b",\"requests\":", f.requests),
+    ] {
+        buf.extend_from_slice(key);
+        number.write_u64(buf, value)?;
+    }
+    buf.extend_from_slice(b",\"stalls\":");
+    serde_json::to_writer(&mut *buf, &kinds(&f.counts))?;
+    buf.extend_from_slice(b",\"time_lost_ms\":");
+    number.write_f64(buf, ms(f.time_lost_ns))?;
+    buf.extend_from_slice(b",\"worst_stall_ms\":");
+    number.write_f64(buf, ms(f.worst_stall_ns))?;
+    let (p50, p99, max) = match f.latency_us {
+        Some((p50, p99, max)) => (Some(p50), Some(p99), Some(max)),
+        None => (None, None, None),
+    };
+    for (key, value) in [
+        (&b",\"p50_ms\":"[..], p50),
+        (b",\"p99_ms\":", p99),
+        (b",\"max_ms\":", max),
+    ] {
+        buf.extend_from_slice(key);
+        match value {
+            Some(us) => number.write_f64(buf, f64::from(us) / 1e3)?,
+            None => buf.extend_from_slice(b"null"),
+        }
+    }
+    buf.extend_from_slice(b",\"mss\":[");
+    number.write_u32(buf, f.mss[0])?;
+    buf.push(b',');
+    number.write_u32(buf, f.mss[1])?;
+    buf.extend_from_slice(b"],\"mss_source\":[");
+    write_name(buf, Some(f.mss_source[0].name()));
+    buf.push(b',');
+    write_name(buf, Some(f.mss_source[1].name()));
+    buf.extend_from_slice(b"],\"patterns\":[");
+    for (i, p) in patterns(flow_events).into_iter().enumerate() {
+        if i > 0 {
+            buf.push(b',');
+        }
+        buf.extend_from_slice(b"{\"kind\":");
+        write_name(buf, Some(p.kind.name()));
+        buf.extend_from_slice(b",\"held_side\":");
+        write_name(buf, Some(p.held_side.name()));
+        buf.extend_from_slice(b",\"count\":");
+        number.write_u64(buf, p.count)?;
+        buf.extend_from_slice(b",\"explanation\":");
+        write_str(buf, &explain(p.example))?;
+        buf.extend_from_slice(b",\"fixes\":");
+        serde_json::to_writer(&mut *buf, &fixes(p.kind, p.held_side))?;
+        buf.push(b'}');
+    }
+    buf.extend_from_slice(b"]}");
+    Ok(())
 }
 
 /// Events or flows rendered per thread and round: bounds the text held in memory (about
@@ -182,19 +249,24 @@ pub fn write(out: &mut impl Write, a: &Analysis, input: &InputFacts) -> io::Resu
     write!(out, "{{\"summary\": {summary},\n\"events\": [")?;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     // Labels once per flow, not per event: formatting addresses is the costly part.
-    let labels: FxHashMap<u64, String> = a.flows.iter().map(|f| (f.id, f.label())).collect();
+    let labels: FxHashMap<u64, FlowLabel> =
+        a.flows.iter().map(|f| (f.id, FlowLabel::of(f))).collect();
     write_lines(out, &a.events, threads, |buf, e| {
         let label = labels
             .get(&e.flow_id)
-            .map(String::as_str)
+            .map(FlowLabel::as_str)
             .unwrap_or_default();
-        serde_json::to_writer(buf, &event(e, label))
+        write_event(buf, e, label).map_err(serde_json::Error::io)
     })?;
     write!(out, "\n],\n\"flows\": [")?;
     let by_flow = events_by_flow(&a.events);
     write_lines(out, &a.flows, threads, |buf, f| {
         let events = by_flow.get(&f.id).map(Vec::as_slice).unwrap_or_default();
-        serde_json::to_writer(buf, &flow(f, events))
+        match labels.get(&f.id) {
+            Some(label) => write_flow(buf, f, label, events),
+            None => write_flow(buf, f, &FlowLabel::of(f), events),
+        }
+        .map_err(serde_json::Error::io)
     })?;
     writeln!(out, "\n]}}")
 }
