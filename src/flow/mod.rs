@@ -9,9 +9,10 @@
 //! caller can keep a compact summary.
 
 use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::net::IpAddr;
 
-use rustc_hash::FxHashMap;
+use rustc_hash::FxHasher;
 
 use crate::decode::{flags, Segment};
 
@@ -843,8 +844,8 @@ impl Flow {
 /// way that matters for an offline analysis, and the hash is cheap).
 #[derive(Debug, Default)]
 pub struct FlowTable {
-    /// 4-tuple → index into `slots`: small entries keep the probing cheap.
-    index: FxHashMap<FlowKey, u32>,
+    /// 4-tuple hash → index into `slots`.
+    index: SlotIndex,
     /// The flows; `None` marks a free slot listed in `free`.
     slots: Vec<Option<(FlowKey, Flow)>>,
     free: Vec<u32>,
@@ -858,6 +859,125 @@ pub struct Lookup<'a> {
     pub side: Side,
 }
 
+/// A flow key with its hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct HashedKey {
+    key: FlowKey,
+    hash: u64,
+}
+
+impl HashedKey {
+    /// The key of `seg`'s flow, hashed.
+    #[inline]
+    fn of(seg: &Segment) -> HashedKey {
+        HashedKey::of_key(FlowKey::of(seg).0)
+    }
+
+    #[inline]
+    fn of_key(key: FlowKey) -> HashedKey {
+        let mut hasher = FxHasher::default();
+        key.hash(&mut hasher);
+        HashedKey {
+            key,
+            hash: hasher.finish(),
+        }
+    }
+}
+
+/// Open-addressing index from a key's hash to its slot, linear probing. Eight bytes an entry
+/// (32 bits of hash, the slot) keep the index of a few thousand flows in the nearest caches,
+/// where a map holding the 48-byte keys themselves missed on most segments; the key is
+/// compared in the slot, which the segment needs next anyway.
+#[derive(Debug, Default)]
+struct SlotIndex {
+    /// `hash32 << 32 | slot`, or [`SlotIndex::EMPTY`]; the length is a power of two.
+    entries: Vec<u64>,
+    len: usize,
+}
+
+impl SlotIndex {
+    const EMPTY: u64 = u64::MAX;
+    const MIN_CAPACITY: usize = 64;
+
+    fn hash32(hash: u64) -> u64 {
+        hash >> 32
+    }
+
+    fn mask(&self) -> usize {
+        self.entries.len().wrapping_sub(1)
+    }
+
+    /// The slot under `hash` for which `is_key` holds, and where its entry is.
+    #[inline]
+    fn find(&self, hash: u64, is_key: impl Fn(u32) -> bool) -> Option<(usize, u32)> {
+        if self.entries.is_empty() {
+            return None;
+        }
+        let tag = Self::hash32(hash);
+        let mut pos = tag as usize & self.mask();
+        loop {
+            let entry = self.entries[pos];
+            if entry == Self::EMPTY {
+                return None;
+            }
+            let slot = entry as u32;
+            if entry >> 32 == tag && is_key(slot) {
+                return Some((pos, slot));
+            }
+            pos = (pos + 1) & self.mask();
+        }
+    }
+
+    fn insert(&mut self, hash: u64, slot: u32) {
+        // At most half full: probe sequences stay short.
+        if (self.len + 1) * 2 > self.entries.len() {
+            self.grow();
+        }
+        self.place(Self::hash32(hash) << 32 | u64::from(slot));
+        self.len += 1;
+    }
+
+    fn place(&mut self, entry: u64) {
+        let mut pos = (entry >> 32) as usize & self.mask();
+        while self.entries[pos] != Self::EMPTY {
+            pos = (pos + 1) & self.mask();
+        }
+        self.entries[pos] = entry;
+    }
+
+    fn grow(&mut self) {
+        let capacity = (self.entries.len() * 2).max(Self::MIN_CAPACITY);
+        let old = std::mem::replace(&mut self.entries, vec![Self::EMPTY; capacity]);
+        for entry in old.into_iter().filter(|&e| e != Self::EMPTY) {
+            self.place(entry);
+        }
+    }
+
+    /// Empties the entry at `pos`, shifting back the entries after it that probed past it
+    /// (deletion without tombstones, so lookups never slow down with churn).
+    fn remove_at(&mut self, mut pos: usize) {
+        let mask = self.mask();
+        self.entries[pos] = Self::EMPTY;
+        self.len -= 1;
+        let mut next = (pos + 1) & mask;
+        while self.entries[next] != Self::EMPTY {
+            let home = (self.entries[next] >> 32) as usize & mask;
+            // The entry may fill the hole when the hole lies on its probe path from home.
+            if (next.wrapping_sub(home) & mask) >= (next.wrapping_sub(pos) & mask) {
+                self.entries[pos] = self.entries[next];
+                self.entries[next] = Self::EMPTY;
+                pos = next;
+            }
+            next = (next + 1) & mask;
+        }
+    }
+
+    fn clear(&mut self) {
+        self.entries.clear();
+        self.len = 0;
+    }
+}
+
 impl FlowTable {
     /// An empty table.
     pub fn new() -> FlowTable {
@@ -866,17 +986,20 @@ impl FlowTable {
 
     /// Number of active flows.
     pub fn len(&self) -> usize {
-        self.index.len()
+        self.index.len
     }
 
     /// No active flow.
     pub fn is_empty(&self) -> bool {
-        self.index.is_empty()
+        self.index.len == 0
     }
 
     fn remove_slot(&mut self, slot: u32) -> Option<Flow> {
         let (key, flow) = self.slots.get_mut(slot as usize)?.take()?;
-        self.index.remove(&key);
+        let hash = HashedKey::of_key(key).hash;
+        if let Some((pos, _)) = self.index.find(hash, |s| s == slot) {
+            self.index.remove_at(pos);
+        }
         self.free.push(slot);
         Some(flow)
     }
@@ -890,8 +1013,15 @@ impl FlowTable {
     /// large, and moving it out on every lookup costs a copy per packet.)
     #[inline]
     pub fn lookup(&mut self, seg: &Segment, ordinal: u64, retire: impl FnOnce(Flow)) -> Lookup<'_> {
-        let (key, _) = FlowKey::of(seg);
-        let mut slot = self.index.get(&key).copied();
+        let key = HashedKey::of(seg);
+        let slots = &self.slots;
+        let mut slot = self
+            .index
+            .find(
+                key.hash,
+                |s| matches!(slots.get(s as usize), Some(Some((k, _))) if *k == key.key),
+            )
+            .map(|(_, slot)| slot);
         if let Some(old) = slot {
             if let Some(Some((_, flow))) = self.slots.get(old as usize) {
                 let dir = flow.dir(flow.side_of(seg));
@@ -916,8 +1046,8 @@ impl FlowTable {
                         (self.slots.len() - 1) as u32
                     }
                 };
-                self.slots[slot as usize] = Some((key, flow));
-                self.index.insert(key, slot);
+                self.slots[slot as usize] = Some((key.key, flow));
+                self.index.insert(key.hash, slot);
                 slot
             }
         };
@@ -958,6 +1088,49 @@ impl FlowTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The index against a map, through inserts and removals whose hashes collide on purpose
+    /// (a few distinct home positions, many equal tags), across several growths.
+    #[test]
+    fn slot_index_finds_what_a_map_finds() {
+        let mut index = SlotIndex::default();
+        let mut model: std::collections::HashMap<u32, u64> = std::collections::HashMap::new();
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for step in 0..20_000u32 {
+            let r = next();
+            if r % 3 != 0 || model.is_empty() {
+                // Tags from a small set, so that probes run past equal tags of other slots.
+                let hash = (r % 24) << 32 | (r >> 40);
+                index.insert(hash, step);
+                model.insert(step, hash);
+            } else {
+                let victim = *model
+                    .keys()
+                    .nth((r >> 8) as usize % model.len())
+                    .expect("not empty");
+                let hash = model.remove(&victim).expect("present");
+                let (pos, slot) = index.find(hash, |s| s == victim).expect("indexed");
+                assert_eq!(slot, victim);
+                index.remove_at(pos);
+                assert!(index.find(hash, |s| s == victim).is_none());
+            }
+            assert_eq!(index.len, model.len());
+            if step % 997 == 0 {
+                for (&slot, &hash) in &model {
+                    assert_eq!(index.find(hash, |s| s == slot).map(|f| f.1), Some(slot));
+                }
+            }
+        }
+        for (&slot, &hash) in &model {
+            assert_eq!(index.find(hash, |s| s == slot).map(|f| f.1), Some(slot));
+        }
+    }
 
     #[test]
     fn push_to_writes_what_display_writes() {
