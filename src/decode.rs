@@ -79,9 +79,7 @@ impl Segment {
     pub fn seq_len(&self) -> u32 {
         self.payload_len + u32::from(self.has(flags::SYN)) + u32::from(self.has(flags::FIN))
     }
-}
 
-impl Segment {
     /// A placeholder for a segment about to be decoded in place (see [`decode_ip`]).
     pub const UNSET: Segment = Segment {
         ts_ns: 0,

@@ -61,7 +61,8 @@ impl KernelFacts {
     }
 }
 
-fn read_sysctl_u64(path: &str) -> Option<u64> {
+/// A numeric sysctl (`/proc/sys/...`), or `None` when the file is missing or not a number.
+pub fn read_sysctl_u64(path: &str) -> Option<u64> {
     fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 

@@ -408,7 +408,7 @@ impl Direction {
     /// marks a segment small against that).
     #[inline]
     pub fn is_small(&self, seg: &Segment) -> bool {
-        seg.payload_len + option_len(seg) < self.mss
+        size_against_mss(seg) < self.mss
     }
 
     fn assume_mss(&mut self, v6: bool, loopback: bool) {
@@ -422,15 +422,16 @@ impl Direction {
     }
 }
 
-/// TCP option bytes of `seg` that count against the MSS (timestamps; SACK blocks are rare on
-/// data and ignored).
+/// What `seg` takes of the MSS: its payload plus the option bytes that count against it
+/// (timestamps; SACK blocks are rare on data and ignored).
 #[inline]
-fn option_len(seg: &Segment) -> u32 {
-    if seg.timestamps.is_some() {
+fn size_against_mss(seg: &Segment) -> u32 {
+    let options = if seg.timestamps.is_some() {
         TIMESTAMP_OPTION_LEN
     } else {
         0
-    }
+    };
+    seg.payload_len + options
 }
 
 /// Turn latencies reserved at a flow's first answered turn.
@@ -559,15 +560,10 @@ impl Flow {
         // (or both below), the larger port is taken as the client's for now.
         let src_ephemeral = src.port >= EPHEMERAL_PORT_MIN;
         let dst_ephemeral = dst.port >= EPHEMERAL_PORT_MIN;
-        let src_is_client_by_ports = if src_ephemeral != dst_ephemeral {
-            src_ephemeral
+        let (src_is_client_by_ports, port_guess) = if src_ephemeral != dst_ephemeral {
+            (src_ephemeral, ClientGuess::ServicePort)
         } else {
-            src.port > dst.port
-        };
-        let port_guess = if src_ephemeral != dst_ephemeral {
-            ClientGuess::ServicePort
-        } else {
-            ClientGuess::EphemeralPort
+            (src.port > dst.port, ClientGuess::EphemeralPort)
         };
         let (client, server, guess) = if syn && !ack {
             (src, dst, ClientGuess::Syn)
@@ -732,8 +728,9 @@ impl Flow {
         // A guessed MSS must at least fit what was sent (a larger MTU, or TSO/GSO super-packets
         // on the sending host); starting from Ethernet's rather than from the largest payload
         // keeps a 1400 B write below it, as the kernel sees it.
-        if d.mss_source != MssSource::Syn && seg.payload_len + option_len(seg) > d.mss {
-            d.mss = seg.payload_len + option_len(seg);
+        let size = size_against_mss(seg);
+        if d.mss_source != MssSource::Syn && size > d.mss {
+            d.mss = size;
         }
         if seg.payload_len > 0 {
             if d.packets > 1 && seq_lt(d.snd_nxt, seg.seq) {

@@ -7,6 +7,7 @@ use super::runner::{echo_parts, Side};
 use super::scenarios::{ConnectionMode, Expectation, Variant, Workload};
 use super::server::{http_response_head, memcached_reply_len, MEMCACHED_FIRST_WRITE_CAP};
 use crate::flow::{LOOPBACK_MSS_V4, TIMESTAMP_OPTION_LEN};
+use crate::kernel::read_sysctl_u64;
 
 /// The message a row's split variant writes in two parts, against the segment size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,9 +92,7 @@ impl Geometry {
 /// Payload bytes of a full segment for an MSS set with TCP_MAXSEG: the TCP timestamps option
 /// (RFC 7323, on unless `net.ipv4.tcp_timestamps=0`) takes 12 bytes of it (`tcp_current_mss`).
 pub fn payload_mss(mss: u32) -> u32 {
-    let timestamps = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_timestamps")
-        .map(|v| v.trim() != "0")
-        .unwrap_or(true);
+    let timestamps = read_sysctl_u64("/proc/sys/net/ipv4/tcp_timestamps") != Some(0);
     if timestamps {
         mss.saturating_sub(TIMESTAMP_OPTION_LEN)
     } else {

@@ -444,14 +444,16 @@ struct ListVariant {
     explanation: String,
 }
 
-fn stall_rule(shape: Option<PathShape>) -> String {
+/// When a row counts as stalled; `in_table` adds where the table marks the 2-RTT rows.
+fn stall_rule(shape: Option<PathShape>, in_table: bool) -> String {
     match shape {
         None => "A row is stalled when its median latency is >= 30 ms (40 ms delayed-ACK floor minus 10 ms).".to_string(),
         Some(shape) => format!(
             "Over a {} ms RTT path a row is stalled when its median latency is >= RTT + 30 ms, \
              or 2 RTT + 30 ms when Nagle holds a split message's tail until the first part is \
-             acknowledged (marked 2 RTT below).",
-            shape.rtt.as_millis()
+             acknowledged{}.",
+            shape.rtt.as_millis(),
+            if in_table { " (marked 2 RTT below)" } else { "" }
         ),
     }
 }
@@ -488,7 +490,7 @@ fn list_report(
         })
         .collect();
     ListReport {
-        stall_rule: stall_rule(shape).replace(" (marked 2 RTT below)", ""),
+        stall_rule: stall_rule(shape, false),
         scenarios,
     }
 }
@@ -500,7 +502,7 @@ fn print_list(
     shape: Option<PathShape>,
 ) -> io::Result<()> {
     let list = list_report(selected, settings, shape);
-    writeln!(out, "{}", stall_rule(shape))?;
+    writeln!(out, "{}", stall_rule(shape, true))?;
     for scenario in &list.scenarios {
         writeln!(out, "\n{}: {}", scenario.name, scenario.description)?;
         for v in &scenario.variants {

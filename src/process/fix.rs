@@ -239,7 +239,7 @@ fn render_plan(pid: u32, plan: &[FixedSocket], inherited: bool, port: Option<u16
             Action::AlreadyNodelay => "already TCP_NODELAY, unchanged",
             Action::SkippedState => "closing, unchanged",
         };
-        let fd = s.fd.map_or("?".to_string(), |fd| fd.to_string());
+        let fd = crate::report::or_unknown(s.fd);
         let peer = if s.listening {
             "(listening)".to_string()
         } else {
@@ -273,10 +273,7 @@ fn render_result(report: &FixReport) -> String {
         .iter()
         .filter(|p| p.action == Action::SetNodelay)
     {
-        let fd = planned
-            .socket
-            .fd
-            .map_or("?".to_string(), |fd| fd.to_string());
+        let fd = crate::report::or_unknown(planned.socket.fd);
         let _ = writeln!(
             out,
             "fd {fd:>4} {}: TCP_NODELAY {} -> {}",

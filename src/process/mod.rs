@@ -191,10 +191,7 @@ pub fn has_cap_sys_ptrace() -> bool {
 /// Yama's `kernel.yama.ptrace_scope` (security/yama/yama_lsm.c) narrows ptrace beyond the classic
 /// same-user rule: 1 allows only descendants, 2 only CAP_SYS_PTRACE, 3 nobody.
 fn yama_hint() -> String {
-    match std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
-        .ok()
-        .and_then(|s| s.trim().parse::<u32>().ok())
-    {
+    match crate::kernel::read_sysctl_u64("/proc/sys/kernel/yama/ptrace_scope") {
         Some(1) => {
             "; kernel.yama.ptrace_scope=1 also limits same-user access to descendants".into()
         }

@@ -271,7 +271,7 @@ fn owned_by_uid(pid: u32, table: &std::collections::HashMap<u64, TcpEntry>) -> P
         })
         .collect();
     sockets.sort_by_key(|v| v.inode);
-    let uid_text = uid.map_or_else(|| "?".to_string(), |u| u.to_string());
+    let uid_text = crate::report::or_unknown(uid);
     ProcessSockets {
         pid,
         sockets,
@@ -399,8 +399,8 @@ pub fn render_table(views: &[SocketView]) -> String {
         let _ = writeln!(
             out,
             "{:>7} {:>4} {:<22} {:<22} {:<11} {:<7} {:<4} {:<8} {:>7} {:>7} {:>7} {:>7}",
-            v.pid.map_or("?".to_string(), |p| p.to_string()),
-            v.fd.map_or("?".to_string(), |fd| fd.to_string()),
+            crate::report::or_unknown(v.pid),
+            crate::report::or_unknown(v.fd),
             v.local,
             if v.listening { "*" } else { &v.remote },
             v.state.name(),
@@ -419,8 +419,8 @@ pub fn render_table(views: &[SocketView]) -> String {
                 out,
                 "held now: pid {} fd {} {}: {} B written and not sent while {} segment(s) \
                  await an ACK (Nagle)",
-                v.pid.map_or("?".to_string(), |p| p.to_string()),
-                v.fd.map_or("?".to_string(), |fd| fd.to_string()),
+                crate::report::or_unknown(v.pid),
+                crate::report::or_unknown(v.fd),
                 v.local,
                 info.notsent_bytes,
                 info.unacked
@@ -429,7 +429,7 @@ pub fn render_table(views: &[SocketView]) -> String {
     }
     for v in views.iter().filter(|v| v.can_stall == Some(true)) {
         let Some(pid) = v.pid else { continue };
-        let fd = v.fd.map_or("?".to_string(), |fd| fd.to_string());
+        let fd = crate::report::or_unknown(v.fd);
         let why = if v.listening {
             "listening with Nagle on: every connection it accepts inherits Nagle"
         } else {

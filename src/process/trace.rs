@@ -20,8 +20,9 @@ const DEFAULT_ATTACH_SECONDS: f64 = 10.0;
 pub struct TraceArgs {
     /// Follow this running process (all its threads) instead of starting a command; it is
     /// detached at the end and runs on (as under strace, a syscall blocked at the moment of
-    /// attaching or detaching may return EINTR, which programs retry). No seccomp filter can be installed in a running
-    /// process from outside, so it stops at every syscall: slower than `trace -- CMD`.
+    /// attaching or detaching may return EINTR, which programs retry). No seccomp filter can be
+    /// installed in a running process from outside, so it stops at every syscall: slower than
+    /// `trace -- CMD`.
     #[arg(
         short = 'p',
         long = "pid",
@@ -150,15 +151,12 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<Outcome> {
 
 /// "pid 12 fd 3 127.0.0.1:5000 -> 127.0.0.1:80".
 fn label(s: &TracedSocket) -> String {
-    let endpoint = |addr: Option<std::net::SocketAddr>| {
-        addr.map_or_else(|| "?".to_string(), |a| a.to_string())
-    };
     format!(
         "pid {} fd {} {} -> {}",
         s.pid,
         s.fd,
-        endpoint(s.local),
-        endpoint(s.remote)
+        crate::report::or_unknown(s.local),
+        crate::report::or_unknown(s.remote)
     )
 }
 

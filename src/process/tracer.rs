@@ -3,10 +3,10 @@
 //!
 //! Two ways in:
 //! - `trace -- CMD`: the child is seized (PTRACE_SEIZE) while it waits stopped, then installs a
-//!   seccomp filter
-//!   before exec, so it stops only at socket-related syscalls (PTRACE_EVENT_SECCOMP); the exit of
-//!   a syscall whose result matters is caught by resuming with PTRACE_SYSCALL from that stop
-//!   (since Linux 4.8 the seccomp stop comes after syscall-entry, so the next stop is the exit).
+//!   seccomp filter before exec, so it stops only at socket-related syscalls
+//!   (PTRACE_EVENT_SECCOMP); the exit of a syscall whose result matters is caught by resuming
+//!   with PTRACE_SYSCALL from that stop (since Linux 4.8 the seccomp stop comes after
+//!   syscall-entry, so the next stop is the exit).
 //! - `trace -p PID`: every thread is seized (PTRACE_SEIZE) and stepped from syscall to syscall
 //!   (PTRACE_SYSCALL): a filter cannot be installed in a running process from outside. On the
 //!   way out every thread is interrupted and detached, and the target runs on (a syscall

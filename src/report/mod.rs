@@ -13,6 +13,11 @@ pub fn print_stdout(text: &str) -> io::Result<()> {
     out.flush()
 }
 
+/// A value for a table, or `?` when it could not be read.
+pub fn or_unknown<T: std::fmt::Display>(value: Option<T>) -> String {
+    value.map_or_else(|| "?".to_string(), |v| v.to_string())
+}
+
 /// A duration for people: milliseconds with one decimal, seconds from 10 s up.
 pub fn ms(ns: u64) -> String {
     if ns >= 10_000_000_000 {
