@@ -16,6 +16,9 @@ pub mod lab;
 pub mod process;
 pub mod report;
 pub mod sockopt;
+pub mod tcp_rules;
+
+pub use flow::Side;
 
 /// What a verb found, for the exit status (0 done, 1 stalls found with `--fail-on-stall`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

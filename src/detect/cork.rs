@@ -6,12 +6,13 @@
 use super::{Finding, StallKind};
 use crate::decode::Segment;
 use crate::flow::{seq_lt, Flow, Side};
+use crate::tcp_rules;
 
-/// Shortest gap taken for the cork timer: `TCP_RTO_MIN` (200 ms) less timer slack.
-pub const CORK_MIN_NS: u64 = 195_000_000;
-/// Longest gap taken for the cork timer on a near-zero RTT path; the path's RTT is added
-/// (the RTO grows with it, RFC 6298 §2).
-pub const CORK_MAX_NS: u64 = 260_000_000;
+/// Shortest gap taken for the cork timer ([`tcp_rules::CORK_TIMER_MIN`]).
+pub const CORK_MIN_NS: u64 = tcp_rules::nanos(tcp_rules::CORK_TIMER_MIN);
+/// Longest gap taken for the cork timer on a near-zero RTT path ([`tcp_rules::CORK_TIMER_MAX`]);
+/// the path's RTT is added (the RTO grows with it, RFC 6298 §2).
+pub const CORK_MAX_NS: u64 = tcp_rules::nanos(tcp_rules::CORK_TIMER_MAX);
 
 /// Checks whether `seg`, new data from `side`, left on the cork timer: a partial segment with
 /// nothing in flight and no ACK releasing it, ~200 ms after the last activity that could have

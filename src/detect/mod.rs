@@ -18,11 +18,12 @@ use rustc_hash::FxHashMap;
 
 use crate::decode::Segment;
 use crate::flow::{Endpoint, Flow, FlowTable, Side};
+use crate::tcp_rules;
 
 pub use verdict::{FlowSummary, PeerStack};
 
-/// Events shorter than this are not stalls (the project's "clean" bound is 10 ms).
-pub const MIN_STALL_NS: u64 = 10_000_000;
+/// Events shorter than this are not stalls ([`tcp_rules::CLEAN_BOUND`]).
+pub const MIN_STALL_NS: u64 = tcp_rules::nanos(tcp_rules::CLEAN_BOUND);
 
 /// How often (capture time) the flow table is swept for closed and idle flows.
 const SWEEP_EVERY_NS: u64 = 1_000_000_000;

@@ -9,10 +9,11 @@
 use super::{Finding, StallKind};
 use crate::decode::Segment;
 use crate::flow::{seq_le, seq_lt, Flow, Side};
+use crate::tcp_rules;
 
 /// An ACK that took at least this long after the small segment (path RTT removed) was a delayed
-/// ACK: Linux's minimum is `TCP_DELACK_MIN` = 40 ms; a little slack for timer rounding down.
-pub const DELAYED_ACK_MIN_NS: u64 = 30_000_000;
+/// ACK ([`tcp_rules::STALL_THRESHOLD`]: `TCP_DELACK_MIN` less a margin for rounding down).
+pub const DELAYED_ACK_MIN_NS: u64 = tcp_rules::nanos(tcp_rules::STALL_THRESHOLD);
 
 /// Checks whether `seg`, new data from `side`, is a Nagle hold released by the peer's ACK
 /// (LINUX-TCP "Recognising a Nagle × delayed-ACK stall", conditions 1-4).

@@ -15,6 +15,7 @@ use std::net::IpAddr;
 use rustc_hash::FxHasher;
 
 use crate::decode::{flags, Segment};
+use crate::tcp_rules;
 
 /// `a` comes strictly before `b` in sequence space (RFC 1982 serial arithmetic on 32 bits).
 pub fn seq_lt(a: u32, b: u32) -> bool {
@@ -26,20 +27,6 @@ pub fn seq_le(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) <= 0
 }
 
-/// MSS assumed for IPv4 when no SYN was captured: Ethernet's (1500-byte MTU less 40 bytes of
-/// headers, RFC 894), by far the commonest. RFC 9293's 536 is what a *sender* must assume; taken
-/// here it would make every write above 536 B look full-sized and hide Nagle holds.
-pub const DEFAULT_MSS_V4: u32 = 1460;
-/// MSS assumed for IPv6 when no SYN was captured: Ethernet's 1500-byte MTU less 60 bytes.
-pub const DEFAULT_MSS_V6: u32 = 1440;
-/// MSS of a TCP connection over `lo` (IPv4), as its SYN announces it: the 65535-byte IPv4
-/// datagram limit less 40 bytes of IPv4 and TCP headers (`lo` itself allows 65536).
-pub const LOOPBACK_MSS_V4: u32 = 65_495;
-/// MSS of a TCP connection over `lo` (IPv6): the 65536-byte MTU less 60 bytes of headers.
-pub const LOOPBACK_MSS_V6: u32 = 65_476;
-/// Bytes the timestamp option takes in every segment once negotiated (`TCPOLEN_TSTAMP_ALIGNED`):
-/// `tcp_current_mss` subtracts them, so a full segment carries MSS − 12 bytes of payload.
-pub const TIMESTAMP_OPTION_LEN: u32 = 12;
 /// Lowest port of Linux's default ephemeral range (`net.ipv4.ip_local_port_range` 32768-60999;
 /// Windows and macOS use 49152-65535, within it): a port below it is a service's.
 pub const EPHEMERAL_PORT_MIN: u16 = 32768;
@@ -236,7 +223,7 @@ pub enum MssSource {
     /// of a path usually announce the same (each derives it from its interface's MTU); raised
     /// to the largest segment seen when larger.
     OwnSyn,
-    /// No SYN seen: Ethernet's MSS ([`DEFAULT_MSS_V4`]; loopback's on `lo` addresses), or the
+    /// No SYN seen: Ethernet's MSS ([`tcp_rules::DEFAULT_MSS_V4`]; loopback's on `lo` addresses), or the
     /// largest segment seen when larger.
     #[default]
     Assumed,
@@ -408,16 +395,12 @@ impl Direction {
     /// marks a segment small against that).
     #[inline]
     pub fn is_small(&self, seg: &Segment) -> bool {
-        size_against_mss(seg) < self.mss
+        let full = tcp_rules::payload_mss(self.mss, seg.timestamps.is_some());
+        tcp_rules::is_sub_mss(u64::from(seg.payload_len), u64::from(full))
     }
 
     fn assume_mss(&mut self, v6: bool, loopback: bool) {
-        self.mss = match (v6, loopback) {
-            (false, false) => DEFAULT_MSS_V4,
-            (true, false) => DEFAULT_MSS_V6,
-            (false, true) => LOOPBACK_MSS_V4,
-            (true, true) => LOOPBACK_MSS_V6,
-        };
+        self.mss = tcp_rules::assumed_mss(v6, loopback);
         self.mss_source = MssSource::Assumed;
     }
 }
@@ -427,7 +410,7 @@ impl Direction {
 #[inline]
 fn size_against_mss(seg: &Segment) -> u32 {
     let options = if seg.timestamps.is_some() {
-        TIMESTAMP_OPTION_LEN
+        tcp_rules::TIMESTAMP_OPTION_LEN
     } else {
         0
     };

@@ -6,8 +6,8 @@
 use super::runner::{echo_parts, Side};
 use super::scenarios::{ConnectionMode, Expectation, Variant, Workload};
 use super::server::{http_response_head, memcached_reply_len, MEMCACHED_FIRST_WRITE_CAP};
-use crate::flow::{LOOPBACK_MSS_V4, TIMESTAMP_OPTION_LEN};
 use crate::kernel::read_sysctl_u64;
+use crate::tcp_rules::{self, LOOPBACK_MSS_V4};
 
 /// The message a row's split variant writes in two parts, against the segment size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,11 +93,7 @@ impl Geometry {
 /// (RFC 7323, on unless `net.ipv4.tcp_timestamps=0`) takes 12 bytes of it (`tcp_current_mss`).
 pub fn payload_mss(mss: u32) -> u32 {
     let timestamps = read_sysctl_u64("/proc/sys/net/ipv4/tcp_timestamps") != Some(0);
-    if timestamps {
-        mss.saturating_sub(TIMESTAMP_OPTION_LEN)
-    } else {
-        mss
-    }
+    tcp_rules::payload_mss(mss, timestamps)
 }
 
 /// Whether Linux stalls the row, from the catalogue and the kernel rules.

@@ -4,10 +4,13 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
-/// A row is stalled when its median is at least this many milliseconds: the 40 ms floor of
-/// the Linux delayed-ACK timer (`TCP_DELACK_MIN`) minus a 10 ms margin. A loopback round
-/// trip without a stall takes well under 1 ms, so nothing else lands near it.
-pub const STALL_THRESHOLD_MS: f64 = 30.0;
+use crate::tcp_rules;
+
+/// A row is stalled when its median is at least this many milliseconds
+/// ([`tcp_rules::STALL_THRESHOLD`]: the 40 ms floor of the Linux delayed-ACK timer less a
+/// 10 ms margin). A loopback round trip without a stall takes well under 1 ms, so nothing
+/// else lands near it.
+pub const STALL_THRESHOLD_MS: f64 = tcp_rules::STALL_THRESHOLD.as_millis() as f64;
 
 /// Whether a median latency counts as a Nagle × delayed-ACK stall on loopback, see
 /// [`STALL_THRESHOLD_MS`].

@@ -4,6 +4,8 @@
 //! That later send waits for the ACK of the earlier one, which the peer delays (40 ms on Linux)
 //! when it has nothing to answer yet.
 
+use crate::tcp_rules;
+
 /// Sizes kept for the example of a socket: enough to print, bounded for long bursts.
 const EXAMPLE_SENDS: usize = 8;
 
@@ -25,7 +27,7 @@ pub struct Burst {
 impl Burst {
     /// Adds one send of `bytes` with the socket's MSS and options at that moment.
     pub fn push(&mut self, bytes: u64, mss: u64, nodelay: bool, cork: bool) {
-        if self.sends > 0 && bytes < mss && self.last_size % mss.max(1) != 0 {
+        if self.sends > 0 && bytes < mss && tcp_rules::is_sub_mss(self.last_size, mss) {
             self.nagle_can_hold = true;
         }
         if nodelay || cork {

@@ -33,12 +33,14 @@ use super::seccomp;
 use super::syscalls::{kind_of, SyscallKind, WaitKind};
 use super::AccessError;
 use crate::sockopt;
+use crate::tcp_rules;
 
-/// A wait this long after a write-write-read is the delayed ACK at work (40 ms minimum on Linux).
-pub const LONG_WAIT: Duration = Duration::from_millis(30);
+/// A wait this long after a write-write-read is the delayed ACK at work
+/// ([`tcp_rules::STALL_THRESHOLD`]).
+pub const LONG_WAIT: Duration = tcp_rules::STALL_THRESHOLD;
 
 /// MSS assumed when the socket's cannot be read (Ethernet with timestamps).
-const FALLBACK_MSS: u64 = 1448;
+const FALLBACK_MSS: u64 = tcp_rules::payload_mss(tcp_rules::DEFAULT_MSS_V4, true) as u64;
 
 /// Set by SIGINT/SIGTERM: stop tracing (detach or end the command).
 static STOP_REQUESTED: AtomicBool = AtomicBool::new(false);

@@ -1,0 +1,142 @@
+//! The TCP rules tcpstall reasons with, each written once and cited to the kernel symbol or
+//! RFC it comes from. Every verb asks here: the detector judging a capture, the lab predicting
+//! a row, `trace` judging a syscall sequence, `probe` and `watch` judging live traffic.
+//!
+//! Linux facts are read against `net/ipv4/tcp_output.c`, `tcp_input.c`, `tcp_timer.c` and
+//! `include/net/tcp.h` (6.12) and checked on a 6.18 kernel; where a figure depends on the
+//! running kernel (HZ, `tcp_timestamps`), the caller measures it ([`crate::kernel`]).
+
+use std::time::Duration;
+
+// ---------------------------------------------------------------------------------------------
+// Segment sizes
+// ---------------------------------------------------------------------------------------------
+
+/// MSS assumed for IPv4 when no SYN tells it: Ethernet's (1500-byte MTU less 40 bytes of
+/// headers, RFC 894), by far the commonest. RFC 9293's 536 is what a *sender* must assume;
+/// taken here it would make every write above 536 B look full-sized and hide Nagle holds.
+pub const DEFAULT_MSS_V4: u32 = 1460;
+/// MSS assumed for IPv6 when no SYN tells it: Ethernet's 1500-byte MTU less 60 bytes.
+pub const DEFAULT_MSS_V6: u32 = 1440;
+/// MSS of a TCP connection over `lo` (IPv4), as its SYN announces it: the 65535-byte IPv4
+/// datagram limit less 40 bytes of IPv4 and TCP headers (`lo` itself allows 65536).
+pub const LOOPBACK_MSS_V4: u32 = 65_495;
+/// MSS of a TCP connection over `lo` (IPv6): the 65536-byte MTU less 60 bytes of headers.
+pub const LOOPBACK_MSS_V6: u32 = 65_476;
+/// Bytes the timestamp option takes in every segment once negotiated
+/// (`TCPOLEN_TSTAMP_ALIGNED`): `tcp_current_mss` subtracts them from the MSS.
+pub const TIMESTAMP_OPTION_LEN: u32 = 12;
+
+/// The MSS assumed for a connection whose SYN was not seen, by address family and whether
+/// it runs over loopback.
+pub fn assumed_mss(ipv6: bool, loopback: bool) -> u32 {
+    match (ipv6, loopback) {
+        (false, false) => DEFAULT_MSS_V4,
+        (true, false) => DEFAULT_MSS_V6,
+        (false, true) => LOOPBACK_MSS_V4,
+        (true, true) => LOOPBACK_MSS_V6,
+    }
+}
+
+/// Payload bytes of a full segment for an announced `mss`: the timestamp option, when the
+/// connection uses it (RFC 7323, on unless `net.ipv4.tcp_timestamps=0`), takes 12 bytes of it
+/// (`tcp_current_mss` → `tcp_established_options`).
+pub const fn payload_mss(mss: u32, timestamps: bool) -> u32 {
+    if timestamps {
+        mss.saturating_sub(TIMESTAMP_OPTION_LEN)
+    } else {
+        mss
+    }
+}
+
+/// Minshall's sub-MSS test, as the kernel writes it (`tcp_minshall_update`: `skb->len <
+/// tcp_skb_pcount(skb) * mss_now`): a send of `payload` bytes, cut into segments of
+/// `payload_mss`, ends in a partial segment. That partial segment becomes `snd_sml`, and
+/// while it is unacknowledged Nagle holds the next partial one (`tcp_minshall_check`).
+/// A GSO super-packet of 2623 B at 1448 B segments ends partial; one of exactly 2896 B does
+/// not. An empty send has no segment and is never sub-MSS.
+#[inline]
+pub fn is_sub_mss(payload: u64, payload_mss: u64) -> bool {
+    // The comparison first: the common segment needs no division.
+    if payload < payload_mss {
+        return payload > 0;
+    }
+    payload % payload_mss.max(1) != 0
+}
+
+// ---------------------------------------------------------------------------------------------
+// Timers (Linux)
+// ---------------------------------------------------------------------------------------------
+
+/// Shortest delayed-ACK timeout (`TCP_DELACK_MIN` = HZ/25); the timer wheel rounds its
+/// expiry up by one jiffy, so it fires in (40 ms, 40 ms + 1 jiffy].
+pub const DELACK_MIN: Duration = Duration::from_millis(40);
+/// Longest delayed-ACK timeout (`TCP_DELACK_MAX` = HZ/5), further capped by
+/// `max(srtt, TCP_DELACK_MIN)` and the socket's `TCP_DELACK_MAX_US` (`tcp_delack_max`).
+pub const DELACK_MAX: Duration = Duration::from_millis(200);
+/// Lowest retransmission timeout (`TCP_RTO_MIN` = HZ/5); also the floor of the zero-window
+/// probe timer that sends corked data when nothing is in flight (`tcp_check_probe_timer`).
+pub const RTO_MIN: Duration = Duration::from_millis(200);
+/// Immediate ACKs a new connection gets before it may delay them (`TCP_MAX_QUICKACKS`), until
+/// ping-pong mode starts (`inet_csk_inc_pingpong_cnt`).
+pub const MAX_QUICKACKS: u32 = 16;
+
+// ---------------------------------------------------------------------------------------------
+// Other systems' delayed ACKs (documentation; see docs/LAB.md for sources)
+// ---------------------------------------------------------------------------------------------
+
+/// Windows: 200 ms delayed-ACK timer (`TcpDelAckTicks` 2 × 100 ms), an ACK every second
+/// segment (`TcpAckFrequency` 2).
+pub const WINDOWS_DELACK: Duration = Duration::from_millis(200);
+/// macOS: `net.inet.tcp.delayed_ack` with a 100 ms nominal timer that fires between 100 and
+/// 200 ms (the fast timer ticks every 100 ms).
+pub const MACOS_DELACK: Duration = Duration::from_millis(100);
+
+// ---------------------------------------------------------------------------------------------
+// The project's judgements, derived from the rules above
+// ---------------------------------------------------------------------------------------------
+
+/// Slack under a timer's nominal value before a wait is taken for that timer: the timer wheel
+/// and the capture clock may round down a little, and a 10 ms margin keeps "clean" and
+/// "stalled" apart.
+pub const STALL_MARGIN: Duration = Duration::from_millis(10);
+/// A wait at least this long is a delayed-ACK stall: the 40 ms floor of the Linux timer
+/// ([`DELACK_MIN`]) less [`STALL_MARGIN`]. The lab's `stalled` column and the detector's
+/// delayed-versus-ordinary ACK test both use it.
+pub const STALL_THRESHOLD: Duration = DELACK_MIN.saturating_sub(STALL_MARGIN);
+/// Below this a wait is not a stall at all (the project's "clean" bound).
+pub const CLEAN_BOUND: Duration = STALL_MARGIN;
+/// Shortest gap taken for the cork timer: [`RTO_MIN`] less 5 ms of timer slack.
+pub const CORK_TIMER_MIN: Duration = Duration::from_millis(195);
+/// Longest gap taken for the cork timer on a near-zero RTT path (measured 204-212 ms on
+/// loopback at HZ=250); the path's RTT is added, as the RTO grows with it (RFC 6298 §2).
+pub const CORK_TIMER_MAX: Duration = Duration::from_millis(260);
+
+/// Nanoseconds of `d`, for the detector's capture-time arithmetic.
+pub const fn nanos(d: Duration) -> u64 {
+    d.as_nanos() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sub_mss_is_the_kernels_remainder_test() {
+        assert!(is_sub_mss(100, 1448));
+        assert!(!is_sub_mss(1448, 1448));
+        // A GSO super-packet ending in a partial segment (memcached's 2623 B rest).
+        assert!(is_sub_mss(2623, 1448));
+        assert!(!is_sub_mss(2896, 1448));
+        assert!(!is_sub_mss(0, 1448));
+    }
+
+    #[test]
+    fn thresholds_follow_the_timers() {
+        assert_eq!(STALL_THRESHOLD, Duration::from_millis(30));
+        assert_eq!(CLEAN_BOUND, Duration::from_millis(10));
+        assert_eq!(payload_mss(1460, true), 1448);
+        assert_eq!(payload_mss(1460, false), 1460);
+        assert_eq!(assumed_mss(false, true), LOOPBACK_MSS_V4);
+    }
+}
