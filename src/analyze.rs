@@ -20,8 +20,10 @@ use crate::capture::{open_input, stream_segments, CaptureStats, SegmentSink};
 use crate::decode::Segment;
 use crate::detect::{Analysis, Detector, DetectorConfig};
 use crate::flow::FlowKey;
+use crate::ladder;
 use crate::report::json::InputFacts;
-use crate::report::{json, text};
+use crate::report::style::Style;
+use crate::report::{self, html, json, text};
 use crate::Outcome;
 
 /// Segments handed to a detector thread at a time.
@@ -58,6 +60,14 @@ pub struct AnalyzeArgs {
     /// one more thread).
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub workers: Option<u16>,
+    /// Draw the ladder diagram of one example of each kind of stall found (the capture is read
+    /// a second time for it; standard input is kept in a temporary file).
+    #[arg(long, conflicts_with = "json")]
+    pub ladder: bool,
+    /// Also write a self-contained HTML report to FILE: summary, sortable flow table, latency
+    /// histograms and timelines, ladder diagrams. Opens without network access.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
 }
 
 /// Analyses the captures and prints the report on standard output.
@@ -65,14 +75,40 @@ pub fn run(args: &AnalyzeArgs) -> anyhow::Result<Outcome> {
     if args.files.iter().any(|f| f == Path::new("-")) {
         keep_reading_on_interrupt();
     }
+    let pictures = args.ladder || args.html.is_some();
+    // The pictures read the input twice: standard input is kept in a file for that.
+    let spool = if pictures && args.files.iter().any(|f| f == Path::new("-")) {
+        Some(spool_stdin()?)
+    } else {
+        None
+    };
+    let files: Vec<PathBuf> = args
+        .files
+        .iter()
+        .map(|f| match &spool {
+            Some(tmp) if f == Path::new("-") => tmp.path().to_path_buf(),
+            _ => f.clone(),
+        })
+        .collect();
     let config = DetectorConfig {
         keep_minor_events: args.minor,
+        keep_turns: args.html.is_some(),
     };
     let workers = match args.workers {
         Some(n) => usize::from(n),
         None => std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1)),
     };
-    let (analysis, facts) = analyse_files(&args.files, config, workers)?;
+    let (analysis, facts) = analyse_files(&files, config, workers)?;
+    let ladders = if pictures {
+        let examples = ladder::examples(&analysis.events);
+        let inputs = files
+            .iter()
+            .map(|f| open_input(f))
+            .collect::<Result<Vec<_>, _>>()?;
+        ladder::collect(inputs, &examples)?
+    } else {
+        Vec::new()
+    };
     let mut out = io::BufWriter::new(io::stdout().lock());
     if args.json {
         json::write(&mut out, &analysis, &facts)?;
@@ -82,13 +118,37 @@ pub fn run(args: &AnalyzeArgs) -> anyhow::Result<Outcome> {
             writeln!(out)?;
             write!(out, "{}", text::flow_table(&analysis))?;
         }
+        if args.ladder {
+            let style = Style::stdout();
+            for l in &ladders {
+                writeln!(out)?;
+                report::ladder::write(&mut out, l, style)?;
+            }
+        }
     }
     out.flush()?;
+    if let Some(path) = &args.html {
+        let title: Vec<String> = args.files.iter().map(|f| f.display().to_string()).collect();
+        let mut page = html::analysis_page(&analysis, &facts, &title.join(" "))?;
+        page.add_ladders(&ladders);
+        page.write_to(path)?;
+        eprintln!("tcpstall: HTML report written to {}", path.display());
+    }
     Ok(if analysis.stall_count() > 0 {
         Outcome::StallsFound
     } else {
         Outcome::Done
     })
+}
+
+/// Copies standard input into a temporary file (removed when dropped), for the second read
+/// of the pictures.
+fn spool_stdin() -> anyhow::Result<tempfile::NamedTempFile> {
+    let mut tmp = tempfile::NamedTempFile::new()
+        .context("cannot create a temporary file to keep standard input for --ladder/--html")?;
+    io::copy(&mut io::stdin().lock(), &mut tmp)
+        .context("cannot keep standard input in a temporary file for --ladder/--html")?;
+    Ok(tmp)
 }
 
 /// `tcpdump -w - | tcpstall analyze -` stopped with Ctrl-C: the terminal interrupts both.

@@ -179,6 +179,9 @@ pub struct DetectorConfig {
     /// Also keep [`StallKind::NagleMinor`] events in [`Analysis::events`] (they are always
     /// counted).
     pub keep_minor_events: bool,
+    /// Keep every answered turn's start and latency in [`FlowSummary::turns`] (for the HTML
+    /// report's histograms and timelines; costs 12 bytes a turn).
+    pub keep_turns: bool,
 }
 
 /// The result of a run.
@@ -282,10 +285,11 @@ impl Detector {
             Some((first, last)) => (first, last.max(seg.ts_ns)),
         });
 
+        let keep_turns = self.config.keep_turns;
         let (flows, tallies) = (&mut self.analysis.flows, &mut self.tallies);
         let lookup = self
             .table
-            .lookup(seg, ordinal, |old| retire(flows, tallies, old));
+            .lookup(seg, ordinal, |old| retire(flows, tallies, old, keep_turns));
         let flow = lookup.flow;
         let side = lookup.side;
         if let Some(finding) = classify(flow, side, seg) {
@@ -305,27 +309,36 @@ impl Detector {
         if now.saturating_sub(self.last_sweep_ns) >= SWEEP_EVERY_NS {
             self.last_sweep_ns = now;
             let (flows, tallies) = (&mut self.analysis.flows, &mut self.tallies);
-            self.table.evict(now, |f| retire(flows, tallies, f));
+            let keep_turns = self.config.keep_turns;
+            self.table
+                .evict(now, |f| retire(flows, tallies, f, keep_turns));
         }
     }
 
     /// Ends the run: every flow still open is summarised.
     pub fn finish(mut self) -> Analysis {
         let (flows, tallies) = (&mut self.analysis.flows, &mut self.tallies);
-        self.table.drain(|f| retire(flows, tallies, f));
+        let keep_turns = self.config.keep_turns;
+        self.table.drain(|f| retire(flows, tallies, f, keep_turns));
         self.analysis.flows.sort_by_key(|f| f.id);
         self.analysis
     }
 }
 
 /// Summarises a flow leaving the table, with the tallies of its stalls.
-fn retire(flows: &mut Vec<FlowSummary>, tallies: &mut FxHashMap<u64, FlowTally>, flow: Flow) {
+fn retire(
+    flows: &mut Vec<FlowSummary>,
+    tallies: &mut FxHashMap<u64, FlowTally>,
+    flow: Flow,
+    keep_turns: bool,
+) {
     let tally = tallies.remove(&flow.id).unwrap_or_default();
     flows.push(verdict::summarise(
         flow,
         &tally.counts,
         tally.lost_ns,
         tally.worst_ns,
+        keep_turns,
     ));
 }
 
@@ -653,6 +666,7 @@ pub(crate) mod testing {
         pub fn analyse(&self) -> super::Analysis {
             let mut d = super::Detector::new(super::DetectorConfig {
                 keep_minor_events: true,
+                keep_turns: false,
             });
             for s in &self.segments {
                 d.push(s);

@@ -237,6 +237,9 @@ pub struct FlowSummary {
     pub near_rtt_ns: [Option<u64>; 2],
     /// Capture time of the first and the last packet.
     pub span_ns: (u64, u64),
+    /// Each answered turn's start (capture time) and latency (µs), in order; empty unless
+    /// [`DetectorConfig::keep_turns`](super::DetectorConfig::keep_turns) asked for them.
+    pub turns: Vec<(u64, u32)>,
 }
 
 impl FlowSummary {
@@ -269,8 +272,24 @@ fn percentile(sorted: &[u32], p: f64) -> u32 {
 }
 
 /// Summarises a flow that leaves the table.
-pub fn summarise(mut flow: Flow, counts: &KindCounts, lost_ns: u64, worst_ns: u64) -> FlowSummary {
+pub fn summarise(
+    mut flow: Flow,
+    counts: &KindCounts,
+    lost_ns: u64,
+    worst_ns: u64,
+    keep_turns: bool,
+) -> FlowSummary {
     flow.turns.finish();
+    let turns = if keep_turns {
+        let t = &flow.turns;
+        t.starts_ns
+            .iter()
+            .copied()
+            .zip(t.latencies_us.iter().copied())
+            .collect()
+    } else {
+        Vec::new()
+    };
     let lat = &mut flow.turns.latencies_us;
     lat.sort_unstable();
     let latency_us = (!lat.is_empty()).then(|| {
@@ -299,6 +318,7 @@ pub fn summarise(mut flow: Flow, counts: &KindCounts, lost_ns: u64, worst_ns: u6
         mss_source: [c.mss_source, s.mss_source],
         near_rtt_ns: [c.near_rtt_ns, s.near_rtt_ns],
         span_ns: (flow.first_ns, c.last_ns.max(s.last_ns)),
+        turns,
     }
 }
 

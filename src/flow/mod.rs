@@ -431,6 +431,8 @@ pub struct Turns {
     /// Latency of each finished turn that got an answer, microseconds (first
     /// [`MAX_TURNS_KEPT`]).
     pub latencies_us: Vec<u32>,
+    /// Capture time of each turn of `latencies_us`, the same index.
+    pub starts_ns: Vec<u64>,
     /// Capture time of the current request's first byte.
     start_ns: u64,
     /// Capture time of the server's last data in the current turn, if it answered yet.
@@ -465,6 +467,7 @@ impl Turns {
                 let us = end.saturating_sub(self.start_ns) / 1000;
                 self.latencies_us
                     .push(u32::try_from(us).unwrap_or(u32::MAX));
+                self.starts_ns.push(self.start_ns);
             }
         }
     }

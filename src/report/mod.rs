@@ -1,6 +1,10 @@
 //! Rendering results: terminal tables and stable JSON.
 
+pub mod charts;
+pub mod html;
 pub mod json;
+pub mod ladder;
+pub mod style;
 pub mod text;
 
 use std::io::{self, Write};
