@@ -13,9 +13,12 @@ pub mod sockets;
 pub mod trace;
 
 mod pattern;
+mod privilege;
 mod seccomp;
+mod sock_diag;
 mod syscalls;
 mod tracer;
+mod tree;
 
 /// Why another process's sockets could not be reached. Every message says what is missing.
 #[derive(Debug, thiserror::Error)]
@@ -39,6 +42,17 @@ pub enum AccessError {
         pid: u32,
         /// A hint about Yama's `ptrace_scope` when it is stricter than classic ptrace rules.
         yama: String,
+    },
+    /// Refused for want of privilege, with the cause told from the credentials of both sides:
+    /// a process that is not dumpable, or the capability tcpstall lacks.
+    #[error("cannot {action} of pid {pid}: {cause}")]
+    Denied {
+        /// What was attempted.
+        action: String,
+        /// The target process.
+        pid: u32,
+        /// What is missing and what to do.
+        cause: String,
     },
     /// The kernel refused although a capability is not what is missing: the target is a kernel
     /// thread, a zombie, tcpstall itself, or out of reach even with CAP_SYS_PTRACE.
@@ -116,7 +130,13 @@ impl AccessError {
     /// shows a reason no capability would overcome.
     pub fn refused(pid: u32, action: impl Into<String>) -> AccessError {
         let action = action.into();
-        match refusal_cause(pid) {
+        if let Some(cause) = refusal_cause(pid) {
+            return AccessError::Refused { action, pid, cause };
+        }
+        if let Some(cause) = privilege::ptrace_refusal(pid) {
+            return AccessError::Denied { action, pid, cause };
+        }
+        match cap_sys_ptrace_refusal() {
             Some(cause) => AccessError::Refused { action, pid, cause },
             None => AccessError::PermissionDenied {
                 action,
@@ -124,6 +144,22 @@ impl AccessError {
                 yama: yama_hint(),
             },
         }
+    }
+
+    /// `/proc/PID/fd` could not be listed: why, from the credentials of both sides (the
+    /// directory needs CAP_DAC_READ_SEARCH of another user, besides the ptrace check).
+    pub fn fd_list_refused(pid: u32) -> AccessError {
+        let action = "list the fds";
+        if refusal_cause(pid).is_none() {
+            if let Some(cause) = privilege::fd_list_refusal(pid) {
+                return AccessError::Denied {
+                    action: action.into(),
+                    pid,
+                    cause,
+                };
+            }
+        }
+        AccessError::refused(pid, action)
     }
 
     /// `pid` names a thread that is not its process's leader (pidfd_open and ptrace want the
@@ -136,13 +172,16 @@ impl AccessError {
 
     /// True when the error is a refused permission (the caller may still show what /proc allows).
     pub fn is_permission(&self) -> bool {
-        matches!(self, AccessError::PermissionDenied { .. })
+        matches!(
+            self,
+            AccessError::PermissionDenied { .. } | AccessError::Denied { .. }
+        )
     }
 }
 
 /// Why ptrace access to `pid` is refused when no capability would help, from /proc: tcpstall
 /// itself (`ptrace_attach` refuses the tracer's own thread group), a kernel thread (no `mm`,
-/// `__ptrace_may_access` refuses), a zombie, or a refusal that CAP_SYS_PTRACE did not overcome.
+/// `__ptrace_may_access` refuses), a zombie.
 fn refusal_cause(pid: u32) -> Option<String> {
     if pid == std::process::id() {
         return Some("it is tcpstall itself".into());
@@ -153,14 +192,18 @@ fn refusal_cause(pid: u32) -> Option<String> {
     if is_zombie(pid) {
         return Some(ZOMBIE.into());
     }
-    if has_cap_sys_ptrace() {
-        return Some(format!(
+    None
+}
+
+/// A refusal that CAP_SYS_PTRACE did not overcome.
+fn cap_sys_ptrace_refusal() -> Option<String> {
+    has_cap_sys_ptrace().then(|| {
+        format!(
             "refused although tcpstall has CAP_SYS_PTRACE: the process is in another user \
              namespace (a container's), or a security module forbids it (AppArmor, SELinux){}",
             yama_hint()
-        ));
-    }
-    None
+        )
+    })
 }
 
 const ZOMBIE: &str = "it has exited (a zombie waiting for its parent to reap it)";
@@ -182,10 +225,7 @@ pub fn zombie(pid: u32, action: &str) -> Option<AccessError> {
 
 /// CAP_SYS_PTRACE (bit 19) is in this process's effective set (`CapEff` of /proc/self/status).
 pub fn has_cap_sys_ptrace() -> bool {
-    const CAP_SYS_PTRACE: u32 = 19;
-    procfs::status_text(std::process::id(), "CapEff")
-        .and_then(|v| u64::from_str_radix(&v, 16).ok())
-        .is_some_and(|caps| caps & (1 << CAP_SYS_PTRACE) != 0)
+    privilege::has_cap_sys_ptrace()
 }
 
 /// Yama's `kernel.yama.ptrace_scope` (security/yama/yama_lsm.c) narrows ptrace beyond the classic

@@ -3,7 +3,7 @@
 //! tables of the process's network namespace (`/proc/PID/net/tcp`, `tcp6`, written by
 //! `tcp4_seq_show`/`tcp6_seq_show`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::fs;
 use std::io;
@@ -42,7 +42,7 @@ pub enum TcpState {
 }
 
 impl TcpState {
-    fn from_code(code: u8) -> Option<TcpState> {
+    pub(crate) fn from_code(code: u8) -> Option<TcpState> {
         Some(match code {
             0x01 => TcpState::Established,
             0x02 => TcpState::SynSent,
@@ -98,6 +98,35 @@ pub struct TcpEntry {
     pub uid: u32,
     /// Socket inode, as in `/proc/PID/fd/N` → `socket:[INODE]`.
     pub inode: u64,
+}
+
+/// The TCP sockets among `inodes` (from [`socket_fds`], listed first so that a socket opened
+/// meanwhile cannot be missing from an older table), by inode, looked up in `pid`'s network
+/// namespace: through sock_diag netlink when it is tcpstall's own namespace (netlink answers
+/// for the namespace of the asking socket), else, or when netlink is refused, from the text
+/// tables `/proc/PID/net/tcp{,6}`.
+pub fn tcp_entries(pid: u32, inodes: &HashSet<u64>) -> io::Result<HashMap<u64, TcpEntry>> {
+    if inodes.is_empty() {
+        return Ok(HashMap::new());
+    }
+    if same_network_namespace(pid) {
+        if let Ok(found) = super::sock_diag::tcp_sockets(inodes) {
+            return Ok(found);
+        }
+    }
+    let mut table = tcp_table(pid)?;
+    table.retain(|inode, _| inodes.contains(inode));
+    Ok(table)
+}
+
+/// `pid` shares tcpstall's network namespace (`/proc/PID/ns/net` names the same one); false
+/// when that cannot be read.
+fn same_network_namespace(pid: u32) -> bool {
+    let ns = |p: &str| fs::read_link(format!("/proc/{p}/ns/net")).ok();
+    match (ns(&pid.to_string()), ns("self")) {
+        (Some(theirs), Some(ours)) => theirs == ours,
+        _ => false,
+    }
 }
 
 /// The TCP tables (IPv4 and IPv6) of `pid`'s network namespace, by socket inode. Request
