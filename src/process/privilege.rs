@@ -76,11 +76,12 @@ fn runs_only_as(target: &Credentials, uid: u32) -> bool {
     target.uids[..3].iter().all(|&u| u == uid)
 }
 
-/// The process is not dumpable: `/proc/PID` belongs to root although the process's euid is
-/// another user (`task_dump_owner` hands a non-dumpable process's /proc files to root).
+/// The process is not dumpable: `/proc/PID/status` belongs to root although the process's
+/// euid is another user (`task_dump_owner` hands a non-dumpable process's /proc files to root;
+/// the /proc/PID directory itself keeps the euid).
 fn not_dumpable(pid: u32, target: &Credentials) -> bool {
     target.effective() != 0
-        && fs::metadata(format!("/proc/{pid}")).is_ok_and(|meta| meta.uid() == 0)
+        && fs::metadata(format!("/proc/{pid}/status")).is_ok_and(|meta| meta.uid() == 0)
 }
 
 const NOT_DUMPABLE_FIX: &str = "run tcpstall as root, or give it CAP_SYS_PTRACE and \

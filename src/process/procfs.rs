@@ -184,16 +184,23 @@ fn parse_hex_endpoint(text: &str) -> Option<SocketAddr> {
             for i in 0..4 {
                 bytes[i * 4..i * 4 + 4].copy_from_slice(&word(i)?);
             }
-            let v6 = Ipv6Addr::from(bytes);
-            // Dual-stack sockets show IPv4 peers as ::ffff:a.b.c.d; print them as IPv4.
-            match v6.to_ipv4_mapped() {
-                Some(v4) => IpAddr::V4(v4),
-                None => IpAddr::V6(v6),
-            }
+            IpAddr::V6(Ipv6Addr::from(bytes))
         }
         _ => return None,
     };
-    Some(SocketAddr::new(ip, port))
+    Some(unmapped(SocketAddr::new(ip, port)))
+}
+
+/// Dual-stack sockets show IPv4 peers as ::ffff:a.b.c.d; shown as IPv4, wherever the address
+/// comes from (text tables, sock_diag, the socket itself).
+pub(crate) fn unmapped(addr: SocketAddr) -> SocketAddr {
+    match addr {
+        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
+            Some(v4) => SocketAddr::new(IpAddr::V4(v4), v6.port()),
+            None => addr,
+        },
+        v4 => v4,
+    }
 }
 
 /// Why the fds of a process could not be listed.

@@ -9,7 +9,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 
 use netlink_packet_core::{
     NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_DUMP, NLM_F_REQUEST,
@@ -19,7 +19,7 @@ use netlink_packet_sock_diag::inet::{ExtensionFlags, InetRequest, SocketId, Stat
 use netlink_packet_sock_diag::SockDiagMessage;
 use netlink_sys::{protocols::NETLINK_SOCK_DIAG, Socket, SocketAddr as NetlinkAddr};
 
-use super::procfs::{TcpEntry, TcpState};
+use super::procfs::{unmapped, TcpEntry, TcpState};
 
 /// The TCP sockets of tcpstall's own network namespace whose inode is in `wanted`, by inode.
 /// An error means netlink itself was refused or failed (the caller falls back to the text
@@ -113,20 +113,12 @@ fn dump(
 fn entry_of(header: &netlink_packet_sock_diag::inet::InetResponseHeader) -> Option<TcpEntry> {
     let id = &header.socket_id;
     Some(TcpEntry {
-        local: SocketAddr::new(unmapped(id.source_address), id.source_port),
-        remote: SocketAddr::new(unmapped(id.destination_address), id.destination_port),
+        local: unmapped(SocketAddr::new(id.source_address, id.source_port)),
+        remote: unmapped(SocketAddr::new(id.destination_address, id.destination_port)),
         state: TcpState::from_code(header.state)?,
         uid: header.uid,
         inode: u64::from(header.inode),
     })
-}
-
-/// Dual-stack sockets show IPv4 peers as ::ffff:a.b.c.d; shown as IPv4, as the text tables are.
-fn unmapped(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
-    }
 }
 
 #[cfg(test)]

@@ -250,7 +250,58 @@ pub fn inspect_scope(pid: u32, tree: bool) -> Result<ProcessSockets, AccessError
             }
         }
     }
-    let mut inodes: HashSet<u64> = index.keys().copied().collect();
+    // Each socket read live through a duplicate, right after the listing: a connection that
+    // lives a millisecond is still there. The kernel's tables serve only what the duplicates
+    // cannot (permission refused) and the children's sockets left out by --no-tree.
+    let mut pidfds: HashMap<u32, Result<PidFd, String>> = HashMap::new();
+    let mut missing: Option<String> = None;
+    let mut sockets = Vec::new();
+    let mut unread: Vec<(usize, u64, Vec<Holder>, Option<String>)> = Vec::new();
+    for (order, (inode, holders)) in held.into_iter().enumerate() {
+        if missing.is_none() {
+            let first = holders[0];
+            let pidfd = pidfds
+                .entry(first.pid)
+                .or_insert_with(|| PidFd::open(first.pid).map_err(|e| e.to_string()));
+            let read = match pidfd {
+                Ok(pidfd) => read_live(pidfd, first.fd, inode),
+                Err(reason) => Err(AccessError::Io {
+                    action: "open a pidfd".into(),
+                    pid: first.pid,
+                    cause: std::io::Error::other(reason.clone()),
+                }),
+            };
+            match read {
+                Ok(Some(mut view)) => {
+                    view.holders = holders;
+                    view.judge();
+                    sockets.push((order, view));
+                    continue;
+                }
+                // Not TCP (UDP, unix...), a TCP socket neither bound nor connected, or gone.
+                Ok(None) | Err(AccessError::FdClosed { .. }) => continue,
+                Err(AccessError::NoSuchProcess { pid: gone }) if gone == pid => {
+                    return Err(AccessError::NoSuchProcess { pid })
+                }
+                Err(AccessError::NoSuchProcess { .. }) => continue,
+                Err(err) => {
+                    if err.is_permission()
+                        || matches!(
+                            err,
+                            AccessError::KernelTooOld { .. } | AccessError::Refused { .. }
+                        )
+                    {
+                        missing = Some(err.to_string());
+                    } else {
+                        unread.push((order, inode, holders, Some(err.to_string())));
+                        continue;
+                    }
+                }
+            }
+        }
+        unread.push((order, inode, holders, None));
+    }
+    let mut inodes: HashSet<u64> = unread.iter().map(|(_, inode, _, _)| *inode).collect();
     inodes.extend(held_by_children.iter().map(|&(inode, _)| inode));
     let table = procfs::tcp_entries(pid, &inodes).map_err(|err| {
         if procfs::process_exists(pid) {
@@ -267,58 +318,23 @@ pub fn inspect_scope(pid: u32, tree: bool) -> Result<ProcessSockets, AccessError
             AccessError::fd_list_refused(first)
         ));
     }
-    if let Some(note) = children_note(pid, &held_by_children, &index, &table) {
+    let shown: HashSet<u64> = index.keys().copied().collect();
+    if let Some(note) = children_note(pid, &held_by_children, &shown, &table) {
         notes.push(note);
     }
-    let mut pidfds: HashMap<u32, Result<PidFd, String>> = HashMap::new();
-    let mut missing: Option<String> = None;
-    let mut sockets = Vec::new();
-    for (inode, holders) in held {
+    for (order, inode, holders, reason) in unread {
         let Some(entry) = table.get(&inode) else {
-            continue; // not TCP (UDP, unix...), a TCP socket neither bound nor connected, or gone
+            continue;
         };
         let first = holders[0];
         let mut view = SocketView::from_proc(Some(first.pid), Some(first.fd), entry);
         view.holders = holders;
-        if let Some(reason) = &missing {
-            view.unknown_reason = Some(reason.clone());
-        } else {
-            let pidfd = pidfds
-                .entry(first.pid)
-                .or_insert_with(|| PidFd::open(first.pid).map_err(|e| e.to_string()));
-            let read = match pidfd {
-                Ok(pidfd) => read_options(pidfd, first.fd, inode, &mut view),
-                Err(reason) => Err(AccessError::Io {
-                    action: "open a pidfd".into(),
-                    pid: first.pid,
-                    cause: std::io::Error::other(reason.clone()),
-                }),
-            };
-            match read {
-                Ok(true) => {}
-                Ok(false) => continue, // the fd now holds another file: the socket is gone
-                Err(AccessError::FdClosed { .. }) => continue,
-                Err(AccessError::NoSuchProcess { pid: gone }) if gone == pid => {
-                    return Err(AccessError::NoSuchProcess { pid })
-                }
-                Err(AccessError::NoSuchProcess { .. }) => continue,
-                Err(err) => {
-                    let reason = err.to_string();
-                    view.unknown_reason = Some(reason.clone());
-                    if err.is_permission()
-                        || matches!(
-                            err,
-                            AccessError::KernelTooOld { .. } | AccessError::Refused { .. }
-                        )
-                    {
-                        missing = Some(reason);
-                    }
-                }
-            }
-        }
+        view.unknown_reason = reason.or_else(|| missing.clone());
         view.judge();
-        sockets.push(view);
+        sockets.push((order, view));
     }
+    sockets.sort_by_key(|(order, _)| *order);
+    let sockets = sockets.into_iter().map(|(_, view)| view).collect();
     Ok(ProcessSockets {
         pid,
         pids: if tree { family } else { vec![pid] },
@@ -334,7 +350,7 @@ pub fn inspect_scope(pid: u32, tree: bool) -> Result<ProcessSockets, AccessError
 fn children_note(
     pid: u32,
     held_by_children: &[(u64, u32)],
-    shown: &HashMap<u64, usize>,
+    shown: &HashSet<u64>,
     table: &HashMap<u64, TcpEntry>,
 ) -> Option<String> {
     let mut inodes = HashSet::new();
@@ -344,7 +360,7 @@ fn children_note(
         let Some(entry) = table.get(&inode) else {
             continue;
         };
-        if shown.contains_key(&inode) || !inodes.insert(inode) {
+        if shown.contains(&inode) || !inodes.insert(inode) {
             continue;
         }
         connections += usize::from(entry.state != TcpState::Listen);
@@ -369,19 +385,20 @@ fn join_pids(pids: &[u32]) -> String {
         .join(", ")
 }
 
-/// Reads the options of fd `fd` into `view`. Ok(false) when the fd no longer holds socket `inode`.
-fn read_options(
-    pidfd: &PidFd,
-    fd: i32,
-    inode: u64,
-    view: &mut SocketView,
-) -> Result<bool, AccessError> {
+/// Reads socket `inode`, fd `fd` of the process, through a duplicate: what it is (family,
+/// protocol, addresses and state as the socket itself tells them) and its options. `None`
+/// when it is not a TCP socket with an address, or the fd no longer holds that socket.
+fn read_live(pidfd: &PidFd, fd: i32, inode: u64) -> Result<Option<SocketView>, AccessError> {
     let dup = pidfd.get_fd(fd)?;
     let io_err =
         |err| AccessError::from_errno(err, pidfd.pid(), format!("read options of fd {fd}"));
     if socket_inode(&dup).map_err(io_err)? != inode {
-        return Ok(false);
+        return Ok(None);
     }
+    let Some(entry) = live_entry(&dup, inode) else {
+        return Ok(None);
+    };
+    let mut view = SocketView::from_proc(Some(pidfd.pid()), Some(fd), &entry);
     let sock = dup.as_fd();
     view.nodelay = Some(sockopt::nodelay(sock).map_err(io_err)?);
     view.cork = Some(sockopt::cork(sock).map_err(io_err)?);
@@ -390,7 +407,43 @@ fn read_options(
     view.delack_max_us = sockopt::delack_max(sock)
         .ok()
         .and_then(|max| u32::try_from(max.as_micros()).ok());
-    Ok(true)
+    Ok(Some(view))
+}
+
+/// The row the kernel's TCP table would show for a live socket: IPv4/IPv6 and TCP
+/// (`SO_DOMAIN`, `SO_PROTOCOL`), its addresses, its state from TCP_INFO, its owner (the
+/// socket inode's uid, which `sock_i_uid` prints). `None` for any other socket, and for one
+/// not yet bound or connected (CLOSE), which the tables do not list either.
+fn live_entry(dup: &std::os::fd::OwnedFd, inode: u64) -> Option<TcpEntry> {
+    let sock = socket2::SockRef::from(dup);
+    let domain = sock.domain().ok()?;
+    if !(domain == socket2::Domain::IPV4 || domain == socket2::Domain::IPV6)
+        || sock.protocol().ok()? != Some(socket2::Protocol::TCP)
+    {
+        return None;
+    }
+    let state = TcpState::from_code(sockopt::tcp_info(dup.as_fd()).ok()?.state)?;
+    if state == TcpState::Close {
+        return None;
+    }
+    let local = procfs::unmapped(sock.local_addr().ok()?.as_socket()?);
+    let unspecified = if domain == socket2::Domain::IPV4 {
+        std::net::SocketAddr::from(([0u8; 4], 0))
+    } else {
+        std::net::SocketAddr::from(([0u16; 8], 0))
+    };
+    let remote = match sock.peer_addr() {
+        Ok(peer) => procfs::unmapped(peer.as_socket()?),
+        Err(_) => unspecified, // listening, or not connected yet
+    };
+    let uid = nix::sys::stat::fstat(dup).ok()?.st_uid;
+    Some(TcpEntry {
+        local,
+        remote,
+        state,
+        uid,
+        inode,
+    })
 }
 
 /// Without access to /proc/PID/fd, the sockets cannot be tied to fds: show the TCP sockets of

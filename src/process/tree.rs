@@ -5,12 +5,17 @@
 use std::collections::HashMap;
 use std::fs;
 
-/// `pid` then its descendants, parents before children, each level by pid. Read from the
+/// `pid` then its descendants, parents before children, each level by pid; tcpstall itself
+/// left out (run from the process it inspects, it is one of its children). Read from the
 /// parent field of every `/proc/PID/stat`: a child that forks or exits meanwhile is caught or
 /// not, as with any listing of /proc.
 pub(crate) fn process_tree(pid: u32) -> Vec<u32> {
+    let me = std::process::id();
     let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
     for child in super::procfs::all_pids().unwrap_or_default() {
+        if child == me {
+            continue;
+        }
         if let Some(parent) = parent_of(child) {
             children.entry(parent).or_default().push(child);
         }

@@ -3,7 +3,6 @@
 //! `io::Write`.
 
 use std::io::{self, Write};
-use std::time::Duration;
 
 use crate::process::fix::{Action, DelackPlan, FixReport, FixedSocket};
 use crate::process::procfs::TcpState;
@@ -106,34 +105,34 @@ pub(crate) fn write_table(out: &mut impl Write, views: &[SocketView]) -> io::Res
         let Some(pid) = v.pid else { continue };
         writeln!(
             out,
-            "delayed ACKs: pid {pid} fd {} {} -> {}: this side delays its ACKs (up to {} ms); \
+            "delayed ACKs: pid {pid} fd {} {} -> {}: this side delays its ACKs ({} ms now); \
              if the server's small writes wait for them (Nagle there) and it cannot be \
              changed, cap the delay here (tcpstall fix {pid} --delack-max 5ms)",
             or_unknown(v.fd),
             v.local,
             v.remote,
-            v.delack_max_us.map_or(0, |us| us / 1000)
+            v.tcp_info.map_or(0, |i| i.ato_us / 1000)
         )?;
     }
     Ok(())
 }
 
-/// A client-side connection (its local port is none of the listeners shown) in ping-pong mode
-/// (TCP_QUICKACK reads 0: `inet_csk_in_pingpong_mode`) that receives data and whose delayed-ACK
-/// cap is still at least the 40 ms minimum delay: the side where TCP_DELACK_MAX_US helps a
-/// peer's Nagle-held writes.
+/// A client-side connection (its local port is none of the listeners shown) that receives
+/// data and still delays its ACKs by the 40 ms minimum or more (`ato` of TCP_INFO, bounded by
+/// TCP_DELACK_MAX_US, which this kernel has when it is readable): the side where capping the
+/// delayed ACK helps a server whose small writes Nagle holds until that ACK.
 fn delays_acks_to_a_server(v: &SocketView, views: &[SocketView]) -> bool {
-    let listening_here = views.iter().any(|l| {
-        l.listening
-            && l.local.rsplit_once(':').map(|(_, p)| p) == v.local.rsplit_once(':').map(|(_, p)| p)
-    });
+    let port = |addr: &str| addr.rsplit_once(':').map(|(_, p)| p.to_string());
+    let listening_here = views
+        .iter()
+        .any(|l| l.listening && port(&l.local) == port(&v.local));
+    let min_us = crate::tcp_rules::DELACK_MIN.as_micros();
     v.state == TcpState::Established
         && !v.listening
         && !listening_here
-        && v.quickack == Some(false)
-        && v.tcp_info.is_some_and(|i| i.data_segs_in > 0)
-        && v.delack_max_us
-            .is_some_and(|us| Duration::from_micros(u64::from(us)) >= crate::tcp_rules::DELACK_MIN)
+        && v.delack_max_us.is_some_and(|us| u128::from(us) >= min_us)
+        && v.tcp_info
+            .is_some_and(|i| i.data_segs_in > 0 && u128::from(i.ato_us) >= min_us)
 }
 
 /// Where a planned socket is: `fd N` in the target itself, `pid P fd N` in a child; with the
