@@ -147,7 +147,7 @@ pub struct FixReport {
 
 /// Whether this kernel copies TCP_NODELAY from a listener to the sockets it accepts: a
 /// listener of our own on loopback with NODELAY, one connection, the accepted socket read back.
-pub fn listener_nodelay_is_inherited() -> std::io::Result<bool> {
+pub(crate) fn listener_nodelay_is_inherited() -> std::io::Result<bool> {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
     sockopt::set_nodelay(listener.as_fd(), true)?;
     let _client = TcpStream::connect(listener.local_addr()?)?;
@@ -158,7 +158,7 @@ pub fn listener_nodelay_is_inherited() -> std::io::Result<bool> {
 /// Whether this kernel copies TCP_DELACK_MAX_US from a listener to the sockets it accepts
 /// (`inet_csk_clone_lock` copies `icsk_delack_max` with the rest of the socket), as
 /// [`listener_nodelay_is_inherited`] checks TCP_NODELAY.
-pub fn listener_delack_max_is_inherited(max: Duration) -> std::io::Result<bool> {
+pub(crate) fn listener_delack_max_is_inherited(max: Duration) -> std::io::Result<bool> {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
     sockopt::set_delack_max(listener.as_fd(), max)?;
     let kept = sockopt::delack_max(listener.as_fd())?;

@@ -3,11 +3,12 @@
 //! socket syscalls of a program and names write-write-read sequences.
 //!
 //! All three reach into another process the same two ways: `/proc` (which fds are sockets, the
-//! kernel's TCP tables) and `pidfd_getfd` (a duplicate of the process's own socket, so that
-//! getsockopt/setsockopt act on it).
+//! process tree, the credentials that explain a refusal) and `pidfd_getfd` (a duplicate of the
+//! process's own socket, so that getsockopt/setsockopt act on it); the kernel's TCP tables
+//! (sock_diag netlink, `/proc/net/tcp`) only for what cannot be duplicated.
 
 pub mod fix;
-pub mod pidfd;
+pub(crate) mod pidfd;
 pub mod procfs;
 pub mod sockets;
 pub mod trace;
@@ -108,7 +109,11 @@ pub enum AccessError {
 
 impl AccessError {
     /// Maps an errno from a pidfd or ptrace call on `pid` to the error that names what is missing.
-    pub fn from_errno(err: std::io::Error, pid: u32, action: impl Into<String>) -> AccessError {
+    pub(crate) fn from_errno(
+        err: std::io::Error,
+        pid: u32,
+        action: impl Into<String>,
+    ) -> AccessError {
         let action = action.into();
         match err.raw_os_error() {
             Some(libc::ESRCH) => AccessError::NoSuchProcess { pid },
@@ -128,7 +133,7 @@ impl AccessError {
 
     /// The kernel said EPERM/EACCES to `action` on `pid`: a missing capability, unless /proc
     /// shows a reason no capability would overcome.
-    pub fn refused(pid: u32, action: impl Into<String>) -> AccessError {
+    pub(crate) fn refused(pid: u32, action: impl Into<String>) -> AccessError {
         let action = action.into();
         if let Some(cause) = refusal_cause(pid) {
             return AccessError::Refused { action, pid, cause };
@@ -148,7 +153,7 @@ impl AccessError {
 
     /// `/proc/PID/fd` could not be listed: why, from the credentials of both sides (the
     /// directory needs CAP_DAC_READ_SEARCH of another user, besides the ptrace check).
-    pub fn fd_list_refused(pid: u32) -> AccessError {
+    pub(crate) fn fd_list_refused(pid: u32) -> AccessError {
         let action = "list the fds";
         if refusal_cause(pid).is_none() {
             if let Some(cause) = privilege::fd_list_refusal(pid) {
@@ -164,14 +169,14 @@ impl AccessError {
 
     /// `pid` names a thread that is not its process's leader (pidfd_open and ptrace want the
     /// process).
-    pub fn thread_of(pid: u32) -> Option<AccessError> {
+    pub(crate) fn thread_of(pid: u32) -> Option<AccessError> {
         procfs::status_field(pid, "Tgid")
             .filter(|&tgid| tgid != pid)
             .map(|tgid| AccessError::Thread { pid, tgid })
     }
 
     /// True when the error is a refused permission (the caller may still show what /proc allows).
-    pub fn is_permission(&self) -> bool {
+    pub(crate) fn is_permission(&self) -> bool {
         matches!(
             self,
             AccessError::PermissionDenied { .. } | AccessError::Denied { .. }
@@ -215,7 +220,7 @@ fn is_zombie(pid: u32) -> bool {
 
 /// The error for `action` on `pid` when it has exited and waits to be reaped: its fds and
 /// sockets are gone.
-pub fn zombie(pid: u32, action: &str) -> Option<AccessError> {
+pub(crate) fn zombie(pid: u32, action: &str) -> Option<AccessError> {
     is_zombie(pid).then(|| AccessError::Refused {
         action: action.into(),
         pid,
@@ -224,7 +229,7 @@ pub fn zombie(pid: u32, action: &str) -> Option<AccessError> {
 }
 
 /// CAP_SYS_PTRACE (bit 19) is in this process's effective set (`CapEff` of /proc/self/status).
-pub fn has_cap_sys_ptrace() -> bool {
+pub(crate) fn has_cap_sys_ptrace() -> bool {
     privilege::has_cap_sys_ptrace()
 }
 

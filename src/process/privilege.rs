@@ -84,16 +84,19 @@ fn not_dumpable(pid: u32, target: &Credentials) -> bool {
         && fs::metadata(format!("/proc/{pid}/status")).is_ok_and(|meta| meta.uid() == 0)
 }
 
-const NOT_DUMPABLE_FIX: &str = "run tcpstall as root, or give it CAP_SYS_PTRACE and \
-                                CAP_DAC_READ_SEARCH (e.g. setpriv --ambient-caps \
-                                +sys_ptrace,+dac_read_search)";
+/// What lets tcpstall in to a process that is not dumpable: ptrace access alone (`trace`,
+/// `pidfd_getfd`) needs CAP_SYS_PTRACE; listing its fds needs CAP_DAC_READ_SEARCH as well.
+const NOT_DUMPABLE_PTRACE_FIX: &str = "run tcpstall as root, or give it CAP_SYS_PTRACE";
+const NOT_DUMPABLE_FD_FIX: &str = "run tcpstall as root, or give it CAP_SYS_PTRACE and \
+                                   CAP_DAC_READ_SEARCH (e.g. setpriv --ambient-caps \
+                                   +sys_ptrace,+dac_read_search)";
 
-fn not_dumpable_cause(pid: u32, uid: u32) -> String {
+fn not_dumpable_cause(pid: u32, uid: u32, fix: &str) -> String {
     format!(
         "pid {pid} runs as uid {uid} like tcpstall, but it is not dumpable (it changed its \
          credentials, e.g. started as root and dropped to uid {uid}, or cleared \
          PR_SET_DUMPABLE): the kernel then gives /proc/{pid}/fd to root (mode 0500) and \
-         refuses ptrace access to the same user; {NOT_DUMPABLE_FIX}"
+         refuses ptrace access to the same user; {fix}"
     )
 }
 
@@ -104,7 +107,7 @@ pub(crate) fn ptrace_refusal(pid: u32) -> Option<String> {
     let me = Credentials::mine()?;
     let target = Credentials::of(pid)?;
     (runs_only_as(&target, me.real()) && not_dumpable(pid, &target))
-        .then(|| not_dumpable_cause(pid, me.real()))
+        .then(|| not_dumpable_cause(pid, me.real(), NOT_DUMPABLE_PTRACE_FIX))
 }
 
 /// Why `/proc/PID/fd` cannot be listed, naming what is missing: the process is not dumpable,
@@ -116,7 +119,7 @@ pub(crate) fn fd_list_refusal(pid: u32) -> Option<String> {
     let target = Credentials::of(pid)?;
     let uid = me.filesystem();
     if runs_only_as(&target, uid) && not_dumpable(pid, &target) {
-        return Some(not_dumpable_cause(pid, uid));
+        return Some(not_dumpable_cause(pid, uid, NOT_DUMPABLE_FD_FIX));
     }
     let (owner, mode) = fs::metadata(format!("/proc/{pid}/fd"))
         .map(|meta| (meta.uid(), meta.mode() & 0o7777))
