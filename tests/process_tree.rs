@@ -305,6 +305,25 @@ fn fix_of_an_nginx_master_reaches_the_connections_its_workers_hold() {
         assert_eq!(socket["nodelay"], false);
     }
 
+    let table = tcpstall(&["sockets", &master.to_string()]);
+    let table = String::from_utf8_lossy(&table.stdout);
+    let shared = format!(
+        "shared: 127.0.0.1:{} LISTEN: one socket held by pid {master} fd ",
+        nginx.port
+    );
+    assert!(table.contains(&shared), "{table}");
+    assert!(
+        table.contains(&format!(
+            "can stall: pid {} fd",
+            shown
+                .iter()
+                .find(|s| s["listening"] == false)
+                .and_then(|s| s["pid"].as_u64())
+                .expect("a worker's connection")
+        )) && !table.contains(&format!("(tcpstall fix {})", nginx.workers[0])),
+        "the workers' connections can stall, and fixing the master reaches them: {table}"
+    );
+
     // Restricted to the master, the workers' connections are named, not silently left out.
     let alone = tcpstall(&["fix", &master.to_string(), "--no-tree", "--dry-run"]);
     let stderr = String::from_utf8_lossy(&alone.stderr);

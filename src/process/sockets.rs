@@ -558,7 +558,8 @@ pub fn run(args: &SocketsArgs) -> anyhow::Result<Outcome> {
         crate::report::print_stdout(&(serde_json::to_string_pretty(&views)? + "\n"))?;
     } else {
         let mut stdout = std::io::stdout().lock();
-        crate::report::sockets::write_table(&mut stdout, &views)?;
+        let fix_pid = args.pid.filter(|_| !args.no_tree);
+        crate::report::sockets::write_table(&mut stdout, &views, fix_pid)?;
         std::io::Write::flush(&mut stdout)?;
     }
     Ok(Outcome::Done)

@@ -19,8 +19,13 @@ fn on_off(value: Option<bool>) -> &'static str {
 
 /// The `sockets` table: one line per socket, then a line per socket held by several
 /// processes, per socket caught holding data, per socket that can stall, and per socket whose
-/// delayed ACKs a peer's writes may wait for.
-pub(crate) fn write_table(out: &mut impl Write, views: &[SocketView]) -> io::Result<()> {
+/// delayed ACKs a peer's writes may wait for. The advice names `fix_pid` (the process whose
+/// tree is shown: fixing it reaches its children), else each socket's holder.
+pub(crate) fn write_table(
+    out: &mut impl Write,
+    views: &[SocketView],
+    fix_pid: Option<u32>,
+) -> io::Result<()> {
     if views.is_empty() {
         return writeln!(out, "no TCP sockets");
     }
@@ -89,6 +94,7 @@ pub(crate) fn write_table(out: &mut impl Write, views: &[SocketView]) -> io::Res
     }
     for v in views.iter().filter(|v| v.can_stall == Some(true)) {
         let Some(pid) = v.pid else { continue };
+        let fix = fix_pid.unwrap_or(pid);
         let fd = or_unknown(v.fd);
         let why = if v.listening {
             "listening with Nagle on: every connection it accepts inherits Nagle"
@@ -97,17 +103,18 @@ pub(crate) fn write_table(out: &mut impl Write, views: &[SocketView]) -> io::Res
         };
         writeln!(
             out,
-            "can stall: pid {pid} fd {fd} {}: {why} (tcpstall fix {pid})",
+            "can stall: pid {pid} fd {fd} {}: {why} (tcpstall fix {fix})",
             v.local
         )?;
     }
     for v in views.iter().filter(|v| delays_acks_to_a_server(v, views)) {
         let Some(pid) = v.pid else { continue };
+        let fix = fix_pid.unwrap_or(pid);
         writeln!(
             out,
             "delayed ACKs: pid {pid} fd {} {} -> {}: this side delays its ACKs ({} ms now); \
              if the server's small writes wait for them (Nagle there) and it cannot be \
-             changed, cap the delay here (tcpstall fix {pid} --delack-max 5ms)",
+             changed, cap the delay here (tcpstall fix {fix} --delack-max 5ms)",
             or_unknown(v.fd),
             v.local,
             v.remote,
