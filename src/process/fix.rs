@@ -385,6 +385,15 @@ mod tests {
     }
 
     #[test]
+    fn delack_cap_inheritance_is_checked_on_this_kernel() {
+        match sockopt::delack_max_range() {
+            // inet_csk_clone_lock copies icsk_delack_max with the rest of the listener.
+            Ok((floor, _)) => assert!(listener_delack_max_is_inherited(floor).expect("loopback")),
+            Err(err) => assert_eq!(err.raw_os_error(), Some(libc::ENOPROTOOPT), "{err}"),
+        }
+    }
+
+    #[test]
     fn durations_need_a_unit() {
         assert_eq!(parse_duration("5ms"), Ok(Duration::from_millis(5)));
         assert_eq!(parse_duration("4001us"), Ok(Duration::from_micros(4001)));
