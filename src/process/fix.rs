@@ -8,7 +8,6 @@
 //! `--delack-max` offers the fix for the receiving side instead: a lasting cap on its delayed
 //! ACK (`TCP_DELACK_MAX_US`), for when the writer that Nagle holds cannot be changed.
 
-use std::collections::HashMap;
 use std::io::{BufRead, IsTerminal, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
@@ -18,9 +17,9 @@ use anyhow::{bail, Context};
 use clap::Args;
 use serde::Serialize;
 
-use super::pidfd::{socket_inode, PidFd};
+use super::pidfd::{socket_inode, PidFds};
 use super::procfs::TcpState;
-use super::sockets::{inspect_scope, SocketView};
+use super::sockets::{inspect_scope, Holder, SocketView};
 use super::AccessError;
 use crate::sockopt;
 use crate::Outcome;
@@ -313,16 +312,13 @@ fn confirm(pid: u32, question: &str, count: usize) -> anyhow::Result<bool> {
     Ok(matches!(answer.trim(), "y" | "Y" | "yes" | "YES"))
 }
 
-/// Sets the option on every planned socket, through its first holder, after checking that
-/// the fd still holds the same socket (same inode): an fd closed and reused since the listing
-/// is left alone, and so is a child that exited meanwhile.
+/// Sets the option on every planned socket, through the first of its holders still holding it
+/// (same fd, same inode): an fd closed and reused since the listing is left alone, and a
+/// worker that exited meanwhile gives way to the next process sharing the socket.
 fn apply(report: &mut FixReport) -> Result<(), AccessError> {
-    let mut pidfds: HashMap<u32, PidFd> = HashMap::new();
+    let mut pidfds = PidFds::default();
     let delack = report.delack_max;
     for planned in report.sockets.iter_mut() {
-        let (Some(pid), Some(fd)) = (planned.socket.pid, planned.socket.fd) else {
-            continue;
-        };
         match planned.action {
             Action::AlreadyNodelay => planned.nodelay_after = Some(true),
             Action::AlreadyDelackMax => planned.delack_max_us_after = planned.socket.delack_max_us,
@@ -331,29 +327,17 @@ fn apply(report: &mut FixReport) -> Result<(), AccessError> {
         if !matches!(planned.action, Action::SetNodelay | Action::SetDelackMax) {
             continue;
         }
-        let pidfd = match pidfds.entry(pid) {
-            std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
-            std::collections::hash_map::Entry::Vacant(entry) => match PidFd::open(pid) {
-                Ok(pidfd) => entry.insert(pidfd),
-                Err(AccessError::NoSuchProcess { .. }) if pid != report.pid => continue,
-                Err(err) => return Err(err),
-            },
-        };
-        let dup = match pidfd.get_fd(fd) {
-            Ok(dup) => dup,
-            Err(AccessError::FdClosed { .. }) => continue,
-            Err(AccessError::NoSuchProcess { .. }) if pid != report.pid => continue,
-            Err(err) => return Err(err),
-        };
         let what = if delack.is_some() {
             "TCP_DELACK_MAX_US"
         } else {
             "TCP_NODELAY"
         };
-        let io_err = |err| AccessError::from_errno(err, pid, format!("set {what} on fd {fd}"));
-        if socket_inode(&dup).map_err(io_err)? != planned.socket.inode {
+        let Some((Holder { pid, fd }, dup)) =
+            duplicate_any(&mut pidfds, report.pid, &planned.socket, what)?
+        else {
             continue;
-        }
+        };
+        let io_err = |err| AccessError::from_errno(err, pid, format!("set {what} on fd {fd}"));
         match delack {
             Some(plan) => {
                 sockopt::set_delack_max(
@@ -371,6 +355,32 @@ fn apply(report: &mut FixReport) -> Result<(), AccessError> {
         }
     }
     Ok(())
+}
+
+/// A duplicate of `socket` through the first holder that still holds it; `None` when none
+/// does any more. The target itself exiting is an error; a child exiting is not.
+fn duplicate_any(
+    pidfds: &mut PidFds,
+    target: u32,
+    socket: &SocketView,
+    what: &str,
+) -> Result<Option<(Holder, std::os::fd::OwnedFd)>, AccessError> {
+    for &holder in &socket.holders {
+        let dup = match pidfds.get(holder.pid).and_then(|p| p.get_fd(holder.fd)) {
+            Ok(dup) => dup,
+            Err(AccessError::FdClosed { .. }) => continue,
+            Err(AccessError::NoSuchProcess { .. }) if holder.pid != target => continue,
+            Err(err) => return Err(err),
+        };
+        let inode = socket_inode(&dup).map_err(|err| {
+            let action = format!("set {what} on fd {}", holder.fd);
+            AccessError::from_errno(err, holder.pid, action)
+        })?;
+        if inode == socket.inode {
+            return Ok(Some((holder, dup)));
+        }
+    }
+    Ok(None)
 }
 
 #[cfg(test)]

@@ -75,6 +75,21 @@ impl PidFd {
     }
 }
 
+/// Pidfds opened on demand and kept for the processes of a tree, one per process.
+#[derive(Debug, Default)]
+pub(crate) struct PidFds(std::collections::HashMap<u32, PidFd>);
+
+impl PidFds {
+    /// The pidfd of `pid`, opened the first time it is asked for.
+    pub(crate) fn get(&mut self, pid: u32) -> Result<&PidFd, AccessError> {
+        use std::collections::hash_map::Entry;
+        match self.0.entry(pid) {
+            Entry::Occupied(entry) => Ok(entry.into_mut()),
+            Entry::Vacant(entry) => Ok(entry.insert(PidFd::open(pid)?)),
+        }
+    }
+}
+
 /// The inode of the socket behind `fd` (`st_ino` of a socket is its inode number, the one
 /// `/proc/PID/fd` shows as `socket:[N]`): tells whether a duplicate is still the socket listed.
 pub(crate) fn socket_inode(fd: &OwnedFd) -> io::Result<u64> {

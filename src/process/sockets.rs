@@ -9,7 +9,7 @@ use anyhow::Context;
 use clap::Args;
 use serde::Serialize;
 
-use super::pidfd::{socket_inode, PidFd};
+use super::pidfd::{socket_inode, PidFd, PidFds};
 use super::procfs::{self, FdListError, TcpEntry, TcpState};
 use super::AccessError;
 use crate::sockopt;
@@ -183,7 +183,7 @@ pub struct ProcessSockets {
     pub pid: u32,
     /// The processes looked at: `pid`, then its descendants unless restricted to it.
     pub pids: Vec<u32>,
-    /// Its TCP sockets, by fd.
+    /// Its TCP sockets, in the order first seen: by process (parents first), then by fd.
     pub sockets: Vec<SocketView>,
     /// What was missing, when the options (or the fds) could not be read.
     pub missing: Option<String>,
@@ -194,16 +194,18 @@ pub struct ProcessSockets {
     pub notes: Vec<String>,
 }
 
-/// Reads the TCP sockets of `pid` alone: addresses and state from the kernel's tables, options
-/// through `pidfd_getfd`. A refused permission is not an error: the sockets come back with
-/// unknown options and `missing` says why. A process that does not exist or exits meanwhile is.
+/// Reads the TCP sockets of `pid` alone, each through a duplicate (`pidfd_getfd`): addresses,
+/// state and options. A refused permission is not an error: the sockets come back from the
+/// kernel's tables with unknown options and `missing` says why. A process that does not exist
+/// or exits meanwhile is.
 pub fn inspect(pid: u32) -> Result<ProcessSockets, AccessError> {
     inspect_scope(pid, false)
 }
 
 /// Reads the TCP sockets of `pid` and its descendants (or of `pid` alone unless `tree`), each
-/// socket once with every process holding it. The fds are listed first and the sockets looked
-/// up by inode afterwards (sock_diag): a socket opened while the tables were read is not lost.
+/// socket once with every process holding it. The fds are listed first and each socket read
+/// through a duplicate straight after, so a young socket is not lost (reading the tables first
+/// missed every socket opened meanwhile); the tables, by inode (sock_diag), serve the rest.
 pub fn inspect_scope(pid: u32, tree: bool) -> Result<ProcessSockets, AccessError> {
     if !procfs::process_exists(pid) {
         return Err(AccessError::NoSuchProcess { pid });
@@ -253,24 +255,16 @@ pub fn inspect_scope(pid: u32, tree: bool) -> Result<ProcessSockets, AccessError
     // Each socket read live through a duplicate, right after the listing: a connection that
     // lives a millisecond is still there. The kernel's tables serve only what the duplicates
     // cannot (permission refused) and the children's sockets left out by --no-tree.
-    let mut pidfds: HashMap<u32, Result<PidFd, String>> = HashMap::new();
+    let mut pidfds = PidFds::default();
     let mut missing: Option<String> = None;
     let mut sockets = Vec::new();
     let mut unread: Vec<(usize, u64, Vec<Holder>, Option<String>)> = Vec::new();
     for (order, (inode, holders)) in held.into_iter().enumerate() {
         if missing.is_none() {
             let first = holders[0];
-            let pidfd = pidfds
-                .entry(first.pid)
-                .or_insert_with(|| PidFd::open(first.pid).map_err(|e| e.to_string()));
-            let read = match pidfd {
-                Ok(pidfd) => read_live(pidfd, first.fd, inode),
-                Err(reason) => Err(AccessError::Io {
-                    action: "open a pidfd".into(),
-                    pid: first.pid,
-                    cause: std::io::Error::other(reason.clone()),
-                }),
-            };
+            let read = pidfds
+                .get(first.pid)
+                .and_then(|pidfd| read_live(pidfd, first.fd, inode));
             match read {
                 Ok(Some(mut view)) => {
                     view.holders = holders;
