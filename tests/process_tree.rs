@@ -623,6 +623,12 @@ fn cap_sys_ptrace_alone_is_told_it_lacks_cap_dac_read_search() {
     let stderr = String::from_utf8_lossy(&sockets.stderr);
     assert!(stderr.contains("CAP_DAC_READ_SEARCH"), "{stderr}");
 
+    // The other half alone: the directory may be read, the ptrace check still refuses.
+    let fix = binary.run("+dac_read_search", &["fix", &pid, "--yes"]);
+    let stderr = String::from_utf8_lossy(&fix.stderr);
+    assert_eq!(fix.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("needs CAP_SYS_PTRACE too"), "{stderr}");
+
     // With both, the same user nobody reads and fixes root's server.
     let both = "+sys_ptrace,+dac_read_search";
     let out = binary.run(both, &["fix", &pid, "--yes", "--json"]);

@@ -118,32 +118,36 @@ pub(crate) fn fd_list_refusal(pid: u32) -> Option<String> {
     let me = Credentials::mine()?;
     let target = Credentials::of(pid)?;
     let uid = me.filesystem();
-    if runs_only_as(&target, uid) && not_dumpable(pid, &target) {
-        return Some(not_dumpable_cause(pid, uid, NOT_DUMPABLE_FD_FIX));
+    if runs_only_as(&target, uid) {
+        // The same user is refused only when the process is not dumpable (or by a security
+        // module, which the credentials do not show).
+        return not_dumpable(pid, &target)
+            .then(|| not_dumpable_cause(pid, uid, NOT_DUMPABLE_FD_FIX));
     }
     let (owner, mode) = fs::metadata(format!("/proc/{pid}/fd"))
         .map(|meta| (meta.uid(), meta.mode() & 0o7777))
         .unwrap_or((target.effective(), 0o500));
     let dac_allowed = owner == uid || me.has(CAP_DAC_READ_SEARCH) || me.has(CAP_DAC_OVERRIDE);
-    let ptrace_allowed = runs_only_as(&target, uid) || me.has(CAP_SYS_PTRACE);
     let owner_text = format!("/proc/{pid}/fd belongs to uid {owner} (mode {mode:04o})");
-    match (ptrace_allowed, dac_allowed) {
+    let users = format!(
+        "pid {pid} runs as uid {} and tcpstall as uid {uid}",
+        target.effective()
+    );
+    match (me.has(CAP_SYS_PTRACE), dac_allowed) {
         (true, true) => None,
-        (true, false) if me.has(CAP_SYS_PTRACE) => Some(format!(
+        (true, false) => Some(format!(
             "{owner_text}: tcpstall (uid {uid}) has CAP_SYS_PTRACE but not \
              CAP_DAC_READ_SEARCH, which reading another user's /proc/PID/fd needs too; add \
              CAP_DAC_READ_SEARCH (e.g. setpriv --ambient-caps +sys_ptrace,+dac_read_search), \
              or run tcpstall as uid {owner}"
         )),
         (false, true) => Some(format!(
-            "pid {pid} runs as uid {} and tcpstall as uid {uid}: tcpstall may read the \
-             directory (CAP_DAC_READ_SEARCH) but needs CAP_SYS_PTRACE too, or the same user",
-            target.effective()
+            "{users}: tcpstall may read the directory (CAP_DAC_READ_SEARCH) but needs \
+             CAP_SYS_PTRACE too, or the same user"
         )),
-        _ => Some(format!(
-            "pid {pid} runs as uid {} and tcpstall as uid {uid}: needs the same user, or \
-             CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH ({owner_text})",
-            target.effective()
+        (false, false) => Some(format!(
+            "{users}: needs the same user, or CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH \
+             ({owner_text})"
         )),
     }
 }
