@@ -603,6 +603,30 @@ mod tests {
         assert!(client_side.tcp_info.is_some());
     }
 
+    #[test]
+    fn a_live_socket_reads_as_the_kernel_table_shows_it() {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let client = TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+        let (accepted, _) = listener.accept().expect("accept");
+        let v6 = TcpListener::bind("[::1]:0").ok();
+        let table = procfs::tcp_table(std::process::id()).expect("/proc/net/tcp");
+        let mut fds: Vec<std::os::fd::OwnedFd> = [&listener as &dyn AsFd, &client, &accepted]
+            .iter()
+            .map(|s| s.as_fd().try_clone_to_owned().expect("dup"))
+            .collect();
+        if let Some(v6) = &v6 {
+            fds.push(v6.as_fd().try_clone_to_owned().expect("dup"));
+        }
+        for fd in &fds {
+            let inode = socket_inode(fd).expect("fstat");
+            assert_eq!(
+                live_entry(fd, inode).as_ref(),
+                table.get(&inode),
+                "inode {inode}"
+            );
+        }
+    }
+
     /// One attempt: a few request/response turns put the client in ping-pong mode (its ACKs
     /// are delayed), then the server writes twice; the second write waits for the ACK of the
     /// first. Whether `inspect` saw it held.
