@@ -192,7 +192,7 @@ pub(crate) fn write_plan(
             (Action::AlreadyNodelay, _) => "already TCP_NODELAY, unchanged".to_string(),
             (Action::SkippedState, _) => "closing, unchanged".to_string(),
             (Action::SetDelackMax, Some(delack)) => format!(
-                "cap the delayed ACK at {} (now {})",
+                "cap the delayed ACK at {} (cap now {})",
                 ms_text(delack.kept_us),
                 s.delack_max_us.map_or("?".to_string(), ms_text)
             ),
@@ -279,8 +279,10 @@ fn write_delack_checks(
     }
     writeln!(
         out,
-        "  effect: these sockets ACK what they receive within {kept} instead of up to {} ms, \
-         so a peer whose small writes wait for that ACK (Nagle) waits {kept} at most",
+        "  effect: these sockets ACK what they receive within {kept} instead of {} ms or more \
+         (up to {} ms), so a peer whose small writes wait for that ACK (Nagle) waits {kept} at \
+         most",
+        crate::tcp_rules::DELACK_MIN.as_millis(),
         crate::tcp_rules::DELACK_MAX.as_millis()
     )?;
     writeln!(
