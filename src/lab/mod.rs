@@ -1,9 +1,12 @@
 //! `tcpstall lab`: the source documents' experiments, reproduced on real kernel sockets over
-//! loopback. The catalogue ([`scenarios::CATALOGUE`]) is data; [`runner`] runs a row with the
-//! building blocks ([`server`], [`client`], [`write`](mod@write)) and [`measure`] judges it.
+//! loopback. The catalogue (`scenarios.rs`) is data: each row names a workload described once
+//! (`workload.rs`) and the socket options and write strategy it varies, and states the wire
+//! outcome it expects (`expect.rs`) with its explanation (`explain.rs`). `runner.rs` runs a row
+//! with the building blocks (servers, [`client`], write strategies) and [`measure`] judges it;
+//! `crate::report::lab` renders the results and the `--list` catalogue.
 //!
 //! A row is **stalled** when its median latency is at least 30 ms: the 40 ms floor of the Linux
-//! delayed-ACK timer (`TCP_DELACK_MIN`) minus a 10 ms margin ([`measure::STALL_THRESHOLD_MS`]).
+//! delayed-ACK timer (`TCP_DELACK_MIN`) minus a 10 ms margin (`tcp_rules::STALL_THRESHOLD`).
 //! Over an emulated path (`--rtt`, [`path`]) the round trips the row needs without a timer
 //! are added: RTT + 30 ms, or 2 RTT + 30 ms when Nagle holds a split message's tail.
 

@@ -454,8 +454,13 @@ mod tests {
             assert_eq!(info.scenario as usize, index, "{}", info.name);
             assert!(info.sizes.0 <= info.sizes.1 && info.sizes.1 <= MAX_SIZE);
         }
-        // Every row's own size is one its scenario accepts.
-        for v in CATALOGUE {
+        // Every row has a name of its own within its scenario, and a size it accepts.
+        for (index, v) in CATALOGUE.iter().enumerate() {
+            assert!(!v.name().is_empty());
+            let twins = CATALOGUE[..index]
+                .iter()
+                .filter(|w| w.scenario == v.scenario && w.name() == v.name());
+            assert_eq!(twins.count(), 0, "{}/{}", v.scenario.name(), v.name());
             let (min, max) = v.scenario.info().sizes;
             assert!(
                 (min..=max).contains(&v.size),
