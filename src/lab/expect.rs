@@ -139,7 +139,10 @@ pub(crate) struct WireOutcome {
     /// Which end's write waits.
     pub hold: Hold,
     /// Data segments of both ends per request (the stream: per write), as `TCP_INFO`'s
-    /// `tcpi_data_segs_out` counts them; the stream's Nagle rows may merge writes into fewer.
+    /// `tcpi_data_segs_out` counts them when every write leaves on its own, as on loopback.
+    /// Fewer when writes merge: the stream's Nagle rows behind an unacknowledged segment, a
+    /// write still waiting for the congestion window over a path (`tcp_sendmsg` appends the
+    /// next write to an unsent skb).
     pub segments_per_request: usize,
 }
 

@@ -5,7 +5,7 @@ use super::explain::Why;
 use super::server::ServerNodelay;
 use super::workload::{self, Workload};
 use super::write::WriteStrategy;
-use crate::Side;
+use crate::{tcp_rules, Side};
 
 /// The five experiments of the source documents.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,7 +159,7 @@ pub(crate) struct Variant {
 
 impl Variant {
     /// The row's name with a payload of `size` bytes.
-    pub fn name_with(&self, size: usize) -> String {
+    fn name_with(&self, size: usize) -> String {
         match self.name {
             RowName::Fixed(name) => name.to_string(),
             RowName::Sized(stem) => format!("{stem}-{size}"),
@@ -228,7 +228,7 @@ const MEMCACHED: Variant = Variant {
     workload: &workload::MEMCACHED,
     client_write: WriteStrategy::Single,
     server_reply: WriteStrategy::Split,
-    mss: Some(1460),
+    mss: Some(tcp_rules::DEFAULT_MSS_V4),
     expected: Expectation::Stall,
     why: Why::MemcachedSplit,
     ..ECHO
