@@ -5,7 +5,7 @@
 
 use super::client::http_get_request;
 use super::framing::{self, FrameEnd};
-use super::server::{http_response_head, memcached_reply_len, Protocol, MEMCACHED_FIRST_WRITE_CAP};
+use super::server::{http_response_head, memcached_first_write, memcached_reply_len, Protocol};
 use crate::Side;
 
 /// How the traffic of a row flows.
@@ -87,7 +87,7 @@ pub(crate) const HTTP: Workload = Workload {
 };
 
 /// memcached `get` of a `size`-byte value: the server cuts its reply like memcached 1.4.4,
-/// the first [`MEMCACHED_FIRST_WRITE_CAP`] bytes, then the rest.
+/// the first [`super::server::MEMCACHED_FIRST_WRITE_CAP`] bytes, then the rest.
 pub(crate) const MEMCACHED: Workload = Workload {
     protocol: |size| Protocol::Memcached { value_len: size },
     exchange: Exchange::Turns {
@@ -96,7 +96,7 @@ pub(crate) const MEMCACHED: Workload = Workload {
     writer: Side::Server,
     message: |size, _| {
         let reply = memcached_reply_len(size);
-        let first = reply.min(MEMCACHED_FIRST_WRITE_CAP);
+        let first = memcached_first_write(reply);
         [first, reply - first]
     },
     answer: |_, _| MEMCACHED_GET.len(),

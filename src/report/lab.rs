@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use crate::lab::listing::{ListedScenario, Listing};
 use crate::lab::LabReport;
+use crate::tcp_rules::{DELACK_MIN, STALL_MARGIN, STALL_THRESHOLD};
 
 /// When a row counts as stalled: on loopback, or over a path of the given RTT.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,16 +22,20 @@ pub(crate) struct StallRule {
 
 impl fmt::Display for StallRule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let threshold = STALL_THRESHOLD.as_millis();
         match self.rtt {
-            None => f.write_str(
-                "A row is stalled when its median latency is >= 30 ms (40 ms delayed-ACK floor \
-                 minus 10 ms).",
+            None => write!(
+                f,
+                "A row is stalled when its median latency is >= {threshold} ms ({} ms \
+                 delayed-ACK floor minus {} ms).",
+                DELACK_MIN.as_millis(),
+                STALL_MARGIN.as_millis()
             ),
             Some(rtt) => write!(
                 f,
                 "Over a {} ms RTT path a row is stalled when its median latency is >= RTT + \
-                 30 ms, or 2 RTT + 30 ms when Nagle holds a split message's tail until the \
-                 first part is acknowledged{}.",
+                 {threshold} ms, or 2 RTT + {threshold} ms when Nagle holds a split message's \
+                 tail until the first part is acknowledged{}.",
                 rtt.as_millis(),
                 if self.marks_two_rtt_rows {
                     " (marked 2 RTT below)"
