@@ -7,7 +7,7 @@
 //!
 //! A row is **stalled** when its median latency is at least 30 ms: the 40 ms floor of the Linux
 //! delayed-ACK timer (`TCP_DELACK_MIN`) minus a 10 ms margin (`tcp_rules::STALL_THRESHOLD`).
-//! Over an emulated path (`--rtt`, [`path`]) the round trips the row needs without a timer
+//! Over an emulated path (`--rtt`, `path.rs`) the round trips the row needs without a timer
 //! are added: RTT + 30 ms, or 2 RTT + 30 ms when Nagle holds a split message's tail.
 
 pub mod client;

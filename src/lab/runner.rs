@@ -46,11 +46,11 @@ pub(crate) struct RunSettings {
 /// One measured row, the result [`run_variant`] returns: the stable keys of `lab --json` and
 /// the lab's own additions.
 #[derive(Debug, Clone, Serialize)]
-pub struct RowResult {
+pub(crate) struct RowResult {
     /// Scenario name.
     pub scenario: &'static str,
-    /// Variant name; a name ending in the catalogue's size (`value-1400`) shows the size in
-    /// use instead (`value-2400` with `--size 2400`).
+    /// Variant name; a row named by its size (`value-1400`) shows the size in use
+    /// (`value-2400` with `--size 2400`).
     pub variant: String,
     /// Requests completed (stream: writes).
     pub requests: usize,
@@ -65,13 +65,13 @@ pub struct RowResult {
     /// p50 at or above `stall_threshold_ms`.
     pub stalled: bool,
     /// The p50 from which the row counts as stalled: the round trips its exchange needs
-    /// without any timer, times the path's RTT, plus 30 ms (see
-    /// [`super::measure::stall_threshold_ms`]); 30 ms on loopback.
+    /// without any timer ([`WireOutcome::round_trips`]), times the path's RTT, plus 30 ms
+    /// (see [`super::measure::stall_threshold_ms`]); 30 ms on loopback.
     pub stall_threshold_ms: f64,
     /// Round-trip time of the emulated path (`lab --rtt`); absent on loopback.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub path_rtt_ms: Option<f64>,
-    /// What Linux is expected to do, from the catalogue.
+    /// What Linux is expected to do, from the catalogue ([`WireOutcome::stalls`]).
     pub expected_stall: bool,
     /// Why, from the kernel's rules.
     pub explanation: String,
