@@ -871,3 +871,41 @@ fn a_head_ending_in_a_partial_segment_is_acked_at_once() {
     assert_eq!(rows[0]["segments_per_request"].as_f64(), Some(7.0));
     assert!(rows[0]["held_side"].is_null());
 }
+
+/// Over an emulated path the same head (a GSO super-packet ending in a partial segment) costs
+/// a second round trip: the tail waits for the head's ACK, which the server sends at once. The
+/// row's threshold counts both round trips, so the row is not taken for a stall.
+#[test]
+fn over_a_path_a_head_ending_in_a_partial_segment_costs_two_round_trips() {
+    require_root("lab --rtt");
+    const RTT_MS: f64 = 40.0;
+    let rows = rows(&lab_json(&[
+        "--rtt",
+        "40",
+        "--scenario",
+        "echo",
+        "--variant",
+        "split,single",
+        "--size",
+        "4000",
+        "--mss",
+        "1460",
+        "--requests",
+        "6",
+    ]));
+    let split = variant(&rows, "split");
+    let p50 = split["p50_ms"].as_f64().unwrap();
+    assert!(p50 >= 2.0 * RTT_MS, "split: p50 {p50} ms below 2 RTT");
+    assert_eq!(
+        split["stall_threshold_ms"].as_f64(),
+        Some(2.0 * RTT_MS + STALL_MIN_MS)
+    );
+    assert_eq!(split["stalled"], false, "split: p50 {p50} ms");
+    assert_eq!(split["expected_stall"], false);
+    let single = variant(&rows, "single");
+    assert_eq!(
+        single["stall_threshold_ms"].as_f64(),
+        Some(RTT_MS + STALL_MIN_MS)
+    );
+    assert_eq!(single["stalled"], false);
+}
