@@ -42,20 +42,12 @@ use self::scenarios::{ConnectionMode, Scenario, Variant, CATALOGUE, MAX_SIZE, SC
 use crate::capture::live::{CaptureSummary, LiveCapture};
 use crate::kernel::KernelFacts;
 use crate::report;
+use crate::tcp_rules::{DELACK_MIN, STALL_MARGIN, STALL_THRESHOLD};
 use crate::Outcome;
 
 /// Arguments of `tcpstall lab`.
 #[derive(Args, Debug, Clone)]
-#[command(
-    after_help = "A row is stalled when its median latency is >= 30 ms: the 40 ms \
-    delayed-ACK floor (TCP_DELACK_MIN) minus a 10 ms margin. Every server binds 127.0.0.1 \
-    port 0; nothing leaves loopback.\n\nWith --rtt MS the client and the server run in two \
-    network namespaces (tcpstall-lab-<pid>-client/-server, 169.254.77.1 and .2, deleted at \
-    the end) joined by TUN devices and a relay that delays each packet by RTT/2 (needs \
-    CAP_NET_ADMIN and CAP_SYS_ADMIN: run as root). A row is then stalled when its p50 is \
-    >= RTT + 30 ms, or 2 RTT + 30 ms for rows whose split message Nagle holds until the first \
-    part is acknowledged (those cost 2 RTT even when the ACK is immediate)."
-)]
+#[command(after_help = after_help())]
 pub struct LabArgs {
     /// Run only these scenarios (comma-separated or repeated); see --list.
     #[arg(long, value_delimiter = ',')]
@@ -120,6 +112,26 @@ pub struct LabArgs {
         value_parser = in_range("--rate", 0.1, 10_000.0, " Mbit/s")
     )]
     pub rate: Option<f64>,
+}
+
+/// The stall rule and what `--rtt` sets up, with the figures of `crate::tcp_rules`.
+fn after_help() -> String {
+    let (threshold, floor, margin) = (
+        STALL_THRESHOLD.as_millis(),
+        DELACK_MIN.as_millis(),
+        STALL_MARGIN.as_millis(),
+    );
+    format!(
+        "A row is stalled when its median latency is >= {threshold} ms: the {floor} ms \
+         delayed-ACK floor (TCP_DELACK_MIN) minus a {margin} ms margin. Every server binds \
+         127.0.0.1 port 0; nothing leaves loopback.\n\nWith --rtt MS the client and the server \
+         run in two network namespaces (tcpstall-lab-<pid>-client/-server, 169.254.77.1 and .2, \
+         deleted at the end) joined by TUN devices and a relay that delays each packet by RTT/2 \
+         (needs CAP_NET_ADMIN and CAP_SYS_ADMIN: run as root). A row is then stalled when its \
+         p50 is >= RTT + {threshold} ms, or 2 RTT + {threshold} ms for rows whose split message \
+         Nagle holds until the first part is acknowledged (those cost 2 RTT even when the ACK \
+         is immediate)."
+    )
 }
 
 /// A value parser for a number from `min` to `max` (`unit` follows `max` in the error), whose
