@@ -1,6 +1,7 @@
 //! Rendering results: terminal tables and stable JSON.
 
 pub mod json;
+pub mod lab;
 pub mod sockets;
 pub mod text;
 
