@@ -116,6 +116,67 @@ pub fn set_delack_max(fd: BorrowedFd<'_>, max: Duration) -> io::Result<()> {
     set_int(fd, libc::IPPROTO_TCP, TCP_DELACK_MAX_US, us)
 }
 
+/// The range of `TCP_DELACK_MAX_US` this kernel accepts, probed on a scratch socket: the
+/// smallest and largest values it takes (`do_tcp_setsockopt` refuses a value outside
+/// `TCP_TIMEOUT_MIN`..`TCP_DELACK_MAX` jiffies with `EINVAL`, so both depend on HZ).
+/// `ENOPROTOOPT` when the kernel lacks the option (before Linux 6.13).
+pub fn delack_max_range() -> io::Result<(Duration, Duration)> {
+    let scratch = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+    let fd = std::os::fd::AsFd::as_fd(&scratch);
+    let accepts = |us: u32| -> io::Result<bool> {
+        match set_delack_max(fd, Duration::from_micros(u64::from(us))) {
+            Ok(()) => Ok(true),
+            Err(err) if err.raw_os_error() == Some(libc::EINVAL) => Ok(false),
+            Err(err) => Err(err),
+        }
+    };
+    // The kernel's default cap (TCP_DELACK_MAX, 200 ms) is always accepted; from it, a binary
+    // search each way (about 20 setsockopt calls on the scratch socket).
+    let default_us = crate::tcp_rules::DELACK_MAX.as_micros() as u32;
+    if !accepts(default_us)? {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the kernel refuses TCP_DELACK_MAX_US at its own default of 200 ms",
+        ));
+    }
+    let (mut refused, mut taken) = (0u32, default_us);
+    while taken - refused > 1 {
+        let mid = refused + (taken - refused) / 2;
+        if accepts(mid)? {
+            taken = mid;
+        } else {
+            refused = mid;
+        }
+    }
+    let floor = taken;
+    let (mut taken, mut refused) = (default_us, 60_000_000u32);
+    if accepts(refused)? {
+        taken = refused;
+    } else {
+        while refused - taken > 1 {
+            let mid = taken + (refused - taken) / 2;
+            if accepts(mid)? {
+                taken = mid;
+            } else {
+                refused = mid;
+            }
+        }
+    }
+    Ok((
+        Duration::from_micros(u64::from(floor)),
+        Duration::from_micros(u64::from(taken)),
+    ))
+}
+
+/// What the kernel keeps when asked to cap the delayed ACK at `max` (it counts in jiffies,
+/// rounding up), set and read back on a scratch socket.
+pub fn delack_max_kept(max: Duration) -> io::Result<Duration> {
+    let scratch = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+    let fd = std::os::fd::AsFd::as_fd(&scratch);
+    set_delack_max(fd, max)?;
+    delack_max(fd)
+}
+
 /// The part of the kernel's `struct tcp_info` (include/uapi/linux/tcp.h) that tcpstall reads,
 /// laid out exactly as the kernel writes it. Times are in microseconds unless named otherwise.
 #[repr(C)]
@@ -269,6 +330,23 @@ mod tests {
         assert_eq!(std::mem::offset_of!(TcpInfo, pacing_rate), 104);
         assert_eq!(std::mem::offset_of!(TcpInfo, segs_out), 136);
         assert_eq!(std::mem::offset_of!(TcpInfo, data_segs_out), 156);
+    }
+
+    #[test]
+    fn delack_max_range_is_probed_on_this_kernel() {
+        match delack_max_range() {
+            Ok((floor, ceiling)) => {
+                assert!(
+                    floor > Duration::ZERO && floor <= ceiling,
+                    "{floor:?} {ceiling:?}"
+                );
+                let kept = delack_max_kept(floor).expect("the floor is accepted");
+                assert!(kept >= floor, "kept {kept:?} below the floor {floor:?}");
+                let below = delack_max_kept(floor - Duration::from_micros(1));
+                assert_eq!(below.map_err(|e| e.raw_os_error()), Err(Some(libc::EINVAL)));
+            }
+            Err(err) => assert_eq!(err.raw_os_error(), Some(libc::ENOPROTOOPT), "{err}"),
+        }
     }
 
     #[test]

@@ -3,18 +3,23 @@
 //! the connections they accept later start with Nagle off: Linux copies `nonagle` into the
 //! child socket (`inet_csk_clone_lock` copies the whole `tcp_sock`), checked here on the running
 //! kernel before it is promised. The target's sockets are never closed or otherwise touched.
+//!
+//! The target's child processes are included (a master's workers hold the connections), and
+//! `--delack-max` offers the fix for the receiving side instead: a lasting cap on its delayed
+//! ACK (`TCP_DELACK_MAX_US`), for when the writer that Nagle holds cannot be changed.
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
+use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Args;
 use serde::Serialize;
 
-use super::pidfd::{socket_inode, PidFd};
+use super::pidfd::{socket_inode, PidFds};
 use super::procfs::TcpState;
-use super::sockets::{inspect, SocketView};
+use super::sockets::{inspect_scope, Holder, SocketView};
 use super::AccessError;
 use crate::sockopt;
 use crate::Outcome;
@@ -36,6 +41,37 @@ pub struct FixArgs {
     /// Print JSON (before/after of each socket) instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Only the process itself, not its child processes (a master's workers).
+    #[arg(long)]
+    pub no_tree: bool,
+    /// Instead of TCP_NODELAY, cap the delayed ACK of the process's sockets at DURATION
+    /// (TCP_DELACK_MAX_US, e.g. 5ms): for the receiving side when the writer cannot be changed.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub delack_max: Option<Duration>,
+}
+
+/// `5ms`, `4001us` (or `µs`), `0.008s`: a duration with its unit.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .ok_or_else(|| format!("'{text}' has no unit: write e.g. 5ms, 8000us or 0.01s"))?;
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("'{text}' is not a number followed by a unit (e.g. 5ms)"))?;
+    let seconds = match unit.trim() {
+        "s" => value,
+        "ms" => value / 1e3,
+        "us" | "µs" => value / 1e6,
+        other => return Err(format!("unknown unit '{other}': use s, ms or us")),
+    };
+    if !(seconds > 0.0 && seconds < 3600.0) {
+        return Err(format!(
+            "'{text}' is out of range: give a positive duration"
+        ));
+    }
+    Ok(Duration::from_secs_f64(seconds))
 }
 
 /// What `fix` does to one socket.
@@ -48,6 +84,10 @@ pub enum Action {
     AlreadyNodelay,
     /// The state has no future traffic to speed up (closing, time-wait...).
     SkippedState,
+    /// TCP_DELACK_MAX_US is set (`--delack-max`).
+    SetDelackMax,
+    /// TCP_DELACK_MAX_US already holds the value asked for.
+    AlreadyDelackMax,
 }
 
 /// One socket's line of the plan and of the result.
@@ -63,6 +103,25 @@ pub struct FixedSocket {
     pub nodelay_before: Option<bool>,
     /// TCP_NODELAY read back after setting it; `None` for a dry run or when not applied.
     pub nodelay_after: Option<bool>,
+    /// With `--delack-max`: TCP_DELACK_MAX_US read back after setting it, microseconds (the
+    /// value before is the socket's `delack_max_us`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delack_max_us_after: Option<u32>,
+}
+
+/// What `--delack-max` asks and what the running kernel was checked to do with it.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct DelackPlan {
+    /// The cap asked for, microseconds.
+    pub requested_us: u32,
+    /// What the kernel keeps for it (it counts in jiffies, rounding up), microseconds.
+    pub kept_us: u32,
+    /// The smallest value the kernel accepts (2 jiffies), microseconds.
+    pub floor_us: u32,
+    /// The largest value the kernel accepts (`TCP_DELACK_MAX`), microseconds.
+    pub ceiling_us: u32,
+    /// Connections accepted later by a listener with the cap inherit it.
+    pub listener_inherited: bool,
 }
 
 /// The result of `fix --json`.
@@ -78,11 +137,16 @@ pub struct FixReport {
     pub listener_nodelay_inherited: bool,
     /// Every TCP socket in the plan.
     pub sockets: Vec<FixedSocket>,
+    /// The processes whose sockets are in the plan: the target, then its descendants.
+    pub pids: Vec<u32>,
+    /// With `--delack-max`: the cap asked for and what the kernel does with it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delack_max: Option<DelackPlan>,
 }
 
 /// Whether this kernel copies TCP_NODELAY from a listener to the sockets it accepts: a
 /// listener of our own on loopback with NODELAY, one connection, the accepted socket read back.
-pub fn listener_nodelay_is_inherited() -> std::io::Result<bool> {
+pub(crate) fn listener_nodelay_is_inherited() -> std::io::Result<bool> {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
     sockopt::set_nodelay(listener.as_fd(), true)?;
     let _client = TcpStream::connect(listener.local_addr()?)?;
@@ -90,7 +154,57 @@ pub fn listener_nodelay_is_inherited() -> std::io::Result<bool> {
     sockopt::nodelay(accepted.as_fd())
 }
 
-fn action_for(view: &SocketView) -> Action {
+/// Whether this kernel copies TCP_DELACK_MAX_US from a listener to the sockets it accepts
+/// (`inet_csk_clone_lock` copies `icsk_delack_max` with the rest of the socket), as
+/// [`listener_nodelay_is_inherited`] checks TCP_NODELAY.
+pub(crate) fn listener_delack_max_is_inherited(max: Duration) -> std::io::Result<bool> {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+    sockopt::set_delack_max(listener.as_fd(), max)?;
+    let kept = sockopt::delack_max(listener.as_fd())?;
+    let _client = TcpStream::connect(listener.local_addr()?)?;
+    let (accepted, _) = listener.accept()?;
+    Ok(sockopt::delack_max(accepted.as_fd())? == kept)
+}
+
+/// Checks `--delack-max` against the running kernel: the option exists, and the value is in
+/// the range it accepts; then what it keeps and whether accepted sockets inherit it.
+fn plan_delack_max(max: Duration) -> anyhow::Result<DelackPlan> {
+    let (floor, ceiling) = match sockopt::delack_max_range() {
+        Ok(range) => range,
+        Err(err) if err.raw_os_error() == Some(libc::ENOPROTOOPT) => bail!(
+            "this kernel ({}) lacks TCP_DELACK_MAX_US (Linux 6.13 or later): switch TCP_NODELAY \
+             on for the writing side instead (tcpstall fix WRITER_PID), or have the reader \
+             re-arm TCP_QUICKACK after each read",
+            crate::kernel::KernelFacts::read().release
+        ),
+        Err(err) => return Err(err).context("cannot probe TCP_DELACK_MAX_US on a scratch socket"),
+    };
+    let micros = |d: Duration| u32::try_from(d.as_micros()).unwrap_or(u32::MAX);
+    if max < floor || max > ceiling {
+        bail!(
+            "this kernel takes a delayed-ACK cap from {} µs to {} µs (it counts in jiffies): \
+             {} µs is out of range; ask for e.g. --delack-max {}us",
+            micros(floor),
+            micros(ceiling),
+            micros(max),
+            micros(floor)
+        );
+    }
+    let kept = sockopt::delack_max_kept(max)
+        .context("cannot set TCP_DELACK_MAX_US on a scratch socket")?;
+    let inherited = listener_delack_max_is_inherited(max).context(
+        "cannot check on a loopback listener whether accepted sockets inherit TCP_DELACK_MAX_US",
+    )?;
+    Ok(DelackPlan {
+        requested_us: micros(max),
+        kept_us: micros(kept),
+        floor_us: micros(floor),
+        ceiling_us: micros(ceiling),
+        listener_inherited: inherited,
+    })
+}
+
+fn action_for(view: &SocketView, delack: Option<&DelackPlan>) -> Action {
     let live = matches!(
         view.state,
         TcpState::Listen
@@ -99,74 +213,91 @@ fn action_for(view: &SocketView) -> Action {
             | TcpState::SynRecv
             | TcpState::CloseWait
     );
-    match (live, view.nodelay) {
+    match (live, delack) {
         (false, _) => Action::SkippedState,
-        (true, Some(true)) => Action::AlreadyNodelay,
-        (true, _) => Action::SetNodelay,
+        (true, Some(plan)) if view.delack_max_us == Some(plan.kept_us) => Action::AlreadyDelackMax,
+        (true, Some(_)) => Action::SetDelackMax,
+        (true, None) if view.nodelay == Some(true) => Action::AlreadyNodelay,
+        (true, None) => Action::SetNodelay,
     }
 }
 
 /// Runs `tcpstall fix`.
 pub fn run(args: &FixArgs) -> anyhow::Result<Outcome> {
     let pid = args.pid;
-    let found = inspect(pid)?;
+    let found = inspect_scope(pid, !args.no_tree)?;
     if let Some(missing) = found.missing {
         bail!("{missing}; nothing was changed");
     }
+    for note in &found.notes {
+        eprintln!("tcpstall: {note}");
+    }
+    let delack = args.delack_max.map(plan_delack_max).transpose()?;
     let inherited = listener_nodelay_is_inherited().context(
         "cannot check on a loopback listener whether accepted sockets inherit TCP_NODELAY",
     )?;
-    let mut plan: Vec<FixedSocket> = found
+    let plan: Vec<FixedSocket> = found
         .sockets
         .iter()
         .filter(|v| args.port.map_or(true, |p| v.uses_port(p)))
         .map(|v| FixedSocket {
             socket: v.clone(),
-            action: action_for(v),
+            action: action_for(v, delack.as_ref()),
             nodelay_before: v.nodelay,
             nodelay_after: None,
+            delack_max_us_after: None,
         })
         .collect();
     let to_change = plan
         .iter()
-        .filter(|s| s.action == Action::SetNodelay)
+        .filter(|s| matches!(s.action, Action::SetNodelay | Action::SetDelackMax))
         .count();
-
-    let plan_text = render_plan(pid, &plan, inherited, args.port);
-    if !args.json || !args.yes {
-        // The plan goes where the question is asked; with --json --yes stdout stays pure JSON.
-        if args.json {
-            eprint!("{plan_text}");
-        } else {
-            crate::report::print_stdout(&plan_text)?;
-        }
-    }
-    let mut applied = false;
-    if to_change > 0 && !args.dry_run {
-        if !args.yes && !confirm(pid, to_change)? {
-            eprintln!("tcpstall: nothing changed");
-        } else {
-            apply(pid, &mut plan)?;
-            applied = true;
-        }
-    }
-    let report = FixReport {
+    let mut report = FixReport {
         pid,
         dry_run: args.dry_run,
-        applied,
+        applied: false,
         listener_nodelay_inherited: inherited,
         sockets: plan,
+        pids: found.pids,
+        delack_max: delack,
     };
-    if args.json {
-        crate::report::print_stdout(&(serde_json::to_string_pretty(&report)? + "\n"))?;
-    } else if applied {
-        crate::report::print_stdout(&render_result(&report))?;
+
+    if !args.json || !args.yes {
+        // The plan goes where the question is asked; with --json --yes stdout stays pure JSON.
+        let mut plan_text = Vec::new();
+        crate::report::sockets::write_plan(&mut plan_text, &report, args.port)?;
+        if args.json {
+            std::io::stderr().write_all(&plan_text)?;
+        } else {
+            let mut stdout = std::io::stdout().lock();
+            stdout.write_all(&plan_text)?;
+            stdout.flush()?;
+        }
     }
+    if to_change > 0 && !args.dry_run {
+        let question = match &report.delack_max {
+            Some(plan) => format!("cap the delayed ACK at {} µs for", plan.kept_us),
+            None => "switch TCP_NODELAY on for".to_string(),
+        };
+        if !args.yes && !confirm(pid, &question, to_change)? {
+            eprintln!("tcpstall: nothing changed");
+        } else {
+            apply(&mut report)?;
+            report.applied = true;
+        }
+    }
+    let mut stdout = std::io::stdout().lock();
+    if args.json {
+        stdout.write_all((serde_json::to_string_pretty(&report)? + "\n").as_bytes())?;
+    } else if report.applied {
+        crate::report::sockets::write_result(&mut stdout, &report)?;
+    }
+    stdout.flush()?;
     Ok(Outcome::Done)
 }
 
 /// Asks on the terminal; refuses without one.
-fn confirm(pid: u32, count: usize) -> anyhow::Result<bool> {
+fn confirm(pid: u32, question: &str, count: usize) -> anyhow::Result<bool> {
     let stdin = std::io::stdin();
     if !stdin.is_terminal() {
         bail!(
@@ -174,115 +305,82 @@ fn confirm(pid: u32, count: usize) -> anyhow::Result<bool> {
              add --yes to apply, or --dry-run to only show the plan"
         );
     }
-    eprint!("switch TCP_NODELAY on for {count} socket(s) of pid {pid}? [y/N] ");
+    eprint!("{question} {count} socket(s) of pid {pid}? [y/N] ");
     std::io::stderr().flush()?;
     let mut answer = String::new();
     stdin.lock().read_line(&mut answer)?;
     Ok(matches!(answer.trim(), "y" | "Y" | "yes" | "YES"))
 }
 
-/// Sets TCP_NODELAY on every planned socket, after checking that the fd still holds the same
-/// socket (same inode): an fd closed and reused since the listing is left alone.
-fn apply(pid: u32, plan: &mut [FixedSocket]) -> Result<(), AccessError> {
-    let pidfd = PidFd::open(pid)?;
-    for planned in plan.iter_mut() {
-        let Some(fd) = planned.socket.fd else {
+/// Sets the option on every planned socket, through the first of its holders still holding it
+/// (same fd, same inode): an fd closed and reused since the listing is left alone, and a
+/// worker that exited meanwhile gives way to the next process sharing the socket.
+fn apply(report: &mut FixReport) -> Result<(), AccessError> {
+    let mut pidfds = PidFds::default();
+    let delack = report.delack_max;
+    for planned in report.sockets.iter_mut() {
+        match planned.action {
+            Action::AlreadyNodelay => planned.nodelay_after = Some(true),
+            Action::AlreadyDelackMax => planned.delack_max_us_after = planned.socket.delack_max_us,
+            _ => {}
+        }
+        if !matches!(planned.action, Action::SetNodelay | Action::SetDelackMax) {
+            continue;
+        }
+        let what = if delack.is_some() {
+            "TCP_DELACK_MAX_US"
+        } else {
+            "TCP_NODELAY"
+        };
+        let Some((Holder { pid, fd }, dup)) =
+            duplicate_any(&mut pidfds, report.pid, &planned.socket, what)?
+        else {
             continue;
         };
-        if planned.action == Action::AlreadyNodelay {
-            planned.nodelay_after = Some(true);
+        let io_err = |err| AccessError::from_errno(err, pid, format!("set {what} on fd {fd}"));
+        match delack {
+            Some(plan) => {
+                sockopt::set_delack_max(
+                    dup.as_fd(),
+                    Duration::from_micros(plan.requested_us.into()),
+                )
+                .map_err(io_err)?;
+                let kept = sockopt::delack_max(dup.as_fd()).map_err(io_err)?;
+                planned.delack_max_us_after = u32::try_from(kept.as_micros()).ok();
+            }
+            None => {
+                sockopt::set_nodelay(dup.as_fd(), true).map_err(io_err)?;
+                planned.nodelay_after = Some(sockopt::nodelay(dup.as_fd()).map_err(io_err)?);
+            }
         }
-        if planned.action != Action::SetNodelay {
-            continue;
-        }
-        let dup = match pidfd.get_fd(fd) {
-            Ok(dup) => dup,
-            Err(AccessError::FdClosed { .. }) => continue,
-            Err(err) => return Err(err),
-        };
-        let io_err = |err| AccessError::from_errno(err, pid, format!("set TCP_NODELAY on fd {fd}"));
-        if socket_inode(&dup).map_err(io_err)? != planned.socket.inode {
-            continue;
-        }
-        sockopt::set_nodelay(dup.as_fd(), true).map_err(io_err)?;
-        planned.nodelay_after = Some(sockopt::nodelay(dup.as_fd()).map_err(io_err)?);
     }
     Ok(())
 }
 
-fn on_off(v: Option<bool>) -> &'static str {
-    match v {
-        Some(true) => "on",
-        Some(false) => "off",
-        None => "?",
-    }
-}
-
-fn render_plan(pid: u32, plan: &[FixedSocket], inherited: bool, port: Option<u16>) -> String {
-    use std::fmt::Write;
-    let mut out = String::new();
-    let _ = writeln!(out, "plan for pid {pid}:");
-    if plan.is_empty() {
-        match port {
-            Some(port) => {
-                let _ = writeln!(out, "  no TCP socket with local or remote port {port}");
-            }
-            None => {
-                let _ = writeln!(out, "  no TCP sockets");
-            }
+/// A duplicate of `socket` through the first holder that still holds it; `None` when none
+/// does any more. The target itself exiting is an error; a child exiting is not.
+fn duplicate_any(
+    pidfds: &mut PidFds,
+    target: u32,
+    socket: &SocketView,
+    what: &str,
+) -> Result<Option<(Holder, std::os::fd::OwnedFd)>, AccessError> {
+    for &holder in &socket.holders {
+        let dup = match pidfds.get(holder.pid).and_then(|p| p.get_fd(holder.fd)) {
+            Ok(dup) => dup,
+            Err(AccessError::FdClosed { .. }) => continue,
+            Err(AccessError::NoSuchProcess { .. }) if holder.pid != target => continue,
+            Err(err) => return Err(err),
+        };
+        let inode = socket_inode(&dup).map_err(|err| {
+            let action = format!("set {what} on fd {}", holder.fd);
+            AccessError::from_errno(err, holder.pid, action)
+        })?;
+        if inode == socket.inode {
+            return Ok(Some((holder, dup)));
         }
     }
-    for planned in plan {
-        let s = &planned.socket;
-        let what = match planned.action {
-            Action::SetNodelay => "set TCP_NODELAY",
-            Action::AlreadyNodelay => "already TCP_NODELAY, unchanged",
-            Action::SkippedState => "closing, unchanged",
-        };
-        let fd = crate::report::or_unknown(s.fd);
-        let peer = if s.listening {
-            "(listening)".to_string()
-        } else {
-            format!("-> {}", s.remote)
-        };
-        let _ = writeln!(out, "  fd {fd:>4} {} {peer} {}: {what}", s.local, s.state);
-    }
-    if plan
-        .iter()
-        .any(|p| p.socket.listening && p.action == Action::SetNodelay)
-    {
-        let _ = writeln!(
-            out,
-            "  {}",
-            if inherited {
-                "checked on this kernel: connections accepted later inherit TCP_NODELAY from the listener"
-            } else {
-                "checked on this kernel: accepted connections do NOT inherit TCP_NODELAY from the \
-                 listener; only the connections open now are fixed"
-            }
-        );
-    }
-    out
-}
-
-fn render_result(report: &FixReport) -> String {
-    use std::fmt::Write;
-    let mut out = String::new();
-    for planned in report
-        .sockets
-        .iter()
-        .filter(|p| p.action == Action::SetNodelay)
-    {
-        let fd = crate::report::or_unknown(planned.socket.fd);
-        let _ = writeln!(
-            out,
-            "fd {fd:>4} {}: TCP_NODELAY {} -> {}",
-            planned.socket.local,
-            on_off(planned.nodelay_before),
-            on_off(planned.nodelay_after)
-        );
-    }
-    out
+    Ok(None)
 }
 
 #[cfg(test)]
@@ -294,5 +392,26 @@ mod tests {
         // Linux copies nonagle into accepted sockets; a kernel that did not would fail here
         // and `fix` would then say so instead of promising it.
         assert!(listener_nodelay_is_inherited().expect("loopback listener works"));
+    }
+
+    #[test]
+    fn delack_cap_inheritance_is_checked_on_this_kernel() {
+        match sockopt::delack_max_range() {
+            // inet_csk_clone_lock copies icsk_delack_max with the rest of the listener.
+            Ok((floor, _)) => assert!(listener_delack_max_is_inherited(floor).expect("loopback")),
+            Err(err) => assert_eq!(err.raw_os_error(), Some(libc::ENOPROTOOPT), "{err}"),
+        }
+    }
+
+    #[test]
+    fn durations_need_a_unit() {
+        assert_eq!(parse_duration("5ms"), Ok(Duration::from_millis(5)));
+        assert_eq!(parse_duration("4001us"), Ok(Duration::from_micros(4001)));
+        assert_eq!(parse_duration("4001µs"), Ok(Duration::from_micros(4001)));
+        assert_eq!(parse_duration("0.02s"), Ok(Duration::from_millis(20)));
+        assert!(parse_duration("5").unwrap_err().contains("no unit"));
+        assert!(parse_duration("5h").unwrap_err().contains("unknown unit"));
+        assert!(parse_duration("0ms").is_err());
+        assert!(parse_duration("ms").is_err());
     }
 }

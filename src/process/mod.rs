@@ -3,19 +3,23 @@
 //! socket syscalls of a program and names write-write-read sequences.
 //!
 //! All three reach into another process the same two ways: `/proc` (which fds are sockets, the
-//! kernel's TCP tables) and `pidfd_getfd` (a duplicate of the process's own socket, so that
-//! getsockopt/setsockopt act on it).
+//! process tree, the credentials that explain a refusal) and `pidfd_getfd` (a duplicate of the
+//! process's own socket, so that getsockopt/setsockopt act on it); the kernel's TCP tables
+//! (sock_diag netlink, `/proc/net/tcp`) only for what cannot be duplicated.
 
 pub mod fix;
-pub mod pidfd;
+pub(crate) mod pidfd;
 pub mod procfs;
 pub mod sockets;
 pub mod trace;
 
 mod pattern;
+mod privilege;
 mod seccomp;
+mod sock_diag;
 mod syscalls;
 mod tracer;
+mod tree;
 
 /// Why another process's sockets could not be reached. Every message says what is missing.
 #[derive(Debug, thiserror::Error)]
@@ -39,6 +43,17 @@ pub enum AccessError {
         pid: u32,
         /// A hint about Yama's `ptrace_scope` when it is stricter than classic ptrace rules.
         yama: String,
+    },
+    /// Refused for want of privilege, with the cause told from the credentials of both sides:
+    /// a process that is not dumpable, or the capability tcpstall lacks.
+    #[error("cannot {action} of pid {pid}: {cause}")]
+    Denied {
+        /// What was attempted.
+        action: String,
+        /// The target process.
+        pid: u32,
+        /// What is missing and what to do.
+        cause: String,
     },
     /// The kernel refused although a capability is not what is missing: the target is a kernel
     /// thread, a zombie, tcpstall itself, or out of reach even with CAP_SYS_PTRACE.
@@ -94,7 +109,11 @@ pub enum AccessError {
 
 impl AccessError {
     /// Maps an errno from a pidfd or ptrace call on `pid` to the error that names what is missing.
-    pub fn from_errno(err: std::io::Error, pid: u32, action: impl Into<String>) -> AccessError {
+    pub(crate) fn from_errno(
+        err: std::io::Error,
+        pid: u32,
+        action: impl Into<String>,
+    ) -> AccessError {
         let action = action.into();
         match err.raw_os_error() {
             Some(libc::ESRCH) => AccessError::NoSuchProcess { pid },
@@ -114,9 +133,15 @@ impl AccessError {
 
     /// The kernel said EPERM/EACCES to `action` on `pid`: a missing capability, unless /proc
     /// shows a reason no capability would overcome.
-    pub fn refused(pid: u32, action: impl Into<String>) -> AccessError {
+    pub(crate) fn refused(pid: u32, action: impl Into<String>) -> AccessError {
         let action = action.into();
-        match refusal_cause(pid) {
+        if let Some(cause) = refusal_cause(pid) {
+            return AccessError::Refused { action, pid, cause };
+        }
+        if let Some(cause) = privilege::ptrace_refusal(pid) {
+            return AccessError::Denied { action, pid, cause };
+        }
+        match cap_sys_ptrace_refusal() {
             Some(cause) => AccessError::Refused { action, pid, cause },
             None => AccessError::PermissionDenied {
                 action,
@@ -126,23 +151,42 @@ impl AccessError {
         }
     }
 
+    /// `/proc/PID/fd` could not be listed: why, from the credentials of both sides (the
+    /// directory needs CAP_DAC_READ_SEARCH of another user, besides the ptrace check).
+    pub(crate) fn fd_list_refused(pid: u32) -> AccessError {
+        let action = "list the fds";
+        if refusal_cause(pid).is_none() {
+            if let Some(cause) = privilege::fd_list_refusal(pid) {
+                return AccessError::Denied {
+                    action: action.into(),
+                    pid,
+                    cause,
+                };
+            }
+        }
+        AccessError::refused(pid, action)
+    }
+
     /// `pid` names a thread that is not its process's leader (pidfd_open and ptrace want the
     /// process).
-    pub fn thread_of(pid: u32) -> Option<AccessError> {
+    pub(crate) fn thread_of(pid: u32) -> Option<AccessError> {
         procfs::status_field(pid, "Tgid")
             .filter(|&tgid| tgid != pid)
             .map(|tgid| AccessError::Thread { pid, tgid })
     }
 
     /// True when the error is a refused permission (the caller may still show what /proc allows).
-    pub fn is_permission(&self) -> bool {
-        matches!(self, AccessError::PermissionDenied { .. })
+    pub(crate) fn is_permission(&self) -> bool {
+        matches!(
+            self,
+            AccessError::PermissionDenied { .. } | AccessError::Denied { .. }
+        )
     }
 }
 
 /// Why ptrace access to `pid` is refused when no capability would help, from /proc: tcpstall
 /// itself (`ptrace_attach` refuses the tracer's own thread group), a kernel thread (no `mm`,
-/// `__ptrace_may_access` refuses), a zombie, or a refusal that CAP_SYS_PTRACE did not overcome.
+/// `__ptrace_may_access` refuses), a zombie.
 fn refusal_cause(pid: u32) -> Option<String> {
     if pid == std::process::id() {
         return Some("it is tcpstall itself".into());
@@ -153,14 +197,18 @@ fn refusal_cause(pid: u32) -> Option<String> {
     if is_zombie(pid) {
         return Some(ZOMBIE.into());
     }
-    if has_cap_sys_ptrace() {
-        return Some(format!(
+    None
+}
+
+/// A refusal that CAP_SYS_PTRACE did not overcome.
+fn cap_sys_ptrace_refusal() -> Option<String> {
+    has_cap_sys_ptrace().then(|| {
+        format!(
             "refused although tcpstall has CAP_SYS_PTRACE: the process is in another user \
              namespace (a container's), or a security module forbids it (AppArmor, SELinux){}",
             yama_hint()
-        ));
-    }
-    None
+        )
+    })
 }
 
 const ZOMBIE: &str = "it has exited (a zombie waiting for its parent to reap it)";
@@ -172,7 +220,7 @@ fn is_zombie(pid: u32) -> bool {
 
 /// The error for `action` on `pid` when it has exited and waits to be reaped: its fds and
 /// sockets are gone.
-pub fn zombie(pid: u32, action: &str) -> Option<AccessError> {
+pub(crate) fn zombie(pid: u32, action: &str) -> Option<AccessError> {
     is_zombie(pid).then(|| AccessError::Refused {
         action: action.into(),
         pid,
@@ -181,11 +229,8 @@ pub fn zombie(pid: u32, action: &str) -> Option<AccessError> {
 }
 
 /// CAP_SYS_PTRACE (bit 19) is in this process's effective set (`CapEff` of /proc/self/status).
-pub fn has_cap_sys_ptrace() -> bool {
-    const CAP_SYS_PTRACE: u32 = 19;
-    procfs::status_text(std::process::id(), "CapEff")
-        .and_then(|v| u64::from_str_radix(&v, 16).ok())
-        .is_some_and(|caps| caps & (1 << CAP_SYS_PTRACE) != 0)
+pub(crate) fn has_cap_sys_ptrace() -> bool {
+    privilege::has_cap_sys_ptrace()
 }
 
 /// Yama's `kernel.yama.ptrace_scope` (security/yama/yama_lsm.c) narrows ptrace beyond the classic

@@ -9,14 +9,14 @@ use super::AccessError;
 
 /// An open pidfd of one process (thread-group leader).
 #[derive(Debug)]
-pub struct PidFd {
+pub(crate) struct PidFd {
     fd: OwnedFd,
     pid: u32,
 }
 
 impl PidFd {
     /// Opens a pidfd for `pid`. Needs no permission; `get_fd` does.
-    pub fn open(pid: u32) -> Result<PidFd, AccessError> {
+    pub(crate) fn open(pid: u32) -> Result<PidFd, AccessError> {
         let raw_pid = libc::pid_t::try_from(pid).map_err(|_| AccessError::NoSuchProcess { pid })?;
         // SAFETY: plain syscall with integer arguments.
         let rc = unsafe { libc::syscall(libc::SYS_pidfd_open, raw_pid, 0 as libc::c_uint) };
@@ -40,13 +40,13 @@ impl PidFd {
     }
 
     /// The process this pidfd refers to.
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.pid
     }
 
     /// Duplicates fd `target_fd` of the process into this one (close-on-exec). Needs ptrace
     /// attach permission over the target (`pidfd_getfd` → `__ptrace_may_access`).
-    pub fn get_fd(&self, target_fd: i32) -> Result<OwnedFd, AccessError> {
+    pub(crate) fn get_fd(&self, target_fd: i32) -> Result<OwnedFd, AccessError> {
         // SAFETY: plain syscall with integer arguments; the pidfd is alive for the call.
         let rc = unsafe {
             libc::syscall(
@@ -75,9 +75,24 @@ impl PidFd {
     }
 }
 
+/// Pidfds opened on demand and kept for the processes of a tree, one per process.
+#[derive(Debug, Default)]
+pub(crate) struct PidFds(std::collections::HashMap<u32, PidFd>);
+
+impl PidFds {
+    /// The pidfd of `pid`, opened the first time it is asked for.
+    pub(crate) fn get(&mut self, pid: u32) -> Result<&PidFd, AccessError> {
+        use std::collections::hash_map::Entry;
+        match self.0.entry(pid) {
+            Entry::Occupied(entry) => Ok(entry.into_mut()),
+            Entry::Vacant(entry) => Ok(entry.insert(PidFd::open(pid)?)),
+        }
+    }
+}
+
 /// The inode of the socket behind `fd` (`st_ino` of a socket is its inode number, the one
 /// `/proc/PID/fd` shows as `socket:[N]`): tells whether a duplicate is still the socket listed.
-pub fn socket_inode(fd: &OwnedFd) -> io::Result<u64> {
+pub(crate) fn socket_inode(fd: &OwnedFd) -> io::Result<u64> {
     let stat = nix::sys::stat::fstat(fd).map_err(io::Error::from)?;
     Ok(stat.st_ino)
 }

@@ -3,7 +3,7 @@
 //! tables of the process's network namespace (`/proc/PID/net/tcp`, `tcp6`, written by
 //! `tcp4_seq_show`/`tcp6_seq_show`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::fs;
 use std::io;
@@ -42,7 +42,7 @@ pub enum TcpState {
 }
 
 impl TcpState {
-    fn from_code(code: u8) -> Option<TcpState> {
+    pub(crate) fn from_code(code: u8) -> Option<TcpState> {
         Some(match code {
             0x01 => TcpState::Established,
             0x02 => TcpState::SynSent,
@@ -87,7 +87,7 @@ impl fmt::Display for TcpState {
 
 /// One row of `/proc/net/tcp` or `tcp6`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TcpEntry {
+pub(crate) struct TcpEntry {
     /// Local address and port.
     pub local: SocketAddr,
     /// Remote address and port (unspecified for listeners).
@@ -100,9 +100,38 @@ pub struct TcpEntry {
     pub inode: u64,
 }
 
+/// The TCP sockets among `inodes` (from [`socket_fds`], listed first so that a socket opened
+/// meanwhile cannot be missing from an older table), by inode, looked up in `pid`'s network
+/// namespace: through sock_diag netlink when it is tcpstall's own namespace (netlink answers
+/// for the namespace of the asking socket), else, or when netlink is refused, from the text
+/// tables `/proc/PID/net/tcp{,6}`.
+pub(crate) fn tcp_entries(pid: u32, inodes: &HashSet<u64>) -> io::Result<HashMap<u64, TcpEntry>> {
+    if inodes.is_empty() {
+        return Ok(HashMap::new());
+    }
+    if same_network_namespace(pid) {
+        if let Ok(found) = super::sock_diag::tcp_sockets(inodes) {
+            return Ok(found);
+        }
+    }
+    let mut table = tcp_table(pid)?;
+    table.retain(|inode, _| inodes.contains(inode));
+    Ok(table)
+}
+
+/// `pid` shares tcpstall's network namespace (`/proc/PID/ns/net` names the same one); false
+/// when that cannot be read.
+fn same_network_namespace(pid: u32) -> bool {
+    let ns = |p: &str| fs::read_link(format!("/proc/{p}/ns/net")).ok();
+    match (ns(&pid.to_string()), ns("self")) {
+        (Some(theirs), Some(ours)) => theirs == ours,
+        _ => false,
+    }
+}
+
 /// The TCP tables (IPv4 and IPv6) of `pid`'s network namespace, by socket inode. Request
 /// sockets (inode 0) are left out: no process holds them.
-pub fn tcp_table(pid: u32) -> io::Result<HashMap<u64, TcpEntry>> {
+pub(crate) fn tcp_table(pid: u32) -> io::Result<HashMap<u64, TcpEntry>> {
     let mut table = HashMap::new();
     for name in ["tcp", "tcp6"] {
         let path = format!("/proc/{pid}/net/{name}");
@@ -155,21 +184,28 @@ fn parse_hex_endpoint(text: &str) -> Option<SocketAddr> {
             for i in 0..4 {
                 bytes[i * 4..i * 4 + 4].copy_from_slice(&word(i)?);
             }
-            let v6 = Ipv6Addr::from(bytes);
-            // Dual-stack sockets show IPv4 peers as ::ffff:a.b.c.d; print them as IPv4.
-            match v6.to_ipv4_mapped() {
-                Some(v4) => IpAddr::V4(v4),
-                None => IpAddr::V6(v6),
-            }
+            IpAddr::V6(Ipv6Addr::from(bytes))
         }
         _ => return None,
     };
-    Some(SocketAddr::new(ip, port))
+    Some(unmapped(SocketAddr::new(ip, port)))
+}
+
+/// Dual-stack sockets show IPv4 peers as ::ffff:a.b.c.d; shown as IPv4, wherever the address
+/// comes from (text tables, sock_diag, the socket itself).
+pub(crate) fn unmapped(addr: SocketAddr) -> SocketAddr {
+    match addr {
+        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
+            Some(v4) => SocketAddr::new(IpAddr::V4(v4), v6.port()),
+            None => addr,
+        },
+        v4 => v4,
+    }
 }
 
 /// Why the fds of a process could not be listed.
 #[derive(Debug)]
-pub enum FdListError {
+pub(crate) enum FdListError {
     /// No such process (or it exited).
     NoSuchProcess,
     /// `/proc/PID/fd` is not readable: another user without CAP_SYS_PTRACE
@@ -180,7 +216,7 @@ pub enum FdListError {
 }
 
 /// The fds of `pid` that are sockets, with their inode, sorted by fd.
-pub fn socket_fds(pid: u32) -> Result<Vec<(i32, u64)>, FdListError> {
+pub(crate) fn socket_fds(pid: u32) -> Result<Vec<(i32, u64)>, FdListError> {
     let dir = format!("/proc/{pid}/fd");
     let entries = fs::read_dir(&dir).map_err(|err| match err.raw_os_error() {
         Some(libc::ENOENT) | Some(libc::ESRCH) => FdListError::NoSuchProcess,
@@ -222,12 +258,12 @@ fn socket_inode_of_link(link: &str) -> Option<u64> {
 }
 
 /// True when `/proc/PID` exists (a process or a thread).
-pub fn process_exists(pid: u32) -> bool {
+pub(crate) fn process_exists(pid: u32) -> bool {
     fs::metadata(format!("/proc/{pid}")).is_ok()
 }
 
 /// A field of `/proc/PID/status` (`Tgid`, `PPid`, `Uid`...): its first number.
-pub fn status_field(pid: u32, field: &str) -> Option<u32> {
+pub(crate) fn status_field(pid: u32, field: &str) -> Option<u32> {
     status_text(pid, field)?
         .split_whitespace()
         .next()?
@@ -236,7 +272,7 @@ pub fn status_field(pid: u32, field: &str) -> Option<u32> {
 }
 
 /// A field of `/proc/PID/status` as text (`State` → `S (sleeping)`).
-pub fn status_text(pid: u32, field: &str) -> Option<String> {
+pub(crate) fn status_text(pid: u32, field: &str) -> Option<String> {
     let text = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     text.lines()
         .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
@@ -244,19 +280,19 @@ pub fn status_text(pid: u32, field: &str) -> Option<String> {
 }
 
 /// The real uid owning `pid`.
-pub fn uid_of(pid: u32) -> Option<u32> {
+pub(crate) fn uid_of(pid: u32) -> Option<u32> {
     status_field(pid, "Uid")
 }
 
 /// The command name of `pid` (`/proc/PID/comm`).
-pub fn comm_of(pid: u32) -> Option<String> {
+pub(crate) fn comm_of(pid: u32) -> Option<String> {
     fs::read_to_string(format!("/proc/{pid}/comm"))
         .ok()
         .map(|s| s.trim_end().to_string())
 }
 
 /// Every process id in `/proc`, sorted.
-pub fn all_pids() -> io::Result<Vec<u32>> {
+pub(crate) fn all_pids() -> io::Result<Vec<u32>> {
     let mut pids: Vec<u32> = fs::read_dir("/proc")?
         .flatten()
         .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
@@ -266,7 +302,7 @@ pub fn all_pids() -> io::Result<Vec<u32>> {
 }
 
 /// The thread ids of process `pid` (`/proc/PID/task`).
-pub fn thread_ids(pid: u32) -> io::Result<Vec<u32>> {
+pub(crate) fn thread_ids(pid: u32) -> io::Result<Vec<u32>> {
     let mut tids: Vec<u32> = fs::read_dir(format!("/proc/{pid}/task"))?
         .flatten()
         .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))

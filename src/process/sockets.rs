@@ -2,13 +2,14 @@
 //! TCP_CORK and the quick-ACK (ping-pong) state, read on a duplicate of each socket
 //! (`pidfd_getfd`), plus the TCP_INFO fields that show a live Nagle hold (`unacked:1 notsent:>0`).
 
+use std::collections::{HashMap, HashSet};
 use std::os::fd::AsFd;
 
 use anyhow::Context;
 use clap::Args;
 use serde::Serialize;
 
-use super::pidfd::{socket_inode, PidFd};
+use super::pidfd::{socket_inode, PidFd, PidFds};
 use super::procfs::{self, FdListError, TcpEntry, TcpState};
 use super::AccessError;
 use crate::sockopt;
@@ -29,6 +30,19 @@ pub struct SocketsArgs {
     /// Print JSON (an array of sockets) instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Only the process itself, not its child processes (by default a master's workers are
+    /// shown with it, each socket once with every process holding it).
+    #[arg(long, conflicts_with = "all")]
+    pub no_tree: bool,
+}
+
+/// A process holding a socket, and the socket's fd there.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+pub struct Holder {
+    /// The process.
+    pub pid: u32,
+    /// The fd in that process.
+    pub fd: i32,
 }
 
 /// The TCP_INFO fields that explain a stall, from the kernel's `tcp_get_info`.
@@ -98,6 +112,12 @@ pub struct SocketView {
     pub held_now: Option<bool>,
     /// What could not be read and why.
     pub unknown_reason: Option<String>,
+    /// Every process holding the socket (a listener a master shares with its workers, a
+    /// socket inherited across fork), by pid; `pid`/`fd` name the first. Empty when unknown.
+    pub holders: Vec<Holder>,
+    /// TCP_DELACK_MAX_US, the socket's cap on its delayed ACK, in microseconds; `None` when
+    /// unreadable or the kernel lacks the option.
+    pub delack_max_us: Option<u32>,
 }
 
 impl SocketView {
@@ -117,6 +137,11 @@ impl SocketView {
             can_stall: None,
             held_now: None,
             unknown_reason: None,
+            holders: match (pid, fd) {
+                (Some(pid), Some(fd)) => vec![Holder { pid, fd }],
+                _ => Vec::new(),
+            },
+            delack_max_us: None,
         }
     }
 
@@ -151,23 +176,37 @@ impl SocketView {
     }
 }
 
-/// The TCP sockets of one process, and what could not be seen.
+/// The TCP sockets of one process (and its children), and what could not be seen.
 #[derive(Debug, Clone)]
 pub struct ProcessSockets {
     /// The process.
     pub pid: u32,
-    /// Its TCP sockets, by fd.
+    /// The processes looked at: `pid`, then its descendants unless restricted to it.
+    pub pids: Vec<u32>,
+    /// Its TCP sockets, in the order first seen: by process (parents first), then by fd.
     pub sockets: Vec<SocketView>,
     /// What was missing, when the options (or the fds) could not be read.
     pub missing: Option<String>,
     /// What is shown instead, when the fds themselves could not be listed.
     pub shown_instead: Option<String>,
+    /// Notes on the tree: children whose fds could not be read, or, restricted to the process,
+    /// the connections its children hold.
+    pub notes: Vec<String>,
 }
 
-/// Reads the TCP sockets of `pid`: addresses and state from /proc, options through
-/// `pidfd_getfd`. A refused permission is not an error: the sockets come back with unknown
-/// options and `missing` says why. A process that does not exist or exits meanwhile is.
+/// Reads the TCP sockets of `pid` alone, each through a duplicate (`pidfd_getfd`): addresses,
+/// state and options. A refused permission is not an error: the sockets come back from the
+/// kernel's tables with unknown options and `missing` says why. A process that does not exist
+/// or exits meanwhile is.
 pub fn inspect(pid: u32) -> Result<ProcessSockets, AccessError> {
+    inspect_scope(pid, false)
+}
+
+/// Reads the TCP sockets of `pid` and its descendants (or of `pid` alone unless `tree`), each
+/// socket once with every process holding it. The fds are listed first and each socket read
+/// through a duplicate straight after, so a young socket is not lost (reading the tables first
+/// missed every socket opened meanwhile); the tables, by inode (sock_diag), serve the rest.
+pub fn inspect_scope(pid: u32, tree: bool) -> Result<ProcessSockets, AccessError> {
     if !procfs::process_exists(pid) {
         return Err(AccessError::NoSuchProcess { pid });
     }
@@ -176,6 +215,235 @@ pub fn inspect(pid: u32) -> Result<ProcessSockets, AccessError> {
     {
         return Err(refusal);
     }
+    let family = super::tree::process_tree(pid);
+    let mut notes = Vec::new();
+    // (inode, holders) in the order first seen: by process (parents first), then by fd.
+    let mut held: Vec<(u64, Vec<Holder>)> = Vec::new();
+    let mut index: HashMap<u64, usize> = HashMap::new();
+    let mut held_by_children: Vec<(u64, u32)> = Vec::new();
+    let mut unreadable_children = Vec::new();
+    for &p in &family {
+        let fds = match procfs::socket_fds(p) {
+            Ok(fds) => fds,
+            Err(FdListError::NoSuchProcess) if p == pid => {
+                return Err(AccessError::NoSuchProcess { pid })
+            }
+            Err(FdListError::PermissionDenied) if p == pid => return owned_by_uid(pid),
+            Err(FdListError::Io(err)) if p == pid => {
+                return Err(AccessError::from_errno(err, pid, "list /proc/PID/fd"))
+            }
+            Err(FdListError::PermissionDenied) => {
+                unreadable_children.push(p);
+                continue;
+            }
+            Err(_) => continue, // a child that exited meanwhile
+        };
+        for (fd, inode) in fds {
+            if p != pid && !tree {
+                held_by_children.push((inode, p));
+                continue;
+            }
+            match index.get(&inode) {
+                Some(&i) => held[i].1.push(Holder { pid: p, fd }),
+                None => {
+                    index.insert(inode, held.len());
+                    held.push((inode, vec![Holder { pid: p, fd }]));
+                }
+            }
+        }
+    }
+    // Each socket read live through a duplicate, right after the listing: a connection that
+    // lives a millisecond is still there. The kernel's tables serve only what the duplicates
+    // cannot (permission refused) and the children's sockets left out by --no-tree.
+    let mut pidfds = PidFds::default();
+    let mut missing: Option<String> = None;
+    let mut sockets = Vec::new();
+    let mut unread: Vec<(usize, u64, Vec<Holder>, Option<String>)> = Vec::new();
+    for (order, (inode, holders)) in held.into_iter().enumerate() {
+        if missing.is_none() {
+            let first = holders[0];
+            let read = pidfds
+                .get(first.pid)
+                .and_then(|pidfd| read_live(pidfd, first.fd, inode));
+            match read {
+                Ok(Some(mut view)) => {
+                    view.holders = holders;
+                    view.judge();
+                    sockets.push((order, view));
+                    continue;
+                }
+                // Not TCP (UDP, unix...), a TCP socket neither bound nor connected, or gone.
+                Ok(None) | Err(AccessError::FdClosed { .. }) => continue,
+                Err(AccessError::NoSuchProcess { pid: gone }) if gone == pid => {
+                    return Err(AccessError::NoSuchProcess { pid })
+                }
+                Err(AccessError::NoSuchProcess { .. }) => continue,
+                Err(err) => {
+                    if err.is_permission()
+                        || matches!(
+                            err,
+                            AccessError::KernelTooOld { .. } | AccessError::Refused { .. }
+                        )
+                    {
+                        missing = Some(err.to_string());
+                    } else {
+                        unread.push((order, inode, holders, Some(err.to_string())));
+                        continue;
+                    }
+                }
+            }
+        }
+        unread.push((order, inode, holders, None));
+    }
+    let mut inodes: HashSet<u64> = unread.iter().map(|(_, inode, _, _)| *inode).collect();
+    inodes.extend(held_by_children.iter().map(|&(inode, _)| inode));
+    let table = procfs::tcp_entries(pid, &inodes).map_err(|err| {
+        if procfs::process_exists(pid) {
+            AccessError::from_errno(err, pid, "read the TCP sockets of")
+        } else {
+            AccessError::NoSuchProcess { pid }
+        }
+    })?;
+    if !unreadable_children.is_empty() {
+        let first = unreadable_children[0];
+        notes.push(format!(
+            "the fds of child process(es) {} could not be read ({}): their sockets are not shown",
+            join_pids(&unreadable_children),
+            AccessError::fd_list_refused(first)
+        ));
+    }
+    let shown: HashSet<u64> = index.keys().copied().collect();
+    if let Some(note) = children_note(pid, &held_by_children, &shown, &table) {
+        notes.push(note);
+    }
+    for (order, inode, holders, reason) in unread {
+        let Some(entry) = table.get(&inode) else {
+            continue;
+        };
+        let first = holders[0];
+        let mut view = SocketView::from_proc(Some(first.pid), Some(first.fd), entry);
+        view.holders = holders;
+        view.unknown_reason = reason.or_else(|| missing.clone());
+        view.judge();
+        sockets.push((order, view));
+    }
+    sockets.sort_by_key(|(order, _)| *order);
+    let sockets = sockets.into_iter().map(|(_, view)| view).collect();
+    Ok(ProcessSockets {
+        pid,
+        pids: if tree { family } else { vec![pid] },
+        sockets,
+        missing,
+        shown_instead: None,
+        notes,
+    })
+}
+
+/// Restricted to the process itself: what its children hold that it does not, so that a
+/// master's workers and their connections are not silently left out.
+fn children_note(
+    pid: u32,
+    held_by_children: &[(u64, u32)],
+    shown: &HashSet<u64>,
+    table: &HashMap<u64, TcpEntry>,
+) -> Option<String> {
+    let mut inodes = HashSet::new();
+    let mut pids = Vec::new();
+    let mut connections = 0;
+    for &(inode, child) in held_by_children {
+        let Some(entry) = table.get(&inode) else {
+            continue;
+        };
+        if shown.contains(&inode) || !inodes.insert(inode) {
+            continue;
+        }
+        connections += usize::from(entry.state != TcpState::Listen);
+        if !pids.contains(&child) {
+            pids.push(child);
+        }
+    }
+    (!inodes.is_empty()).then(|| {
+        format!(
+            "{} more TCP socket(s), {connections} of them connections, are held by child \
+             process(es) {} of pid {pid}: leave out --no-tree to include them",
+            inodes.len(),
+            join_pids(&pids)
+        )
+    })
+}
+
+fn join_pids(pids: &[u32]) -> String {
+    pids.iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Reads socket `inode`, fd `fd` of the process, through a duplicate: what it is (family,
+/// protocol, addresses and state as the socket itself tells them) and its options. `None`
+/// when it is not a TCP socket with an address, or the fd no longer holds that socket.
+fn read_live(pidfd: &PidFd, fd: i32, inode: u64) -> Result<Option<SocketView>, AccessError> {
+    let dup = pidfd.get_fd(fd)?;
+    let io_err =
+        |err| AccessError::from_errno(err, pidfd.pid(), format!("read options of fd {fd}"));
+    if socket_inode(&dup).map_err(io_err)? != inode {
+        return Ok(None);
+    }
+    let Some(entry) = live_entry(&dup, inode) else {
+        return Ok(None);
+    };
+    let mut view = SocketView::from_proc(Some(pidfd.pid()), Some(fd), &entry);
+    let sock = dup.as_fd();
+    view.nodelay = Some(sockopt::nodelay(sock).map_err(io_err)?);
+    view.cork = Some(sockopt::cork(sock).map_err(io_err)?);
+    view.quickack = Some(sockopt::quickack(sock).map_err(io_err)?);
+    view.tcp_info = sockopt::tcp_info(sock).ok().map(InfoView::from);
+    view.delack_max_us = sockopt::delack_max(sock)
+        .ok()
+        .and_then(|max| u32::try_from(max.as_micros()).ok());
+    Ok(Some(view))
+}
+
+/// The row the kernel's TCP table would show for a live socket: IPv4/IPv6 and TCP
+/// (`SO_DOMAIN`, `SO_PROTOCOL`), its addresses, its state from TCP_INFO, its owner (the
+/// socket inode's uid, which `sock_i_uid` prints). `None` for any other socket, and for one
+/// not yet bound or connected (CLOSE), which the tables do not list either.
+fn live_entry(dup: &std::os::fd::OwnedFd, inode: u64) -> Option<TcpEntry> {
+    let sock = socket2::SockRef::from(dup);
+    let domain = sock.domain().ok()?;
+    if !(domain == socket2::Domain::IPV4 || domain == socket2::Domain::IPV6)
+        || sock.protocol().ok()? != Some(socket2::Protocol::TCP)
+    {
+        return None;
+    }
+    let state = TcpState::from_code(sockopt::tcp_info(dup.as_fd()).ok()?.state)?;
+    if state == TcpState::Close {
+        return None;
+    }
+    let local = procfs::unmapped(sock.local_addr().ok()?.as_socket()?);
+    let unspecified = if domain == socket2::Domain::IPV4 {
+        std::net::SocketAddr::from(([0u8; 4], 0))
+    } else {
+        std::net::SocketAddr::from(([0u16; 8], 0))
+    };
+    let remote = match sock.peer_addr() {
+        Ok(peer) => procfs::unmapped(peer.as_socket()?),
+        Err(_) => unspecified, // listening, or not connected yet
+    };
+    let uid = nix::sys::stat::fstat(dup).ok()?.st_uid;
+    Some(TcpEntry {
+        local,
+        remote,
+        state,
+        uid,
+        inode,
+    })
+}
+
+/// Without access to /proc/PID/fd, the sockets cannot be tied to fds: show the TCP sockets of
+/// the process's user in its network namespace, which include the process's own. Which process
+/// holds each is unknown, so none is named (`pid` null).
+fn owned_by_uid(pid: u32) -> Result<ProcessSockets, AccessError> {
     let table = procfs::tcp_table(pid).map_err(|err| {
         if procfs::process_exists(pid) {
             AccessError::from_errno(err, pid, "read /proc/PID/net/tcp")
@@ -183,84 +451,8 @@ pub fn inspect(pid: u32) -> Result<ProcessSockets, AccessError> {
             AccessError::NoSuchProcess { pid }
         }
     })?;
-    let fds = match procfs::socket_fds(pid) {
-        Ok(fds) => fds,
-        Err(FdListError::NoSuchProcess) => return Err(AccessError::NoSuchProcess { pid }),
-        Err(FdListError::PermissionDenied) => return Ok(owned_by_uid(pid, &table)),
-        Err(FdListError::Io(err)) => {
-            return Err(AccessError::from_errno(err, pid, "list /proc/PID/fd"))
-        }
-    };
-    let pidfd = PidFd::open(pid)?;
-    let mut missing: Option<String> = None;
-    let mut sockets = Vec::new();
-    for (fd, inode) in fds {
-        let Some(entry) = table.get(&inode) else {
-            continue; // not TCP (UDP, unix...), or a TCP socket neither bound nor connected
-        };
-        let mut view = SocketView::from_proc(Some(pid), Some(fd), entry);
-        if let Some(reason) = &missing {
-            view.unknown_reason = Some(reason.clone());
-        } else {
-            match read_options(&pidfd, fd, inode, &mut view) {
-                Ok(true) => {}
-                Ok(false) => continue, // the fd now holds another file: the socket is gone
-                Err(AccessError::FdClosed { .. }) => continue,
-                Err(AccessError::NoSuchProcess { .. }) => {
-                    return Err(AccessError::NoSuchProcess { pid })
-                }
-                Err(err) => {
-                    let reason = err.to_string();
-                    view.unknown_reason = Some(reason.clone());
-                    if err.is_permission()
-                        || matches!(
-                            err,
-                            AccessError::KernelTooOld { .. } | AccessError::Refused { .. }
-                        )
-                    {
-                        missing = Some(reason);
-                    }
-                }
-            }
-        }
-        view.judge();
-        sockets.push(view);
-    }
-    Ok(ProcessSockets {
-        pid,
-        sockets,
-        missing,
-        shown_instead: None,
-    })
-}
-
-/// Reads the options of fd `fd` into `view`. Ok(false) when the fd no longer holds socket `inode`.
-fn read_options(
-    pidfd: &PidFd,
-    fd: i32,
-    inode: u64,
-    view: &mut SocketView,
-) -> Result<bool, AccessError> {
-    let dup = pidfd.get_fd(fd)?;
-    let io_err =
-        |err| AccessError::from_errno(err, pidfd.pid(), format!("read options of fd {fd}"));
-    if socket_inode(&dup).map_err(io_err)? != inode {
-        return Ok(false);
-    }
-    let sock = dup.as_fd();
-    view.nodelay = Some(sockopt::nodelay(sock).map_err(io_err)?);
-    view.cork = Some(sockopt::cork(sock).map_err(io_err)?);
-    view.quickack = Some(sockopt::quickack(sock).map_err(io_err)?);
-    view.tcp_info = sockopt::tcp_info(sock).ok().map(InfoView::from);
-    Ok(true)
-}
-
-/// Without access to /proc/PID/fd, the sockets cannot be tied to fds: show the TCP sockets of
-/// the process's user in its network namespace, which include the process's own. Which process
-/// holds each is unknown, so none is named (`pid` null).
-fn owned_by_uid(pid: u32, table: &std::collections::HashMap<u64, TcpEntry>) -> ProcessSockets {
     let uid = procfs::uid_of(pid);
-    let reason = AccessError::refused(pid, "list the fds").to_string();
+    let reason = AccessError::fd_list_refused(pid).to_string();
     let mut sockets: Vec<SocketView> = table
         .values()
         .filter(|e| Some(e.uid) == uid)
@@ -272,15 +464,17 @@ fn owned_by_uid(pid: u32, table: &std::collections::HashMap<u64, TcpEntry>) -> P
         .collect();
     sockets.sort_by_key(|v| v.inode);
     let uid_text = crate::report::or_unknown(uid);
-    ProcessSockets {
+    Ok(ProcessSockets {
         pid,
+        pids: vec![pid],
         sockets,
         missing: Some(reason),
         shown_instead: Some(format!(
             "shown instead: every TCP socket of uid {uid_text} in the process's network \
              namespace, pid {pid}'s among them (owner and fd unknown, options unknown)"
         )),
-    }
+        notes: Vec::new(),
+    })
 }
 
 /// Runs `tcpstall sockets`.
@@ -288,9 +482,10 @@ pub fn run(args: &SocketsArgs) -> anyhow::Result<Outcome> {
     let mut views = Vec::new();
     let mut notes = Vec::new();
     if let Some(pid) = args.pid {
-        let found = inspect(pid)?;
+        let found = inspect_scope(pid, !args.no_tree)?;
         notes.extend(found.missing);
         notes.extend(found.shown_instead);
+        notes.extend(found.notes);
         views = found.sockets;
     } else {
         let me = std::process::id();
@@ -336,12 +531,11 @@ pub fn run(args: &SocketsArgs) -> anyhow::Result<Outcome> {
             views.extend(unclaimed);
         }
         if refused > 0 {
-            let why = if super::has_cap_sys_ptrace() {
-                "refused even with CAP_SYS_PTRACE (other user namespaces, kernel threads, or a \
-                 security module)"
-            } else {
-                "needs CAP_SYS_PTRACE or the same user"
-            };
+            let why = super::privilege::missing_for_other_users().unwrap_or(
+                "refused even with CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH (other user \
+                 namespaces, kernel threads, processes that are not dumpable, or a security \
+                 module)",
+            );
             notes.push(format!(
                 "{refused} processes not fully readable: {why}; their sockets are listed with \
                  pid ?"
@@ -357,91 +551,12 @@ pub fn run(args: &SocketsArgs) -> anyhow::Result<Outcome> {
     if args.json {
         crate::report::print_stdout(&(serde_json::to_string_pretty(&views)? + "\n"))?;
     } else {
-        crate::report::print_stdout(&render_table(&views))?;
+        let mut stdout = std::io::stdout().lock();
+        let fix_pid = args.pid.filter(|_| !args.no_tree);
+        crate::report::sockets::write_table(&mut stdout, &views, fix_pid)?;
+        std::io::Write::flush(&mut stdout)?;
     }
     Ok(Outcome::Done)
-}
-
-fn yes_no(value: Option<bool>) -> &'static str {
-    match value {
-        Some(true) => "on",
-        Some(false) => "off",
-        None => "?",
-    }
-}
-
-/// The text table: one line per socket, then a line per socket that can stall.
-pub fn render_table(views: &[SocketView]) -> String {
-    use std::fmt::Write;
-    let mut out = String::new();
-    if views.is_empty() {
-        out.push_str("no TCP sockets\n");
-        return out;
-    }
-    let _ = writeln!(
-        out,
-        "{:>7} {:>4} {:<22} {:<22} {:<11} {:<7} {:<4} {:<8} {:>7} {:>7} {:>7} {:>7}",
-        "PID",
-        "FD",
-        "LOCAL",
-        "REMOTE",
-        "STATE",
-        "NODELAY",
-        "CORK",
-        "QUICKACK",
-        "RTT_MS",
-        "ATO_MS",
-        "UNACKED",
-        "NOTSENT"
-    );
-    for v in views {
-        let info = |f: fn(&InfoView) -> String| v.tcp_info.as_ref().map_or("?".to_string(), f);
-        let _ = writeln!(
-            out,
-            "{:>7} {:>4} {:<22} {:<22} {:<11} {:<7} {:<4} {:<8} {:>7} {:>7} {:>7} {:>7}",
-            crate::report::or_unknown(v.pid),
-            crate::report::or_unknown(v.fd),
-            v.local,
-            if v.listening { "*" } else { &v.remote },
-            v.state.name(),
-            yes_no(v.nodelay),
-            yes_no(v.cork),
-            yes_no(v.quickack),
-            info(|i| format!("{:.2}", f64::from(i.rtt_us) / 1000.0)),
-            info(|i| format!("{:.0}", f64::from(i.ato_us) / 1000.0)),
-            info(|i| i.unacked.to_string()),
-            info(|i| i.notsent_bytes.to_string()),
-        );
-    }
-    for v in views.iter().filter(|v| v.held_now == Some(true)) {
-        if let Some(info) = &v.tcp_info {
-            let _ = writeln!(
-                out,
-                "held now: pid {} fd {} {}: {} B written and not sent while {} segment(s) \
-                 await an ACK (Nagle)",
-                crate::report::or_unknown(v.pid),
-                crate::report::or_unknown(v.fd),
-                v.local,
-                info.notsent_bytes,
-                info.unacked
-            );
-        }
-    }
-    for v in views.iter().filter(|v| v.can_stall == Some(true)) {
-        let Some(pid) = v.pid else { continue };
-        let fd = crate::report::or_unknown(v.fd);
-        let why = if v.listening {
-            "listening with Nagle on: every connection it accepts inherits Nagle"
-        } else {
-            "Nagle on in a request/response connection: small writes can wait for a delayed ACK"
-        };
-        let _ = writeln!(
-            out,
-            "can stall: pid {pid} fd {fd} {}: {why} (tcpstall fix {pid})",
-            v.local
-        );
-    }
-    out
 }
 
 #[cfg(test)]
@@ -486,6 +601,30 @@ mod tests {
         assert_eq!(client_side.nodelay, Some(false));
         assert_eq!(client_side.state, TcpState::Established);
         assert!(client_side.tcp_info.is_some());
+    }
+
+    #[test]
+    fn a_live_socket_reads_as_the_kernel_table_shows_it() {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let client = TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+        let (accepted, _) = listener.accept().expect("accept");
+        let v6 = TcpListener::bind("[::1]:0").ok();
+        let table = procfs::tcp_table(std::process::id()).expect("/proc/net/tcp");
+        let mut fds: Vec<std::os::fd::OwnedFd> = [&listener as &dyn AsFd, &client, &accepted]
+            .iter()
+            .map(|s| s.as_fd().try_clone_to_owned().expect("dup"))
+            .collect();
+        if let Some(v6) = &v6 {
+            fds.push(v6.as_fd().try_clone_to_owned().expect("dup"));
+        }
+        for fd in &fds {
+            let inode = socket_inode(fd).expect("fstat");
+            assert_eq!(
+                live_entry(fd, inode).as_ref(),
+                table.get(&inode),
+                "inode {inode}"
+            );
+        }
     }
 
     /// One attempt: a few request/response turns put the client in ping-pong mode (its ACKs

@@ -3,7 +3,9 @@
 pub mod charts;
 pub mod html;
 pub mod json;
+pub mod lab;
 pub mod ladder;
+pub mod sockets;
 pub mod style;
 pub mod text;
 

@@ -1,0 +1,368 @@
+//! The text of `sockets` (a table of a process tree's TCP sockets, then what is held now, what
+//! can stall and what the fixes are) and of `fix` (the plan, then the result), written to any
+//! `io::Write`.
+
+use std::io::{self, Write};
+
+use crate::process::fix::{Action, DelackPlan, FixReport, FixedSocket};
+use crate::process::procfs::TcpState;
+use crate::process::sockets::{InfoView, SocketView};
+use crate::report::or_unknown;
+
+fn on_off(value: Option<bool>) -> &'static str {
+    match value {
+        Some(true) => "on",
+        Some(false) => "off",
+        None => "?",
+    }
+}
+
+/// The `sockets` table: one line per socket, then a line per socket held by several
+/// processes, per socket caught holding data, per socket that can stall, and per socket whose
+/// delayed ACKs a peer's writes may wait for. The advice names `fix_pid` (the process whose
+/// tree is shown: fixing it reaches its children), else each socket's holder.
+pub(crate) fn write_table(
+    out: &mut impl Write,
+    views: &[SocketView],
+    fix_pid: Option<u32>,
+) -> io::Result<()> {
+    if views.is_empty() {
+        return writeln!(out, "no TCP sockets");
+    }
+    writeln!(
+        out,
+        "{:>7} {:>4} {:<22} {:<22} {:<11} {:<7} {:<4} {:<8} {:>7} {:>7} {:>7} {:>7}",
+        "PID",
+        "FD",
+        "LOCAL",
+        "REMOTE",
+        "STATE",
+        "NODELAY",
+        "CORK",
+        "QUICKACK",
+        "RTT_MS",
+        "ATO_MS",
+        "UNACKED",
+        "NOTSENT"
+    )?;
+    for v in views {
+        let info = |f: fn(&InfoView) -> String| v.tcp_info.as_ref().map_or("?".to_string(), f);
+        writeln!(
+            out,
+            "{:>7} {:>4} {:<22} {:<22} {:<11} {:<7} {:<4} {:<8} {:>7} {:>7} {:>7} {:>7}",
+            or_unknown(v.pid),
+            or_unknown(v.fd),
+            v.local,
+            if v.listening { "*" } else { &v.remote },
+            v.state.name(),
+            on_off(v.nodelay),
+            on_off(v.cork),
+            on_off(v.quickack),
+            info(|i| format!("{:.2}", f64::from(i.rtt_us) / 1000.0)),
+            info(|i| format!("{:.0}", f64::from(i.ato_us) / 1000.0)),
+            info(|i| i.unacked.to_string()),
+            info(|i| i.notsent_bytes.to_string()),
+        )?;
+    }
+    for v in views.iter().filter(|v| v.holders.len() > 1) {
+        let holders: Vec<String> = v
+            .holders
+            .iter()
+            .map(|h| format!("pid {} fd {}", h.pid, h.fd))
+            .collect();
+        writeln!(
+            out,
+            "shared: {} {}: one socket held by {}",
+            v.local,
+            v.state.name(),
+            holders.join(", ")
+        )?;
+    }
+    for v in views.iter().filter(|v| v.held_now == Some(true)) {
+        if let Some(info) = &v.tcp_info {
+            writeln!(
+                out,
+                "held now: pid {} fd {} {}: {} B written and not sent while {} segment(s) \
+                 await an ACK (Nagle)",
+                or_unknown(v.pid),
+                or_unknown(v.fd),
+                v.local,
+                info.notsent_bytes,
+                info.unacked
+            )?;
+        }
+    }
+    for v in views.iter().filter(|v| v.can_stall == Some(true)) {
+        let Some(pid) = v.pid else { continue };
+        let fix = fix_pid.unwrap_or(pid);
+        let fd = or_unknown(v.fd);
+        let why = if v.listening {
+            "listening with Nagle on: every connection it accepts inherits Nagle"
+        } else {
+            "Nagle on in a request/response connection: small writes can wait for a delayed ACK"
+        };
+        writeln!(
+            out,
+            "can stall: pid {pid} fd {fd} {}: {why} (tcpstall fix {fix})",
+            v.local
+        )?;
+    }
+    for v in views.iter().filter(|v| delays_acks_to_a_server(v, views)) {
+        let Some(pid) = v.pid else { continue };
+        let fix = fix_pid.unwrap_or(pid);
+        writeln!(
+            out,
+            "delayed ACKs: pid {pid} fd {} {} -> {}: this side delays its ACKs ({} ms now); \
+             if the server's small writes wait for them (Nagle there) and it cannot be \
+             changed, cap the delay here (tcpstall fix {fix} --delack-max 5ms)",
+            or_unknown(v.fd),
+            v.local,
+            v.remote,
+            v.tcp_info.map_or(0, |i| i.ato_us / 1000)
+        )?;
+    }
+    Ok(())
+}
+
+/// A client-side connection (its local port is none of the listeners shown) that receives
+/// data and still delays its ACKs by the 40 ms minimum or more (`ato` of TCP_INFO, bounded by
+/// TCP_DELACK_MAX_US, which this kernel has when it is readable): the side where capping the
+/// delayed ACK helps a server whose small writes Nagle holds until that ACK.
+fn delays_acks_to_a_server(v: &SocketView, views: &[SocketView]) -> bool {
+    let port = |addr: &str| addr.rsplit_once(':').map(|(_, p)| p.to_string());
+    let listening_here = views
+        .iter()
+        .any(|l| l.listening && port(&l.local) == port(&v.local));
+    let min_us = crate::tcp_rules::DELACK_MIN.as_micros();
+    v.state == TcpState::Established
+        && !v.listening
+        && !listening_here
+        && v.delack_max_us.is_some_and(|us| u128::from(us) >= min_us)
+        && v.tcp_info
+            .is_some_and(|i| i.data_segs_in > 0 && u128::from(i.ato_us) >= min_us)
+}
+
+/// Where a planned socket is: `fd N` in the target itself, `pid P fd N` in a child; with the
+/// other holders of a shared socket.
+fn place(target: u32, socket: &SocketView) -> String {
+    let fd = or_unknown(socket.fd);
+    match socket.pid {
+        Some(pid) if pid != target => format!("pid {pid} fd {fd:>4}"),
+        _ => format!("fd {fd:>4}"),
+    }
+}
+
+fn ms_text(us: u32) -> String {
+    if us % 1000 == 0 {
+        format!("{} ms", us / 1000)
+    } else {
+        format!("{us} µs")
+    }
+}
+
+/// The plan of `fix`: a line per socket with what is (or would be) done, then what the kernel
+/// was checked to do.
+pub(crate) fn write_plan(
+    out: &mut impl Write,
+    report: &FixReport,
+    port: Option<u16>,
+) -> io::Result<()> {
+    let pid = report.pid;
+    let children: Vec<String> = report.pids.iter().skip(1).map(u32::to_string).collect();
+    if children.is_empty() {
+        writeln!(out, "plan for pid {pid}:")?;
+    } else {
+        writeln!(
+            out,
+            "plan for pid {pid} and its child process(es) {}:",
+            children.join(", ")
+        )?;
+    }
+    let plan = &report.sockets;
+    if plan.is_empty() {
+        match port {
+            Some(port) => writeln!(out, "  no TCP socket with local or remote port {port}")?,
+            None => writeln!(out, "  no TCP sockets")?,
+        }
+    }
+    for planned in plan {
+        let s = &planned.socket;
+        let what = match (planned.action, &report.delack_max) {
+            (Action::SetNodelay, _) => "set TCP_NODELAY".to_string(),
+            (Action::AlreadyNodelay, _) => "already TCP_NODELAY, unchanged".to_string(),
+            (Action::SkippedState, _) => "closing, unchanged".to_string(),
+            (Action::SetDelackMax, Some(delack)) => format!(
+                "cap the delayed ACK at {} (cap now {})",
+                ms_text(delack.kept_us),
+                s.delack_max_us.map_or("?".to_string(), ms_text)
+            ),
+            (Action::AlreadyDelackMax, _) | (Action::SetDelackMax, None) => format!(
+                "delayed ACK already capped at {}, unchanged",
+                s.delack_max_us.map_or("?".to_string(), ms_text)
+            ),
+        };
+        let peer = if s.listening {
+            "(listening)".to_string()
+        } else {
+            format!("-> {}", s.remote)
+        };
+        let shared = if s.holders.len() > 1 {
+            let pids: Vec<String> = s.holders.iter().map(|h| h.pid.to_string()).collect();
+            format!(" [shared by pids {}]", pids.join(", "))
+        } else {
+            String::new()
+        };
+        writeln!(
+            out,
+            "  {} {} {peer} {}: {what}{shared}",
+            place(pid, s),
+            s.local,
+            s.state
+        )?;
+    }
+    match &report.delack_max {
+        None => write_nodelay_checks(out, report),
+        Some(delack) => write_delack_checks(out, plan, delack),
+    }
+}
+
+fn write_nodelay_checks(out: &mut impl Write, report: &FixReport) -> io::Result<()> {
+    if report
+        .sockets
+        .iter()
+        .any(|p| p.socket.listening && p.action == Action::SetNodelay)
+    {
+        writeln!(
+            out,
+            "  {}",
+            if report.listener_nodelay_inherited {
+                "checked on this kernel: connections accepted later inherit TCP_NODELAY from the listener"
+            } else {
+                "checked on this kernel: accepted connections do NOT inherit TCP_NODELAY from the \
+                 listener; only the connections open now are fixed"
+            }
+        )?;
+    }
+    Ok(())
+}
+
+fn write_delack_checks(
+    out: &mut impl Write,
+    plan: &[FixedSocket],
+    delack: &DelackPlan,
+) -> io::Result<()> {
+    let kept = ms_text(delack.kept_us);
+    writeln!(
+        out,
+        "  checked on this kernel: TCP_DELACK_MAX_US takes {} to {}; asked {}, kept {} (it \
+         counts in jiffies)",
+        ms_text(delack.floor_us),
+        ms_text(delack.ceiling_us),
+        ms_text(delack.requested_us),
+        kept
+    )?;
+    if plan
+        .iter()
+        .any(|p| p.socket.listening && p.action == Action::SetDelackMax)
+    {
+        writeln!(
+            out,
+            "  {}",
+            if delack.listener_inherited {
+                "checked on this kernel: connections accepted later inherit the cap from the \
+                 listener"
+            } else {
+                "checked on this kernel: accepted connections do NOT inherit the cap from the \
+                 listener; only the connections open now are changed"
+            }
+        )?;
+    }
+    writeln!(
+        out,
+        "  effect: these sockets ACK what they receive within {kept} instead of {} ms or more \
+         (up to {} ms), so a peer whose small writes wait for that ACK (Nagle) waits {kept} at \
+         most",
+        crate::tcp_rules::DELACK_MIN.as_millis(),
+        crate::tcp_rules::DELACK_MAX.as_millis()
+    )?;
+    writeln!(
+        out,
+        "  cost: more ACKs: an ACK that would have ridden on the next reply goes alone once \
+         {kept} pass, up to one more packet per burst received; TCP_NODELAY on the writing \
+         side remains the fix where it can be changed"
+    )
+}
+
+/// The result of `fix` once applied: each changed socket, before and after.
+pub(crate) fn write_result(out: &mut impl Write, report: &FixReport) -> io::Result<()> {
+    for planned in &report.sockets {
+        let place = place(report.pid, &planned.socket);
+        match planned.action {
+            Action::SetNodelay => writeln!(
+                out,
+                "{place} {}: TCP_NODELAY {} -> {}",
+                planned.socket.local,
+                on_off(planned.nodelay_before),
+                on_off(planned.nodelay_after)
+            )?,
+            Action::SetDelackMax => writeln!(
+                out,
+                "{place} {}: TCP_DELACK_MAX_US {} -> {}",
+                planned.socket.local,
+                or_unknown(planned.socket.delack_max_us),
+                or_unknown(planned.delack_max_us_after)
+            )?,
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+    use std::net::{TcpListener, TcpStream};
+
+    /// A connection of this process after a few turns in which the server writes each reply in
+    /// two parts: the client side delays its ACKs.
+    #[test]
+    fn the_table_advises_the_delack_cap_on_the_client_side_only() {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let mut client = TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+        let (mut server, _) = listener.accept().expect("accept");
+        let mut buf = [0u8; 64];
+        for _ in 0..6 {
+            client.write_all(b"request").expect("request");
+            server.read_exact(&mut buf[..7]).expect("read request");
+            server.write_all(b"head").expect("head");
+            server.write_all(b"body").expect("body");
+            client.read_exact(&mut buf[..8]).expect("reply");
+        }
+        let found = crate::process::sockets::inspect(std::process::id()).expect("own sockets");
+        let client_local = client.local_addr().expect("addr").to_string();
+        let server_local = server.local_addr().expect("addr").to_string();
+        let mine: Vec<SocketView> = found
+            .sockets
+            .into_iter()
+            .filter(|v| v.local == client_local || v.local == server_local)
+            .collect();
+        let mut text = Vec::new();
+        write_table(&mut text, &mine, None).expect("written");
+        let text = String::from_utf8(text).expect("utf-8");
+        let kernel_has_cap = mine.iter().all(|v| v.delack_max_us.is_some());
+        assert_eq!(
+            text.contains(&format!("delayed ACKs: pid {}", std::process::id()))
+                && text.contains(&client_local),
+            kernel_has_cap,
+            "{text}"
+        );
+        assert!(
+            !text.lines().any(
+                |l| l.starts_with("delayed ACKs:") && l.contains(&format!("{server_local} ->"))
+            ),
+            "the listener's side is a server: {text}"
+        );
+        assert!(!text.contains("shared:"), "one holder each: {text}");
+    }
+}
