@@ -428,3 +428,57 @@ fn manual_pages_and_completions() {
         assert!(out.status.success() && !out.stdout.is_empty(), "{shell}");
     }
 }
+
+#[test]
+fn lab_page_renders_in_a_real_browser() {
+    let dir = Scratch::new("lab-page");
+    let page = dir.0.join("lab.html");
+    let out = run(&[
+        "lab",
+        "--scenario",
+        "echo",
+        "--variant",
+        "split,nodelay",
+        "--requests",
+        "5",
+        "--json",
+        "--html",
+        page.to_str().expect("utf-8 path"),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let v: Value = serde_json::from_slice(&out.stdout).expect("lab JSON");
+    let rows = v["rows"].as_array().expect("rows");
+    let stalled = rows.iter().filter(|r| r["stalled"] == true).count();
+
+    let (dom, log) = chromium(&page, None);
+    assert!(page_errors(&log).is_empty(), "{:?}", page_errors(&log));
+    assert!(
+        dom.contains(&format!("{stalled} of 2 rows stalled")),
+        "headline missing:\n{dom}"
+    );
+    assert!(dom.contains("class=\"chart lab-chart\""));
+    for row in rows {
+        let label = format!(
+            "{}/{}",
+            row["scenario"].as_str().unwrap_or(""),
+            row["variant"].as_str().unwrap_or("")
+        );
+        assert!(dom.contains(&label), "the chart names {label}");
+        let p50 = row["p50_ms"].as_f64().expect("p50");
+        assert!(
+            dom.contains(&format!("{p50:.2}")),
+            "the table shows {label}'s p50 {p50:.2}"
+        );
+    }
+    // echo/split stalls and is drawn as stalled; its TCP_NODELAY fix is not.
+    assert!(dom.contains(
+        "<tr class=\"stalled\"><td data-sort=\"echo\">echo</td><td data-sort=\"split\">"
+    ));
+    assert!(!dom.contains(
+        "<tr class=\"stalled\"><td data-sort=\"echo\">echo</td><td data-sort=\"nodelay\">"
+    ));
+    fs::create_dir_all(ARTIFACTS).expect("artifacts directory");
+    let png = Path::new(ARTIFACTS).join("lab.png");
+    chromium(&page, Some(&png));
+    assert!(fs::read(&png).expect("screenshot").starts_with(b"\x89PNG"));
+}

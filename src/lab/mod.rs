@@ -75,6 +75,10 @@ pub struct LabArgs {
     /// payload bytes split at the MSS (TCP_INFO's data_segments), not as packets.
     #[arg(long, value_name = "FILE.pcap")]
     pub capture: Option<PathBuf>,
+    /// Also write a self-contained HTML report to FILE: the catalogue as a chart (each row's
+    /// p50 and p99, stalled rows against their fixes) and the table of rows.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
     /// Print the catalogue with a description of each entry and exit (as JSON with --json).
     #[arg(long)]
     pub list: bool,
@@ -305,6 +309,10 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
         }),
     };
     drop(emulated);
+    if let Some(path) = &args.html {
+        report::html::lab_page(&report)?.write_to(path)?;
+        eprintln!("tcpstall: HTML report written to {}", path.display());
+    }
     let mut out = std::io::stdout().lock();
     if args.json {
         report::lab::write_json(&mut out, &report)

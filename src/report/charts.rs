@@ -197,17 +197,19 @@ pub fn lab_chart(bars: &[LabBar]) -> anyhow::Result<String> {
             .x_desc("latency per request (ms, log scale): bar p50, tick p99")
             .x_label_formatter(&|v| format!("{v}"))
             .y_labels(bars.len().max(1))
+            // Row 0 at the top: the axis counts upwards, the table downwards.
             .y_label_formatter(&|v| match v {
-                SegmentValue::CenterOf(i) => labels
-                    .get(usize::try_from(*i).unwrap_or(usize::MAX))
+                SegmentValue::CenterOf(i) => usize::try_from(n - 1 - *i)
+                    .ok()
+                    .and_then(|row| labels.get(row))
                     .cloned()
                     .unwrap_or_default(),
                 _ => String::new(),
             })
             .draw()
             .map_err(draw_error)?;
-        for (i, bar) in bars.iter().enumerate() {
-            let i = i32::try_from(i).unwrap_or(i32::MAX);
+        for (row, bar) in bars.iter().enumerate() {
+            let i = n - 1 - i32::try_from(row).unwrap_or(i32::MAX);
             let color = if bar.stalled { STALLED } else { CLEAN };
             let p50 = bar.p50_ms.max(LATENCY_MS.start);
             chart
