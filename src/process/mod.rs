@@ -12,9 +12,16 @@ pub mod procfs;
 pub mod sockets;
 pub mod trace;
 
+mod events;
+mod fd_probe;
+mod fd_table;
+mod launch;
 mod pattern;
 mod seccomp;
+mod signals;
+pub(crate) mod socket_model;
 mod syscalls;
+mod tracee_memory;
 mod tracer;
 
 /// Why another process's sockets could not be reached. Every message says what is missing.

@@ -2,6 +2,7 @@
 
 pub mod json;
 pub mod text;
+pub mod trace;
 
 use std::io::{self, Write};
 
