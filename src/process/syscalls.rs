@@ -219,3 +219,119 @@ impl Call {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(a: [i64; 3]) -> [u64; 6] {
+        [a[0] as u64, a[1] as u64, a[2] as u64, 0, 0, 0]
+    }
+
+    /// The events a call returning `ret` in this process means.
+    fn events(call: Call, ret: i64) -> Vec<Event> {
+        let mut out = Vec::new();
+        call.returned(ret, Pid::this(), |e| out.push(e));
+        out
+    }
+
+    #[test]
+    fn tcp_sockets_are_told_from_others_at_socket() {
+        let stream = (libc::SOCK_STREAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK) as i64;
+        assert!(opens_tcp(&args([libc::AF_INET as i64, stream, 0])));
+        assert!(opens_tcp(&args([
+            libc::AF_INET6 as i64,
+            stream,
+            libc::IPPROTO_TCP as i64
+        ])));
+        assert!(!opens_tcp(&args([libc::AF_UNIX as i64, stream, 0])));
+        let dgram = libc::SOCK_DGRAM as i64;
+        assert!(!opens_tcp(&args([libc::AF_INET as i64, dgram, 0])));
+        let sctp = libc::IPPROTO_SCTP as i64;
+        assert!(!opens_tcp(&args([libc::AF_INET as i64, stream, sctp])));
+    }
+
+    #[test]
+    fn only_the_tcp_options_of_the_rule_are_followed() {
+        let tcp = libc::IPPROTO_TCP as i64;
+        let opt =
+            |level: i64, name: libc::c_int| followed_tcp_option(&args([3, level, name as i64]));
+        assert_eq!(opt(tcp, libc::TCP_NODELAY), Some(libc::TCP_NODELAY));
+        assert_eq!(opt(tcp, libc::TCP_CORK), Some(libc::TCP_CORK));
+        assert_eq!(opt(tcp, libc::TCP_QUICKACK), Some(libc::TCP_QUICKACK));
+        assert_eq!(opt(tcp, libc::TCP_MAXSEG), None);
+        // At SOL_SOCKET the number of TCP_NODELAY is SO_DEBUG.
+        assert_eq!(opt(libc::SOL_SOCKET as i64, libc::TCP_NODELAY), None);
+        assert_eq!(tcp_option(libc::TCP_NODELAY, 1), TcpOption::NoDelay(true));
+        assert_eq!(tcp_option(libc::TCP_CORK, 0), TcpOption::Cork(false));
+        assert_eq!(tcp_option(libc::TCP_QUICKACK, 2), TcpOption::QuickAck(true));
+    }
+
+    #[test]
+    fn a_return_means_what_the_call_did() {
+        let eagain = -(libc::EAGAIN as i64);
+        assert_eq!(events(Call::Read { fd: 3 }, eagain), vec![]);
+        let read = Event::Read {
+            fd: 3,
+            returned: true,
+        };
+        assert_eq!(events(Call::Read { fd: 3 }, 0), vec![read.clone()]);
+        assert_eq!(
+            events(Call::Read { fd: 3 }, -(libc::ECONNRESET as i64)),
+            vec![read]
+        );
+        let send = Call::Send { fd: 3, more: true };
+        assert_eq!(events(send.clone(), -(libc::EPIPE as i64)), vec![]);
+        let sent = Event::Sent {
+            fd: 3,
+            bytes: 76,
+            more: true,
+        };
+        assert_eq!(events(send, 76), vec![sent]);
+        let dup = Call::Duplicate { from: 3, to: None };
+        assert_eq!(events(dup, 8), vec![Event::Duplicated { from: 3, to: 8 }]);
+        let dup2 = Call::Duplicate {
+            from: 3,
+            to: Some(0),
+        };
+        assert_eq!(events(dup2, 0), vec![Event::Duplicated { from: 3, to: 0 }]);
+        let failed = Call::Duplicate { from: 3, to: None };
+        assert_eq!(events(failed, -(libc::EMFILE as i64)), vec![]);
+        // A wait ends however it returns (EINTR included): the time waited is what counts.
+        let wait = Call::Wait { readable: None };
+        let ended = Event::WaitEnded { readable: None };
+        assert_eq!(events(wait, -(libc::EINTR as i64)), vec![ended]);
+        let option = Call::SetOption {
+            fd: 3,
+            option: TcpOption::NoDelay(true),
+        };
+        assert_eq!(events(option.clone(), -(libc::EINVAL as i64)), vec![]);
+        let set = Event::OptionSet {
+            fd: 3,
+            option: TcpOption::NoDelay(true),
+        };
+        assert_eq!(events(option, 0), vec![set]);
+    }
+
+    #[test]
+    fn sendmmsg_is_one_send_per_message_sent() {
+        // Real memory of this process, as the kernel leaves it after sendmmsg: msg_len of each
+        // message sent; the third was not sent (the call returned 2).
+        // SAFETY: mmsghdr is plain data.
+        let mut messages: [libc::mmsghdr; 3] = unsafe { std::mem::zeroed() };
+        messages[0].msg_len = 76;
+        messages[1].msg_len = 10;
+        messages[2].msg_len = 99;
+        let call = Call::SendMessages {
+            fd: 3,
+            msgvec: messages.as_ptr() as u64,
+            more: false,
+        };
+        let sent = |bytes| Event::Sent {
+            fd: 3,
+            bytes,
+            more: false,
+        };
+        assert_eq!(events(call, 2), vec![sent(76), sent(10)]);
+    }
+}
