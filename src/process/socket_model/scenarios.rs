@@ -379,6 +379,27 @@ fn scenarios() -> Vec<Scenario> {
             shown: vec![held(100, 3, 2, 1, 1, &[76, 10])],
         },
         Scenario {
+            name: "a forked child closing its copy leaves the parent's sends waiting",
+            world: vec![(100, 3, nagle(1))],
+            steps: vec![
+                start(MAIN),
+                send(0, MAIN, 3, 76),
+                send(0, MAIN, 3, 10),
+                does(
+                    1,
+                    CHILD,
+                    Event::ThreadStarted {
+                        parent: Some(MAIN.tgid),
+                    },
+                ),
+                does(1, CHILD, Event::Closed { fd: 3 }),
+                // The child's fd 3 is something else now; the parent's is still the socket.
+                does(2, CHILD, Event::SocketOpened { fd: 3, tcp: false }),
+                read(41, MAIN, 3),
+            ],
+            shown: vec![held(100, 3, 2, 1, 1, &[76, 10])],
+        },
+        Scenario {
             name: "a reader thread blocked in recv before the sends",
             world: vec![(100, 3, nagle(1))],
             steps: vec![
