@@ -1,12 +1,12 @@
 //! The write-write-read rule, per socket: two or more sends with no read in between on a socket
-//! with Nagle on, a later send smaller than the MSS while the send before it left a sub-MSS
-//! tail unacknowledged (`tcp_nagle_check` → `tcp_minshall_check`), then a wait for the peer.
-//! That later send waits for the ACK of the earlier one, which the peer delays (40 ms on Linux)
-//! when it has nothing to answer yet.
+//! with Nagle on, a later send ending in a sub-MSS segment while the send before it left a
+//! sub-MSS tail unacknowledged (`tcp_nagle_check` → `tcp_minshall_check`, sub-MSS as
+//! [`tcp_rules::is_sub_mss`] says), then a wait for the peer. That later tail waits for the ACK
+//! of the earlier one, which the peer delays (40 ms on Linux) when it has nothing to answer yet.
 
 use crate::tcp_rules;
 
-/// Sizes kept for the example of a socket: enough to print, bounded for long bursts.
+/// Sizes kept for the example of a socket: enough to print, bounded for long runs of sends.
 const EXAMPLE_SENDS: usize = 8;
 
 /// The sends on one socket since its last read: what Nagle may hold while the peer, with
@@ -65,7 +65,7 @@ impl WritesSinceRead {
 pub(crate) struct Example {
     /// Bytes of each send (at most 8 listed).
     pub writes: Vec<u64>,
-    /// Sends in the burst.
+    /// Sends before the read.
     pub sends: u64,
     /// From the end of the last send to the end of the wait, milliseconds.
     pub wait_ms: f64,
