@@ -4,6 +4,7 @@ pub mod json;
 pub mod lab;
 pub mod sockets;
 pub mod text;
+pub mod trace;
 
 use std::io::{self, Write};
 
