@@ -1,7 +1,9 @@
 //! The stall detector, one rule per cause, shared by every verb.
 //!
 //! Streaming: feed segments in capture order with [`Detector::push`], then
-//! [`Detector::finish`] returns the [`Analysis`]. The lab, `watch` and `probe` feed the same
+//! [`Detector::finish`] returns the [`Analysis`]; a consumer that never finishes (a live
+//! capture) collects events and retired flows as it goes with [`Detector::take_events`] and
+//! [`Detector::take_flows`], so memory follows the active flows. The lab, `watch` and `probe` feed the same
 //! detector as `analyze`, so each rule is written once. The rules follow the capture detection
 //! rule of the project's LINUX-TCP notes: a new segment is examined against the flow state
 //! *before* it, in this order: retransmission ([`rto`]), closed window ([`zero_window`]),
@@ -439,6 +441,66 @@ mod tests {
         assert_eq!(a.flows.len(), 200);
         assert!(a.flows.windows(2).all(|w| w[0].id < w[1].id));
         assert_eq!(a.flows[0].requests, 1);
+    }
+
+    /// Connection `i` of a keep-alive series, one every 100 ms on its own ports: a request, a
+    /// response split in two writes whose second waits for the client's delayed ACK, then a
+    /// close from both sides.
+    fn stalled_connection(i: u64) -> Vec<Segment> {
+        let mut w = Wire::handshake(30, 1448);
+        w.data(true, 1_000, 80)
+            .data(false, 1_100, 148)
+            .ack(true, 41_100)
+            .data(false, 41_130, 127)
+            .fin(true, 50_000)
+            .fin(false, 50_100);
+        w.ack(true, 50_200);
+        for seg in &mut w.segments {
+            seg.ts_ns += MS * (i * 100);
+            seg.src_port = seg.src_port.wrapping_add(i as u16);
+            seg.dst_port = seg.dst_port.wrapping_add(i as u16);
+        }
+        w.segments
+    }
+
+    /// A long-running consumer takes events and retired flows as it goes: what it took and
+    /// what `finish` leaves are, together, exactly what a one-shot run finds, and no take
+    /// returns anything twice.
+    #[test]
+    fn take_events_and_flows_while_running() {
+        let segments: Vec<Segment> = (0..300).flat_map(stalled_connection).collect();
+        let mut once = Detector::new(DetectorConfig::default());
+        for seg in &segments {
+            once.push(seg);
+        }
+        let once = once.finish();
+        assert_eq!(once.counts.get(StallKind::NagleDelayedAck), 300);
+
+        let mut d = Detector::new(DetectorConfig::default());
+        let (mut events, mut flows) = (Vec::new(), Vec::new());
+        let mut largest_take = 0;
+        for (i, seg) in segments.iter().enumerate() {
+            d.push(seg);
+            if i % 50 == 49 {
+                let taken = d.take_flows();
+                largest_take = largest_take.max(taken.len());
+                flows.extend(taken);
+                events.extend(d.take_events());
+                assert!(d.take_events().is_empty() && d.take_flows().is_empty());
+            }
+        }
+        assert!(
+            !flows.is_empty() && largest_take <= 40,
+            "retired flows are handed over as they retire ({largest_take} at once)"
+        );
+        let rest = d.finish();
+        assert_eq!(rest.counts, once.counts, "counts cover taken events too");
+        events.extend(rest.events);
+        flows.extend(rest.flows);
+        let ordinals = |e: &[StallEvent]| e.iter().map(|e| e.ordinal).collect::<Vec<_>>();
+        assert_eq!(ordinals(&events), ordinals(&once.events));
+        let ids = |f: &[FlowSummary]| f.iter().map(|f| f.id).collect::<Vec<_>>();
+        assert_eq!(ids(&flows), ids(&once.flows));
     }
 
     /// A capture that starts mid-flow: the side with the ephemeral port is the client.
