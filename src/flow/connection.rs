@@ -288,14 +288,13 @@ impl Flow {
         };
         // Only answers carrying data: a pure ACK may have been delayed on purpose.
         let answers_data = prev.side != side && prev.payload_len > 0 && seg.payload_len > 0;
-        let acks_new = seg.has(flags::ACK) && self.dirs[side.peer().index()].snd_una < seg.ack;
-        if !(answers_data && acks_new) {
-            return;
-        }
-        let answer = seg.ts_ns.since(prev.at);
-        let d = &mut self.dirs[side.index()];
-        if d.near_rtt.map_or(true, |n| answer < n) {
-            d.near_rtt = Some(answer);
+        let acks_new = || self.dirs[side.peer().index()].snd_una < seg.ack;
+        if answers_data && seg.has(flags::ACK) && acks_new() {
+            let answer = seg.ts_ns.since(prev.at);
+            let d = &mut self.dirs[side.index()];
+            if d.near_rtt.map_or(true, |n| answer < n) {
+                d.near_rtt = Some(answer);
+            }
         }
     }
 
@@ -396,7 +395,7 @@ impl Flow {
 
     /// What the rules will need to know of `seg` when the next segment comes.
     fn record(&self, seg: &Segment, side: Side, ack: &AckSeen) -> PrevPacket {
-        let sent_unacked = self.dirs[side.peer().index()].snd_nxt - ack.una_before;
+        let sent_unacked = || self.dirs[side.peer().index()].snd_nxt - ack.una_before;
         PrevPacket {
             side,
             at: seg.ts_ns,
@@ -410,7 +409,7 @@ impl Flow {
             // options hides the scale and leaves windows that look tiny.
             window_limited: self.scaling
                 && ack.window_before > 0
-                && u64::from(sent_unacked) >= ack.window_before,
+                && u64::from(sent_unacked()) >= ack.window_before,
         }
     }
 }
