@@ -6,8 +6,8 @@
 //! [`Detector::take_flows`], so memory follows the active flows. The lab, `watch` and `probe` feed the same
 //! detector as `analyze`, so each rule is written once. The rules follow the capture detection
 //! rule of the project's LINUX-TCP notes: a new segment is examined against the flow state
-//! *before* it, in this order: retransmission ([`rto`]), closed window ([`zero_window`]),
-//! Nagle hold released by an ACK ([`nagle`]), cork timer ([`cork`]). Anything else that delays
+//! *before* it, in this order: retransmission (`rto`), closed window (`zero_window`),
+//! Nagle hold released by an ACK (`nagle`), cork timer (`cork`). Anything else that delays
 //! a turn is think time and never a stall.
 
 mod cork;
@@ -156,7 +156,7 @@ impl Finding {
 pub struct StallEvent {
     /// The cause and sides.
     pub finding: Finding,
-    /// [`Flow::id`] of the flow.
+    /// [`FlowSummary::id`] of the flow.
     pub flow_id: u64,
     /// Position of the released segment among all segments analysed (0-based).
     pub ordinal: u64,

@@ -13,7 +13,7 @@ pub enum ClientGuess {
     /// Only the SYN-ACK was seen: its receiver is the client.
     SynAck,
     /// The capture starts mid-flow; one port is below the ephemeral range
-    /// ([`EPHEMERAL_PORT_MIN`]) and the other in it: the lower one is the server's.
+    /// (from 32768, Linux's default) and the other in it: the lower one is the server's.
     ServicePort,
     /// The capture starts mid-flow and both ports are on the same side of the ephemeral range,
     /// so they tell little: the side with the larger port. With both ports ephemeral this

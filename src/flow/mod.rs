@@ -4,7 +4,7 @@
 //! 2^32 (RFC 9293 §3.4, RFC 1982), so a connection that wraps around keeps working; times are
 //! capture times ([`Timestamp`]) and spans between them ([`Span`]).
 //!
-//! Memory is bounded by the number of *active* flows: [`FlowTable::evict`] retires flows that
+//! Memory is bounded by the number of *active* flows: `FlowTable::evict` retires flows that
 //! closed (FIN both ways or RST, then a grace period) or went idle, and hands them back so the
 //! caller can keep a compact summary.
 //!
