@@ -315,7 +315,7 @@ impl Flow {
         d.fit_mss_to(seg);
         if seg.payload_len > 0 {
             // A side's first segment defines its sequence space: neither gap nor repeat.
-            if !first && d.snd_nxt < seg.seq {
+            if !first && d.skips_ahead(seg) {
                 d.gaps += 1;
             }
             if !first && d.resends(seg) {

@@ -124,6 +124,12 @@ impl Direction {
         seg.seq < self.snd_nxt
     }
 
+    /// `seg` from this side starts beyond `snd_nxt`: the capture missed what came between.
+    #[inline]
+    pub(crate) fn skips_ahead(&self, seg: &Segment) -> bool {
+        self.snd_nxt < seg.seq
+    }
+
     /// `seg` from this side carries data not sent before.
     #[inline]
     pub(crate) fn is_new_data(&self, seg: &Segment) -> bool {
