@@ -12,6 +12,7 @@ pub mod explain;
 pub mod framing;
 pub mod measure;
 pub mod notes;
+pub mod own_traffic;
 pub mod path;
 pub mod runner;
 pub mod scenarios;
@@ -29,10 +30,10 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
 use self::explain::{expected_stall, row_name};
-use self::path::{EmulatedPath, PathShape, TUN_NAME};
+use self::path::{EmulatedPath, PathShape};
 use self::runner::{round_trips, Row, RunSettings};
 use self::scenarios::{ConnectionMode, Scenario, Variant, Workload, CATALOGUE, SCENARIOS};
-use crate::capture::live::{CaptureSummary, LiveCapture};
+use crate::capture::live::CaptureSummary;
 use crate::kernel::KernelFacts;
 use crate::Outcome;
 
@@ -182,10 +183,12 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
         None => None,
     };
     settings.path = emulated.as_ref().map(|p| p.ends().clone());
-    let capture = match (&args.capture, &settings.path) {
-        (Some(file), Some(ends)) => Some(LiveCapture::start_tun(file, &ends.server, TUN_NAME)?),
-        (Some(file), None) => Some(LiveCapture::start_loopback(file)?),
-        (None, _) => None,
+    let capture = match &args.capture {
+        Some(file) => Some(own_traffic::start_file_capture(
+            file,
+            settings.path.as_ref(),
+        )?),
+        None => None,
     };
     let watch = |port: u16| {
         if let Some(capture) = &capture {
@@ -218,7 +221,7 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
                 flows,
                 unclosed_flows,
                 dropped,
-            } = capture.finish()?;
+            } = capture.finish()?.summary;
             if dropped > 0 || unclosed_flows > 0 {
                 eprintln!(
                     "tcpstall: warning: the capture in {} is incomplete: {dropped} packets \
