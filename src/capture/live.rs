@@ -301,7 +301,7 @@ enum StopMode {
     Running = 0,
     /// Once every watched flow has closed, or after [`CLOSE_GRACE`].
     WhenClosed = 1,
-    /// At once.
+    /// Once the packets the kernel has queued are read.
     Now = 2,
 }
 
