@@ -223,6 +223,7 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
                 flows,
                 unclosed_flows,
                 dropped,
+                ..
             } = summary;
             if dropped > 0 || unclosed_flows > 0 {
                 eprintln!(
