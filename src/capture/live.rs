@@ -20,9 +20,10 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Only packets to or from the watched ports are kept: other programs share the interface.
-//! On `lo` every packet passes the tap twice, once leaving (PACKET_OUTGOING) and once
-//! arriving; like libpcap, only the arriving copy is kept. On any other device (Ethernet, a
+//! Only packets to or from the watched ports are kept (other programs share the interface),
+//! filtered in the kernel by a BPF program (`bpf.rs`) and again in user space. On `lo` every
+//! packet passes the tap twice, once leaving (PACKET_OUTGOING) and once arriving; like
+//! libpcap, only the arriving copy is kept. On any other device (Ethernet, a
 //! TUN device) each packet is seen once, leaving or arriving, and both are kept.
 
 use std::collections::{HashMap, HashSet};
