@@ -13,7 +13,7 @@ use crate::capture::{for_each_segment, CaptureError};
 use crate::decode::{flags, Segment};
 use crate::detect::verdict::{explain, fixes};
 use crate::detect::{StallEvent, StallKind};
-use crate::flow::Endpoint;
+use crate::flow::{Endpoint, SeqNumber, Span, Timestamp};
 use crate::tcp_rules::is_sub_mss;
 use crate::Side;
 
@@ -23,7 +23,7 @@ const RUNGS_BEFORE: usize = 9;
 /// Segments drawn after the released one (its ACK, the next request).
 const RUNGS_AFTER: usize = 2;
 /// Window gathered before the stall began, beyond its delay: the request that opened the turn.
-const LEAD_NS: u64 = 5_000_000;
+const LEAD: Span = Span::from_millis(5);
 
 /// What a segment does in the stall.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,8 +60,8 @@ impl Mark {
 /// One segment of the diagram.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rung {
-    /// Time since the first rung, nanoseconds.
-    pub at_ns: u64,
+    /// Time since the first rung.
+    pub at: Span,
     /// Who sent it.
     pub from: Side,
     /// Header flags (bits of [`flags`]).
@@ -109,10 +109,10 @@ pub struct Ladder {
     pub client: Endpoint,
     /// Acceptor.
     pub server: Endpoint,
-    /// Capture time of the first rung, ns since the Unix epoch.
-    pub start_ns: u64,
+    /// Capture time of the first rung.
+    pub start: Timestamp,
     /// How long the data waited.
-    pub delay_ns: u64,
+    pub delay: Span,
     /// The segments, in capture order.
     pub rungs: Vec<Rung>,
     /// Index of the rung after which the wait is drawn (the gap the stall cost).
@@ -135,7 +135,7 @@ pub fn examples(events: &[StallEvent]) -> Vec<&StallEvent> {
 /// Segments of one example flow gathered by the second pass.
 struct Gathered<'e> {
     event: &'e StallEvent,
-    /// From `event`'s delay plus [`LEAD_NS`] before it, the last [`RUNGS_BEFORE`] + 1.
+    /// From `event`'s delay plus [`LEAD`] before it, the last [`RUNGS_BEFORE`] + 1.
     before: VecDeque<Segment>,
     after: Vec<Segment>,
     released_seen: bool,
@@ -152,12 +152,12 @@ fn is_released(seg: &Segment, event: &StallEvent) -> bool {
 }
 
 /// Reads `inputs` (each a fresh reader of the same captures the events came from, in order)
-/// once and draws a ladder for each of `events`. Memory is bounded by the examples, not the
-/// capture.
+/// once and draws a ladder for each of `events`, in their order (`None` where the released
+/// segment is not in the input). Memory is bounded by the examples, not the capture.
 pub fn collect<R: Read>(
     inputs: impl IntoIterator<Item = R>,
     events: &[&StallEvent],
-) -> Result<Vec<Ladder>, CaptureError> {
+) -> Result<Vec<Option<Ladder>>, CaptureError> {
     let mut gathered: Vec<Gathered<'_>> = events
         .iter()
         .map(|event| Gathered {
@@ -176,8 +176,10 @@ pub fn collect<R: Read>(
                     if !same_ends(seg, e.client, e.server) {
                         continue;
                     }
-                    let from = e.ts_ns.saturating_sub(e.finding.delay_ns + LEAD_NS);
-                    if seg.ts_ns < from || seg.ts_ns > e.ts_ns + LEAD_NS {
+                    let lead = e.finding.delay_ns + LEAD;
+                    let from =
+                        Timestamp::from_nanos(e.ts_ns.as_nanos().saturating_sub(lead.as_nanos()));
+                    if seg.ts_ns < from || seg.ts_ns > e.ts_ns + LEAD {
                         continue;
                     }
                     if g.released_seen {
@@ -199,11 +201,12 @@ pub fn collect<R: Read>(
     }
     Ok(gathered
         .into_iter()
-        .filter(|g| g.released_seen)
         .map(|g| {
-            let mut segs: Vec<Segment> = g.before.into_iter().collect();
-            segs.extend(g.after);
-            build(g.event, &segs)
+            g.released_seen.then(|| {
+                let mut segs: Vec<Segment> = g.before.into_iter().collect();
+                segs.extend(g.after);
+                build(g.event, &segs)
+            })
         })
         .collect())
 }
@@ -217,26 +220,26 @@ pub fn build(event: &StallEvent, segs: &[Segment]) -> Ladder {
             Side::Server
         }
     };
-    let start_ns = segs.first().map_or(event.ts_ns, |s| s.ts_ns);
-    // Sequence numbers relative to the lowest of each direction in view (wrapping: the
-    // distance from the first is taken modulo 2^32, RFC 9293 §3.4).
-    let mut base: [Option<u32>; 2] = [None, None];
+    let start = segs.first().map_or(event.ts_ns, |s| s.ts_ns);
+    // Sequence numbers relative to the lowest of each direction in view (in sequence space,
+    // RFC 9293 §3.4).
+    let mut base: [Option<SeqNumber>; 2] = [None, None];
     for s in segs {
-        let b = &mut base[side_of(s).index()];
-        let seq = s.seq;
+        let b = &mut base[usize::from(side_of(s) == Side::Server)];
         *b = Some(match *b {
-            Some(old) if (seq.wrapping_sub(old) as i32) >= 0 => old,
-            _ => seq,
+            Some(old) if old <= s.seq => old,
+            _ => s.seq,
         });
     }
     let mut rungs: Vec<Rung> = segs
         .iter()
         .map(|s| {
             let from = side_of(s);
-            let rel =
-                |seq: u32, side: Side| base[side.index()].map_or(seq, |b| seq.wrapping_sub(b));
+            let rel = |seq: SeqNumber, side: Side| {
+                base[usize::from(side == Side::Server)].map_or(seq.0, |b| seq - b)
+            };
             Rung {
-                at_ns: s.ts_ns.saturating_sub(start_ns),
+                at: s.ts_ns.since(start),
                 from,
                 flags: s.flags,
                 len: s.payload_len,
@@ -254,8 +257,8 @@ pub fn build(event: &StallEvent, segs: &[Segment]) -> Ladder {
         held_side: event.finding.held_side,
         client: event.client,
         server: event.server,
-        start_ns,
-        delay_ns: event.finding.delay_ns,
+        start,
+        delay: event.finding.delay_ns,
         rungs,
         gap_after,
         explanation: explain(event),
@@ -266,7 +269,12 @@ pub fn build(event: &StallEvent, segs: &[Segment]) -> Ladder {
 /// The rung in `from..to` followed by the longest silence: where the wait is drawn.
 fn longest_gap(rungs: &[Rung], from: usize, to: usize) -> usize {
     (from..to)
-        .max_by_key(|&i| rungs[i + 1].at_ns.saturating_sub(rungs[i].at_ns))
+        .max_by_key(|&i| {
+            rungs[i + 1]
+                .at
+                .as_nanos()
+                .saturating_sub(rungs[i].at.as_nanos())
+        })
         .unwrap_or(from)
 }
 

@@ -243,7 +243,10 @@ fn colour_and_characters_follow_the_terminal_and_no_color() {
 
 /// Loads `page` in headless Chromium; returns the rendered DOM and the browser's log.
 fn chromium(page: &Path, screenshot: Option<&Path>) -> (String, String) {
-    let profile = Scratch::new("chromium-profile");
+    // A profile of its own: tests run in parallel, and Chromium locks its profile.
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let profile = Scratch::new(&format!("chromium-profile-{run}"));
     let url = format!("file://{}", page.display());
     let mut cmd = Command::new("chromium");
     cmd.args([
@@ -477,8 +480,63 @@ fn lab_page_renders_in_a_real_browser() {
     assert!(!dom.contains(
         "<tr class=\"stalled\"><td data-sort=\"echo\">echo</td><td data-sort=\"nodelay\">"
     ));
+    // As root the lab captures its own traffic: the stalled row's ladder is on the page.
+    assert!(
+        dom.contains("<h3>nagle_delayed_ack: echo/split</h3>"),
+        "no ladder for echo/split"
+    );
+    assert!(
+        !dom.contains(": echo/nodelay</h3>"),
+        "a clean row has no ladder"
+    );
     fs::create_dir_all(ARTIFACTS).expect("artifacts directory");
     let png = Path::new(ARTIFACTS).join("lab.png");
     chromium(&page, Some(&png));
     assert!(fs::read(&png).expect("screenshot").starts_with(b"\x89PNG"));
+}
+
+#[test]
+fn lab_ladders_draw_each_stalled_row_with_its_held_side() {
+    let json = run(&[
+        "lab",
+        "--scenario",
+        "echo,http",
+        "--variant",
+        "split,nodelay",
+        "--requests",
+        "5",
+        "--json",
+    ]);
+    let v: Value = serde_json::from_slice(&json.stdout).expect("lab JSON");
+    let out = run(&[
+        "lab",
+        "--scenario",
+        "echo,http",
+        "--variant",
+        "split,nodelay",
+        "--requests",
+        "5",
+        "--ladder",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    for row in v["rows"].as_array().expect("rows") {
+        let name = format!(
+            "{}/{}",
+            row["scenario"].as_str().unwrap_or(""),
+            row["variant"].as_str().unwrap_or("")
+        );
+        let title = text.lines().position(|l| l == name);
+        if row["expected_stall"] == true {
+            let at = title.unwrap_or_else(|| panic!("no ladder for {name}:\n{text}"));
+            let held = row["held_side"].as_str().expect("held side");
+            let first = text.lines().nth(at + 1).unwrap_or_default();
+            assert!(
+                first.starts_with(&format!("nagle_delayed_ack: {held} held ")),
+                "{name}: {first}"
+            );
+        } else {
+            assert!(title.is_none(), "{name} is clean but has a ladder");
+        }
+    }
 }

@@ -17,6 +17,7 @@ pub(crate) mod framing;
 pub(crate) mod listing;
 pub mod measure;
 pub(crate) mod notes;
+pub(crate) mod own_traffic;
 pub(crate) mod path;
 pub(crate) mod runner;
 pub(crate) mod scenarios;
@@ -25,6 +26,7 @@ pub(crate) mod workload;
 pub(crate) mod write;
 
 use std::fmt::Display;
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
@@ -36,10 +38,11 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
 use self::expect::SegmentRules;
-use self::path::{EmulatedPath, PathShape, RTT_RANGE_MS, TUN_NAME};
+use self::own_traffic::{CaptureFile, OwnTraffic, RowVerdicts};
+use self::path::{EmulatedPath, PathShape, RTT_RANGE_MS};
 use self::runner::{RowResult, RunSettings};
 use self::scenarios::{ConnectionMode, Scenario, Variant, CATALOGUE, MAX_SIZE, SCENARIOS};
-use crate::capture::live::{CaptureSummary, LiveCapture};
+use crate::capture::live::CaptureSummary;
 use crate::kernel::KernelFacts;
 use crate::report;
 use crate::tcp_rules::{DELACK_MIN, STALL_MARGIN, STALL_THRESHOLD};
@@ -76,9 +79,14 @@ pub struct LabArgs {
     #[arg(long, value_name = "FILE.pcap")]
     pub capture: Option<PathBuf>,
     /// Also write a self-contained HTML report to FILE: the catalogue as a chart (each row's
-    /// p50 and p99, stalled rows against their fixes) and the table of rows.
+    /// p50 and p99, stalled rows against their fixes), the table of rows and, when the lab can
+    /// capture (CAP_NET_RAW), the ladder diagram of each stalled row.
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
+    /// Draw the ladder diagram of one stalled request of each stalled row, from the lab's own
+    /// capture (needs CAP_NET_RAW).
+    #[arg(long, conflicts_with = "json")]
+    pub ladder: bool,
     /// Print the catalogue with a description of each entry and exit (as JSON with --json).
     #[arg(long)]
     pub list: bool,
@@ -241,14 +249,28 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
         None => None,
     };
     settings.path = emulated.as_ref().map(|p| p.ends().clone());
-    let capture = match (&args.capture, &settings.path) {
-        (Some(file), Some(ends)) => Some(LiveCapture::start_tun(file, &ends.server, TUN_NAME)?),
-        (Some(file), None) => Some(LiveCapture::start_loopback(file)?),
-        (None, _) => None,
+    // The rows' own traffic through the detector; with --capture also to the file. The
+    // ladders read a capture back: the user's, or one of the lab's own.
+    let pictures = args.ladder || args.html.is_some();
+    let spool = match (&args.capture, pictures) {
+        (None, true) => Some(
+            tempfile::Builder::new()
+                .prefix("tcpstall-lab-")
+                .suffix(".pcap")
+                .tempfile()
+                .context("cannot create a temporary capture file for the ladders")?,
+        ),
+        _ => None,
     };
+    let file = match (&args.capture, &spool) {
+        (Some(file), _) => CaptureFile::Required(file),
+        (None, Some(tmp)) => CaptureFile::IfPossible(tmp.path()),
+        (None, None) => CaptureFile::None,
+    };
+    let capture = OwnTraffic::start(file, settings.path.as_ref())?;
     let watch = |port: u16| {
         if let Some(capture) = &capture {
-            capture.watch_port(port);
+            capture.row_started(port);
         }
     };
     // Progress on a terminal only (indicatif draws nothing when stderr is not a TTY).
@@ -270,14 +292,25 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
         rows.push(row);
     }
     progress.finish_and_clear();
-    let capture = match (capture, &args.capture) {
-        (Some(capture), Some(file)) => {
+    let captured = capture.map(OwnTraffic::finish).transpose()?;
+    let mut ladders = Vec::new();
+    if let Some((_, verdicts)) = &captured {
+        for (index, row) in rows.iter_mut().enumerate() {
+            row.detector = Some(verdicts.of(index, row.server_port));
+        }
+        if let (true, Some(file)) = (pictures, file.path()) {
+            ladders = row_ladders(&rows, verdicts, file)?;
+        }
+    }
+    let capture = match (captured, &args.capture) {
+        (Some((summary, _)), Some(file)) => {
             let CaptureSummary {
                 packets,
                 flows,
                 unclosed_flows,
                 dropped,
-            } = capture.finish()?;
+                ..
+            } = summary;
             if dropped > 0 || unclosed_flows > 0 {
                 eprintln!(
                     "tcpstall: warning: the capture in {} is incomplete: {dropped} packets \
@@ -292,6 +325,16 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
                 unclosed_flows,
                 dropped,
             })
+        }
+        (Some((summary, _)), None) => {
+            if summary.dropped > 0 {
+                eprintln!(
+                    "tcpstall: warning: the detector column may miss stalls: the kernel dropped \
+                     {} captured packets",
+                    summary.dropped
+                );
+            }
+            None
         }
         _ => None,
     };
@@ -310,7 +353,11 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
     };
     drop(emulated);
     if let Some(path) = &args.html {
-        report::html::lab_page(&report)?.write_to(path)?;
+        let mut page = report::html::lab_page(&report)?;
+        for (row, ladder) in &ladders {
+            page.add_ladder(row.clone(), ladder);
+        }
+        page.write_to(path)?;
         eprintln!("tcpstall: HTML report written to {}", path.display());
     }
     let mut out = std::io::stdout().lock();
@@ -320,6 +367,13 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
         report::lab::write_table(&mut out, &report)
     }
     .context("cannot write the results to standard output")?;
+    if args.ladder {
+        let style = report::style::Style::stdout();
+        for (row, ladder) in &ladders {
+            writeln!(out, "\n{row}")?;
+            report::ladder::write(&mut out, ladder, style)?;
+        }
+    }
     drop(out);
     // The table (or JSON) above holds every row; the rows that failed are named again on
     // stderr, and the run exits 2 since their figures are incomplete.
@@ -459,6 +513,30 @@ fn select(args: &LabArgs) -> anyhow::Result<Vec<Variant>> {
         }
     }
     Ok(rows)
+}
+
+/// The ladder of each stalled row: its latest stall, drawn from the capture in `file`.
+fn row_ladders(
+    rows: &[RowResult],
+    verdicts: &RowVerdicts,
+    file: &std::path::Path,
+) -> anyhow::Result<Vec<(String, crate::ladder::Ladder)>> {
+    let examples: Vec<(String, &crate::detect::StallEvent)> = rows
+        .iter()
+        .enumerate()
+        .filter_map(|(index, row)| {
+            let event = verdicts.example(index, row.server_port)?;
+            Some((format!("{}/{}", row.scenario, row.variant), event))
+        })
+        .collect();
+    let events: Vec<&crate::detect::StallEvent> = examples.iter().map(|(_, e)| *e).collect();
+    let input = crate::capture::open_input(file)?;
+    let ladders = crate::ladder::collect([input], &events)?;
+    Ok(examples
+        .into_iter()
+        .zip(ladders)
+        .filter_map(|((name, _), ladder)| Some((name, ladder?)))
+        .collect())
 }
 
 #[cfg(test)]

@@ -310,7 +310,7 @@ pub fn ladder_svg(ladder: &Ladder) -> String {
             r##"<g class="rung" data-mark="{mark}"><text x="10" y="{ty}" fill="#555">{t:.3} ms</text><line x1="{x1}" y1="{y}" x2="{x2}" y2="{y2}" stroke="{color}" stroke-width="{sw}" marker-end="url(#arrow-{kind})"/><text x="{mx}" y="{ly}" text-anchor="middle" fill="{color}">{label}</text>"##,
             mark = r.mark.map_or("", Mark::label),
             ty = y + 4.0,
-            t = r.at_ns as f64 / 1e6,
+            t = r.at.as_millis_f64(),
             y2 = y + STEP - 12.0,
             sw = if r.mark.is_some() { 2.5 } else { 1.2 },
             kind = ladder.kind.name(),
@@ -340,7 +340,7 @@ pub fn ladder_svg(ladder: &Ladder) -> String {
                 ty = y + GAP / 2.0,
                 text = escape(&format!(
                     "{:.1} ms: {} waits",
-                    ladder.delay_ns as f64 / 1e6,
+                    ladder.delay.as_millis_f64(),
                     ladder.held_side.name()
                 )),
             );

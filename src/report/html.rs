@@ -18,6 +18,7 @@ use super::json::InputFacts;
 use super::ms;
 use crate::detect::verdict::{events_by_flow, explain, fixes, patterns, FlowSummary};
 use crate::detect::{Analysis, StallKind};
+use crate::flow::{Span, Timestamp};
 use crate::ladder::Ladder;
 
 /// Flows listed in the table (those that lost most time first).
@@ -136,17 +137,22 @@ impl Page {
             .with_context(|| format!("cannot write the HTML report to {}", path.display()))
     }
 
-    /// Adds the ladder diagrams.
+    /// Adds the ladder diagrams, each titled by its flow.
     pub fn add_ladders(&mut self, ladders: &[Ladder]) {
         for l in ladders {
-            self.ladders.push(LadderView {
-                kind: l.kind.name(),
-                flow: format!("{}-{}", l.client, l.server),
-                explanation: l.explanation.clone(),
-                svg: charts::ladder_svg(l),
-                fixes: l.fixes.clone(),
-            });
+            self.add_ladder(format!("{}-{}", l.client, l.server), l);
         }
+    }
+
+    /// Adds one ladder diagram under `title`.
+    pub fn add_ladder(&mut self, title: String, l: &Ladder) {
+        self.ladders.push(LadderView {
+            kind: l.kind.name(),
+            flow: title,
+            explanation: l.explanation.clone(),
+            svg: charts::ladder_svg(l),
+            fixes: l.fixes.clone(),
+        });
     }
 }
 
@@ -163,7 +169,7 @@ pub fn analysis_page(a: &Analysis, input: &InputFacts, title: &str) -> anyhow::R
     let mut flows: Vec<&FlowSummary> = a.flows.iter().collect();
     flows.sort_by(|x, y| y.time_lost_ns.cmp(&x.time_lost_ns).then(x.id.cmp(&y.id)));
     let stalled_flows = flows.iter().filter(|f| f.counts.stalls() > 0).count();
-    let lost: u64 = a.flows.iter().map(|f| f.time_lost_ns).sum();
+    let lost: Span = a.flows.iter().map(|f| f.time_lost_ns).sum();
 
     let mut page = Page {
         title: format!("tcpstall analyze: {title}"),
@@ -209,13 +215,13 @@ pub fn analysis_page(a: &Analysis, input: &InputFacts, title: &str) -> anyhow::R
     if let Some(p) = &main {
         page.fixes = fixes(p.kind, p.held_side);
     }
-    let span = a.span_ns.map_or(0, |(f, l)| l.saturating_sub(f));
+    let span = a.span_ns.map_or(Span::ZERO, |(f, l)| l.since(f));
     page.facts.push(format!(
         "{} packets ({} TCP), {} flows, {:.3} s of traffic",
         input.records.max(a.packets),
         a.packets,
         a.flows.len(),
-        span as f64 / 1e9
+        span.as_secs_f64()
     ));
     let minor = a.counts.get(StallKind::NagleMinor);
     if minor > 0 {
@@ -223,7 +229,7 @@ pub fn analysis_page(a: &Analysis, input: &InputFacts, title: &str) -> anyhow::R
             "{minor} minor Nagle holds released by an ordinary ACK (one RTT each)"
         ));
     }
-    if let Some(worst) = flows.first().filter(|f| f.worst_stall_ns > 0) {
+    if let Some(worst) = flows.first().filter(|f| f.worst_stall_ns > Span::ZERO) {
         page.facts.push(format!(
             "longest stall {} (flow {})",
             ms(worst.worst_stall_ns),
@@ -260,8 +266,8 @@ pub fn analysis_page(a: &Analysis, input: &InputFacts, title: &str) -> anyhow::R
                 count(StallKind::Rto),
                 count(StallKind::ZeroWindow),
                 Cell::number(
-                    format!("{:.1}", f.time_lost_ns as f64 / 1e6),
-                    f.time_lost_ns as f64 / 1e6,
+                    format!("{:.1}", f.time_lost_ns.as_millis_f64()),
+                    f.time_lost_ns.as_millis_f64(),
                 ),
                 ms_cell(f.latency_us.map(|l| l.0)),
                 ms_cell(f.latency_us.map(|l| l.1)),
@@ -276,7 +282,7 @@ pub fn analysis_page(a: &Analysis, input: &InputFacts, title: &str) -> anyhow::R
         ));
     }
 
-    let first_ns = a.span_ns.map_or(0, |(f, _)| f);
+    let first = a.span_ns.map_or(Timestamp::default(), |(f, _)| f);
     for f in flows
         .iter()
         .filter(|f| !f.turns.is_empty())
@@ -284,8 +290,8 @@ pub fn analysis_page(a: &Analysis, input: &InputFacts, title: &str) -> anyhow::R
     {
         let events = by_flow.get(&f.id).map(Vec::as_slice).unwrap_or_default();
         // A turn stalled when a stall's released segment left inside it.
-        let stalled = |start: u64, us: u32| {
-            let end = start + u64::from(us) * 1000;
+        let stalled = |start: Timestamp, us: u32| {
+            let end = start + Span::from_micros(u64::from(us));
             events
                 .iter()
                 .any(|e| e.finding.kind.is_stall() && e.ts_ns >= start && e.ts_ns <= end)
@@ -304,19 +310,14 @@ pub fn analysis_page(a: &Analysis, input: &InputFacts, title: &str) -> anyhow::R
             .enumerate()
             .filter_map(|(i, &(s, us))| {
                 let st = stalled(s, us);
-                (st || i % every == 0).then(|| {
-                    (
-                        s.saturating_sub(first_ns) as f64 / 1e9,
-                        f64::from(us) / 1e3,
-                        st,
-                    )
-                })
+                (st || i % every == 0)
+                    .then(|| (s.since(first).as_secs_f64(), f64::from(us) / 1e3, st))
             })
             .collect();
         page.flow_charts.push(FlowCharts {
             label: f.label(),
             histogram: charts::latency_histogram(&all_ms, &stalled_ms)?,
-            timeline: charts::turn_timeline(&points, span as f64 / 1e9)?,
+            timeline: charts::turn_timeline(&points, span.as_secs_f64())?,
         });
     }
     Ok(page)

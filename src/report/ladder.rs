@@ -90,7 +90,7 @@ fn arrow(pen: &Pen, label: &str, from: Side) -> String {
 fn gap_text(ladder: &Ladder) -> String {
     let held = ladder.held_side.name();
     let peer = ladder.held_side.peer().name();
-    let ms = ladder.delay_ns as f64 / 1e6;
+    let ms = ladder.delay.as_millis_f64();
     match ladder.kind {
         StallKind::NagleDelayedAck => {
             format!("{ms:.1} ms: {held} holds data until {peer}'s delayed ACK")
@@ -110,7 +110,7 @@ pub fn write(out: &mut impl Write, ladder: &Ladder, style: Style) -> io::Result<
         "{}: {} held {:.1} ms",
         style.paint("1", ladder.kind.name()),
         ladder.held_side.name(),
-        ladder.delay_ns as f64 / 1e6
+        ladder.delay.as_millis_f64()
     )?;
     let client = format!("client {}", ladder.client);
     let server = format!("server {}", ladder.server);
@@ -118,7 +118,7 @@ pub fn write(out: &mut impl Write, ladder: &Ladder, style: Style) -> io::Result<
     let room = (LANE_WIDTH + 1).saturating_sub(client.chars().count());
     writeln!(out, "{:>TIME_WIDTH$} {client}{server:>room$}", "ms")?;
     for (i, r) in ladder.rungs.iter().enumerate() {
-        let t = format!("{:.3}", r.at_ns as f64 / 1e6);
+        let t = format!("{:.3}", r.at.as_millis_f64());
         let body = arrow(&pen, &rung_label(r), r.from);
         let (body, note) = match r.mark {
             Some(mark) => (
