@@ -9,7 +9,7 @@ use std::net::IpAddr;
 
 pub mod tunnel;
 
-pub use tunnel::{Decap, DecapConfig, Outer, TunnelKind};
+pub use tunnel::{Decap, DecapConfig, Outer, OuterByFlow, TunnelKind};
 
 /// TCP header flag bits, as in the header's 13th byte (RFC 9293 §3.1, RFC 3168 for ECE/CWR).
 pub mod flags {

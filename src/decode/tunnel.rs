@@ -620,3 +620,50 @@ pub fn ethernet_payload(frame: &[u8]) -> Result<(u16, usize), Decoded<()>> {
         }
     }
 }
+
+/// The outer tunnel of each tunnelled connection, by its inner endpoints (either order):
+/// what `--flows` and the JSON flow's `outer` report. The first tunnel seen for a
+/// connection is kept.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OuterByFlow(rustc_hash::FxHashMap<[(IpAddr, u16); 2], Outer>);
+
+impl OuterByFlow {
+    fn key(a: (IpAddr, u16), b: (IpAddr, u16)) -> [(IpAddr, u16); 2] {
+        if a <= b {
+            [a, b]
+        } else {
+            [b, a]
+        }
+    }
+
+    /// Notes that `segment` came in `outer`.
+    pub fn record(&mut self, segment: &Segment, outer: Outer) {
+        let key = Self::key(
+            (segment.src, segment.src_port),
+            (segment.dst, segment.dst_port),
+        );
+        self.0.entry(key).or_insert(outer);
+    }
+
+    /// The tunnel of the connection between `a` and `b`, if it came in one.
+    pub fn get(&self, a: (IpAddr, u16), b: (IpAddr, u16)) -> Option<&Outer> {
+        if self.0.is_empty() {
+            return None;
+        }
+        self.0.get(&Self::key(a, b))
+    }
+
+    /// Adds the connections of `other` not already known.
+    pub fn extend(&mut self, other: OuterByFlow) {
+        for (key, outer) in other.0 {
+            self.0.entry(key).or_insert(outer);
+        }
+    }
+}
+
+impl std::fmt::Display for Outer {
+    /// `vxlan 192.0.2.1>192.0.2.2`: the tunnel and its endpoints, source first.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}>{}", self.kind.name(), self.src, self.dst)
+    }
+}
