@@ -280,25 +280,29 @@ pub fn stream_segments_decap<R: Read>(
             ts_ns: frame.ts_ns,
             packet_number: frame.packet_number,
         };
-        let decoded = link.decode_into(frame.data, frame.orig_len, meta, sink.slot(), decap);
-        // Taken whatever the packet was, so that it never sticks to the next one.
-        let outer = decap.take_outer();
-        match decoded {
+        // The tunnel a packet came in is taken in every arm, so that it never sticks to the
+        // next packet; looked at only after decoding, out of the plain packets' way.
+        match link.decode_into(frame.data, frame.orig_len, meta, sink.slot(), decap) {
             Decoded::Tcp(()) => {
                 stats.tcp_segments += 1;
-                if let Some(outer) = outer {
+                if let Some(outer) = decap.take_outer() {
                     sink.outer(outer);
                 }
                 sink.commit();
             }
-            Decoded::NotTcp => stats.non_tcp += 1,
+            Decoded::NotTcp => {
+                decap.take_outer();
+                stats.non_tcp += 1;
+            }
             Decoded::Fragment => {
+                decap.take_outer();
                 stats.fragments += 1;
                 fragment_warnings.report(&mut warn, frame.packet_number, || {
                     "non-first IP fragment skipped (fragments are not reassembled)".to_string()
                 });
             }
             Decoded::Undecodable(reason) => {
+                decap.take_outer();
                 stats.undecodable += 1;
                 undecodable_warnings.report(&mut warn, frame.packet_number, || {
                     format!("undecodable packet: {reason}")
