@@ -46,19 +46,14 @@ pub enum LinkType {
     IpOverInfiniband,
     /// Solaris ipnet: a 24-byte header with the address family (`LINKTYPE_IPNET`, 226).
     Ipnet,
-    /// Juniper routers' captures: their pseudo-header, then the frame of `JuniperL2`.
-    Juniper(JuniperL2),
-}
-
-/// The frame under a Juniper pseudo-header, by the `LINKTYPE_JUNIPER_*` number.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum JuniperL2 {
-    /// `LINKTYPE_JUNIPER_ETHER` (178) and `LINKTYPE_JUNIPER_PPPOE` (167): Ethernet.
-    Ethernet,
-    /// `LINKTYPE_JUNIPER_PPP` (179).
-    Ppp,
-    /// `LINKTYPE_JUNIPER_CHDLC` (183): Cisco HDLC.
-    CiscoHdlc,
+    /// Juniper routers' captures, their pseudo-header then Ethernet
+    /// (`LINKTYPE_JUNIPER_ETHER` 178, `LINKTYPE_JUNIPER_PPPOE` 167). Variants without fields,
+    /// one per frame kind: the common link types' dispatch stays one byte compare.
+    JuniperEthernet,
+    /// Juniper pseudo-header, then PPP (`LINKTYPE_JUNIPER_PPP`, 179).
+    JuniperPpp,
+    /// Juniper pseudo-header, then Cisco HDLC (`LINKTYPE_JUNIPER_CHDLC`, 183).
+    JuniperCiscoHdlc,
 }
 
 impl LinkType {
@@ -76,9 +71,9 @@ impl LinkType {
             108 => LinkType::Loop,
             113 => LinkType::LinuxSll,
             129 => LinkType::ArcnetLinux,
-            167 | 178 => LinkType::Juniper(JuniperL2::Ethernet),
-            179 => LinkType::Juniper(JuniperL2::Ppp),
-            183 => LinkType::Juniper(JuniperL2::CiscoHdlc),
+            167 | 178 => LinkType::JuniperEthernet,
+            179 => LinkType::JuniperPpp,
+            183 => LinkType::JuniperCiscoHdlc,
             226 => LinkType::Ipnet,
             228 => LinkType::Ipv4,
             229 => LinkType::Ipv6,
@@ -201,18 +196,20 @@ impl LinkType {
                 Some(_) => return Decoded::NotTcp,
                 None => return Decoded::Undecodable("ipnet header cut short"),
             },
-            LinkType::Juniper(l2) => match juniper_header_len(frame) {
-                Ok(Juniper::NoL2(len)) => (len, Payload::IpByVersion),
-                Ok(Juniper::Frame(len)) => (
-                    len,
-                    match l2 {
-                        JuniperL2::Ethernet => Payload::Ethernet,
-                        JuniperL2::Ppp => Payload::Ppp,
-                        JuniperL2::CiscoHdlc => Payload::CiscoHdlc,
-                    },
-                ),
-                Err(decoded) => return decoded,
-            },
+            LinkType::JuniperEthernet | LinkType::JuniperPpp | LinkType::JuniperCiscoHdlc => {
+                match juniper_header_len(frame) {
+                    Ok(Juniper::NoL2(len)) => (len, Payload::IpByVersion),
+                    Ok(Juniper::Frame(len)) => (
+                        len,
+                        match self {
+                            LinkType::JuniperPpp => Payload::Ppp,
+                            LinkType::JuniperCiscoHdlc => Payload::CiscoHdlc,
+                            _ => Payload::Ethernet,
+                        },
+                    ),
+                    Err(decoded) => return decoded,
+                }
+            }
             _ => return Decoded::NotTcp,
         };
         let Some(inner) = frame.get(header_len..) else {
