@@ -222,9 +222,10 @@ fn stop(mut dump: Guarded) {
     }
 }
 
-fn analyze(file: &Path) -> Value {
+fn analyze(file: &Path, flags: &[&str]) -> Value {
     let out = Command::new(BIN)
         .args(["analyze", "--json"])
+        .args(flags)
         .arg(file)
         .output()
         .expect("run tcpstall");
@@ -251,6 +252,37 @@ fn events(analysis: &Value) -> Vec<(String, String, f64)> {
             )
         })
         .collect()
+}
+
+/// A copy of the Ethernet pcap `from` with VXLAN moved from UDP port 4789 to `port`, as a
+/// host configured with another port (Linux's old default 8472, flannel) would send it.
+fn move_vxlan_port(from: &Path, to: &Path, port: u16) {
+    let mut bytes = std::fs::read(from).expect("read the capture");
+    assert_eq!(
+        &bytes[..4],
+        &[0xd4, 0xc3, 0xb2, 0xa1],
+        "tcpdump writes little-endian pcap"
+    );
+    let mut at = 24;
+    while at + 16 <= bytes.len() {
+        let captured = u32::from_le_bytes(bytes[at + 8..at + 12].try_into().unwrap()) as usize;
+        let frame = at + 16;
+        at = frame + captured;
+        let Some(f) = bytes.get_mut(frame..at) else {
+            break;
+        };
+        // Ethernet, IPv4 carrying UDP: the ports follow the IPv4 header.
+        if f.len() < 14 + 20 + 8 || f[12..14] != [0x08, 0x00] || f[14 + 9] != 17 {
+            continue;
+        }
+        let udp = 14 + usize::from(f[14] & 0x0f) * 4;
+        for field in [udp, udp + 2] {
+            if f[field..field + 2] == 4789u16.to_be_bytes() {
+                f[field..field + 2].copy_from_slice(&port.to_be_bytes());
+            }
+        }
+    }
+    std::fs::write(to, bytes).expect("write the copy");
 }
 
 struct Scratch(PathBuf);
@@ -316,8 +348,8 @@ fn nagle_stall_inside_vxlan_gives_the_same_events_as_the_inner_capture() {
     stop(outer_dump);
     stop(inner_dump);
 
-    let outer = analyze(&outer_file);
-    let inner = analyze(&inner_file);
+    let outer = analyze(&outer_file, &[]);
+    let inner = analyze(&inner_file, &[]);
     let (outer_events, inner_events) = (events(&outer), events(&inner));
     assert!(
         inner_events
