@@ -399,4 +399,15 @@ fn nagle_stall_inside_vxlan_gives_the_same_events_as_the_inner_capture() {
         inner["flows"][0].get("outer").is_none(),
         "no tunnel in the inner capture"
     );
+
+    // The same capture with VXLAN on port 8472: read as VXLAN only when asked.
+    let moved = dir.0.join("veth-8472.pcap");
+    move_vxlan_port(&outer_file, &moved, 8472);
+    assert_eq!(analyze(&moved, &[])["summary"]["tcp_segments"], 0);
+    let asked = analyze(&moved, &["--vxlan-port", "8472"]);
+    assert_eq!(
+        events(&asked),
+        outer_events,
+        "--vxlan-port 8472 reads it as the original"
+    );
 }
