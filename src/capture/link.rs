@@ -46,10 +46,12 @@ pub enum LinkType {
     IpOverInfiniband,
     /// Solaris ipnet: a 24-byte header with the address family (`LINKTYPE_IPNET`, 226).
     Ipnet,
-    /// Juniper routers' captures, their pseudo-header then Ethernet
-    /// (`LINKTYPE_JUNIPER_ETHER` 178, `LINKTYPE_JUNIPER_PPPOE` 167). Variants without fields,
-    /// one per frame kind: the common link types' dispatch stays one byte compare.
+    /// Juniper routers' captures, their pseudo-header then Ethernet (`LINKTYPE_JUNIPER_ETHER`,
+    /// 178). Variants without fields, one per frame kind: the common link types' dispatch
+    /// stays one byte compare.
     JuniperEthernet,
+    /// Juniper pseudo-header, a cookie, then Ethernet (`LINKTYPE_JUNIPER_PPPOE`, 167).
+    JuniperPppoe,
     /// Juniper pseudo-header, then PPP (`LINKTYPE_JUNIPER_PPP`, 179).
     JuniperPpp,
     /// Juniper pseudo-header, then Cisco HDLC (`LINKTYPE_JUNIPER_CHDLC`, 183).
@@ -71,7 +73,8 @@ impl LinkType {
             108 => LinkType::Loop,
             113 => LinkType::LinuxSll,
             129 => LinkType::ArcnetLinux,
-            167 | 178 => LinkType::JuniperEthernet,
+            167 => LinkType::JuniperPppoe,
+            178 => LinkType::JuniperEthernet,
             179 => LinkType::JuniperPpp,
             183 => LinkType::JuniperCiscoHdlc,
             226 => LinkType::Ipnet,
@@ -196,8 +199,11 @@ impl LinkType {
                 Some(_) => return Decoded::NotTcp,
                 None => return Decoded::Undecodable("ipnet header cut short"),
             },
-            LinkType::JuniperEthernet | LinkType::JuniperPpp | LinkType::JuniperCiscoHdlc => {
-                match juniper_header_len(frame) {
+            LinkType::JuniperEthernet
+            | LinkType::JuniperPppoe
+            | LinkType::JuniperPpp
+            | LinkType::JuniperCiscoHdlc => {
+                match juniper_header_len(frame, self == LinkType::JuniperPppoe) {
                     Ok(Juniper::NoL2(len)) => (len, Payload::IpByVersion),
                     Ok(Juniper::Frame(len)) => (
                         len,
@@ -309,9 +315,12 @@ enum Juniper {
 
 /// The Juniper pseudo-header's length, as tcpdump's `juniper_parse_header` reads it: the
 /// magic "MGC", a flags byte, and when the extension flag is set a 2-byte length of TLV
-/// extensions to skip. With the no-L2 flag, 4 more bytes precede the IP header. The link
-/// types decoded here (Ethernet, PPP, Cisco HDLC, PPPoE) carry no cookie.
-fn juniper_header_len(frame: &[u8]) -> Result<Juniper, Decoded<()>> {
+/// extensions to skip. With the no-L2 flag, 4 more bytes precede the IP header. Of the link
+/// types decoded here only PPPoE's is in tcpdump's cookie table (`with_cookie`), with a base
+/// cookie of 0 bytes: 2 when the next byte is the LS cookie id (0x54), 8 for the AS one (0x47).
+fn juniper_header_len(frame: &[u8], with_cookie: bool) -> Result<Juniper, Decoded<()>> {
+    const LS_COOKIE_ID: u8 = 0x54;
+    const AS_COOKIE_ID: u8 = 0x47;
     const EXTENSIONS: u8 = 0x80;
     const NO_L2: u8 = 0x02;
     let Some(fixed) = frame.get(..4) else {
@@ -330,11 +339,17 @@ fn juniper_header_len(frame: &[u8]) -> Result<Juniper, Decoded<()>> {
         };
         len += 2 + usize::from(u16::from_be_bytes([ext[0], ext[1]]));
     }
-    Ok(if flags & NO_L2 != 0 {
-        Juniper::NoL2(len + 4)
-    } else {
-        Juniper::Frame(len)
-    })
+    if flags & NO_L2 != 0 {
+        return Ok(Juniper::NoL2(len + 4));
+    }
+    if with_cookie {
+        len += match frame.get(len) {
+            Some(&LS_COOKIE_ID) => 2,
+            Some(&AS_COOKIE_ID) => 8,
+            _ => 0,
+        };
+    }
+    Ok(Juniper::Frame(len))
 }
 
 /// The protocol a link header announces.

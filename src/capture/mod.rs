@@ -68,7 +68,7 @@ pub enum CaptureError {
     #[error(
         "unsupported link type {code} ({name}); tcpstall reads Ethernet (with VLAN tags), Linux \
          cooked (SLL, SLL2), raw IP, BSD loopback, PPP, Cisco HDLC, ARCnet, IP over InfiniBand, \
-         Solaris ipnet and Juniper Ethernet/PPP/HDLC captures: capture again with \
+         Solaris ipnet and Juniper Ethernet/PPPoE/PPP/HDLC captures: capture again with \
          `tcpdump -i <interface> -w FILE` or `tcpdump -i any -w FILE`"
     )]
     UnsupportedLinkType {
