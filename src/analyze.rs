@@ -16,8 +16,8 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rustc_hash::FxHasher;
 
-use crate::capture::{open_input, stream_segments, CaptureStats, SegmentSink};
-use crate::decode::Segment;
+use crate::capture::{open_input, stream_segments_decap, CaptureStats, SegmentSink};
+use crate::decode::{Decap, DecapConfig, Outer, OuterByFlow, Segment};
 use crate::detect::{Analysis, Detector, DetectorConfig};
 use crate::flow::FlowKey;
 use crate::ladder;
@@ -68,6 +68,13 @@ pub struct AnalyzeArgs {
     /// histograms and timelines, ladder diagrams. Opens without network access.
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
+    /// Also read UDP port N as VXLAN (IANA's 4789 always is), e.g. 8472 for Linux's and
+    /// flannel's old default; repeatable. Flows are the connections inside the tunnels.
+    #[arg(long = "vxlan-port", value_name = "N")]
+    pub vxlan_ports: Vec<u16>,
+    /// Also read UDP port N as Geneve (IANA's 6081 always is); repeatable.
+    #[arg(long = "geneve-port", value_name = "N")]
+    pub geneve_ports: Vec<u16>,
 }
 
 /// Analyses the captures and prints the report on standard output.
@@ -98,7 +105,11 @@ pub fn run(args: &AnalyzeArgs) -> anyhow::Result<Outcome> {
         Some(n) => usize::from(n),
         None => std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1)),
     };
-    let (analysis, facts) = analyse_files(&files, config, workers)?;
+    let decap = DecapConfig {
+        vxlan_ports: args.vxlan_ports.clone(),
+        geneve_ports: args.geneve_ports.clone(),
+    };
+    let (analysis, facts) = analyse_files_decap(&files, config, workers, &decap)?;
     let ladders = if pictures {
         let examples = ladder::examples(&analysis.events);
         let inputs = files
@@ -119,7 +130,11 @@ pub fn run(args: &AnalyzeArgs) -> anyhow::Result<Outcome> {
         write!(out, "{}", text::summary(&analysis, &facts))?;
         if args.flows {
             writeln!(out)?;
-            write!(out, "{}", text::flow_table(&analysis))?;
+            write!(
+                out,
+                "{}",
+                text::flow_table_with_tunnels(&analysis, &facts.outers)
+            )?;
         }
         if args.ladder {
             let style = Style::stdout();
@@ -173,6 +188,16 @@ pub fn analyse_files(
     config: DetectorConfig,
     workers: usize,
 ) -> anyhow::Result<(Analysis, InputFacts)> {
+    analyse_files_decap(files, config, workers, &DecapConfig::default())
+}
+
+/// [`analyse_files`], reading the extra overlay ports of `decap`.
+pub fn analyse_files_decap(
+    files: &[PathBuf],
+    config: DetectorConfig,
+    workers: usize,
+    decap: &DecapConfig,
+) -> anyhow::Result<(Analysis, InputFacts)> {
     let workers = workers.clamp(1, MAX_WORKERS);
     let mut facts = InputFacts::default();
     // Reading and decoding on this thread; each worker runs its own detector on the segments
@@ -204,7 +229,9 @@ pub fn analyse_files(
             recycled,
             ordinal: 0,
             staging: Segment::UNSET,
+            outers: OuterByFlow::default(),
         };
+        let mut decap = Decap::new(decap);
         let mut seen_files = std::collections::HashSet::new();
         for path in files {
             // Read twice, a capture's packets would look like retransmissions of themselves.
@@ -216,11 +243,12 @@ pub fn analyse_files(
                 );
                 continue;
             }
-            let stats = analyse_one(path, &mut router, &mut facts.warnings)
+            let stats = analyse_one(path, &mut router, &mut decap, &mut facts.warnings)
                 .with_context(|| format!("cannot analyse {}", display(path)))?;
             facts.records += stats.packets;
             facts.files.push(display(path));
         }
+        facts.outers = std::mem::take(&mut router.outers);
         router.flush();
         handles
             .into_iter()
@@ -273,6 +301,8 @@ struct Router {
     /// Where segments are decoded when several workers share them: the flow, hence the
     /// batch, is known only once decoded.
     staging: Segment,
+    /// The outer tunnel of each tunnelled connection.
+    outers: OuterByFlow,
 }
 
 impl Router {
@@ -307,6 +337,11 @@ impl SegmentSink for Router {
         }
     }
 
+    fn outer(&mut self, outer: Outer) {
+        let segment = *self.slot();
+        self.outers.record(&segment, outer);
+    }
+
     fn commit(&mut self) {
         let worker = if self.batches.len() == 1 {
             0
@@ -338,6 +373,7 @@ fn display(path: &Path) -> String {
 fn analyse_one(
     path: &Path,
     router: &mut Router,
+    decap: &mut Decap,
     warnings: &mut u64,
 ) -> anyhow::Result<CaptureStats> {
     let input = open_input(path)?;
@@ -350,12 +386,17 @@ fn analyse_one(
     // do not garble each other on the terminal.
     let bar = input.bar.clone();
     let name = display(path);
-    let stats = stream_segments(input, router, |w| {
-        *warnings += 1;
-        if *warnings <= WARNINGS_SHOWN {
-            bar.suspend(|| eprintln!("tcpstall: warning: {name}: {w}"));
-        }
-    })?;
+    let stats = stream_segments_decap(
+        input,
+        router,
+        |w| {
+            *warnings += 1;
+            if *warnings <= WARNINGS_SHOWN {
+                bar.suspend(|| eprintln!("tcpstall: warning: {name}: {w}"));
+            }
+        },
+        decap,
+    )?;
     Ok(stats)
 }
 
