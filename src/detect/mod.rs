@@ -316,6 +316,18 @@ impl Detector {
         self.analysis.flows.sort_by_key(|f| f.id);
         self.analysis
     }
+
+    /// The events found since the last call: a detector that runs for days hands them on as it
+    /// goes instead of keeping them.
+    pub fn take_events(&mut self) -> Vec<StallEvent> {
+        std::mem::take(&mut self.analysis.events)
+    }
+
+    /// The summaries of the flows retired (closed or idle) since the last call, as
+    /// [`Detector::take_events`] for flows.
+    pub fn take_flows(&mut self) -> Vec<FlowSummary> {
+        std::mem::take(&mut self.analysis.flows)
+    }
 }
 
 /// Summarises a flow leaving the table, with the tallies of its stalls.

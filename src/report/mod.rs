@@ -2,6 +2,7 @@
 
 pub mod json;
 pub mod text;
+pub mod watch;
 
 use std::io::{self, Write};
 
