@@ -420,6 +420,96 @@ fn the_lab_server_is_named_during_a_lab_run() {
     }
 }
 
+/// A line server that answers each `q` line with 100 bytes ~200 ms later: `cork` sets
+/// TCP_CORK on the connection and never clears it (the kernel's probe timer sends each
+/// answer), `sleep` waits 200 ms before writing. The wire looks the same.
+const TIMER_SERVER: &str = r#"
+import socket, sys, time
+mode = sys.argv[1]
+srv = socket.socket()
+srv.bind(("127.0.0.1", 0))
+srv.listen(1)
+print(srv.getsockname()[1], flush=True)
+conn, _ = srv.accept()
+if mode == "cork":
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+buf = b""
+while True:
+    data = conn.recv(100)
+    if not data:
+        break
+    buf += data
+    while b"\n" in buf:
+        _, buf = buf.split(b"\n", 1)
+        if mode == "sleep":
+            time.sleep(0.2)
+        conn.send(b"a" * 99 + b"\n")
+"#;
+
+/// Runs the timer server in `mode` under `watch --json` and returns the server's pid and the
+/// cork-timer events.
+fn cork_timer_events(mode: &str) -> (u64, Vec<Value>) {
+    require_root("live capture");
+    let mut child = Command::new("python3")
+        .args(["-c", TIMER_SERVER, mode])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("python3 runs");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let server = KillOnDrop(child);
+    let port: u16 = first_line_within(stdout, Duration::from_secs(10))
+        .and_then(|l| l.trim().parse().ok())
+        .expect("the server prints its port");
+    let filter = format!("port {port}");
+    let watch = Watch::start(&["-i", "lo", "--json", &filter]);
+    let stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let mut writer = stream.try_clone().expect("clone");
+    let mut reader = BufReader::new(stream);
+    for _ in 0..4 {
+        writer.write_all(b"q\n").expect("request");
+        let mut line = String::new();
+        reader.read_line(&mut line).expect("answer");
+        assert_eq!(line.len(), 100);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    watch.terminate();
+    let (status, stdout, stderr) = watch.wait(Duration::from_secs(20));
+    assert!(status.success(), "{status}: {stderr}");
+    let events = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["kind"] == "cork_timer")
+        .collect();
+    (u64::from(server.0.id()), events)
+}
+
+#[test]
+fn a_cork_timer_gap_is_settled_by_tcp_cork_on_the_socket() {
+    let (pid, events) = cork_timer_events("cork");
+    assert!(!events.is_empty(), "no cork_timer event");
+    for e in &events {
+        assert_eq!(e["held_side"], "server", "{e}");
+        assert_eq!(e["pid"].as_u64(), Some(pid), "{e}");
+        assert_eq!(e["cork"], true, "{e}");
+        assert_eq!(e["cork_confirmed"], true, "{e}");
+    }
+}
+
+#[test]
+fn a_server_pausing_200ms_is_told_apart_by_tcp_cork_clear() {
+    let (pid, events) = cork_timer_events("sleep");
+    assert!(!events.is_empty(), "no 200 ms-class event");
+    for e in &events {
+        assert_eq!(e["pid"].as_u64(), Some(pid), "{e}");
+        assert_eq!(e["cork"], false, "{e}");
+        assert_eq!(e["cork_confirmed"], false, "{e}");
+    }
+}
+
 #[test]
 fn a_bad_filter_is_refused_with_exit_2() {
     let out = watch_output(&["-i", "lo", "--duration", "1", "port", "eighty"]);

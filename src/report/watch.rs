@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use super::json::write_event;
 use super::ms;
-use crate::detect::verdict::explain;
+use crate::detect::verdict::{explain, fixes};
 use crate::detect::{StallEvent, StallKind};
 use crate::flow::Endpoint;
 use crate::watch::owner::Owner;
@@ -124,6 +124,9 @@ pub fn event_text(event: &StallEvent, owner: Option<&Owner>) -> String {
                 "  settled by the socket: TCP_CORK is set on it, so the kernel held the data: the \
                  cork timer"
             );
+            for fix in fixes(f.kind, f.held_side) {
+                let _ = writeln!(out, "  fix: {fix}");
+            }
         }
         Some(false) => {
             let _ = writeln!(
