@@ -2,8 +2,8 @@
 //! local process that owns the socket, and the closing summary.
 //!
 //! JSON events carry the keys of `analyze`'s events (written by the same
-//! [`super::json::write_event`]) plus `pid`, `command`, `fd`, `owner_side`, `nodelay`, `cork`,
-//! `cork_confirmed` and `fix`; the summary is one line `{"summary":{...}}`.
+//! [`super::json::write_event`]) plus `pid`, `command`, `fd`, `owner_side`, `owner_listening`,
+//! `nodelay`, `cork`, `cork_confirmed` and `fix`; the summary is one line `{"summary":{...}}`.
 
 use std::fmt::Write as _;
 use std::io;
@@ -103,9 +103,14 @@ pub fn event_text(event: &StallEvent, owner: Option<&Owner>) -> String {
                     on_off(o.cork)
                 ),
             };
+            let socket = if o.listener {
+                " (its listening socket: the connection has closed)"
+            } else {
+                ""
+            };
             let _ = writeln!(
                 out,
-                "  process: pid {} ({}) fd {}, port {}, {whose}; {options}",
+                "  process: pid {} ({}) fd {}{socket}, port {}, {whose}; {options}",
                 o.pid, o.command, o.fd, o.port
             );
         }
@@ -172,6 +177,7 @@ pub fn write_event_json(
         command: Option<&'a str>,
         fd: Option<i32>,
         owner_side: Option<&'static str>,
+        owner_listening: Option<bool>,
         nodelay: Option<bool>,
         cork: Option<bool>,
         cork_confirmed: Option<bool>,
@@ -182,6 +188,7 @@ pub fn write_event_json(
         command: owner.map(|o| o.command.as_str()),
         fd: owner.map(|o| o.fd),
         owner_side: owner.map(|o| o.side.name()),
+        owner_listening: owner.map(|o| o.listener),
         nodelay: owner.and_then(|o| o.nodelay),
         cork: owner.and_then(|o| o.cork),
         cork_confirmed: cork_confirmed(event, owner),
@@ -288,8 +295,8 @@ pub fn summary_text(s: &WatchSummary) -> String {
     if s.without_owner > 0 {
         let _ = writeln!(
             out,
-            "{} stalls on flows without a local socket (traffic passing through, or another \
-             network namespace)",
+            "{} stalls on flows without a local socket found (traffic passing through, another \
+             network namespace, or a client connection closed before it was looked up)",
             s.without_owner
         );
     }

@@ -16,7 +16,7 @@ use rustc_hash::FxHashMap;
 use crate::detect::StallEvent;
 use crate::flow::{Endpoint, Side};
 use crate::process::pidfd::{socket_inode, PidFd};
-use crate::process::procfs;
+use crate::process::procfs::{self, TcpState};
 use crate::sockopt;
 
 /// Processes found owning stalled sockets, looked at first on the next search: a server that
@@ -42,6 +42,8 @@ pub struct Owner {
     pub cork: Option<bool>,
     /// Why the options could not be read.
     pub unreadable: Option<String>,
+    /// The socket found is the server's listening socket: the connection itself had closed.
+    pub listener: bool,
 }
 
 /// Where a flow's local socket was found.
@@ -53,6 +55,7 @@ struct Located {
     fd: i32,
     inode: u64,
     port: u16,
+    listener: bool,
 }
 
 /// Finds and remembers the owners of stalled flows' sockets.
@@ -89,6 +92,7 @@ impl OwnerLookup {
             nodelay: None,
             cork: None,
             unreadable: None,
+            listener: located.listener,
         };
         match read_options(&located) {
             Ok(Some((nodelay, cork))) => {
@@ -126,10 +130,24 @@ impl OwnerLookup {
         let table = procfs::tcp_table(std::process::id()).ok()?;
         for side in [held, held.peer()] {
             let (local, remote) = ends(side);
-            let Some(entry) = table
+            let connected = table
                 .values()
-                .find(|e| same_addr(e.local, local) && same_addr(e.remote, remote))
-            else {
+                .find(|e| same_addr(e.local, local) && same_addr(e.remote, remote));
+            // A connection closed before it was looked up (a short exchange) has left the
+            // table; the server's listening socket still names the process, and its options
+            // are what accepted sockets start with (`inet_csk_clone_lock`).
+            let listening = || {
+                (side == Side::Server)
+                    .then(|| {
+                        table.values().find(|e| {
+                            e.state == TcpState::Listen
+                                && e.local.port() == local.port()
+                                && (e.local.ip().is_unspecified() || same_addr(e.local, local))
+                        })
+                    })
+                    .flatten()
+            };
+            let Some(entry) = connected.or_else(listening) else {
                 continue;
             };
             if let Some((pid, fd)) = self.holder_of(entry.inode) {
@@ -140,6 +158,7 @@ impl OwnerLookup {
                     fd,
                     inode: entry.inode,
                     port: local.port(),
+                    listener: entry.state == TcpState::Listen,
                 });
             }
         }
