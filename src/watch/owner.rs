@@ -217,3 +217,68 @@ fn same_addr(a: SocketAddr, b: SocketAddr) -> bool {
     };
     a.port() == b.port() && plain(a.ip()) == plain(b.ip())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::detect::{Finding, StallKind};
+    use std::net::{TcpListener, TcpStream};
+
+    fn endpoint(addr: SocketAddr) -> Endpoint {
+        Endpoint {
+            addr: addr.ip(),
+            port: addr.port(),
+        }
+    }
+
+    fn server_stall(flow_id: u64, client: SocketAddr, server: SocketAddr) -> StallEvent {
+        StallEvent {
+            finding: Finding {
+                kind: StallKind::NagleDelayedAck,
+                held_side: Side::Server,
+                ack_side: Some(Side::Client),
+                delay_ns: 40_000_000,
+                ack_delay_ns: None,
+            },
+            flow_id,
+            ordinal: 0,
+            client: endpoint(client),
+            server: endpoint(server),
+            ts_ns: 0,
+            packet_number: 1,
+            released_bytes: 6,
+            writes: vec![184, 6],
+            mss: 65_483,
+            peer_stack: None,
+        }
+    }
+
+    #[test]
+    fn the_held_socket_is_found_then_the_listener_once_it_closed() {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let server = listener.local_addr().expect("addr");
+        let client = TcpStream::connect(server).expect("connect");
+        let (accepted, _) = listener.accept().expect("accept");
+        let client_addr = client.local_addr().expect("addr");
+        let mut lookup = OwnerLookup::new();
+        let owner = lookup
+            .owner_of(&server_stall(1, client_addr, server))
+            .expect("this process's socket is found");
+        assert_eq!(owner.pid, std::process::id());
+        assert_eq!((owner.side, owner.port), (Side::Server, server.port()));
+        assert_eq!((owner.nodelay, owner.cork), (Some(false), Some(false)));
+        assert!(!owner.listener);
+
+        drop(accepted);
+        drop(client);
+        let owner = lookup
+            .owner_of(&server_stall(2, client_addr, server))
+            .expect("the listener names the server once the connection is gone");
+        assert!(owner.listener, "{owner:?}");
+        assert_eq!(owner.pid, std::process::id());
+        assert_eq!(lookup.remembered(), 2);
+        lookup.forget(1);
+        lookup.forget(2);
+        assert_eq!(lookup.remembered(), 0, "retired flows are forgotten");
+    }
+}
