@@ -147,19 +147,19 @@ impl OwnerLookup {
                     })
                     .flatten()
             };
-            let Some(entry) = connected.or_else(listening) else {
-                continue;
-            };
-            if let Some((pid, fd)) = self.holder_of(entry.inode) {
-                return Some(Located {
-                    side,
-                    pid,
-                    command: procfs::comm_of(pid).unwrap_or_else(|| "?".into()),
-                    fd,
-                    inode: entry.inode,
-                    port: local.port(),
-                    listener: entry.state == TcpState::Listen,
-                });
+            // A connection the process has just closed may linger, held by no fd.
+            for entry in connected.into_iter().chain(listening()) {
+                if let Some((pid, fd)) = self.holder_of(entry.inode) {
+                    return Some(Located {
+                        side,
+                        pid,
+                        command: procfs::comm_of(pid).unwrap_or_else(|| "?".into()),
+                        fd,
+                        inode: entry.inode,
+                        port: local.port(),
+                        listener: entry.state == TcpState::Listen,
+                    });
+                }
             }
         }
         None
