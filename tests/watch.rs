@@ -418,6 +418,17 @@ fn the_lab_server_is_named_during_a_lab_run() {
         assert_eq!(e["kind"], "nagle_delayed_ack", "{e}");
         assert_eq!(e["held_side"], "server", "{e}");
     }
+    // The same count as the lab's own, from its latencies, on the lab's server port.
+    let row = &table["rows"][0];
+    let on_port = lab_events
+        .iter()
+        .filter(|e| e["server_port"] == row["server_port"])
+        .count();
+    assert_eq!(
+        Some(on_port as u64),
+        row["stalled_requests"].as_u64(),
+        "watch and lab disagree: {row}\n{stdout}"
+    );
 }
 
 /// A line server that answers each `q` line with 100 bytes ~200 ms later: `cork` sets

@@ -26,8 +26,6 @@ pub struct Printed {
     pub owners: OwnerTally,
     /// Stalls printed without an owner.
     pub without_owner: u64,
-    /// Flows whose owner was still remembered at the end (the memory bound, for tests).
-    pub remembered: usize,
 }
 
 /// Messages queued before the capture loop waits for the printer: a burst of stalls is
@@ -76,6 +74,5 @@ fn print_all(rx: &Receiver<ToPrinter>, json: bool) -> io::Result<Printed> {
             }
         }
     }
-    printed.remembered = lookup.remembered();
     Ok(printed)
 }
