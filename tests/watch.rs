@@ -383,6 +383,58 @@ fn metrics_are_scraped_by_curl_and_pass_promtool() {
     assert!(status.success(), "SIGTERM ends it with a summary: {stderr}");
 }
 
+/// The value of an unlabelled metric in a scrape.
+fn metric(body: &str, name: &str) -> u64 {
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("{name} missing:\n{body}"))
+}
+
+fn scrape(addr: &str) -> String {
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "10"])
+        .arg(format!("http://{addr}/metrics"))
+        .output()
+        .expect("curl runs");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout).expect("UTF-8")
+}
+
+#[test]
+fn closed_flows_leave_the_detector() {
+    require_root("live capture");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let filter = format!("port {port}");
+    let watch = Watch::start(&["-i", "lo", "--metrics", "127.0.0.1:0", &filter]);
+    let addr = watch
+        .metrics
+        .clone()
+        .expect("the metrics address is announced");
+    let connect_all = |n: usize| {
+        for _ in 0..n {
+            let client = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+            let (server, _) = listener.accept().expect("accept");
+            drop(client);
+            drop(server);
+        }
+    };
+    connect_all(40);
+    // Closed flows are retired 2 s after they close, at the next packet's sweep.
+    std::thread::sleep(Duration::from_millis(3000));
+    connect_all(1);
+    std::thread::sleep(Duration::from_millis(1200));
+    let body = scrape(&addr);
+    let ended = metric(&body, "tcpstall_watch_flows_ended_total");
+    let active = metric(&body, "tcpstall_watch_active_flows");
+    assert!(ended >= 40, "{ended} flows retired of 41:\n{body}");
+    assert!(active <= 1, "{active} flows still followed:\n{body}");
+    watch.terminate();
+    let (status, stdout, _) = watch.wait(Duration::from_secs(10));
+    assert!(status.success());
+    assert!(stdout.contains("flows: 41 ("), "{stdout}");
+}
+
 #[test]
 fn the_lab_server_is_named_during_a_lab_run() {
     require_root("live capture");
