@@ -109,9 +109,14 @@ impl Watch {
 
     /// Sends SIGTERM, as a service manager stops it.
     fn terminate(&self) {
+        self.signal(libc::SIGTERM);
+    }
+
+    /// Sends `signal` (SIGINT: Ctrl-C).
+    fn signal(&self, signal: libc::c_int) {
         let pid = libc::pid_t::try_from(self.child.0.id()).expect("pid fits");
         // SAFETY: kill has no memory preconditions; the child has not been reaped yet.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
     }
 }
 
@@ -453,9 +458,17 @@ fn the_lab_server_is_named_during_a_lab_run() {
     assert_eq!(table["rows"][0]["stalled"], true, "{table}");
     // The last stall is printed at most one read timeout after it happened.
     std::thread::sleep(Duration::from_millis(500));
-    watch.terminate();
+    // Ctrl-C ends it with the summary line.
+    watch.signal(libc::SIGINT);
     let (status, stdout, stderr) = watch.wait(Duration::from_secs(20));
     assert!(status.success(), "{status}: {stderr}");
+    assert!(
+        stdout
+            .lines()
+            .last()
+            .is_some_and(|l| l.starts_with("{\"summary\":")),
+        "{stdout}"
+    );
     let lab_events: Vec<Value> = stdout
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
