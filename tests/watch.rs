@@ -43,7 +43,20 @@ struct Watch {
 impl Watch {
     /// Starts `watch` with `args` and waits until it says the capture is open.
     fn start(args: &[&str]) -> Watch {
-        let mut child = Command::new(BIN)
+        Watch::start_under(&[], args)
+    }
+
+    /// [`Watch::start`] under `wrapper` (e.g. setpriv and its options) when not empty.
+    fn start_under(wrapper: &[&str], args: &[&str]) -> Watch {
+        let mut command = match wrapper.split_first() {
+            Some((program, options)) => {
+                let mut c = Command::new(program);
+                c.args(options).arg(BIN);
+                c
+            }
+            None => Command::new(BIN),
+        };
+        let mut child = command
             .arg("watch")
             .args(args)
             .stdout(Stdio::piped())
@@ -623,6 +636,38 @@ fn without_cap_net_raw_the_error_names_it() {
         stderr.contains("CAP_NET_RAW") && stderr.contains("setcap"),
         "{stderr}"
     );
+}
+
+#[test]
+fn another_users_socket_is_reported_as_hidden_not_absent() {
+    require_root("switching to nobody with setpriv");
+    let server = PythonServer::start();
+    let filter = format!("port {}", server.port);
+    // nobody with CAP_NET_RAW only: it captures, but root's /proc/PID/fd is closed to it.
+    let watch = Watch::start_under(
+        &[
+            "setpriv",
+            "--reuid=nobody",
+            "--regid=nogroup",
+            "--clear-groups",
+            "--inh-caps=+net_raw",
+            "--ambient-caps=+net_raw",
+        ],
+        &["-i", "lo", "--json", "--duration", "3", &filter],
+    );
+    server.requests(4);
+    let (status, stdout, stderr) = watch.wait(Duration::from_secs(20));
+    assert!(status.success(), "{status}: {stderr}");
+    let events: Vec<Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e.get("kind").is_some())
+        .collect();
+    assert!(!events.is_empty(), "{stdout}");
+    for e in &events {
+        assert_eq!(e["pid"], Value::Null, "{e}");
+        assert_eq!(e["owner_hidden"], true, "{e}");
+    }
 }
 
 #[test]

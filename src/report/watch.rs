@@ -3,7 +3,7 @@
 //!
 //! JSON events carry the keys of `analyze`'s events (written by the same
 //! [`super::json::write_event`]) plus `pid`, `command`, `fd`, `owner_side`, `owner_listening`,
-//! `nodelay`, `cork`, `cork_confirmed` and `fix`; the summary is one line `{"summary":{...}}`.
+//! `owner_hidden`, `nodelay`, `cork`, `cork_confirmed` and `fix`; the summary is one line `{"summary":{...}}`.
 
 use std::fmt::Write as _;
 use std::io;
@@ -15,7 +15,7 @@ use super::ms;
 use crate::detect::verdict::{explain, fixes};
 use crate::detect::{StallEvent, StallKind};
 use crate::flow::Endpoint;
-use crate::watch::owner::Owner;
+use crate::watch::owner::{NoOwner, Owner};
 use crate::watch::summary::{OwnerStalls, WatchSummary};
 
 /// Seconds in a day, for the time of day.
@@ -72,8 +72,9 @@ fn on_off(value: Option<bool>) -> &'static str {
 }
 
 /// One stall as text: a line of facts, the owner, the explanation and the fix.
-pub fn event_text(event: &StallEvent, owner: Option<&Owner>) -> String {
+pub fn event_text(event: &StallEvent, found: Result<&Owner, &NoOwner>) -> String {
     let f = &event.finding;
+    let owner = found.ok();
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -112,6 +113,13 @@ pub fn event_text(event: &StallEvent, owner: Option<&Owner>) -> String {
                 out,
                 "  process: pid {} ({}) fd {}{socket}, port {}, {whose}; {options}",
                 o.pid, o.command, o.fd, o.port
+            );
+        }
+        None if found == Err(&NoOwner::Hidden) => {
+            let _ = writeln!(
+                out,
+                "  process: a socket of this host, held by a process tcpstall may not inspect \
+                 (another user's; run as root or with CAP_SYS_PTRACE)"
             );
         }
         None => {
@@ -164,8 +172,9 @@ pub fn event_text(event: &StallEvent, owner: Option<&Owner>) -> String {
 pub fn write_event_json(
     buf: &mut Vec<u8>,
     event: &StallEvent,
-    owner: Option<&Owner>,
+    found: Result<&Owner, &NoOwner>,
 ) -> io::Result<()> {
+    let owner = found.ok();
     write_event(buf, event, &flow_label(event.client, event.server))?;
     // Reopen the object to add the owner's keys.
     if buf.last() == Some(&b'}') {
@@ -178,6 +187,7 @@ pub fn write_event_json(
         fd: Option<i32>,
         owner_side: Option<&'static str>,
         owner_listening: Option<bool>,
+        owner_hidden: bool,
         nodelay: Option<bool>,
         cork: Option<bool>,
         cork_confirmed: Option<bool>,
@@ -189,6 +199,7 @@ pub fn write_event_json(
         fd: owner.map(|o| o.fd),
         owner_side: owner.map(|o| o.side.name()),
         owner_listening: owner.map(|o| o.listener),
+        owner_hidden: found == Err(&NoOwner::Hidden),
         nodelay: owner.and_then(|o| o.nodelay),
         cork: owner.and_then(|o| o.cork),
         cork_confirmed: cork_confirmed(event, owner),

@@ -46,6 +46,17 @@ pub struct Owner {
     pub listener: bool,
 }
 
+/// Why a stalled flow has no process to name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoOwner {
+    /// Neither endpoint is a socket in this host's network namespace: traffic passing through,
+    /// another namespace (a container's), or a connection closed before it was looked up.
+    NotLocal,
+    /// A socket of this host, held by no process tcpstall may inspect: another user's
+    /// `/proc/PID/fd` needs CAP_SYS_PTRACE (`proc_fd_permission`).
+    Hidden,
+}
+
 /// Where a flow's local socket was found.
 #[derive(Debug, Clone)]
 struct Located {
@@ -61,8 +72,8 @@ struct Located {
 /// Finds and remembers the owners of stalled flows' sockets.
 #[derive(Debug, Default)]
 pub struct OwnerLookup {
-    /// By flow id; `None` when neither endpoint is a socket of a process this host shows.
-    by_flow: FxHashMap<u64, Option<Located>>,
+    /// By flow id, found or why not.
+    by_flow: FxHashMap<u64, Result<Located, NoOwner>>,
     recent_pids: VecDeque<u32>,
 }
 
@@ -73,8 +84,8 @@ impl OwnerLookup {
     }
 
     /// The owner of `event`'s flow's local socket (the held side's when it is local), with its
-    /// options read now; `None` when no endpoint is a local socket tcpstall can see.
-    pub fn owner_of(&mut self, event: &StallEvent) -> Option<Owner> {
+    /// options read now, or why there is none to name.
+    pub fn owner_of(&mut self, event: &StallEvent) -> Result<Owner, NoOwner> {
         let located = match self.by_flow.get(&event.flow_id) {
             Some(found) => found.clone(),
             None => {
@@ -106,7 +117,7 @@ impl OwnerLookup {
             }
             Err(reason) => owner.unreadable = Some(reason),
         }
-        Some(owner)
+        Ok(owner)
     }
 
     /// Forgets `flow_id`: the flow left the detector.
@@ -120,14 +131,15 @@ impl OwnerLookup {
     }
 
     /// Searches the held side's socket, then its peer's.
-    fn locate(&mut self, event: &StallEvent) -> Option<Located> {
+    fn locate(&mut self, event: &StallEvent) -> Result<Located, NoOwner> {
         let held = event.finding.held_side;
         let (client, server) = (socket_addr(event.client), socket_addr(event.server));
         let ends = |side: Side| match side {
             Side::Client => (client, server),
             Side::Server => (server, client),
         };
-        let table = procfs::tcp_table(std::process::id()).ok()?;
+        let table = procfs::tcp_table(std::process::id()).map_err(|_| NoOwner::NotLocal)?;
+        let mut seen = false;
         for side in [held, held.peer()] {
             let (local, remote) = ends(side);
             let connected = table
@@ -149,8 +161,9 @@ impl OwnerLookup {
             };
             // A connection the process has just closed may linger, held by no fd.
             for entry in connected.into_iter().chain(listening()) {
+                seen = true;
                 if let Some((pid, fd)) = self.holder_of(entry.inode) {
-                    return Some(Located {
+                    return Ok(Located {
                         side,
                         pid,
                         command: procfs::comm_of(pid).unwrap_or_else(|| "?".into()),
@@ -162,7 +175,11 @@ impl OwnerLookup {
                 }
             }
         }
-        None
+        Err(if seen {
+            NoOwner::Hidden
+        } else {
+            NoOwner::NotLocal
+        })
     }
 
     /// The process and fd holding socket `inode`: the recent owners first, then every process.

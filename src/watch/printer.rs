@@ -56,8 +56,8 @@ fn print_all(rx: &Receiver<ToPrinter>, json: bool) -> io::Result<Printed> {
                 let owner = lookup.owner_of(&event);
                 if event.finding.kind.is_stall() {
                     match &owner {
-                        Some(o) => printed.owners.add(&event, o),
-                        None => printed.without_owner += 1,
+                        Ok(o) => printed.owners.add(&event, o),
+                        Err(_) => printed.without_owner += 1,
                     }
                 }
                 buf.clear();
