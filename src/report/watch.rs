@@ -91,7 +91,7 @@ pub fn event_text(event: &StallEvent, found: Result<&Owner, &NoOwner>) -> String
                 format!("the held {}", o.side.name())
             } else {
                 format!(
-                    "the {} (the held {} is not a socket on this host)",
+                    "the {} (no socket of the held {} found on this host)",
                     o.side.name(),
                     f.held_side.name()
                 )
@@ -125,7 +125,8 @@ pub fn event_text(event: &StallEvent, found: Result<&Owner, &NoOwner>) -> String
         None => {
             let _ = writeln!(
                 out,
-                "  process: none found (no endpoint is a socket of this host's network namespace)"
+                "  process: none found (no endpoint is a socket in this host's network namespace \
+                 now: traffic passing through, another namespace, or a connection already closed)"
             );
         }
     }
@@ -146,7 +147,7 @@ pub fn event_text(event: &StallEvent, found: Result<&Owner, &NoOwner>) -> String
                 out,
                 "  settled by the socket: TCP_CORK is clear on it, so the {} took that time before \
                  writing (or sent with MSG_MORE, which leaves no mark on the socket: `tcpstall \
-                 trace -p {}` shows the flags)",
+                 trace -p {}` follows its sends)",
                 f.held_side.name(),
                 owner.map_or(0, |o| o.pid)
             );
