@@ -18,6 +18,7 @@ pub mod process;
 pub mod report;
 pub mod sockopt;
 pub mod tcp_rules;
+pub mod watch;
 
 pub use flow::Side;
 

@@ -35,6 +35,8 @@ enum Verb {
     Fix(tcpstall::process::fix::FixArgs),
     /// Follow a program's socket syscalls and name write-write-read patterns.
     Trace(tcpstall::process::trace::TraceArgs),
+    /// Watch live traffic and name each stall, and the local process behind it, as it happens.
+    Watch(tcpstall::watch::WatchArgs),
     /// Print the shell completion script for bash, zsh, fish, elvish or powershell.
     Completions {
         /// The shell.
@@ -57,6 +59,7 @@ fn main() -> ExitCode {
         Verb::Sockets(args) => (tcpstall::process::sockets::run(args), false),
         Verb::Fix(args) => (tcpstall::process::fix::run(args), false),
         Verb::Trace(args) => (tcpstall::process::trace::run(args), args.fail_on_stall),
+        Verb::Watch(args) => (tcpstall::watch::run(args), args.fail_on_stall),
         Verb::Completions { shell } => (completions(*shell), false),
         Verb::Man { dir } => (man_pages(dir), false),
     };

@@ -9,6 +9,7 @@ pub mod sockets;
 pub mod style;
 pub mod text;
 pub mod trace;
+pub mod watch;
 
 use std::io::{self, Write};
 
