@@ -27,6 +27,8 @@ enum Verb {
     Fix(tcpstall::process::fix::FixArgs),
     /// Follow a program's socket syscalls and name write-write-read patterns.
     Trace(tcpstall::process::trace::TraceArgs),
+    /// Drive a real server like a typical client and say whether, why and where it stalls.
+    Probe(tcpstall::probe::ProbeArgs),
 }
 
 fn main() -> ExitCode {
@@ -37,6 +39,7 @@ fn main() -> ExitCode {
         Verb::Sockets(args) => (tcpstall::process::sockets::run(args), false),
         Verb::Fix(args) => (tcpstall::process::fix::run(args), false),
         Verb::Trace(args) => (tcpstall::process::trace::run(args), args.fail_on_stall),
+        Verb::Probe(args) => (tcpstall::probe::run(args), args.fail_on_stall),
     };
     match result {
         Ok(Outcome::StallsFound) if fail_on_stall => ExitCode::from(1),

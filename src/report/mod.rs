@@ -1,6 +1,7 @@
 //! Rendering results: terminal tables and stable JSON.
 
 pub mod json;
+pub mod probe;
 pub mod text;
 
 use std::io::{self, Write};
