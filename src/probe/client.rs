@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use rustls::ClientConfig;
 
 use super::dialogue::{Dialogue, Exchange};
-use super::reply::{excerpt, Parsed};
+use super::http;
+use super::reply::{excerpt, Parsed, Reply};
 use super::socket::{now_ns, Arrival, ProbeSocket, Sent, SocketMode};
 use super::tls::{self, TlsStream};
 use crate::sockopt::TcpInfo;
@@ -53,6 +54,8 @@ pub struct Turn {
     pub sent: Vec<Sent>,
     /// The reads.
     pub arrivals: Vec<Arrival>,
+    /// HTTP status code of the reply.
+    pub http_status: Option<u16>,
 }
 
 /// One connection.
@@ -325,6 +328,10 @@ fn turn(
     };
     let latency = started.elapsed();
     let (arrivals, sent) = stream.socket().take_log();
+    let http_status = match exchange.reply {
+        Reply::Http { .. } => http::status(buf),
+        _ => None,
+    };
     Ok((
         Turn {
             connection: 0,
@@ -333,6 +340,7 @@ fn turn(
             latency,
             sent,
             arrivals,
+            http_status,
         },
         close,
     ))

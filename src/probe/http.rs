@@ -47,6 +47,16 @@ pub fn request(
     }
 }
 
+/// The status code of the response at the start of `buf`, when its head is whole.
+pub fn status(buf: &[u8]) -> Option<u16> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut response = httparse::Response::new(&mut headers);
+    match response.parse(buf) {
+        Ok(httparse::Status::Complete(_)) => response.code,
+        _ => None,
+    }
+}
+
 /// How the body of a response is delimited (RFC 9112 §6.3).
 enum Framing {
     None,
@@ -215,6 +225,12 @@ mod tests {
             parse_response(interim, false),
             complete(interim.len(), false)
         );
+    }
+
+    #[test]
+    fn status_codes() {
+        assert_eq!(status(b"HTTP/1.1 404 Not Found\r\n\r\n"), Some(404));
+        assert_eq!(status(b"HTTP/1.1 404 Not"), None);
     }
 
     #[test]

@@ -308,6 +308,18 @@ fn assemble(
             latency.p50_ms
         ));
     }
+    let failed_status: Vec<u16> = log
+        .requests()
+        .filter_map(|t| t.http_status)
+        .filter(|code| *code >= 400)
+        .collect();
+    if let Some(code) = failed_status.first() {
+        notes.push(format!(
+            "the server answered {} of the requests with an error status (first: {code}): the \
+             figures are those of its error answer; check the URL and --method",
+            failed_status.len()
+        ));
+    }
     if log.connections.len() > log.requests().count().max(1) / 2 && log.requests().count() > 2 {
         notes.push(format!(
             "the server closed the connection after most answers ({} connections for {} \
