@@ -128,8 +128,8 @@ pub struct ProbeReport {
     pub confirmation: Option<Confirmation>,
     /// Handshake time of the first connection (the connect call), ms.
     pub connect_ms: Option<f64>,
-    /// Smoothed RTT and retransmissions from TCP_INFO at the end of the connections.
-    pub tcp_rtt_ms: Option<f64>,
+    /// The first connection's lowest RTT (TCP_INFO `tcpi_min_rtt`), ms: the path without timers.
+    pub min_rtt_ms: Option<f64>,
     /// Retransmissions over all connections (TCP_INFO).
     pub retransmissions: u64,
     /// Remarks that qualify the result.
@@ -340,7 +340,7 @@ fn assemble(
             .connections
             .first()
             .map(|c| c.connect.as_secs_f64() * 1e3),
-        tcp_rtt_ms: infos.first().map(|i| f64::from(i.rtt) / 1e3),
+        min_rtt_ms: infos.first().map(|i| f64::from(i.min_rtt) / 1e3),
         retransmissions: infos.iter().map(|i| u64::from(i.total_retrans)).sum(),
         notes,
         errors: log.errors.clone(),

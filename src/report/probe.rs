@@ -31,8 +31,8 @@ pub fn text(r: &ProbeReport) -> String {
     if let Some(ms) = r.connect_ms {
         link.push(format!("connect {ms:.3} ms"));
     }
-    if let Some(ms) = r.tcp_rtt_ms {
-        link.push(format!("TCP RTT {ms:.3} ms"));
+    if let Some(ms) = r.min_rtt_ms {
+        link.push(format!("min RTT {ms:.3} ms"));
     }
     if r.retransmissions > 0 {
         link.push(format!("{} retransmissions", r.retransmissions));
@@ -107,6 +107,13 @@ pub fn text(r: &ProbeReport) -> String {
             conf.remedy.describe(),
             conf.stalls,
             conf.p50_ms
+        );
+    }
+    if r.confirmation.is_none() && d.verdict() == "stall" {
+        let _ = writeln!(
+            out,
+            "confirmation: none (the client-side re-run tests a Nagle hold released by a delayed \
+             ACK; this stall is another kind)"
         );
     }
     for note in &r.notes {
@@ -191,7 +198,7 @@ pub fn json(r: &ProbeReport) -> String {
         "capture_dropped": dropped,
         "no_capture_reason": reason,
         "connect_ms": r.connect_ms.map(round3),
-        "tcp_rtt_ms": r.tcp_rtt_ms.map(round3),
+        "min_rtt_ms": r.min_rtt_ms.map(round3),
         "retransmissions": r.retransmissions,
         "notes": r.notes,
         "errors": r.errors,
