@@ -191,7 +191,7 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
                 deadline: Instant::now() + max_time,
                 ..plan.clone()
             };
-            let (log, stalls, _, _) = observed_run(&plan, &dialogue, confirm::REQUESTS, 1);
+            let (log, stalls, source, _) = observed_run(&plan, &dialogue, confirm::REQUESTS, 1);
             let latencies: Vec<Duration> = log.requests().map(|t| t.latency).collect();
             Some(confirm::judge(
                 remedy,
@@ -200,6 +200,7 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
                 latencies.len(),
                 LatencySummary::of(&latencies).p50_ms,
                 &log.errors,
+                matches!(source, Source::Capture { .. }),
             ))
         }
         None => None,

@@ -127,19 +127,19 @@ impl ProbeSocket {
         )
     }
 
-    /// Arms SO_RCVTIMEO/SO_SNDTIMEO with what is left before the deadline.
-    fn arm_timeout(&self) -> io::Result<()> {
+    /// What is left before the deadline, for SO_RCVTIMEO or SO_SNDTIMEO (one system call per
+    /// read or write: a timeout set once per request would let a reply trickling in byte by
+    /// byte outlive the deadline).
+    fn time_left(&self) -> io::Result<Option<Duration>> {
         let Some(deadline) = self.deadline else {
-            return Ok(());
+            return Ok(None);
         };
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(io::Error::new(io::ErrorKind::TimedOut, "deadline passed"));
         }
         // A zero timeout would mean "wait for ever".
-        let left = left.max(Duration::from_millis(1));
-        self.stream.set_read_timeout(Some(left))?;
-        self.stream.set_write_timeout(Some(left))
+        Ok(Some(left.max(Duration::from_millis(1))))
     }
 }
 
@@ -154,7 +154,8 @@ fn timed_out(err: io::Error) -> io::Error {
 
 impl Read for ProbeSocket {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.arm_timeout()?;
+        let left = self.time_left()?;
+        self.stream.set_read_timeout(left)?;
         let mut cmsg = nix::cmsg_space!(nix::sys::time::TimeSpec);
         let mut iov = [IoSliceMut::new(buf)];
         let msg = loop {
@@ -196,7 +197,8 @@ impl Read for ProbeSocket {
 
 impl Write for ProbeSocket {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.arm_timeout()?;
+        let left = self.time_left()?;
+        self.stream.set_write_timeout(left)?;
         let bytes = self.stream.write(buf).map_err(timed_out)?;
         let held = tcp::tcp_info(self.stream.as_fd())
             .ok()

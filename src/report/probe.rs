@@ -91,6 +91,11 @@ pub fn text(r: &ProbeReport) -> String {
     }
     if let Some(conf) = &r.confirmation {
         let verdict = match conf.confirmed {
+            Some(true) if conf.stalls > 0 => format!(
+                "confirmed: the stall vanished but for {} turn(s), as few as a socket-only view \
+                 cannot tell from the server pausing",
+                conf.stalls
+            ),
             Some(true) => "confirmed: the stall vanished".to_string(),
             Some(false) => {
                 "NOT confirmed: the stall stayed, so the diagnosis is in doubt".to_string()
