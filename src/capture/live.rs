@@ -301,7 +301,7 @@ enum StopMode {
     Running = 0,
     /// Once every watched flow has closed, or after [`CLOSE_GRACE`].
     WhenClosed = 1,
-    /// At once.
+    /// Once the packets the kernel has queued are read.
     Now = 2,
 }
 
@@ -391,8 +391,8 @@ impl<C: SegmentConsumer> LiveCapture<C> {
         self.end(StopMode::WhenClosed)
     }
 
-    /// Stops at once (packets still in flight are not waited for), flushes the file and
-    /// returns the summary and the consumer.
+    /// Stops once the packets the kernel has queued are read (packets still in flight are
+    /// not waited for), flushes the file and returns the summary and the consumer.
     pub fn stop(self) -> anyhow::Result<Finished<C>> {
         self.end(StopMode::Now)
     }
@@ -422,19 +422,80 @@ impl<C: SegmentConsumer> Drop for LiveCapture<C> {
 /// A connection by its two endpoints, the lower first: both directions map to one key.
 type ConnectionKey = ((IpAddr, u16), (IpAddr, u16));
 
-/// Whether a connection has closed, for the capture's stopping rule only (the detector's flow
-/// table judges everything else): FIN both ways, or RST.
+/// A closed connection is forgotten this long after it closed: Linux's TIME_WAIT
+/// (`TCP_TIMEWAIT_LEN`, 60 s), after which no packet of it can come. Keeps a long capture's
+/// memory bounded.
+const FORGET_CLOSED_AFTER: Duration = Duration::from_secs(60);
+
+/// How far one connection has closed.
 #[derive(Debug, Default)]
 struct Closing {
     /// Endpoints that sent a FIN, by whether they are the lower of the two.
     fin_from: [bool; 2],
     reset: bool,
+    /// When FINs both ways or an RST were seen.
+    closed_at: Option<Instant>,
 }
 
-impl Closing {
-    fn closed(&self) -> bool {
-        self.reset || self.fin_from == [true, true]
+/// Whether the kept connections have closed, for the capture's stopping rule only (the
+/// detector's flow table judges everything else): FIN both ways, or RST.
+#[derive(Debug, Default)]
+struct Connections {
+    state: HashMap<ConnectionKey, Closing>,
+    /// Connections seen, forgotten ones included.
+    seen: u64,
+    last_forget: Option<Instant>,
+}
+
+impl Connections {
+    fn note(&mut self, segment: &Segment, now: Instant) {
+        let (a, b) = (
+            (segment.src, segment.src_port),
+            (segment.dst, segment.dst_port),
+        );
+        let seen = &mut self.seen;
+        let closing = self.state.entry((a.min(b), a.max(b))).or_insert_with(|| {
+            *seen += 1;
+            Closing::default()
+        });
+        closing.fin_from[usize::from(a < b)] |= segment.has(flags::FIN);
+        closing.reset |= segment.has(flags::RST);
+        if closing.closed_at.is_none() && (closing.reset || closing.fin_from == [true, true]) {
+            closing.closed_at = Some(now);
+        }
+        if !self
+            .last_forget
+            .is_some_and(|t| now.duration_since(t) < Duration::from_secs(1))
+        {
+            self.last_forget = Some(now);
+            self.state.retain(|_, c| {
+                !c.closed_at
+                    .is_some_and(|at| now.duration_since(at) >= FORGET_CLOSED_AFTER)
+            });
+        }
     }
+
+    fn unclosed(&self) -> usize {
+        self.state
+            .values()
+            .filter(|c| c.closed_at.is_none())
+            .count()
+    }
+}
+
+/// What one read of the packet socket gave.
+enum Received {
+    /// A frame: its captured length, its length on the wire, its kernel timestamp (ns since
+    /// the Unix epoch).
+    Frame {
+        len: usize,
+        wire_len: u32,
+        ts_ns: u64,
+    },
+    /// A frame not kept (`lo`'s outgoing copy) or an interrupted read.
+    Skipped,
+    /// Nothing queued within the wait.
+    Nothing,
 }
 
 /// The reader thread's state.
@@ -451,7 +512,8 @@ impl<C: SegmentConsumer> Tap<C> {
     fn run(mut self) -> io::Result<Finished<C>> {
         let mut frame = vec![0u8; SNAPLEN as usize];
         let mut segment = Segment::UNSET;
-        let mut connections: HashMap<ConnectionKey, Closing> = HashMap::new();
+        let mut connections = Connections::default();
+        let mut drained = false;
         let mut stop_asked: Option<Instant> = None;
         let mut last_kept = Instant::now();
         let mut packets = 0u64;
@@ -459,16 +521,26 @@ impl<C: SegmentConsumer> Tap<C> {
             let mode = StopMode::load(&self.stop);
             if mode != StopMode::Running {
                 let asked = *stop_asked.get_or_insert_with(Instant::now);
-                let all_closed = connections.values().all(Closing::closed);
-                if mode == StopMode::Now
-                    || (all_closed && last_kept.elapsed() >= QUIET_AFTER_CLOSE)
-                    || asked.elapsed() >= CLOSE_GRACE
-                {
+                let done = match mode {
+                    StopMode::Now => drained,
+                    _ => connections.unclosed() == 0 && last_kept.elapsed() >= QUIET_AFTER_CLOSE,
+                };
+                if done || asked.elapsed() >= CLOSE_GRACE {
                     break;
                 }
             }
-            let Some((len, wire_len, ts_ns)) = self.receive(&mut frame)? else {
-                continue;
+            let (len, wire_len, ts_ns) = match self.receive(&mut frame, mode == StopMode::Now)? {
+                Received::Frame {
+                    len,
+                    wire_len,
+                    ts_ns,
+                } => (len, wire_len, ts_ns),
+                Received::Skipped => continue,
+                Received::Nothing => {
+                    // Stopping at once still takes what the kernel had queued.
+                    drained = mode == StopMode::Now;
+                    continue;
+                }
             };
             let data = &frame[..len];
             let meta = PacketMeta {
@@ -486,15 +558,7 @@ impl<C: SegmentConsumer> Tap<C> {
             if let Some(writer) = self.writer.as_mut() {
                 writer.write_packet(ts_ns, data, wire_len)?;
             }
-            let (a, b) = (
-                (segment.src, segment.src_port),
-                (segment.dst, segment.dst_port),
-            );
-            let closing = connections.entry((a.min(b), a.max(b))).or_default();
-            if segment.has(flags::FIN) {
-                closing.fin_from[usize::from(a < b)] = true;
-            }
-            closing.reset |= segment.has(flags::RST);
+            connections.note(&segment, last_kept);
             self.consumer.segment(&segment);
         }
         if let Some(writer) = self.writer.take() {
@@ -504,17 +568,16 @@ impl<C: SegmentConsumer> Tap<C> {
         Ok(Finished {
             summary: CaptureSummary {
                 packets,
-                flows: connections.len() as u64,
-                unclosed_flows: connections.values().filter(|c| !c.closed()).count() as u64,
+                flows: connections.seen,
+                unclosed_flows: connections.unclosed() as u64,
                 dropped: u64::from(dropped),
             },
             consumer: self.consumer,
         })
     }
 
-    /// Reads one frame: its captured length, its length on the wire and its kernel
-    /// timestamp; `None` when the wait timed out or the frame is `lo`'s outgoing copy.
-    fn receive(&self, frame: &mut [u8]) -> io::Result<Option<(usize, u32, u64)>> {
+    /// Reads one frame into `frame`, waiting up to [`POLL_INTERVAL`] unless `dont_wait`.
+    fn receive(&self, frame: &mut [u8], dont_wait: bool) -> io::Result<Received> {
         let mut cmsg = nix::cmsg_space!(nix::sys::time::TimeSpec);
         let mut iov = [IoSliceMut::new(frame)];
         // MSG_TRUNC: the length returned is the frame's whole length, even if cut.
@@ -522,18 +585,23 @@ impl<C: SegmentConsumer> Tap<C> {
             self.socket.fd.as_raw_fd(),
             &mut iov,
             Some(&mut cmsg),
-            MsgFlags::MSG_TRUNC,
+            if dont_wait {
+                MsgFlags::MSG_TRUNC | MsgFlags::MSG_DONTWAIT
+            } else {
+                MsgFlags::MSG_TRUNC
+            },
         );
         let msg = match received {
             Ok(msg) => msg,
-            Err(Errno::EAGAIN | Errno::EINTR) => return Ok(None),
+            Err(Errno::EAGAIN) => return Ok(Received::Nothing),
+            Err(Errno::EINTR) => return Ok(Received::Skipped),
             Err(err) => return Err(err.into()),
         };
         let outgoing = msg
             .address
             .is_some_and(|a| a.pkttype() == libc::PACKET_OUTGOING);
         if outgoing && self.socket.loopback {
-            return Ok(None);
+            return Ok(Received::Skipped);
         }
         let ts_ns = msg
             .cmsgs()
@@ -547,8 +615,11 @@ impl<C: SegmentConsumer> Tap<C> {
                 })
             })
             .unwrap_or_else(now_ns);
-        let wire_len = u32::try_from(msg.bytes).unwrap_or(u32::MAX);
-        Ok(Some((msg.bytes.min(SNAPLEN as usize), wire_len, ts_ns)))
+        Ok(Received::Frame {
+            len: msg.bytes.min(SNAPLEN as usize),
+            wire_len: u32::try_from(msg.bytes).unwrap_or(u32::MAX),
+            ts_ns,
+        })
     }
 
     fn watched(&self, segment: &Segment) -> bool {

@@ -30,6 +30,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
 use self::explain::{expected_stall, row_name};
+use self::own_traffic::{DetectorVerdict, OwnTraffic};
 use self::path::{EmulatedPath, PathShape};
 use self::runner::{round_trips, Row, RunSettings};
 use self::scenarios::{ConnectionMode, Scenario, Variant, Workload, CATALOGUE, SCENARIOS};
@@ -183,13 +184,8 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
         None => None,
     };
     settings.path = emulated.as_ref().map(|p| p.ends().clone());
-    let capture = match &args.capture {
-        Some(file) => Some(own_traffic::start_file_capture(
-            file,
-            settings.path.as_ref(),
-        )?),
-        None => None,
-    };
+    // The rows' own traffic through the detector; with --capture also to the file.
+    let capture = OwnTraffic::start(args.capture.as_deref(), settings.path.as_ref())?;
     let watch = |port: u16| {
         if let Some(capture) = &capture {
             capture.watch_port(port);
@@ -214,14 +210,20 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
         rows.push(row);
     }
     progress.finish_and_clear();
-    let capture = match (capture, &args.capture) {
-        (Some(capture), Some(file)) => {
+    let captured = capture.map(OwnTraffic::finish).transpose()?;
+    if let Some((_, analysis)) = &captured {
+        for row in &mut rows {
+            row.detector = Some(DetectorVerdict::of(analysis, row.server_port));
+        }
+    }
+    let capture = match (captured, &args.capture) {
+        (Some((summary, _)), Some(file)) => {
             let CaptureSummary {
                 packets,
                 flows,
                 unclosed_flows,
                 dropped,
-            } = capture.finish()?.summary;
+            } = summary;
             if dropped > 0 || unclosed_flows > 0 {
                 eprintln!(
                     "tcpstall: warning: the capture in {} is incomplete: {dropped} packets \
@@ -236,6 +238,16 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
                 unclosed_flows,
                 dropped,
             })
+        }
+        (Some((summary, _)), None) => {
+            if summary.dropped > 0 {
+                eprintln!(
+                    "tcpstall: warning: the detector column may miss stalls: the kernel dropped \
+                     {} captured packets",
+                    summary.dropped
+                );
+            }
+            None
         }
         _ => None,
     };
@@ -545,7 +557,7 @@ fn print_table(out: &mut impl Write, report: &LabReport) -> io::Result<()> {
     }
     writeln!(
         out,
-        "{:<10} {:<18} {:>7} {:>5} {:>8} {:>8} {:>8} {:>7} {:<7} {:<8} why",
+        "{:<10} {:<18} {:>7} {:>5} {:>8} {:>8} {:>8} {:>7} {:<7} {:<8} {:<27} why",
         "scenario",
         "variant",
         "size B",
@@ -555,7 +567,8 @@ fn print_table(out: &mut impl Write, report: &LabReport) -> io::Result<()> {
         "max ms",
         "seg/req",
         "stalled",
-        "expected"
+        "expected",
+        "detector"
     )?;
     let yes_no = |b: bool| if b { "yes" } else { "no" };
     for r in &report.rows {
@@ -577,7 +590,7 @@ fn print_table(out: &mut impl Write, report: &LabReport) -> io::Result<()> {
         }
         writeln!(
             out,
-            "{:<10} {:<18} {:>7} {:>5} {:>8.2} {:>8.2} {:>8.2} {:>7.2} {:<7} {:<8} {why}",
+            "{:<10} {:<18} {:>7} {:>5} {:>8.2} {:>8.2} {:>8.2} {:>7.2} {:<7} {:<8} {:<27} {why}",
             r.scenario,
             r.variant,
             r.size,
@@ -588,6 +601,9 @@ fn print_table(out: &mut impl Write, report: &LabReport) -> io::Result<()> {
             r.segments_per_request,
             yes_no(r.stalled),
             yes_no(r.expected_stall),
+            r.detector
+                .as_ref()
+                .map_or("?".to_string(), DetectorVerdict::to_string),
         )?;
     }
     if let Some(c) = &report.capture {

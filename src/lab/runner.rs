@@ -13,6 +13,7 @@ use super::explain::{self, expected_stall, split_writer, Geometry};
 use super::framing::{self, FrameEnd};
 use super::measure::{stall_threshold_ms, LatencySummary};
 use super::notes::{describe_io, ErrorTally};
+use super::own_traffic::DetectorVerdict;
 use super::path::{own_packet_share, PathEnds};
 use super::scenarios::{ConnectionMode, Variant, Workload};
 use super::server::{Protocol, Server, ServerConfig, ServerNodelay};
@@ -79,6 +80,9 @@ pub struct Row {
     /// expected.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub held_side: Option<Side>,
+    /// What the stall detector found in the row's own captured traffic (stalls by kind, the
+    /// held side); `null` when the lab could not capture (no CAP_NET_RAW).
+    pub detector: Option<DetectorVerdict>,
     /// The server's port: a flow to this port in a capture belongs to this row.
     pub server_port: u16,
     /// TCP connections the row opened.
@@ -300,6 +304,7 @@ pub fn run_variant(
         } else {
             None
         },
+        detector: None,
         server_port: addr.port(),
         connections: outcome.connections,
         size,
