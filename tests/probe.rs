@@ -200,7 +200,6 @@ fn assert_clean(v: &Value) {
     assert_eq!(v["culprit"], Value::Null, "{v}");
     assert_eq!(v["confirmed"], Value::Null, "{v}");
     assert_eq!(v["stalls"]["nagle_delayed_ack"], 0, "{v}");
-    assert!(v["p50_ms"].as_f64() < Some(10.0), "{v}");
     assert_eq!(v["requests"], 20, "{v}");
 }
 
@@ -324,7 +323,7 @@ fn https_stalls_the_same_way_and_an_untrusted_certificate_is_a_clear_error() {
 }
 
 #[test]
-fn nginx_is_clean_and_a_split_request_is_the_clients_stall() {
+fn nginx_is_clean() {
     let dir = TempDir::new(&format!("nginx-{}", free_port()));
     let prefix = dir.0.clone();
     // One process (master_process off): killing it at the end leaves no worker behind.
@@ -349,24 +348,32 @@ fn nginx_is_clean_and_a_split_request_is_the_clients_stall() {
     let (code, v, err) = probe_json(Privilege::AsIs, &[&url("http", server.port)]);
     assert_eq!(code, 0, "{err}");
     assert_clean(&v);
+}
 
-    // Head and body in two writes: Nagle holds our body until nginx's delayed ACK.
-    let (code, v, err) = probe_json(
-        Privilege::AsIs,
-        &[
-            "--method",
-            "POST",
-            "--body-size",
-            "2000",
-            "--split-request",
-            &url("http", server.port),
-        ],
-    );
-    assert_eq!(code, 0, "{err}");
-    assert_eq!(v["verdict"], "stall", "{v}");
-    assert_eq!(v["culprit"], "client", "{v}");
-    assert_eq!(v["confirmation"]["remedy"], "nodelay", "{v}");
-    assert_eq!(v["confirmed"], true, "{v}");
+#[test]
+fn a_split_request_is_the_clients_own_stall() {
+    // The server answers in one write once the whole request is in; our head and body go in
+    // two writes, and Nagle holds the body until the server's delayed ACK of the head.
+    let server = python_server("process/split_server.py", &["--single-write"]);
+    for privilege in [Privilege::AsIs, Privilege::NoNetRaw] {
+        let (code, v, err) = probe_json(
+            privilege,
+            &[
+                "--method",
+                "POST",
+                "--body-size",
+                "2000",
+                "--split-request",
+                &url("http", server.port),
+            ],
+        );
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(v["verdict"], "stall", "{v}");
+        assert_eq!(v["culprit"], "client", "{v}");
+        assert_eq!(v["evidence_source"], expected_source(privilege), "{v}");
+        assert_eq!(v["confirmation"]["remedy"], "nodelay", "{v}");
+        assert_eq!(v["confirmed"], true, "{v}");
+    }
 }
 
 #[test]
@@ -514,4 +521,22 @@ fn a_server_that_never_answers_times_out() {
     assert_eq!(code, 2);
     assert!(err.contains("no complete answer within 0.5 s"), "{err}");
     assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn a_hold_behind_a_relay_is_placed_behind_the_server() {
+    // The split server's body waits for the relay's delayed ACK on the relay's own connection:
+    // our ACKs, however quick, cannot release it.
+    let upstream = python_server("process/split_server.py", &[]);
+    let relay = python_server("probe/relay.py", &[&upstream.port.to_string()]);
+    for privilege in [Privilege::AsIs, Privilege::NoNetRaw] {
+        let (code, v, err) = probe_json(privilege, &[&url("http", relay.port)]);
+        assert_eq!(code, 0, "{err}");
+        assert_ne!(
+            v["confirmed"], true,
+            "QUICKACK cannot remove a hold upstream: {v}"
+        );
+        let hop = v["hop"].as_str().unwrap_or("");
+        assert!(hop.contains("behind the server"), "{v}");
+    }
 }

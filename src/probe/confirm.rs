@@ -4,8 +4,12 @@
 //! of our own write must vanish with TCP_NODELAY on our socket. If it does not vanish, the
 //! diagnosis was wrong and the report says so.
 
+use std::time::Duration;
+
 use crate::detect::StallKind;
 use crate::flow::Side;
+use crate::lab::measure::LatencySummary;
+use crate::tcp_rules;
 
 use super::socket::SocketMode;
 use super::stalls::Stall;
@@ -74,6 +78,8 @@ pub struct Confirmation {
     pub requests: usize,
     /// Stalls of the diagnosed kind and side in the re-run.
     pub stalls: u64,
+    /// Requests of the re-run a stall's worth slower than the first run's quickest.
+    pub slow: u64,
     /// Median latency of the re-run, ms.
     pub p50_ms: f64,
     /// `Some(true)`: the stall vanished; `Some(false)`: it stayed; `None`: the re-run could
@@ -83,27 +89,49 @@ pub struct Confirmation {
     pub undecided: Option<String>,
 }
 
-/// Judges the re-run's `stalls` against the diagnosed `example`. `captured`: the stalls come
-/// from the detector, which tells a hold released by an ACK from a pause, so one is enough to
-/// deny the diagnosis; from the socket alone a reply pausing 40 ms (a busy server descheduled)
-/// looks like a hold, so one in ten is taken for such noise.
+/// What the re-run measured.
+#[derive(Debug, Clone, Copy)]
+pub struct Rerun<'a> {
+    /// Its stalls.
+    pub stalls: &'a [Stall],
+    /// Latencies of its answered requests.
+    pub latencies: &'a [Duration],
+    /// What went wrong in it.
+    pub errors: &'a [String],
+    /// The stalls come from a capture (the detector), not the socket alone.
+    pub captured: bool,
+}
+
+/// Judges the re-run against the diagnosed `example`; `baseline` is the quickest request of
+/// both runs (the path and the server's own time). The stall has vanished when the re-run
+/// has neither a stall of the same kind and side nor a request a stall's worth slower than
+/// the baseline ([`tcp_rules::STALL_THRESHOLD`]): a reply still pausing 40 ms with our ACKs
+/// immediate is held behind the server (a proxy's upstream hop), not by our delayed ACK, even
+/// when the detector, seeing no delayed ACK of ours, finds nothing. One slow request in ten
+/// is taken for a busy machine's scheduling; so is one stall in ten when the stalls are the
+/// socket's guesses (a descheduled server's pause looks like a hold), none when the detector
+/// names them.
 pub fn judge(
     remedy: Remedy,
     example: &Stall,
-    stalls: &[Stall],
-    requests: usize,
-    p50_ms: f64,
-    errors: &[String],
-    captured: bool,
+    baseline: Duration,
+    rerun: Rerun<'_>,
 ) -> Confirmation {
-    let tolerated = if captured { 0 } else { requests as u64 / 10 };
-    let same = stalls
+    let requests = rerun.latencies.len();
+    let same = rerun
+        .stalls
         .iter()
         .filter(|s| s.kind == example.kind && s.held == example.held)
         .count() as u64;
-    let undecided = if same > 0 {
+    let slow_from = baseline + tcp_rules::STALL_THRESHOLD;
+    let slow = rerun.latencies.iter().filter(|l| **l >= slow_from).count() as u64;
+    // Slowness is timing, open to a busy machine's scheduling whatever the source: one in ten
+    // is noise. A stall the detector names is not, but the socket's guesses are timing too.
+    let noise = requests as u64 / 10;
+    let tolerated_stalls = if rerun.captured { 0 } else { noise };
+    let undecided = if same > 0 || slow > 0 {
         None
-    } else if let Some(err) = errors.first() {
+    } else if let Some(err) = rerun.errors.first() {
         Some(format!("the re-run failed: {err}"))
     } else if requests < 2 {
         Some("the re-run answered fewer than 2 requests".to_string())
@@ -114,8 +142,11 @@ pub fn judge(
         remedy,
         requests,
         stalls: same,
-        p50_ms,
-        confirmed: undecided.is_none().then_some(same <= tolerated),
+        slow,
+        p50_ms: LatencySummary::of(rerun.latencies).p50_ms,
+        confirmed: undecided
+            .is_none()
+            .then_some(same <= tolerated_stalls && slow <= noise),
         undecided,
     }
 }

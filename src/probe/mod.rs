@@ -191,20 +191,44 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
                 deadline: Instant::now() + max_time,
                 ..plan.clone()
             };
-            let (log, stalls, source, _) = observed_run(&plan, &dialogue, confirm::REQUESTS, 1);
-            let latencies: Vec<Duration> = log.requests().map(|t| t.latency).collect();
+            let (rerun, stalls, source, _) = observed_run(&plan, &dialogue, confirm::REQUESTS, 1);
+            let latencies: Vec<Duration> = rerun.requests().map(|t| t.latency).collect();
+            // The quickest request of either run: the path and the server's own time, no
+            // timer (a new connection's first request is never held).
+            let baseline = log
+                .requests()
+                .chain(rerun.requests())
+                .map(|t| t.latency)
+                .min()
+                .unwrap_or_default();
             Some(confirm::judge(
                 remedy,
                 example,
-                &stalls,
-                latencies.len(),
-                LatencySummary::of(&latencies).p50_ms,
-                &log.errors,
-                matches!(source, Source::Capture { .. }),
+                baseline,
+                confirm::Rerun {
+                    stalls: &stalls,
+                    latencies: &latencies,
+                    errors: &rerun.errors,
+                    captured: matches!(source, Source::Capture { .. }),
+                },
             ))
         }
         None => None,
     };
+    let mut diagnosis = diagnosis;
+    if let Some(conf) = &confirmation {
+        if conf.confirmed == Some(false) && conf.remedy == Remedy::QuickAck {
+            diagnosis.hop = Some(format!(
+                "with our ACKs sent at once the replies still paused ({} of {} requests a stall \
+                 slower): the held write does not wait for our ACK but sits behind the server. \
+                 The server is a proxy or sidecar whose own connection upstream holds it (that \
+                 hop's delayed ACK releases it), or it pauses between writes; this probe's \
+                 connection ends at that server, and `tcpstall watch` on its host sees the next hop",
+                conf.slow.max(conf.stalls),
+                conf.requests
+            ));
+        }
+    }
     let report = assemble(&target, requests, &log, diagnosis, confirmation);
     let text = if args.json {
         report::probe::json(&report)
@@ -299,7 +323,8 @@ fn assemble(
     if let Source::Capture { dropped, .. } = &diagnosis.source {
         if *dropped > 0 {
             notes.push(format!(
-                "the kernel dropped {dropped} packets from the capture's buffer: stalls may be missed"
+                "the kernel dropped {dropped} packets (of any port on the interface) from the \
+                 capture's buffer: if some were the probe's, stalls may be missed"
             ));
         }
     }

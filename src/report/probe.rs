@@ -91,10 +91,10 @@ pub fn text(r: &ProbeReport) -> String {
     }
     if let Some(conf) = &r.confirmation {
         let verdict = match conf.confirmed {
-            Some(true) if conf.stalls > 0 => format!(
-                "confirmed: the stall vanished but for {} turn(s), as few as a socket-only view \
-                 cannot tell from the server pausing",
-                conf.stalls
+            Some(true) if conf.stalls + conf.slow > 0 => format!(
+                "confirmed: the stall vanished but for {} request(s), as few as a socket-only \
+                 view cannot tell from the server pausing",
+                conf.stalls.max(conf.slow)
             ),
             Some(true) => "confirmed: the stall vanished".to_string(),
             Some(false) => {
@@ -107,10 +107,12 @@ pub fn text(r: &ProbeReport) -> String {
         };
         let _ = writeln!(
             out,
-            "confirmation: {} requests with {}: {} stalls, p50 {:.3} ms; {verdict}",
+            "confirmation: {} requests with {}: {} stalls, {} a stall slower than the quickest \
+             before, p50 {:.3} ms; {verdict}",
             conf.requests,
             conf.remedy.describe(),
             conf.stalls,
+            conf.slow,
             conf.p50_ms
         );
     }
@@ -171,6 +173,7 @@ pub fn json(r: &ProbeReport) -> String {
             "remedy": conf.remedy.name(),
             "requests": conf.requests,
             "stalls": conf.stalls,
+            "slow_requests": conf.slow,
             "p50_ms": round3(conf.p50_ms),
             "undecided": conf.undecided,
         })
