@@ -150,3 +150,73 @@ pub fn judge(
         undecided,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stall(held: Side) -> Stall {
+        Stall {
+            kind: StallKind::NagleDelayedAck,
+            held,
+            delay_ns: 44_000_000,
+            local_port: 1,
+            ts_ns: 0,
+            event: None,
+        }
+    }
+
+    fn ms(values: &[u64]) -> Vec<Duration> {
+        values
+            .iter()
+            .map(|&v| Duration::from_micros(v * 1000))
+            .collect()
+    }
+
+    #[test]
+    fn vanished_stayed_or_undecided() {
+        let example = stall(Side::Server);
+        let base = Duration::from_micros(300);
+        let fast = ms(&[0, 0, 1, 0, 0, 0, 0, 0, 0, 0]);
+        let rerun = |stalls: &'static [Stall], latencies: &[Duration], captured| {
+            judge(
+                Remedy::QuickAck,
+                &example,
+                base,
+                Rerun {
+                    stalls,
+                    latencies,
+                    errors: &[],
+                    captured,
+                },
+            )
+        };
+        assert_eq!(rerun(&[], &fast, true).confirmed, Some(true));
+        // Still 44 ms with our ACKs immediate: held elsewhere.
+        let slow = ms(&[44, 44, 45, 44, 44, 0, 44, 44, 44, 44]);
+        let c = rerun(&[], &slow, true);
+        assert_eq!((c.confirmed, c.slow), (Some(false), 9));
+        // One slow request in ten is noise.
+        let one = ms(&[0, 0, 0, 44, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(rerun(&[], &one, true).confirmed, Some(true));
+        // Nothing answered: undecided.
+        assert_eq!(rerun(&[], &[], true).confirmed, None);
+    }
+
+    #[test]
+    fn remedies_follow_the_held_side() {
+        assert_eq!(
+            Remedy::for_stall(&stall(Side::Server)),
+            Some(Remedy::QuickAck)
+        );
+        assert_eq!(
+            Remedy::for_stall(&stall(Side::Client)),
+            Some(Remedy::NoDelay)
+        );
+        let cork = Stall {
+            kind: StallKind::CorkTimer,
+            ..stall(Side::Server)
+        };
+        assert_eq!(Remedy::for_stall(&cork), None);
+    }
+}

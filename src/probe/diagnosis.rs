@@ -344,19 +344,19 @@ fn hop_from_capture(stall: &Stall, segments: &[WireSegment], log: &RunLog) -> Op
 fn upstream_pauses(segments: &[WireSegment]) -> Option<String> {
     let threshold = tcp_rules::nanos(tcp_rules::STALL_THRESHOLD);
     let mut pauses = 0;
-    let mut last_in: std::collections::HashMap<u16, (u64, bool)> = Default::default();
+    let mut last_in: std::collections::HashMap<u16, u64> = Default::default();
     for s in segments.iter().filter(|s| s.payload > 0) {
         if s.outgoing {
             // A new request: the next reply starts afresh.
             last_in.remove(&s.local_port);
             continue;
         }
-        if let Some((prev, _)) = last_in.get(&s.local_port) {
+        if let Some(prev) = last_in.get(&s.local_port) {
             if s.ts_ns.saturating_sub(*prev) >= threshold {
                 pauses += 1;
             }
         }
-        last_in.insert(s.local_port, (s.ts_ns, true));
+        last_in.insert(s.local_port, s.ts_ns);
     }
     (pauses > 0).then(|| {
         format!(

@@ -141,3 +141,64 @@ pub fn from_turn(turn: &Turn, local_port: u16) -> Option<Stall> {
     cork.contains(&wait)
         .then(|| stall(StallKind::CorkTimer, Side::Server, wait, first.ts_ns))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::probe::socket::{Arrival, Sent};
+    use std::time::Duration;
+
+    const MS: u64 = 1_000_000;
+
+    fn turn(sent: &[(u64, Option<u32>)], arrivals: &[u64], latency_ms: u64) -> Turn {
+        Turn {
+            connection: 0,
+            setup: false,
+            start_ns: 0,
+            latency: Duration::from_millis(latency_ms),
+            sent: sent
+                .iter()
+                .map(|&(ts_ns, held)| Sent {
+                    ts_ns,
+                    bytes: 100,
+                    held,
+                })
+                .collect(),
+            arrivals: arrivals
+                .iter()
+                .map(|&ts_ns| Arrival { ts_ns, bytes: 50 })
+                .collect(),
+            http_status: None,
+        }
+    }
+
+    #[test]
+    fn a_reply_in_two_parts_a_delayed_ack_apart_is_the_servers_hold() {
+        let s = from_turn(&turn(&[(0, Some(0))], &[MS / 10, 44 * MS], 44), 7).unwrap();
+        assert_eq!(
+            (s.kind, s.held, s.local_port),
+            (StallKind::NagleDelayedAck, Side::Server, 7)
+        );
+        assert!(s.delay_ns >= 43 * MS);
+        // The same parts a millisecond apart: no stall.
+        assert!(from_turn(&turn(&[(0, Some(0))], &[MS / 10, MS], 1), 7).is_none());
+    }
+
+    #[test]
+    fn our_later_write_left_unsent_is_our_hold() {
+        let t = turn(&[(0, Some(0)), (MS / 100, Some(2000))], &[45 * MS], 45);
+        let s = from_turn(&t, 7).unwrap();
+        assert_eq!((s.kind, s.held), (StallKind::NagleDelayedAck, Side::Client));
+        // Unsent but answered at once: Nagle released it by an ordinary ACK.
+        let quick = turn(&[(0, Some(0)), (MS / 100, Some(2000))], &[MS / 5], 0);
+        assert!(from_turn(&quick, 7).is_none());
+    }
+
+    #[test]
+    fn a_whole_reply_on_the_cork_timer() {
+        let s = from_turn(&turn(&[(0, Some(0))], &[205 * MS], 205), 7).unwrap();
+        assert_eq!((s.kind, s.held), (StallKind::CorkTimer, Side::Server));
+        // 100 ms of the server's own time is neither.
+        assert!(from_turn(&turn(&[(0, Some(0))], &[100 * MS], 100), 7).is_none());
+    }
+}
