@@ -50,10 +50,19 @@ fn exchange(listener: &TcpListener, writes: &[&[u8]], reply: usize) {
 #[test]
 fn consumer_and_pcap_file_get_every_watched_packet_once() {
     require_root();
-    let watched = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let other = TcpListener::bind("127.0.0.1:0").expect("bind");
+    assert_captures_once_and_only_the_watched_port("127.0.0.1", "v4.pcap");
+    // The kernel filter reads IPv6's ports at other offsets.
+    assert_captures_once_and_only_the_watched_port("::1", "v6.pcap");
+}
+
+/// Captures one exchange with a server on `address` while another server on the same address
+/// is used too, and checks what the consumer and the file got.
+fn assert_captures_once_and_only_the_watched_port(address: &str, file: &str) {
+    let ip: std::net::IpAddr = address.parse().expect("an address");
+    let watched = TcpListener::bind((ip, 0)).expect("bind");
+    let other = TcpListener::bind((ip, 0)).expect("bind");
     let port = watched.local_addr().unwrap().port();
-    let pcap = temp_path("consumer.pcap");
+    let pcap = temp_path(file);
     let socket = PacketSocket::open("lo").expect("a packet socket on lo");
     assert_eq!(socket.linktype(), 1, "lo frames are Ethernet");
     let seen: Arc<Mutex<Vec<Segment>>> = Arc::default();
@@ -75,9 +84,12 @@ fn consumer_and_pcap_file_get_every_watched_packet_once() {
     assert_eq!(finished.summary.flows, 1);
     assert_eq!(finished.summary.unclosed_flows, 0);
     assert_eq!(finished.summary.packets, live.len() as u64);
+    // The kernel's filter let through only these: no other port, no outgoing copy.
+    assert_eq!(finished.summary.queued, finished.summary.packets);
+    assert_eq!(finished.summary.dropped, 0);
     assert!(
         live.iter()
-            .all(|s| s.src_port == port || s.dst_port == port),
+            .all(|s| (s.src_port == port || s.dst_port == port) && s.src == ip),
         "only the watched port"
     );
     // Each packet once: exactly one SYN, one SYN-ACK, one FIN each way.

@@ -20,9 +20,10 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Only packets to or from the watched ports are kept: other programs share the interface.
-//! On `lo` every packet passes the tap twice, once leaving (PACKET_OUTGOING) and once
-//! arriving; like libpcap, only the arriving copy is kept. On any other device (Ethernet, a
+//! Only packets to or from the watched ports are kept (other programs share the interface),
+//! filtered in the kernel by a BPF program (`bpf.rs`) and again in user space. On `lo` every
+//! packet passes the tap twice, once leaving (PACKET_OUTGOING) and once arriving; like
+//! libpcap, only the arriving copy is kept. On any other device (Ethernet, a
 //! TUN device) each packet is seen once, leaving or arriving, and both are kept.
 
 use std::collections::{HashMap, HashSet};
@@ -39,11 +40,11 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Context};
 use nix::errno::Errno;
 use nix::sys::socket::{
-    self, sockopt, AddressFamily, ControlMessageOwned, LinkAddr, MsgFlags, SockFlag, SockProtocol,
-    SockType, SockaddrLike,
+    self, sockopt, AddressFamily, ControlMessageOwned, LinkAddr, MsgFlags, SockFlag, SockType,
 };
 use nix::sys::time::{TimeVal, TimeValLike};
 
+use super::bpf;
 use super::link::LinkType;
 use super::pcap_writer::{PcapWriter, LINKTYPE_ETHERNET};
 use crate::decode::{flags, Decoded, PacketMeta, Segment};
@@ -114,7 +115,8 @@ pub enum OpenError {
 /// its SYN.
 #[derive(Debug)]
 pub struct PacketSocket {
-    fd: OwnedFd,
+    /// Shared with the capture, which narrows the kernel's filter as ports are added.
+    fd: Arc<OwnedFd>,
     interface: String,
     /// `LINKTYPE_*` of the frames read (and of the pcap file written).
     linktype: u32,
@@ -135,11 +137,13 @@ impl PacketSocket {
                 error: error.into(),
             }
         };
+        // Protocol 0: nothing is queued until the filter is on and the bind below names the
+        // protocol (packet_create registers no hook for 0, packet_do_bind then does).
         let fd = socket::socket(
             AddressFamily::Packet,
             SockType::Raw,
             SockFlag::SOCK_CLOEXEC,
-            SockProtocol::EthAll,
+            None,
         )
         .map_err(|err| match err {
             Errno::EPERM | Errno::EACCES => OpenError::NoPermission {
@@ -147,26 +151,13 @@ impl PacketSocket {
             },
             other => system("socket(AF_PACKET)")(other),
         })?;
-        let ifindex =
-            nix::net::if_::if_nametoindex(interface).map_err(|_| OpenError::NoInterface {
+        let ifindex = nix::net::if_::if_nametoindex(interface)
+            .ok()
+            .and_then(|index| i32::try_from(index).ok())
+            .ok_or_else(|| OpenError::NoInterface {
                 interface: interface.to_string(),
             })?;
-        // SAFETY: sockaddr_ll is plain data; zeroed is a valid value before the fields are set.
-        let mut raw: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-        raw.sll_family = libc::AF_PACKET as u16;
-        raw.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
-        raw.sll_ifindex = i32::try_from(ifindex).map_err(|_| OpenError::NoInterface {
-            interface: interface.to_string(),
-        })?;
-        // SAFETY: raw is a live, fully initialised sockaddr_ll of the length given.
-        let addr = unsafe {
-            LinkAddr::from_raw(
-                (&raw as *const libc::sockaddr_ll).cast(),
-                Some(std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t),
-            )
-        }
-        .ok_or_else(|| system("link-layer address")(Errno::EINVAL))?;
-        socket::bind(fd.as_raw_fd(), &addr).map_err(system("bind"))?;
+        bind_packet_socket(&fd, ifindex, 0).map_err(system("bind"))?;
         let hatype = hardware_type(&fd).map_err(system("getsockname"))?;
         let (linktype, loopback) = match hatype {
             // Linux `lo` frames carry an Ethernet header with zero addresses.
@@ -192,12 +183,38 @@ impl PacketSocket {
         if socket::setsockopt(&fd, sockopt::RcvBufForce, &buffer).is_err() {
             let _ = socket::setsockopt(&fd, sockopt::RcvBuf, &buffer);
         }
-        Ok(PacketSocket {
-            fd,
+        let socket = PacketSocket {
+            fd: Arc::new(fd),
             interface: interface.to_string(),
             linktype,
             loopback,
-        })
+        };
+        // Every TCP packet until a capture narrows it to its ports.
+        socket.filter_ports(None).map_err(|err| OpenError::System {
+            interface: interface.to_string(),
+            what: "SO_ATTACH_FILTER",
+            error: err,
+        })?;
+        bind_packet_socket(&socket.fd, ifindex, libc::ETH_P_ALL as u16).map_err(system("bind"))?;
+        Ok(socket)
+    }
+
+    /// Another handle on the same socket.
+    fn handle(&self) -> PacketSocket {
+        PacketSocket {
+            fd: self.fd.clone(),
+            interface: self.interface.clone(),
+            linktype: self.linktype,
+            loopback: self.loopback,
+        }
+    }
+
+    /// Lets the kernel queue only TCP packets to or from `ports` (any port for `None`), and
+    /// on `lo` only the arriving copy of each.
+    fn filter_ports(&self, ports: Option<&HashSet<u16>>) -> io::Result<()> {
+        let framing = bpf::Framing::of_linktype(self.linktype);
+        let mut program = bpf::port_filter(framing, self.loopback, ports);
+        bpf::attach(self.fd.as_fd(), &mut program)
     }
 
     /// The interface the socket is bound to.
@@ -210,6 +227,25 @@ impl PacketSocket {
     pub fn linktype(&self) -> u32 {
         self.linktype
     }
+}
+
+/// Binds a packet socket to interface `ifindex` for `protocol` (an `ETH_P_*`, host order; 0
+/// receives nothing).
+fn bind_packet_socket(fd: &OwnedFd, ifindex: i32, protocol: u16) -> Result<(), Errno> {
+    // SAFETY: sockaddr_ll is plain data; zeroed is a valid value before the fields are set.
+    let mut raw: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    raw.sll_family = libc::AF_PACKET as u16;
+    raw.sll_protocol = protocol.to_be();
+    raw.sll_ifindex = ifindex;
+    // SAFETY: raw is a live, fully initialised sockaddr_ll of the length given.
+    let rc = unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&raw as *const libc::sockaddr_ll).cast(),
+            std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    };
+    Errno::result(rc).map(drop)
 }
 
 /// The `ARPHRD_*` type of the device a bound packet socket is on: `packet_getname` fills
@@ -281,8 +317,12 @@ pub struct CaptureSummary {
     pub flows: u64,
     /// Flows that had not closed (FIN both ways, or RST) when the capture stopped.
     pub unclosed_flows: u64,
-    /// Packets the kernel dropped because the capture socket's buffer was full (any port).
+    /// Packets the kernel dropped because the capture socket's buffer was full.
     pub dropped: u64,
+    /// Packets the kernel's port filter let through to the socket, dropped ones included:
+    /// `packets` plus what user space still set aside (packets queued before a filter
+    /// change, non-TCP packets it could not judge).
+    pub queued: u64,
 }
 
 /// A finished capture: its summary and the consumer, holding what it made of the segments.
@@ -318,6 +358,8 @@ impl StopMode {
 /// A running capture: a thread reads the socket, decodes, filters, writes and consumes.
 pub struct LiveCapture<C: SegmentConsumer> {
     description: String,
+    /// The socket's kernel filter is narrowed to `ports` through this handle.
+    filter: PacketSocket,
     ports: Arc<Mutex<Option<HashSet<u16>>>>,
     stop: Arc<AtomicU8>,
     reader: Option<JoinHandle<io::Result<Finished<C>>>>,
@@ -348,10 +390,15 @@ impl<C: SegmentConsumer> LiveCapture<C> {
             Some(path) => format!("capture on {} to {}", socket.interface, path.display()),
             None => format!("capture on {}", socket.interface),
         };
-        let ports = Arc::new(Mutex::new(match options.ports {
+        let ports: Option<HashSet<u16>> = match options.ports {
             PortFilter::All => None,
             PortFilter::Only(ports) => Some(ports.into_iter().collect()),
-        }));
+        };
+        socket
+            .filter_ports(ports.as_ref())
+            .with_context(|| format!("cannot filter the {description} by port"))?;
+        let filter = socket.handle();
+        let ports = Arc::new(Mutex::new(ports));
         let stop = Arc::new(AtomicU8::new(StopMode::Running as u8));
         let reader = {
             let tap = Tap {
@@ -369,6 +416,7 @@ impl<C: SegmentConsumer> LiveCapture<C> {
         };
         Ok(LiveCapture {
             description,
+            filter,
             ports,
             stop,
             reader: Some(reader),
@@ -378,9 +426,14 @@ impl<C: SegmentConsumer> LiveCapture<C> {
     /// Keeps packets to or from `port` from now on. Call before the first connect to it.
     /// (With [`PortFilter::All`] every port is kept already.)
     pub fn watch_port(&self, port: u16) {
-        if let Ok(mut ports) = self.ports.lock() {
-            if let Some(ports) = ports.as_mut() {
-                ports.insert(port);
+        let Ok(mut ports) = self.ports.lock() else {
+            return;
+        };
+        if let Some(ports) = ports.as_mut() {
+            if ports.insert(port) && self.filter.filter_ports(Some(ports)).is_err() {
+                // The old program would drop the new port: let everything through to the
+                // reader, which filters by port itself.
+                let _ = bpf::detach(self.filter.fd.as_fd());
             }
         }
     }
@@ -564,13 +617,14 @@ impl<C: SegmentConsumer> Tap<C> {
         if let Some(writer) = self.writer.take() {
             writer.finish()?;
         }
-        let (_, dropped) = crate::sockopt::packet_statistics(self.socket.fd.as_fd())?;
+        let (queued, dropped) = crate::sockopt::packet_statistics(self.socket.fd.as_fd())?;
         Ok(Finished {
             summary: CaptureSummary {
                 packets,
                 flows: connections.seen,
                 unclosed_flows: connections.unclosed() as u64,
                 dropped: u64::from(dropped),
+                queued: u64::from(queued),
             },
             consumer: self.consumer,
         })

@@ -188,7 +188,7 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
     let capture = OwnTraffic::start(args.capture.as_deref(), settings.path.as_ref())?;
     let watch = |port: u16| {
         if let Some(capture) = &capture {
-            capture.watch_port(port);
+            capture.row_started(port);
         }
     };
     // Progress on a terminal only (indicatif draws nothing when stderr is not a TTY).
@@ -211,9 +211,9 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
     }
     progress.finish_and_clear();
     let captured = capture.map(OwnTraffic::finish).transpose()?;
-    if let Some((_, analysis)) = &captured {
-        for row in &mut rows {
-            row.detector = Some(DetectorVerdict::of(analysis, row.server_port));
+    if let Some((_, verdicts)) = &captured {
+        for (index, row) in rows.iter_mut().enumerate() {
+            row.detector = Some(verdicts.of(index, row.server_port));
         }
     }
     let capture = match (captured, &args.capture) {
@@ -223,6 +223,7 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
                 flows,
                 unclosed_flows,
                 dropped,
+                ..
             } = summary;
             if dropped > 0 || unclosed_flows > 0 {
                 eprintln!(

@@ -7,7 +7,10 @@
 //! `--capture FILE` the capture is required and its absence is an error.
 
 use std::fmt;
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use serde::ser::{Serialize, SerializeMap, SerializeStruct, Serializer};
@@ -16,12 +19,17 @@ use super::path::{PathEnds, TUN_NAME};
 use crate::capture::live::{
     CaptureOptions, CaptureSummary, LiveCapture, OpenError, PacketSocket, PortFilter,
 };
-use crate::detect::{Analysis, Detector, DetectorConfig, StallKind};
+use crate::detect::{Analysis, Detector, DetectorConfig, StallEvent, StallKind};
 use crate::Side;
 
 /// A running capture of the lab's rows, every segment pushed into a [`Detector`].
 pub struct OwnTraffic {
     capture: LiveCapture<Detector>,
+    /// The address every row's server binds.
+    server_addr: IpAddr,
+    /// Each row's server port and when the row started (ns since the Unix epoch, the clock of
+    /// the kernel's packet timestamps), in run order.
+    rows: Mutex<Vec<(u16, u64)>>,
 }
 
 impl OwnTraffic {
@@ -54,20 +62,63 @@ impl OwnTraffic {
         let detector = Detector::new(DetectorConfig::default());
         Ok(Some(OwnTraffic {
             capture: LiveCapture::start(socket, options, detector)?,
+            server_addr: path.map_or(IpAddr::V4(Ipv4Addr::LOCALHOST), |p| {
+                IpAddr::V4(p.server_addr)
+            }),
+            rows: Mutex::new(Vec::new()),
         }))
     }
 
-    /// Captures the row whose server listens on `port`; call before its first connect.
-    pub fn watch_port(&self, port: u16) {
+    /// A row starts with its server on `port`; call before its first connect. The row lasts
+    /// until the next one starts: rows run one after the other.
+    pub fn row_started(&self, port: u16) {
+        if let Ok(mut rows) = self.rows.lock() {
+            rows.push((port, now_ns()));
+        }
         self.capture.watch_port(port);
     }
 
     /// Stops once the rows' connections have closed; what was captured, and what the
-    /// detector found in it.
-    pub fn finish(self) -> anyhow::Result<(CaptureSummary, Analysis)> {
+    /// detector found in each row.
+    pub fn finish(self) -> anyhow::Result<(CaptureSummary, RowVerdicts)> {
         let finished = self.capture.finish()?;
-        Ok((finished.summary, finished.consumer.finish()))
+        let verdicts = RowVerdicts {
+            analysis: finished.consumer.finish(),
+            server_addr: self.server_addr,
+            rows: self.rows.into_inner().unwrap_or_default(),
+        };
+        Ok((finished.summary, verdicts))
     }
+}
+
+/// What the detector found, to be told apart by row.
+pub struct RowVerdicts {
+    analysis: Analysis,
+    server_addr: IpAddr,
+    rows: Vec<(u16, u64)>,
+}
+
+impl RowVerdicts {
+    /// The verdict of the `index`-th row run, whose server listened on `port`: the stalls of
+    /// the flows to that address and port released while the row ran. The time tells apart
+    /// two rows the kernel gave the same port, and another program's later use of it on `lo`.
+    pub fn of(&self, index: usize, port: u16) -> DetectorVerdict {
+        let Some(&(_, start)) = self.rows.get(index).filter(|(p, _)| *p == port) else {
+            return DetectorVerdict::of(std::iter::empty());
+        };
+        let end = self.rows.get(index + 1).map_or(u64::MAX, |(_, at)| *at);
+        DetectorVerdict::of(self.analysis.events.iter().filter(|e| {
+            e.server.port == port
+                && e.server.addr == self.server_addr
+                && (start..end).contains(&e.ts_ns)
+        }))
+    }
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// Opens the packet socket the lab captures with: `lo`, or the server's TUN device when the
@@ -94,13 +145,9 @@ pub struct DetectorVerdict {
 }
 
 impl DetectorVerdict {
-    /// The stalls of the flows whose server port is `server_port`.
-    pub fn of(analysis: &Analysis, server_port: u16) -> DetectorVerdict {
-        let events: Vec<_> = analysis
-            .events
-            .iter()
-            .filter(|e| e.server.port == server_port && e.finding.kind.is_stall())
-            .collect();
+    /// The verdict on a row's stall events.
+    fn of<'a>(events: impl Iterator<Item = &'a StallEvent>) -> DetectorVerdict {
+        let events: Vec<&StallEvent> = events.filter(|e| e.finding.kind.is_stall()).collect();
         let stalls = StallKind::ALL
             .into_iter()
             .filter(|kind| kind.is_stall())
@@ -164,5 +211,75 @@ impl Serialize for DetectorVerdict {
         verdict.serialize_field("stalls", &Stalls(&self.stalls))?;
         verdict.serialize_field("held_side", &self.held_side.map(Side::name))?;
         verdict.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::detect::Finding;
+    use crate::flow::Endpoint;
+
+    fn event(server: (IpAddr, u16), ts_ns: u64, kind: StallKind, held: Side) -> StallEvent {
+        StallEvent {
+            finding: Finding::own_timer(kind, held, 40_000_000),
+            flow_id: 0,
+            ordinal: 0,
+            client: Endpoint {
+                addr: server.0,
+                port: 40_000,
+            },
+            server: Endpoint {
+                addr: server.0,
+                port: server.1,
+            },
+            ts_ns,
+            packet_number: 0,
+            released_bytes: 7,
+            writes: vec![6, 7],
+            mss: 65_483,
+            peer_stack: None,
+        }
+    }
+
+    #[test]
+    fn rows_are_told_apart_by_address_port_and_time() {
+        let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let other = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
+        let nagle = StallKind::NagleDelayedAck;
+        let analysis = Analysis {
+            events: vec![
+                event((lo, 5000), 150, nagle, Side::Client),
+                event((lo, 5000), 160, StallKind::Rto, Side::Client),
+                // The kernel gave port 5000 again to the third row.
+                event((lo, 5000), 350, nagle, Side::Server),
+                // Another program's server on another loopback address, same port.
+                event((other, 5000), 170, nagle, Side::Server),
+                // Before the first row started.
+                event((lo, 5000), 50, nagle, Side::Server),
+            ],
+            ..Analysis::default()
+        };
+        let verdicts = RowVerdicts {
+            analysis,
+            server_addr: lo,
+            rows: vec![(5000, 100), (6000, 200), (5000, 300)],
+        };
+        let first = verdicts.of(0, 5000);
+        assert_eq!(first.held_side, Some(Side::Client));
+        assert_eq!(first.to_string(), "nagle_delayed_ack×1,rto×1 client");
+        assert_eq!(verdicts.of(1, 6000).to_string(), "-");
+        assert_eq!(verdicts.of(1, 6000).held_side, None);
+        let third = verdicts.of(2, 5000);
+        assert_eq!(third.to_string(), "nagle_delayed_ack×1 server");
+        assert_eq!(third.total(), 1);
+        // A row that never started (or another port) has nothing.
+        assert_eq!(verdicts.of(3, 5000).total(), 0);
+        assert_eq!(verdicts.of(1, 5000).total(), 0);
+        let json = serde_json::to_string(&first).unwrap();
+        assert_eq!(
+            json,
+            r#"{"stalls":{"nagle_delayed_ack":1,"cork_timer":0,"rto":1,"zero_window":0},"held_side":"client"}"#
+        );
     }
 }
