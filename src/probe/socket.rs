@@ -30,7 +30,8 @@ pub struct Sent {
     /// Bytes written.
     pub bytes: usize,
     /// Bytes the kernel had not sent yet right after it (`tcpi_notsent_bytes`): Nagle, a cork
-    /// or a closed window is holding them. `None` when TCP_INFO could not be read.
+    /// or a closed window is holding them. `None` for a turn's first write (Nagle never holds
+    /// it) and when TCP_INFO could not be read.
     pub held: Option<u32>,
 }
 
@@ -87,6 +88,7 @@ impl ProbeSocket {
         socket.connect_timeout(&SockAddr::from(addr), timeout)?;
         let stream: TcpStream = socket.into();
         socket::setsockopt(&stream, sockopt::ReceiveTimestampns, &true)?;
+        stream.set_write_timeout(Some(timeout))?;
         if mode.nodelay {
             tcp::set_nodelay(stream.as_fd(), true)?;
         }
@@ -127,9 +129,8 @@ impl ProbeSocket {
         )
     }
 
-    /// What is left before the deadline, for SO_RCVTIMEO or SO_SNDTIMEO (one system call per
-    /// read or write: a timeout set once per request would let a reply trickling in byte by
-    /// byte outlive the deadline).
+    /// What is left before the deadline, for SO_RCVTIMEO (one system call per read: a timeout
+    /// set once per request would let a reply trickling in byte by byte outlive the deadline).
     fn time_left(&self) -> io::Result<Option<Duration>> {
         let Some(deadline) = self.deadline else {
             return Ok(None);
@@ -197,12 +198,20 @@ impl Read for ProbeSocket {
 
 impl Write for ProbeSocket {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let left = self.time_left()?;
-        self.stream.set_write_timeout(left)?;
+        // SO_SNDTIMEO stays what connect set (the per-request timeout): a request's writes
+        // fit the socket's buffer and do not block, so no system call is spent re-arming it.
+        self.time_left()?;
         let bytes = self.stream.write(buf).map_err(timed_out)?;
-        let held = tcp::tcp_info(self.stream.as_fd())
-            .ok()
-            .map(|info| info.notsent_bytes);
+        // A turn's first write is never held by Nagle: the previous reply acknowledged our
+        // last request, so nothing small is in flight (`tcp_nagle_check`). TCP_INFO is read
+        // only after the later ones, which keeps the measured round trip lean.
+        let held = if self.sent.is_empty() {
+            None
+        } else {
+            tcp::tcp_info(self.stream.as_fd())
+                .ok()
+                .map(|info| info.notsent_bytes)
+        };
         self.sent.push(Sent {
             ts_ns: now_ns(),
             bytes,
