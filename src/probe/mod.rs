@@ -329,8 +329,13 @@ fn assemble(
         }
     }
     if diagnosis.counts.stalls() == 0 && latency.p50_ms >= crate::lab::measure::STALL_THRESHOLD_MS {
+        let whose = if diagnosis.hop.is_some() {
+            "the time is spent at or behind the server (see where)"
+        } else {
+            "the server's own time"
+        };
         notes.push(format!(
-            "requests are slow (p50 {:.1} ms) but show no stall pattern: the server's own time",
+            "requests are slow (p50 {:.1} ms) but show no stall on this connection: {whose}",
             latency.p50_ms
         ));
     }
