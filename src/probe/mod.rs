@@ -160,7 +160,7 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
     let timeout = Duration::from_secs_f64(args.timeout);
     let max_time = Duration::from_secs_f64(args.max_time);
     let plan = Plan {
-        addrs: addrs.clone(),
+        addrs,
         host: target.host.clone(),
         tls,
         timeout,
@@ -180,54 +180,15 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
         return Err(anyhow!("probe of {}: {first}", target.display()));
     }
     let diagnosis = diagnosis::diagnose(stalls, &log, source, captured.as_ref());
-    let confirmation = match diagnosis
-        .example
-        .as_ref()
-        .and_then(|s| Remedy::for_stall(s).map(|r| (s, r)))
-    {
-        Some((example, remedy)) => {
-            let plan = Plan {
-                mode: remedy.mode(),
-                deadline: Instant::now() + max_time,
-                ..plan.clone()
-            };
-            let (rerun, stalls, source, _) = observed_run(&plan, &dialogue, confirm::REQUESTS, 1);
-            let latencies: Vec<Duration> = rerun.requests().map(|t| t.latency).collect();
-            // The quickest request of either run: the path and the server's own time, no
-            // timer (a new connection's first request is never held).
-            let baseline = log
-                .requests()
-                .chain(rerun.requests())
-                .map(|t| t.latency)
-                .min()
-                .unwrap_or_default();
-            Some(confirm::judge(
-                remedy,
-                example,
-                baseline,
-                confirm::Rerun {
-                    stalls: &stalls,
-                    latencies: &latencies,
-                    errors: &rerun.errors,
-                    captured: matches!(source, Source::Capture { .. }),
-                },
-            ))
-        }
-        None => None,
-    };
     let mut diagnosis = diagnosis;
-    if let Some(conf) = &confirmation {
-        if conf.confirmed == Some(false) && conf.remedy == Remedy::QuickAck {
-            diagnosis.hop = Some(format!(
-                "with our ACKs sent at once the replies still paused ({} of {} requests a stall \
-                 slower): the held write does not wait for our ACK but sits behind the server. \
-                 The server is a proxy or sidecar whose own connection upstream holds it (that \
-                 hop's delayed ACK releases it), or it pauses between writes; this probe's \
-                 connection ends at that server, and `tcpstall watch` on its host sees the next hop",
-                conf.slow.max(conf.stalls),
-                conf.requests
-            ));
-        }
+    let confirmation = diagnosis.example.as_ref().and_then(|example| {
+        let remedy = Remedy::for_stall(example)?;
+        Some(confirm_with(
+            &plan, &dialogue, &log, example, remedy, max_time,
+        ))
+    });
+    if let Some(hop) = confirmation.as_ref().and_then(held_behind_the_server) {
+        diagnosis.hop = Some(hop);
     }
     let report = assemble(&target, requests, &log, diagnosis, confirmation);
     let text = if args.json {
@@ -248,6 +209,60 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
         Outcome::StallsFound
     } else {
         Outcome::Done
+    })
+}
+
+/// Re-runs a few requests with `remedy` on a fresh connection and judges whether the stall of
+/// `example` vanished.
+fn confirm_with(
+    plan: &Plan,
+    dialogue: &Dialogue,
+    first: &RunLog,
+    example: &stalls::Stall,
+    remedy: Remedy,
+    max_time: Duration,
+) -> Confirmation {
+    let plan = Plan {
+        mode: remedy.mode(),
+        deadline: Instant::now() + max_time,
+        ..plan.clone()
+    };
+    let (rerun, stalls, source, _) = observed_run(&plan, dialogue, confirm::REQUESTS, 1);
+    let latencies: Vec<Duration> = rerun.requests().map(|t| t.latency).collect();
+    // The quickest request of either run: the path and the server's own time, no timer (a new
+    // connection's first request is never held).
+    let baseline = first
+        .requests()
+        .chain(rerun.requests())
+        .map(|t| t.latency)
+        .min()
+        .unwrap_or_default();
+    confirm::judge(
+        remedy,
+        example,
+        baseline,
+        confirm::Rerun {
+            stalls: &stalls,
+            latencies: &latencies,
+            errors: &rerun.errors,
+            captured: matches!(source, Source::Capture { .. }),
+        },
+    )
+}
+
+/// Where the held write is when QUICKACK re-armed did not remove the stall: not waiting for
+/// our ACK, so behind the server.
+fn held_behind_the_server(conf: &Confirmation) -> Option<String> {
+    (conf.confirmed == Some(false) && conf.remedy == Remedy::QuickAck).then(|| {
+        format!(
+            "with our ACKs sent at once the replies still paused ({} of {} requests a stall \
+             slower): the held write does not wait for our ACK but sits behind the server. The \
+             server is a proxy or sidecar whose own connection upstream holds it (that hop's \
+             delayed ACK releases it), or it pauses between writes; this probe's connection \
+             ends at that server, and `tcpstall watch` on its host sees the next hop",
+            conf.slow.max(conf.stalls),
+            conf.requests
+        )
     })
 }
 
