@@ -189,12 +189,14 @@ impl PacketSocket {
             linktype,
             loopback,
         };
-        // Every TCP packet until a capture narrows it to its ports.
-        socket.filter_ports(None).map_err(|err| OpenError::System {
-            interface: interface.to_string(),
-            what: "SO_ATTACH_FILTER",
-            error: err,
-        })?;
+        // Nothing until a capture starts and says which ports it keeps.
+        socket
+            .filter_ports(Some(&HashSet::new()))
+            .map_err(|err| OpenError::System {
+                interface: interface.to_string(),
+                what: "SO_ATTACH_FILTER",
+                error: err,
+            })?;
         bind_packet_socket(&socket.fd, ifindex, libc::ETH_P_ALL as u16).map_err(system("bind"))?;
         Ok(socket)
     }
