@@ -224,6 +224,20 @@ fn http_server_keep_alive_stalls_and_quickack_removes_it() {
             "{v}"
         );
         assert!(v["hop"].as_str().unwrap_or("").contains("this host"), "{v}");
+        // The stalled turn: our request, the server's first part, our delayed ACK, the release.
+        let segments = v["evidence"]["segments"].as_array().expect("segments");
+        let last = segments.last().expect("a segment");
+        assert_eq!(last["from"], "server", "{v}");
+        assert!(
+            last["what"].as_str().unwrap_or("").starts_with("released"),
+            "{v}"
+        );
+        assert!(
+            segments
+                .iter()
+                .any(|s| s["from"] == "client" && s["bytes"] == 0),
+            "{v}"
+        );
     }
 }
 
