@@ -35,6 +35,8 @@ enum Verb {
     Fix(tcpstall::process::fix::FixArgs),
     /// Follow a program's socket syscalls and name write-write-read patterns.
     Trace(tcpstall::process::trace::TraceArgs),
+    /// Drive a real server like a typical client and say whether, why and where it stalls.
+    Probe(tcpstall::probe::ProbeArgs),
     /// Watch live traffic and name each stall, and the local process behind it, as it happens.
     Watch(tcpstall::watch::WatchArgs),
     /// Print the shell completion script for bash, zsh, fish, elvish or powershell.
@@ -59,6 +61,7 @@ fn main() -> ExitCode {
         Verb::Sockets(args) => (tcpstall::process::sockets::run(args), false),
         Verb::Fix(args) => (tcpstall::process::fix::run(args), false),
         Verb::Trace(args) => (tcpstall::process::trace::run(args), args.fail_on_stall),
+        Verb::Probe(args) => (tcpstall::probe::run(args), args.fail_on_stall),
         Verb::Watch(args) => (tcpstall::watch::run(args), args.fail_on_stall),
         Verb::Completions { shell } => (completions(*shell), false),
         Verb::Man { dir } => (man_pages(dir), false),
