@@ -261,10 +261,12 @@ pub struct Detector {
 impl Detector {
     /// A detector with `config`.
     pub fn new(config: DetectorConfig) -> Detector {
-        Detector {
+        let mut detector = Detector {
             config,
             ..Detector::default()
-        }
+        };
+        detector.table.keep_turn_starts = detector.config.keep_turns;
+        detector
     }
 
     /// Active flows in the table.

@@ -16,6 +16,8 @@ pub(crate) struct FlowTable {
     /// The flows; `None` marks a free slot listed in `free`.
     slots: Vec<Option<(FlowKey, Flow)>>,
     free: Vec<u32>,
+    /// New flows keep each turn's start time (for the HTML report's timelines).
+    pub(crate) keep_turn_starts: bool,
 }
 
 /// What [`FlowTable::lookup`] found.
@@ -80,7 +82,8 @@ impl FlowTable {
         let slot = match slot {
             Some(slot) => slot,
             None => {
-                let flow = Flow::new(ordinal, seg);
+                let mut flow = Flow::new(ordinal, seg);
+                flow.turns.keep_starts = self.keep_turn_starts;
                 let slot = match self.free.pop() {
                     Some(free) => free,
                     None => {

@@ -44,8 +44,10 @@ pub(crate) struct Turns {
     /// Latency of each finished turn that got an answer, microseconds (first
     /// [`MAX_TURNS_KEPT`]): four bytes a turn, as a flow may keep tens of thousands.
     pub(crate) latencies_us: Vec<u32>,
-    /// Capture time of each turn of `latencies_us`, the same index.
+    /// Capture time of each turn of `latencies_us`, the same index, when `keep_starts`.
     pub(crate) starts: Vec<Timestamp>,
+    /// Record `starts` (only a report that draws timelines needs them).
+    pub(crate) keep_starts: bool,
     /// Capture time of the current request's first byte.
     start: Timestamp,
     /// Capture time of the server's last data in the current turn, if it answered yet.
@@ -88,7 +90,9 @@ impl Turns {
                 let us = end.since(self.start).as_micros();
                 self.latencies_us
                     .push(u32::try_from(us).unwrap_or(u32::MAX));
-                self.starts.push(self.start);
+                if self.keep_starts {
+                    self.starts.push(self.start);
+                }
             }
         }
     }
