@@ -259,7 +259,8 @@ impl Tracer {
     }
 
     /// Interrupts every thread and detaches from each at its next stop, passing on a pending
-    /// signal, so that the target runs on (a blocked syscall may see EINTR).
+    /// signal, so that the target runs on (a blocked syscall may see EINTR), or stays stopped
+    /// when job control stopped it.
     fn detach_all(&mut self) {
         // Threads detached from a group-stop, which must be seen stopped again before we return.
         let mut group_stopped = Vec::new();
@@ -557,7 +558,8 @@ fn is_stop_signal(sig: Signal) -> bool {
 /// JOBCTL_STOP_PENDING, then `ptrace_signal_wake_up`), and the thread stops again only once
 /// scheduled, in `do_signal_stop`; on a loaded machine the tracer could exit first, leaving
 /// the process seen running. A thread still running ('R') is on its way back to 'T'; any
-/// other state means it stopped, ended, or was continued (SIGCONT) meanwhile.
+/// other state means it stopped, ended, or was continued (SIGCONT) meanwhile (one continued
+/// that keeps running costs at most the bound).
 fn await_stopped_again(tids: &[Pid]) {
     let give_up = Instant::now() + Duration::from_secs(2);
     for tid in tids {
