@@ -259,8 +259,11 @@ impl Tracer {
     }
 
     /// Interrupts every thread and detaches from each at its next stop, passing on a pending
-    /// signal, so that the target runs on (a blocked syscall may see EINTR).
+    /// signal, so that the target runs on (a blocked syscall may see EINTR), or stays stopped
+    /// when job control stopped it.
     fn detach_all(&mut self) {
+        // Threads detached from a group-stop, which must be seen stopped again before we return.
+        let mut group_stopped = Vec::new();
         for tid in self.threads.keys() {
             let _ = ptrace::interrupt(*tid);
         }
@@ -278,7 +281,7 @@ impl Tracer {
                     let _ = ptrace::detach(tid, deliver);
                     self.threads.remove(&tid);
                 }
-                WaitStatus::PtraceEvent(tid, _, event) => {
+                WaitStatus::PtraceEvent(tid, sig, event) => {
                     if is_fork_event(event) {
                         if let Ok(child) = ptrace::getevent(tid) {
                             let child = Pid::from_raw(child as i32);
@@ -289,7 +292,12 @@ impl Tracer {
                             let _ = ptrace::interrupt(child);
                         }
                     }
-                    let _ = ptrace::detach(tid, None);
+                    if ptrace::detach(tid, None).is_ok()
+                        && event == libc::PTRACE_EVENT_STOP
+                        && is_stop_signal(sig)
+                    {
+                        group_stopped.push(tid);
+                    }
                     self.threads.remove(&tid);
                 }
                 WaitStatus::PtraceSyscall(tid) => {
@@ -302,6 +310,7 @@ impl Tracer {
                 _ => {}
             }
         }
+        await_stopped_again(&group_stopped);
     }
 
     fn handle(&mut self, status: WaitStatus) {
@@ -324,11 +333,7 @@ impl Tracer {
                         // signal means the process is stopped by job control (maybe since
                         // before we attached): it must stay stopped, reporting to us
                         // (PTRACE_LISTEN) until SIGCONT, and not be resumed by the tracer.
-                        let group_stop = matches!(
-                            sig,
-                            Signal::SIGSTOP | Signal::SIGTSTP | Signal::SIGTTIN | Signal::SIGTTOU
-                        );
-                        if group_stop {
+                        if is_stop_signal(sig) {
                             // SAFETY: plain ptrace request on a tracee in a stop.
                             unsafe {
                                 libc::ptrace(libc::PTRACE_LISTEN, tid.as_raw(), 0, 0);
@@ -538,4 +543,30 @@ fn is_fork_event(event: i32) -> bool {
         event,
         libc::PTRACE_EVENT_CLONE | libc::PTRACE_EVENT_FORK | libc::PTRACE_EVENT_VFORK
     )
+}
+
+/// A signal that stops the process by job control (a group-stop, `man 2 ptrace`).
+fn is_stop_signal(sig: Signal) -> bool {
+    matches!(
+        sig,
+        Signal::SIGSTOP | Signal::SIGTSTP | Signal::SIGTTIN | Signal::SIGTTOU
+    )
+}
+
+/// Waits, at most 2 s, until each thread detached from a group-stop is stopped again.
+/// PTRACE_DETACH wakes a tracee even in group-stop (kernel `__ptrace_unlink`: it sets
+/// JOBCTL_STOP_PENDING, then `ptrace_signal_wake_up`), and the thread stops again only once
+/// scheduled, in `do_signal_stop`; on a loaded machine the tracer could exit first, leaving
+/// the process seen running. A thread still running ('R') is on its way back to 'T'; any
+/// other state means it stopped, ended, or was continued (SIGCONT) meanwhile (one continued
+/// that keeps running costs at most the bound).
+fn await_stopped_again(tids: &[Pid]) {
+    let give_up = Instant::now() + Duration::from_secs(2);
+    for tid in tids {
+        while Instant::now() < give_up
+            && procfs::status_text(tid.as_raw() as u32, "State").is_some_and(|s| s.starts_with('R'))
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
 }
