@@ -42,6 +42,19 @@ pub(crate) struct RunSettings {
     pub path: Option<PathEnds>,
     /// What the kernel adds to every segment, read once for the run.
     pub segments: SegmentRules,
+    /// The delayed-ACK cap of the `delack-max` rows ([`lab_delack_cap`]); `None` when the
+    /// kernel lacks TCP_DELACK_MAX_US, and those rows are left out.
+    pub delack_cap: Option<Duration>,
+}
+
+/// The cap the `delack-max` rows set: the smallest this kernel accepts (probed on a scratch
+/// socket), rounded up to a whole millisecond as a user would ask for it. `ENOPROTOOPT`
+/// before Linux 6.13.
+pub(crate) fn lab_delack_cap() -> std::io::Result<Duration> {
+    let (floor, _) = crate::sockopt::delack_max_range()?;
+    Ok(Duration::from_millis(
+        floor.as_micros().div_ceil(1000) as u64
+    ))
 }
 
 /// One measured row, the result [`run_variant`] returns: the stable keys of `lab --json` and
@@ -146,6 +159,10 @@ pub(crate) fn run_variant(
     let deadline = Instant::now() + settings.row_timeout;
     let protocol = (variant.workload.protocol)(size);
     let path = settings.path.as_ref();
+    let cap = match (variant.delack_cap, settings.delack_cap) {
+        (Some(_), None) => anyhow::bail!("this kernel has no TCP_DELACK_MAX_US to cap"),
+        (side, cap) => move |on: Side| cap.filter(|_| side == Some(on)),
+    };
     let server = Server::start(ServerConfig {
         bind: path.map_or(Ipv4Addr::LOCALHOST, |p| p.server_addr),
         namespace: path.map(|p| p.server.clone()),
@@ -154,6 +171,7 @@ pub(crate) fn run_variant(
         nodelay: variant.server_nodelay,
         listener_quickack: variant.listener_quickack,
         quickack_rearm: variant.server_quickack,
+        delack_max: cap(Side::Server),
         ..ServerConfig::new(protocol, deadline)
     })
     .context("cannot start the lab server")?;
@@ -163,6 +181,7 @@ pub(crate) fn run_variant(
         mss,
         nodelay: variant.client_nodelay,
         quickack_rearm: variant.client_quickack,
+        delack_max: cap(Side::Client),
         namespace: path.map(|p| p.client.clone()),
         ..ClientConfig::default()
     };
@@ -200,6 +219,9 @@ pub(crate) fn run_variant(
     let threshold = stall_threshold_ms(expected.round_trips(), rtt);
     let stalled = summary.p50_ms >= threshold;
     let mut explanation = Explanation::of(variant, geometry).to_string();
+    if let (Some(_), Some(max)) = (variant.delack_cap, settings.delack_cap) {
+        explanation = format!("{explanation}; cap {} ms on this kernel", max.as_millis());
+    }
     if path.is_some() {
         explanation = format!("{explanation}; {}", PathNote::of(variant, &expected));
     }
