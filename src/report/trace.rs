@@ -127,6 +127,14 @@ pub(crate) fn write_text(report: &TraceReport, out: &mut impl Write) -> io::Resu
             )?;
         }
         writeln!(out, "  fix: {FIX}")?;
+        // Waits as long as the peer's delayed ACK: a cap on it there releases them sooner.
+        if s.waits_over_30ms > 0 {
+            writeln!(
+                out,
+                "  if this program cannot be changed: {}",
+                crate::detect::verdict::delack_cap_fix("peer")
+            )?;
+        }
     }
     for s in clean.iter().take(CLEAN_SHOWN) {
         writeln!(
