@@ -158,7 +158,7 @@ mod tests {
     use crate::process::socket_model::Example;
 
     // The expected outputs were written by the renderer `trace` had before it moved here, on
-    // these same reports: the output must not change.
+    // these same reports, plus the line offering the peer's delayed-ACK cap: nothing else changes.
 
     /// Two sockets with write-write-reads (one with TCP_QUICKACK calls, one with a long
     /// example) and a clean one, from a command.
