@@ -157,23 +157,11 @@ pub(crate) fn run_variant(
         .sizes_of(variant, settings.size, settings.mss);
     let (size, mss) = (sizes.size, sizes.mss);
     let deadline = Instant::now() + settings.row_timeout;
-    let protocol = (variant.workload.protocol)(size);
     let path = settings.path.as_ref();
-    let cap = match (variant.delack_cap, settings.delack_cap) {
-        (Some(_), None) => anyhow::bail!("this kernel has no TCP_DELACK_MAX_US to cap"),
-        (side, cap) => move |on: Side| cap.filter(|_| side == Some(on)),
-    };
-    let server = Server::start(ServerConfig {
-        bind: path.map_or(Ipv4Addr::LOCALHOST, |p| p.server_addr),
-        namespace: path.map(|p| p.server.clone()),
-        reply: variant.server_reply,
-        mss,
-        nodelay: variant.server_nodelay,
-        listener_quickack: variant.listener_quickack,
-        quickack_rearm: variant.server_quickack,
-        delack_max: cap(Side::Server),
-        ..ServerConfig::new(protocol, deadline)
-    })
+    let server_cap = delack_max_on(variant, settings, Side::Server)?;
+    let server = Server::start(server_config(
+        variant, size, mss, deadline, path, server_cap,
+    ))
     .context("cannot start the lab server")?;
     let addr = server.addr();
     watch_port(addr.port());
@@ -181,7 +169,7 @@ pub(crate) fn run_variant(
         mss,
         nodelay: variant.client_nodelay,
         quickack_rearm: variant.client_quickack,
-        delack_max: cap(Side::Client),
+        delack_max: delack_max_on(variant, settings, Side::Client)?,
         namespace: path.map(|p| p.client.clone()),
         ..ClientConfig::default()
     };
@@ -276,6 +264,42 @@ pub(crate) fn run_variant(
         inherited,
         errors: outcome.errors.lines(),
     })
+}
+
+/// The server of `variant` with a `size`-byte payload and TCP_MAXSEG `mss`, as its row runs
+/// it: its protocol, its write strategy and socket options (on the emulated `path`, if any).
+pub(crate) fn server_config(
+    variant: &Variant,
+    size: usize,
+    mss: Option<u32>,
+    deadline: Instant,
+    path: Option<&PathEnds>,
+    delack_max: Option<Duration>,
+) -> ServerConfig {
+    ServerConfig {
+        bind: path.map_or(Ipv4Addr::LOCALHOST, |p| p.server_addr),
+        namespace: path.map(|p| p.server.clone()),
+        reply: variant.server_reply,
+        mss,
+        nodelay: variant.server_nodelay,
+        listener_quickack: variant.listener_quickack,
+        quickack_rearm: variant.server_quickack,
+        delack_max,
+        ..ServerConfig::new((variant.workload.protocol)(size), deadline)
+    }
+}
+
+/// The delayed-ACK cap `side`'s socket sets in `variant`'s run: the run's cap on the side the
+/// row names, none elsewhere; an error when the row needs one the kernel cannot give.
+pub(crate) fn delack_max_on(
+    variant: &Variant,
+    settings: &RunSettings,
+    side: Side,
+) -> anyhow::Result<Option<Duration>> {
+    match (variant.delack_cap, settings.delack_cap) {
+        (Some(_), None) => anyhow::bail!("this kernel has no TCP_DELACK_MAX_US to cap"),
+        (capped, cap) => Ok(cap.filter(|_| capped == Some(side))),
+    }
 }
 
 /// TcpExt TCPAutoCorking of the clients' network namespace: counters are per namespace, so on
