@@ -492,10 +492,45 @@ fn text_report_names_the_pattern_and_the_fixes() {
         text.contains("3. set TCP_QUICKACK on the client's socket"),
         "{text}"
     );
+    // For the side that owns only the client: the lasting cap, said as a condition on the
+    // client's host (the capture may come from elsewhere).
+    assert!(
+        text.contains(
+            "4. if the server cannot be changed, cap the client's delayed ACK on Linux with \
+             TCP_DELACK_MAX_US (6.13+): tcpstall fix PID --delack-max 5ms on the client's host \
+             (lasting; costs more ACKs)"
+        ),
+        "{text}"
+    );
     assert!(
         text.contains("loopback"),
         "--flows shows the capture position: {text}"
     );
+}
+
+/// The delayed-ACK cap is a fix for Nagle held by a Linux peer's delayed ACK only: not for a
+/// peer whose 200 ms delay names Windows, nor for the cork timer, an RTO or a zero window.
+#[test]
+fn the_delack_cap_is_offered_only_for_a_linux_delayed_ack() {
+    let text = |fixture: &str| {
+        let out = run(&["analyze", &format!("{FIXTURES}/{fixture}")]);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let split = text("split_request.pcap");
+    assert!(
+        split.contains("4. if the client cannot be changed, cap the server's delayed ACK"),
+        "{split}"
+    );
+    for fixture in [
+        "windows_peer.pcap",
+        "cork.pcap",
+        "rto.pcap",
+        "zero_window.pcap",
+    ] {
+        let report = text(fixture);
+        assert!(report.contains("fix: 1."), "{fixture}: {report}");
+        assert!(!report.contains("TCP_DELACK_MAX_US"), "{fixture}: {report}");
+    }
 }
 
 /// The committed fixture `name`.pcap rewritten as pcapng by editcap, in `dir`.

@@ -205,6 +205,33 @@ fn every_catalogue_row_detector_agrees_with_its_latency() {
         rows.iter().any(|r| r["stalled"] == true) && rows.iter().any(|r| r["stalled"] == false),
         "the catalogue has stalled and clean rows"
     );
+    // A capped delayed ACK still holds the tail, for about the cap (~12 ms at HZ=250): under
+    // the stall threshold, so the detector files it as a minor hold, outside `stalls`, and the
+    // row is clean on both counts.
+    let capped: Vec<&Value> = rows
+        .iter()
+        .filter(|r| {
+            r["variant"]
+                .as_str()
+                .is_some_and(|v| v.starts_with("delack-max"))
+        })
+        .collect();
+    // Left out, with a note, on a kernel without TCP_DELACK_MAX_US (tests/lab.rs needs them).
+    assert!(
+        matches!(capped.len(), 0 | 3),
+        "echo, http and memcached each have a delack-max row: {} found",
+        capped.len()
+    );
+    for row in capped {
+        assert_eq!(row["stalled"], false, "{}", name(row));
+        assert_eq!(
+            detector_stalls(row),
+            0,
+            "{}: {}",
+            name(row),
+            row["detector"]
+        );
+    }
     assert_detector_agrees(&rows);
 }
 

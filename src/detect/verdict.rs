@@ -129,19 +129,43 @@ pub(crate) fn explain(event: &StallEvent) -> String {
     }
 }
 
-/// The fixes for a kind, in order of preference, for the side that was held.
-pub(crate) fn fixes(kind: StallKind, held: Side) -> Vec<String> {
+/// The fix for the side that cannot change the writer Nagle holds: a lasting cap on the
+/// delayed ACK of `acker`, the side that delays its ACK (`TCP_DELACK_MAX_US`,
+/// `tcp_delack_max()`). Said as a condition: the ACKing host may be another machine, whose
+/// kernel `tcpstall fix` checks for the option when it runs there.
+pub(crate) fn delack_cap_fix(acker: &str) -> String {
+    format!(
+        "cap the {acker}'s delayed ACK on Linux with TCP_DELACK_MAX_US (6.13+): tcpstall fix \
+         PID --delack-max 5ms on the {acker}'s host (lasting; costs more ACKs)"
+    )
+}
+
+/// The fixes for a kind, in order of preference, for the side that was held; `peer` is the
+/// ACKing side's stack as its delay named it, if known.
+pub(crate) fn fixes(kind: StallKind, held: Side, peer: Option<PeerStack>) -> Vec<String> {
     let h = held.name();
     let p = held.peer().name();
     match kind {
-        StallKind::NagleDelayedAck | StallKind::NagleMinor => vec![
-            format!(
-                "write the {} in one call on the {h} (one buffer, or writev/sendmsg)",
-                message(held)
-            ),
-            format!("set TCP_NODELAY on the {h}'s socket"),
-            format!("set TCP_QUICKACK on the {p}'s socket, again after every read"),
-        ],
+        StallKind::NagleDelayedAck | StallKind::NagleMinor => {
+            let mut fixes = vec![
+                format!(
+                    "write the {} in one call on the {h} (one buffer, or writev/sendmsg)",
+                    message(held)
+                ),
+                format!("set TCP_NODELAY on the {h}'s socket"),
+                format!("set TCP_QUICKACK on the {p}'s socket, again after every read"),
+            ];
+            // A minor hold waited for an ordinary ACK: a cap on the delayed ACK changes nothing;
+            // nor is a Linux option any use to a peer whose delay names another stack.
+            let linux_peer = matches!(peer, None | Some(PeerStack::Linux | PeerStack::Unknown));
+            if kind == StallKind::NagleDelayedAck && linux_peer {
+                fixes.push(format!(
+                    "if the {h} cannot be changed, {}",
+                    delack_cap_fix(p)
+                ));
+            }
+            fixes
+        }
         StallKind::CorkTimer => vec![format!(
             "clear TCP_CORK on the {h} after the last write (or drop MSG_MORE from the last send)"
         )],

@@ -22,6 +22,8 @@ pub struct ClientConfig {
     pub nodelay: bool,
     /// Re-arm TCP_QUICKACK after every read (the client-side fix of source document 002).
     pub quickack_rearm: bool,
+    /// TCP_DELACK_MAX_US set once on the socket.
+    pub delack_max: Option<Duration>,
     /// Bound of each wait: connect, and every read.
     pub timeout: Duration,
     /// The client namespace of an emulated path (`lab --rtt`): sockets are created there and
@@ -35,6 +37,7 @@ impl Default for ClientConfig {
             mss: None,
             nodelay: false,
             quickack_rearm: false,
+            delack_max: None,
             timeout: Duration::from_secs(2),
             namespace: None,
         }
@@ -70,6 +73,9 @@ impl Connection {
         }
         if config.nodelay {
             sockopt::set_nodelay(socket.as_fd(), true)?;
+        }
+        if let Some(max) = config.delack_max {
+            sockopt::set_delack_max(socket.as_fd(), max)?;
         }
         socket.connect_timeout(&addr.into(), config.timeout)?;
         let stream: TcpStream = socket.into();

@@ -131,6 +131,10 @@ pub(crate) enum Hold {
     /// This end's second write waits for the ACK of its first, which the peer delays until
     /// its delayed-ACK timer: a stall.
     ForDelayedAck(Side),
+    /// This end's second write waits for the ACK of its first, which the peer delays but
+    /// only up to its TCP_DELACK_MAX_US cap (`tcp_delack_max()` bounds the timer set in
+    /// `tcp_send_delayed_ack`): a hold of about the cap, shorter than the stall threshold.
+    ForCappedAck(Side),
 }
 
 /// What a row should show on the wire, per request.
@@ -170,6 +174,7 @@ impl WireOutcome {
         let held = waits_behind_first && !workload.is_one_way() && !pushed_by_fin;
         let hold = match (held, variant.expected, geometry.fit()) {
             (false, _, _) => Hold::Nothing,
+            (true, _, Fit::BothSmall) if variant.delack_cap.is_some() => Hold::ForCappedAck(writer),
             (true, Expectation::Stall, Fit::BothSmall) => Hold::ForDelayedAck(writer),
             (true, _, _) => Hold::ForAck(writer),
         };
@@ -199,7 +204,7 @@ impl WireOutcome {
     pub fn round_trips(&self) -> u32 {
         match self.hold {
             Hold::Nothing => 1,
-            Hold::ForAck(_) | Hold::ForDelayedAck(_) => 2,
+            Hold::ForAck(_) | Hold::ForDelayedAck(_) | Hold::ForCappedAck(_) => 2,
         }
     }
 }
@@ -208,7 +213,7 @@ impl WireOutcome {
 mod tests {
     use super::*;
     use crate::lab::scenarios::{catalogue_row, CATALOGUE};
-    use Hold::{ForAck, ForDelayedAck, Nothing};
+    use Hold::{ForAck, ForCappedAck, ForDelayedAck, Nothing};
     use Side::{Client, Server};
 
     /// Timestamps on, as on a default Linux: a full segment carries MSS - 12 bytes.
@@ -231,10 +236,13 @@ mod tests {
         ("echo", "msg_more", Nothing, 2),
         // The tail still waits for the ACK of the head, which comes at once.
         ("echo", "quickack", ForAck(Client), 3),
+        // The tail waits for the head's ACK, delayed by the server up to its cap.
+        ("echo", "delack-max", ForCappedAck(Client), 3),
         ("echo", "short", ForAck(Client), 3),
         ("http", "split", ForDelayedAck(Server), 3),
         ("http", "single", Nothing, 2),
         ("http", "nodelay", Nothing, 3),
+        ("http", "delack-max", ForCappedAck(Server), 3),
         // The server's close pushes the held body out with its FIN.
         ("http", "short", Nothing, 3),
         // 122 B: the reply fits the first write.
@@ -245,6 +253,7 @@ mod tests {
         // segment leaves, more than one MSS is unacknowledged, the client ACKs at once.
         ("memcached", "value-4000", ForAck(Server), 4),
         ("memcached", "quickack-1400", ForAck(Server), 3),
+        ("memcached", "delack-max-1400", ForCappedAck(Server), 3),
         ("memcached", "nodelay-1400", Nothing, 3),
         ("stream", "nagle-0ms", Nothing, 1),
         ("stream", "nagle-5ms", Nothing, 1),

@@ -44,6 +44,8 @@ pub(crate) enum Why {
     MemcachedSplit,
     /// memcached: the client re-arms TCP_QUICKACK.
     ClientQuickack,
+    /// The side that ACKs the writer's first part caps its delayed ACK (TCP_DELACK_MAX_US).
+    DelackCap,
     /// memcached: TCP_NODELAY on the accepted socket.
     AcceptedNodelay,
     /// Stream with Nagle on.
@@ -80,12 +82,14 @@ impl Explanation {
         let workload = variant.workload;
         // Only memcached's reply can be one write: an echo line always leaves its `\r\n`
         // for the second write, an HTTP reply its body.
-        let why = match (workload.is_one_way(), variant.expected, geometry.fit()) {
+        // A capped delayed ACK is still waited for: its rows follow the geometry as a split does.
+        let timed = variant.expected == Expectation::Stall || variant.delack_cap.is_some();
+        let why = match (workload.is_one_way(), timed, geometry.fit()) {
             (false, _, Fit::OneWrite) => Why::ReplyInFirstWrite,
-            (true, _, _) | (_, Expectation::NoStall, _) => variant.why,
-            (_, Expectation::Stall, Fit::FirstFull) => Why::FirstWriteFull,
-            (_, Expectation::Stall, Fit::SecondFull) => Why::SecondWriteFull,
-            (_, Expectation::Stall, _) => variant.why,
+            (true, _, _) | (_, false, _) => variant.why,
+            (_, true, Fit::FirstFull) => Why::FirstWriteFull,
+            (_, true, Fit::SecondFull) => Why::SecondWriteFull,
+            (_, true, _) => variant.why,
         };
         Explanation {
             why,
@@ -132,6 +136,7 @@ impl fmt::Display for Explanation {
             Why::HttpShort => f.write_str("new connection per request (`ab` without -k): the server closes after the body, and closing pushes the held body out with the FIN (tcp_send_fin); the client, in quick-ACK mode, ACKs the header at once anyway"),
             Why::MemcachedSplit => write!(f, "the server writes {first} B then a {second} B rest, both below one {mss} B segment: the rest waits in tcp_nagle_check for the ACK of the sub-MSS first write (Minshall), which the client delays (ping-pong) until the timer"),
             Why::ClientQuickack => write!(f, "client re-arms TCP_QUICKACK after each receive: it ACKs the first {first} B at once, the {second} B rest follows (doc 002's client fix)"),
+            Why::DelackCap => write!(f, "the {peer} caps its delayed ACK once (TCP_DELACK_MAX_US on its socket, at the kernel's floor rounded up to a millisecond): {writer}'s {second} B second write still waits for the ACK of its {first} B first, but only about the cap (kept in whole jiffies, plus timer slack) instead of the 40 ms timer; lasting, unlike TCP_QUICKACK, at the cost of more ACKs (what `tcpstall fix PID --delack-max` sets)"),
             Why::AcceptedNodelay => write!(f, "server TCP_NODELAY on the accepted socket: the {second} B rest leaves right after the first {first} B (doc 002's server fix)"),
             Why::StreamNagle => f.write_str("Nagle on: a write waits only while an earlier sub-MSS segment is unacknowledged; on loopback the ACK (the receiver never sends data, so it stays in quick-ACK mode) is back within microseconds, so little is merged; doc 001's 22% needs a real RTT"),
             Why::StreamNodelay => f.write_str("TCP_NODELAY: every write leaves at once unless autocorking defers it (tcp_should_autocork: an earlier skb of the socket still queued below TCP); lo has no qdisc, so that is rare"),
@@ -169,6 +174,7 @@ impl fmt::Display for PathNote {
         f.write_str(match self {
             PathNote::Stream => "over a path the ACK of a sub-MSS segment takes an RTT, and with Nagle the writes made meanwhile leave merged into full segments; with --rate, packets wait in the tbf qdisc still charged to the socket, so autocorking (tcp_should_autocork) merges writes even with TCP_NODELAY",
             PathNote::Hold(Hold::ForDelayedAck(_)) => "over a path: 2 RTT + the delayed-ACK timer (the first part's ACK waits for the timer, then the tail and the reply each cross the path)",
+            PathNote::Hold(Hold::ForCappedAck(_)) => "over a path: 2 RTT + the capped delayed ACK (the first part's ACK waits up to the cap, then the tail and the reply each cross the path)",
             PathNote::Hold(Hold::ForAck(_)) => "over a path: 2 RTT, no timer: the tail still waits for the first part's ACK, sent at once, to cross the path",
             PathNote::Hold(Hold::Nothing) => "over a path: 1 RTT, nothing held",
         })
@@ -222,6 +228,10 @@ mod tests {
             "{text}"
         );
         // The fixes keep their own text, and a reply in one write has nothing to fix.
+        // A capped delayed ACK matters only while both writes are below one MSS.
+        let capped = row("memcached", "delack-max-1400");
+        assert!(explain(capped, 1400, Some(1460)).contains("about the cap"));
+        assert!(explain(capped, 4000, Some(1460)).contains("starts with a full 1448 B segment"));
         let quickack = row("memcached", "quickack-1400");
         assert!(explain(quickack, 1400, Some(1460)).contains("ACKs the first 1400 B at once"));
         assert!(explain(quickack, 100, Some(1460)).contains("one write"));

@@ -103,7 +103,7 @@ fn listed_row(variant: &Variant, settings: &RunSettings) -> ListedRow {
 }
 
 /// `variant` with its client side as a typical client's: one write per request, Nagle on,
-/// no TCP_QUICKACK, keep-alive. The server side is the row's own.
+/// no TCP_QUICKACK nor delayed-ACK cap, keep-alive. The server side is the row's own.
 fn with_typical_client(variant: &Variant) -> Variant {
     // Such a client delays its ACKs once the connection is in ping-pong mode (after its first
     // turn, `tcp_event_data_sent`), so a server's held write waits for its timer; when the
@@ -117,6 +117,7 @@ fn with_typical_client(variant: &Variant) -> Variant {
         client_write: WriteStrategy::Single,
         client_nodelay: false,
         client_quickack: false,
+        delack_cap: variant.delack_cap.filter(|side| *side == Side::Server),
         connections: ConnectionMode::KeepAlive,
         ..*variant
     }

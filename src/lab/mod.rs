@@ -236,6 +236,8 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
         check_size(&selected, size)?;
     }
     if args.serve {
+        let kernel = KernelFacts::read();
+        let selected = without_delack_rows_unless_capped(selected, &mut settings, &kernel);
         return serve::serve(&selected, &settings, args.port.unwrap_or(0));
     }
     if args.list {
@@ -251,6 +253,7 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
     }
     check_requests(&selected, args.requests)?;
     let kernel = KernelFacts::read();
+    let selected = without_delack_rows_unless_capped(selected, &mut settings, &kernel);
     // Owns the namespaces: dropped (deleted) when this function returns, also on error.
     let emulated = match shape {
         Some(shape) => {
@@ -413,6 +416,39 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
     })
 }
 
+/// Sets the run's delayed-ACK cap for the `delack-max` rows; on a kernel without
+/// TCP_DELACK_MAX_US those rows are left out with a note rather than failing.
+fn without_delack_rows_unless_capped(
+    selected: Vec<Variant>,
+    settings: &mut RunSettings,
+    kernel: &KernelFacts,
+) -> Vec<Variant> {
+    if selected.iter().all(|v| v.delack_cap.is_none()) {
+        return selected;
+    }
+    match runner::lab_delack_cap() {
+        Ok(cap) => {
+            settings.delack_cap = Some(cap);
+            selected
+        }
+        Err(err) => {
+            for v in selected.iter().filter(|v| v.delack_cap.is_some()) {
+                eprintln!(
+                    "tcpstall: note: {}/{} skipped: this kernel ({}) cannot cap its delayed \
+                     ACK (TCP_DELACK_MAX_US, Linux 6.13 or later): {err}",
+                    v.scenario.name(),
+                    v.name_in_run(settings.size),
+                    kernel.release
+                );
+            }
+            selected
+                .into_iter()
+                .filter(|v| v.delack_cap.is_none())
+                .collect()
+        }
+    }
+}
+
 /// The run's settings; clap has checked every range.
 fn settings_of(args: &LabArgs) -> RunSettings {
     RunSettings {
@@ -425,6 +461,7 @@ fn settings_of(args: &LabArgs) -> RunSettings {
         row_timeout: Duration::from_secs(args.row_timeout),
         path: None,
         segments: SegmentRules::read(),
+        delack_cap: None,
     }
 }
 

@@ -42,6 +42,19 @@ pub(crate) struct RunSettings {
     pub path: Option<PathEnds>,
     /// What the kernel adds to every segment, read once for the run.
     pub segments: SegmentRules,
+    /// The delayed-ACK cap of the `delack-max` rows ([`lab_delack_cap`]); `None` when the
+    /// kernel lacks TCP_DELACK_MAX_US, and those rows are left out.
+    pub delack_cap: Option<Duration>,
+}
+
+/// The cap the `delack-max` rows set: the smallest this kernel accepts (probed on a scratch
+/// socket), rounded up to a whole millisecond as a user would ask for it. `ENOPROTOOPT`
+/// before Linux 6.13.
+pub(crate) fn lab_delack_cap() -> std::io::Result<Duration> {
+    let (floor, _) = crate::sockopt::delack_max_range()?;
+    Ok(Duration::from_millis(
+        floor.as_micros().div_ceil(1000) as u64
+    ))
 }
 
 /// One measured row, the result [`run_variant`] returns: the stable keys of `lab --json` and
@@ -145,14 +158,18 @@ pub(crate) fn run_variant(
     let (size, mss) = (sizes.size, sizes.mss);
     let deadline = Instant::now() + settings.row_timeout;
     let path = settings.path.as_ref();
-    let server = Server::start(server_config(variant, size, mss, deadline, path))
-        .context("cannot start the lab server")?;
+    let server_cap = delack_max_on(variant, settings, Side::Server)?;
+    let server = Server::start(server_config(
+        variant, size, mss, deadline, path, server_cap,
+    ))
+    .context("cannot start the lab server")?;
     let addr = server.addr();
     watch_port(addr.port());
     let client = ClientConfig {
         mss,
         nodelay: variant.client_nodelay,
         quickack_rearm: variant.client_quickack,
+        delack_max: delack_max_on(variant, settings, Side::Client)?,
         namespace: path.map(|p| p.client.clone()),
         ..ClientConfig::default()
     };
@@ -190,6 +207,9 @@ pub(crate) fn run_variant(
     let threshold = stall_threshold_ms(expected.round_trips(), rtt);
     let stalled = summary.p50_ms >= threshold;
     let mut explanation = Explanation::of(variant, geometry).to_string();
+    if let (Some(_), Some(max)) = (variant.delack_cap, settings.delack_cap) {
+        explanation = format!("{explanation}; cap {} ms on this kernel", max.as_millis());
+    }
     if path.is_some() {
         explanation = format!("{explanation}; {}", PathNote::of(variant, &expected));
     }
@@ -254,6 +274,7 @@ pub(crate) fn server_config(
     mss: Option<u32>,
     deadline: Instant,
     path: Option<&PathEnds>,
+    delack_max: Option<Duration>,
 ) -> ServerConfig {
     ServerConfig {
         bind: path.map_or(Ipv4Addr::LOCALHOST, |p| p.server_addr),
@@ -263,7 +284,21 @@ pub(crate) fn server_config(
         nodelay: variant.server_nodelay,
         listener_quickack: variant.listener_quickack,
         quickack_rearm: variant.server_quickack,
+        delack_max,
         ..ServerConfig::new((variant.workload.protocol)(size), deadline)
+    }
+}
+
+/// The delayed-ACK cap `side`'s socket sets in `variant`'s run: the run's cap on the side the
+/// row names, none elsewhere; an error when the row needs one the kernel cannot give.
+pub(crate) fn delack_max_on(
+    variant: &Variant,
+    settings: &RunSettings,
+    side: Side,
+) -> anyhow::Result<Option<Duration>> {
+    match (variant.delack_cap, settings.delack_cap) {
+        (Some(_), None) => anyhow::bail!("this kernel has no TCP_DELACK_MAX_US to cap"),
+        (capped, cap) => Ok(cap.filter(|_| capped == Some(side))),
     }
 }
 

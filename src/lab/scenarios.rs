@@ -142,6 +142,10 @@ pub(crate) struct Variant {
     pub server_quickack: bool,
     /// TCP_QUICKACK value set on the listening socket.
     pub listener_quickack: Option<bool>,
+    /// The side whose socket caps its delayed ACK once (TCP_DELACK_MAX_US), at the run's
+    /// [`RunSettings::delack_cap`](super::runner::RunSettings::delack_cap): the side that ACKs
+    /// the writer's first part.
+    pub delack_cap: Option<Side>,
     /// Connection reuse.
     pub connections: ConnectionMode,
     /// Payload size (echo line, HTTP body, memcached value, stream write), in bytes.
@@ -204,6 +208,7 @@ const ECHO: Variant = Variant {
     server_nodelay: ServerNodelay::Off,
     server_quickack: false,
     listener_quickack: None,
+    delack_cap: None,
     connections: ConnectionMode::KeepAlive,
     size: 13,
     pause_ms: 0,
@@ -294,6 +299,13 @@ pub(crate) const CATALOGUE: &[Variant] = &[
         why: Why::ServerQuickack,
         ..ECHO
     },
+    // The server ACKs the client's head: its cap shortens the hold, not removes it.
+    Variant {
+        name: RowName::Fixed("delack-max"),
+        delack_cap: Some(Side::Server),
+        why: Why::DelackCap,
+        ..ECHO
+    },
     Variant {
         name: RowName::Fixed("short"),
         connections: ConnectionMode::PerRequest,
@@ -316,6 +328,12 @@ pub(crate) const CATALOGUE: &[Variant] = &[
         name: RowName::Fixed("nodelay"),
         server_nodelay: ServerNodelay::Accepted,
         why: Why::HttpNodelay,
+        ..HTTP
+    },
+    Variant {
+        name: RowName::Fixed("delack-max"),
+        delack_cap: Some(Side::Client),
+        why: Why::DelackCap,
         ..HTTP
     },
     Variant {
@@ -350,6 +368,14 @@ pub(crate) const CATALOGUE: &[Variant] = &[
         client_quickack: true,
         expected: Expectation::NoStall,
         why: Why::ClientQuickack,
+        ..MEMCACHED
+    },
+    Variant {
+        name: RowName::Sized("delack-max"),
+        size: 1400,
+        delack_cap: Some(Side::Client),
+        expected: Expectation::NoStall,
+        why: Why::DelackCap,
         ..MEMCACHED
     },
     Variant {

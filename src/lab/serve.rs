@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
-use super::runner::{server_config, RunSettings};
+use super::runner::{delack_max_on, server_config, RunSettings};
 use super::scenarios::Variant;
 use super::server::{Server, ServerConfig};
 use crate::Outcome;
@@ -53,7 +53,8 @@ pub(crate) fn serve(
         .segments
         .sizes_of(variant, settings.size, settings.mss);
     let deadline = Instant::now() + settings.row_timeout;
-    let config = server_config(variant, sizes.size, sizes.mss, deadline, None);
+    let cap = delack_max_on(variant, settings, crate::Side::Server)?;
+    let config = server_config(variant, sizes.size, sizes.mss, deadline, None, cap);
     let server = Server::start(ServerConfig { port, ..config })
         .with_context(|| format!("cannot listen on {}:{port}", Ipv4Addr::LOCALHOST))?;
     let name = format!(

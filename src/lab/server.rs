@@ -107,6 +107,8 @@ pub struct ServerConfig {
     pub listener_quickack: Option<bool>,
     /// Re-arm TCP_QUICKACK after every read on accepted sockets.
     pub quickack_rearm: bool,
+    /// TCP_DELACK_MAX_US set once on every accepted socket.
+    pub delack_max: Option<Duration>,
     /// Bound of each wait for data.
     pub read_timeout: Duration,
     /// Nothing runs past this instant.
@@ -129,6 +131,7 @@ impl ServerConfig {
             nodelay: ServerNodelay::Off,
             listener_quickack: None,
             quickack_rearm: false,
+            delack_max: None,
             read_timeout: Duration::from_secs(2),
             deadline,
             bind: Ipv4Addr::LOCALHOST,
@@ -348,6 +351,9 @@ fn serve_connection(
     stream.set_read_timeout(Some(config.read_timeout))?;
     if config.nodelay == ServerNodelay::Accepted {
         sockopt::set_nodelay(stream.as_fd(), true)?;
+    }
+    if let Some(max) = config.delack_max {
+        sockopt::set_delack_max(stream.as_fd(), max)?;
     }
     if let Protocol::Sink { chunk } = config.protocol {
         return sink(stream, chunk.max(1), config, stop, arrivals);

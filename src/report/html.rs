@@ -216,7 +216,7 @@ pub fn analysis_page(a: &Analysis, input: &InputFacts, title: &str) -> anyhow::R
         ),
     };
     if let Some(p) = &main {
-        page.fixes = fixes(p.kind, p.held_side);
+        page.fixes = fixes(p.kind, p.held_side, p.example.peer_stack);
     }
     let span = a.span_ns.map_or(Span::ZERO, |(f, l)| l.since(f));
     page.facts.push(format!(

@@ -150,7 +150,15 @@ pub fn write(out: &mut impl Write, ladder: &Ladder, style: Style) -> io::Result<
     }
     for (i, fix) in ladder.fixes.iter().enumerate() {
         let lead = if i == 0 { "fix:" } else { "    " };
-        writeln!(out, "{lead} {}. {fix}", i + 1)?;
+        // "fix: 1. ": a long fix goes on under its own start.
+        let indent = " ".repeat(lead.len() + 4);
+        for (j, line) in wrap(fix, LINE_WIDTH - indent.len()).iter().enumerate() {
+            if j == 0 {
+                writeln!(out, "{lead} {}. {line}", i + 1)?;
+            } else {
+                writeln!(out, "{indent}{line}")?;
+            }
+        }
     }
     Ok(())
 }

@@ -111,7 +111,10 @@ pub fn summary(a: &Analysis, input: &InputFacts) -> String {
         let events = by_flow.get(&f.id).map(Vec::as_slice).unwrap_or_default();
         for p in patterns(events) {
             let _ = writeln!(out, "  {} x {}", p.count, explain(p.example));
-            for (i, fix) in fixes(p.kind, p.held_side).iter().enumerate() {
+            for (i, fix) in fixes(p.kind, p.held_side, p.example.peer_stack)
+                .iter()
+                .enumerate()
+            {
                 let lead = if i == 0 { "  fix:" } else { "      " };
                 let _ = writeln!(out, "{lead} {}. {fix}", i + 1);
             }

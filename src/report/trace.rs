@@ -127,6 +127,14 @@ pub(crate) fn write_text(report: &TraceReport, out: &mut impl Write) -> io::Resu
             )?;
         }
         writeln!(out, "  fix: {FIX}")?;
+        // Waits as long as the peer's delayed ACK: a cap on it there releases them sooner.
+        if s.waits_over_30ms > 0 {
+            writeln!(
+                out,
+                "  if this program cannot be changed: {}",
+                crate::detect::verdict::delack_cap_fix("peer")
+            )?;
+        }
     }
     for s in clean.iter().take(CLEAN_SHOWN) {
         writeln!(
@@ -150,7 +158,7 @@ mod tests {
     use crate::process::socket_model::Example;
 
     // The expected outputs were written by the renderer `trace` had before it moved here, on
-    // these same reports: the output must not change.
+    // these same reports, plus the line offering the peer's delayed-ACK cap: nothing else changes.
 
     /// Two sockets with write-write-reads (one with TCP_QUICKACK calls, one with a long
     /// example) and a clean one, from a command.

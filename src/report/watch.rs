@@ -138,7 +138,7 @@ pub fn event_text(event: &StallEvent, found: Result<&Owner, &NoOwner>) -> String
                 "  settled by the socket: TCP_CORK is set on it, so the kernel held the data: the \
                  cork timer"
             );
-            for fix in fixes(f.kind, f.held_side) {
+            for fix in fixes(f.kind, f.held_side, event.peer_stack) {
                 let _ = writeln!(out, "  fix: {fix}");
             }
         }
@@ -154,8 +154,8 @@ pub fn event_text(event: &StallEvent, found: Result<&Owner, &NoOwner>) -> String
         }
         None => {}
     }
-    if let Some(o) = owner {
-        if matches!(f.kind, StallKind::NagleDelayedAck) && o.side == f.held_side {
+    if let Some(o) = owner.filter(|_| f.kind == StallKind::NagleDelayedAck) {
+        if o.side == f.held_side {
             if o.nodelay == Some(true) {
                 let _ = writeln!(
                     out,
@@ -164,9 +164,24 @@ pub fn event_text(event: &StallEvent, found: Result<&Owner, &NoOwner>) -> String
             } else if let Some(fix) = fix_command(event, o) {
                 let _ = writeln!(out, "  fix: {fix}");
             }
+        } else if !o.listener && kernel_caps_delayed_ack() {
+            // Only the ACKing side is here: its lasting cap is the fix this host can apply.
+            let _ = writeln!(
+                out,
+                "  fix here, if the {} cannot be changed: {} --delack-max 5ms (TCP_DELACK_MAX_US, \
+                 which this kernel has; more ACKs)",
+                f.held_side.name(),
+                fix_for(o.pid, o.port)
+            );
         }
     }
     out
+}
+
+/// Whether the running kernel takes TCP_DELACK_MAX_US, probed once on a scratch socket.
+fn kernel_caps_delayed_ack() -> bool {
+    static PROBED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *PROBED.get_or_init(|| crate::sockopt::delack_max_range().is_ok())
 }
 
 /// One stall as a JSON object, without a newline: `analyze`'s event keys plus the owner's.
@@ -415,6 +430,49 @@ pub fn summary_json(s: &WatchSummary) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A server's response held until the client's delayed ACK, seen where only the client
+    /// is local: the fix offered is the client's cap, when this kernel has the option.
+    #[test]
+    fn the_acking_side_alone_is_offered_its_delayed_ack_cap() {
+        use crate::detect::testing::Wire;
+        use crate::Side;
+        let mut w = Wire::handshake(30, 1448);
+        w.data(true, 1_000, 80)
+            .data(false, 1_100, 148)
+            .ack(true, 41_100)
+            .data(false, 41_130, 127);
+        let analysis = w.analyse();
+        let event = &analysis.events[0];
+        assert_eq!(event.finding.kind, StallKind::NagleDelayedAck);
+        let mut client = Owner {
+            side: Side::Client,
+            pid: 4321,
+            command: "client".into(),
+            fd: 3,
+            port: 40000,
+            nodelay: Some(false),
+            cork: Some(false),
+            unreadable: None,
+            listener: false,
+        };
+        let text = event_text(event, Ok(&client));
+        let cap = "fix here, if the server cannot be changed: tcpstall fix 4321 --port 40000 \
+                   --delack-max 5ms";
+        assert_eq!(
+            text.contains(cap),
+            crate::sockopt::delack_max_range().is_ok(),
+            "{text}"
+        );
+        // The held side's own socket gets TCP_NODELAY, not the cap.
+        client.side = Side::Server;
+        let text = event_text(event, Ok(&client));
+        assert!(
+            text.contains("fix: tcpstall fix 4321 --port 40000\n"),
+            "{text}"
+        );
+        assert!(!text.contains("--delack-max"), "{text}");
+    }
 
     #[test]
     fn clock_is_utc_time_of_day() {
