@@ -13,6 +13,7 @@ pub mod detect;
 pub mod flow;
 pub mod kernel;
 pub mod lab;
+pub mod peer;
 pub mod process;
 pub mod report;
 pub mod sockopt;

@@ -102,6 +102,13 @@ pub struct LabArgs {
     /// With --rtt: bottleneck rate of the path in Mbit/s (0.1-10000), both directions.
     #[arg(long, value_name = "MBIT", requires = "rtt")]
     pub rate: Option<f64>,
+    /// With --rtt: one end of every row is a user-space TCP stack behaving like this system's
+    /// (its delayed ACK, ACK frequency, Nagle); the other end stays this kernel.
+    #[arg(long, value_enum, requires = "rtt")]
+    pub peer: Option<crate::peer::profile::Profile>,
+    /// With --peer: the end the peer plays.
+    #[arg(long, value_enum, requires = "peer", default_value = "client")]
+    pub peer_side: crate::peer::PeerSide,
 }
 
 /// The whole output of `lab --json`.
@@ -182,6 +189,13 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
         None => None,
     };
     settings.path = emulated.as_ref().map(|p| p.ends().clone());
+    if args.peer.is_some() && args.peer_side == crate::peer::PeerSide::Server {
+        bail!("--peer-side server is not built yet: use --peer-side client (the default)");
+    }
+    if let (Some(profile), Some(ends)) = (args.peer, &settings.path) {
+        let peer = crate::peer::Peer::attach(profile, args.peer_side, ends)?;
+        settings.peer = Some(Arc::new(peer));
+    }
     let capture = match (&args.capture, &settings.path) {
         (Some(file), Some(ends)) => Some(LiveCapture::start_tun(file, &ends.server, TUN_NAME)?),
         (Some(file), None) => Some(LiveCapture::start_loopback(file)?),
@@ -305,6 +319,7 @@ fn settings_of(args: &LabArgs) -> anyhow::Result<RunSettings> {
         stream_parallel: args.parallel,
         row_timeout: Duration::from_secs(args.row_timeout),
         path: None,
+        peer: None,
     })
 }
 

@@ -38,6 +38,8 @@ pub struct RunSettings {
     pub row_timeout: Duration,
     /// The emulated path of `lab --rtt`; `None`: loopback.
     pub path: Option<PathEnds>,
+    /// `lab --peer`: a user-space stack plays one end of every row.
+    pub peer: Option<std::sync::Arc<crate::peer::Peer>>,
 }
 
 /// One measured row: the stable keys of `lab --json` and the lab's own additions.
@@ -240,7 +242,10 @@ pub fn run_variant(
         client: &client,
         deadline,
     };
-    let mut outcome = run_client(&row);
+    let mut outcome = match settings.peer.as_deref() {
+        Some(peer) if peer.side == crate::peer::PeerSide::Client => peer_client(peer, &row),
+        _ => run_client(&row),
+    };
     let corking_after = autocorking_count(path);
     let report = server.stop();
     let mut latencies = outcome.latencies;
@@ -370,18 +375,8 @@ struct ClientOutcome {
 fn run_client(row: &RowContext<'_>) -> ClientOutcome {
     let mut outcome = ClientOutcome::default();
     let per_request = row.variant.connections == ConnectionMode::PerRequest;
-    // The request's parts, written with the row's strategy, and where the reply ends.
-    let (request, reply_end): (Vec<Vec<u8>>, FrameEnd) = match row.variant.workload {
-        Workload::Echo => {
-            let (head, body) = echo_parts(row.size);
-            (vec![head, body], framing::line_end)
-        }
-        Workload::Memcached => (vec![b"get k\r\n".to_vec()], framing::memcached_reply_end),
-        Workload::Http => {
-            let get = http_get_request(&row.addr.to_string(), "/file", per_request);
-            (vec![get.into_bytes()], framing::http_response_end)
-        }
-        Workload::Stream => return run_stream(row),
+    let Some((request, reply_end)) = request_of(row) else {
+        return run_stream(row);
     };
     let mut connection: Option<Connection> = None;
     while outcome.requests < row.settings.requests && Instant::now() < row.deadline {
@@ -424,6 +419,82 @@ fn run_client(row: &RowContext<'_>) -> ClientOutcome {
         row.settings.requests,
         row.settings.row_timeout,
     );
+    outcome
+}
+
+/// The request's parts, written with the row's strategy, and where the reply ends; `None` for
+/// the stream, which has no reply.
+fn request_of(row: &RowContext<'_>) -> Option<(Vec<Vec<u8>>, FrameEnd)> {
+    let per_request = row.variant.connections == ConnectionMode::PerRequest;
+    Some(match row.variant.workload {
+        Workload::Echo => {
+            let (head, body) = echo_parts(row.size);
+            (vec![head, body], framing::line_end)
+        }
+        Workload::Memcached => (vec![b"get k\r\n".to_vec()], framing::memcached_reply_end),
+        Workload::Http => {
+            let get = http_get_request(&row.addr.to_string(), "/file", per_request);
+            (vec![get.into_bytes()], framing::http_response_end)
+        }
+        Workload::Stream => return None,
+    })
+}
+
+/// Runs the client side of a row on the peer's user-space stack (`lab --peer`).
+fn peer_client(peer: &crate::peer::Peer, row: &RowContext<'_>) -> ClientOutcome {
+    use crate::peer::client::{RequestJob, StreamJob};
+    use crate::peer::stack::ConnOptions;
+    use crate::peer::ClientJob;
+    let mut outcome = ClientOutcome::default();
+    let std::net::SocketAddr::V4(server) = row.addr else {
+        outcome.errors.push("the peer speaks IPv4 only");
+        return outcome;
+    };
+    let options = ConnOptions {
+        nodelay: row.variant.client_nodelay,
+    };
+    let job = match request_of(row) {
+        Some((parts, reply_end)) => ClientJob::Requests(RequestJob {
+            server,
+            parts,
+            write: row.variant.client_write,
+            reply_end,
+            requests: row.settings.requests,
+            per_request: row.variant.connections == ConnectionMode::PerRequest,
+            options,
+            deadline: row.deadline,
+        }),
+        None => ClientJob::Stream(StreamJob {
+            server,
+            payload: vec![b's'; row.size],
+            connections: row.settings.stream_connections,
+            writes: row.settings.stream_writes,
+            pause: Duration::from_millis(row.variant.pause_ms),
+            options,
+            deadline: row.deadline,
+        }),
+    };
+    let mss = row.settings.mss.or(row.variant.mss);
+    match peer.run_client(job, row.variant.client_quickack, mss) {
+        Ok(run) => {
+            outcome.requests = run.requests;
+            outcome.connections = run.connections;
+            outcome.client_segments = run.data_segments;
+            outcome.latencies = run.latencies;
+            outcome.stream_writes = run.stream_writes;
+            for error in run.errors {
+                outcome.errors.push(error);
+            }
+            if row.variant.workload != Workload::Stream {
+                note_timeout(
+                    &mut outcome,
+                    row.settings.requests,
+                    row.settings.row_timeout,
+                );
+            }
+        }
+        Err(err) => outcome.errors.push(format!("the peer: {err}")),
+    }
     outcome
 }
 
