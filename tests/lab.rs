@@ -799,3 +799,113 @@ fn closed_stdout_ends_quietly() {
     assert!(stderr.is_empty(), "{stderr}");
     assert_eq!(out.status.code(), Some(0));
 }
+
+/// The data segments a request costs (`tcpi_data_segs_out` of both ends), pinned row by row
+/// as the catalogue states them: a split write is two segments, one write of a message below
+/// one MSS is one, a held tail leaves as a segment of its own. The TCP_NODELAY rows are left
+/// out: autocorking may merge their parts on a busy machine.
+#[test]
+fn each_request_costs_the_segments_its_writes_make() {
+    let pinned: &[(&str, f64)] = &[
+        ("echo/split", 3.0),
+        ("echo/single", 2.0),
+        ("echo/writev", 2.0),
+        ("echo/flush", 3.0),
+        ("echo/cork", 2.0),
+        ("echo/msg_more", 2.0),
+        ("echo/quickack", 3.0),
+        ("echo/short", 3.0),
+        ("http/split", 3.0),
+        ("http/single", 2.0),
+        ("http/short", 3.0),
+        ("memcached/value-100", 2.0),
+        ("memcached/value-1400", 3.0),
+        ("memcached/value-2400", 3.0),
+        // The 2623 B rest is a full segment that leaves at once and a partial one.
+        ("memcached/value-4000", 4.0),
+        ("memcached/quickack-1400", 3.0),
+        ("inherit/quickack-listener", 3.0),
+    ];
+    let report = lab_json(&[
+        "--scenario",
+        "echo,http,memcached,inherit",
+        "--variant",
+        "split,single,writev,flush,cork,msg_more,quickack,short,value-100,value-1400,\
+         value-2400,value-4000,quickack-1400,quickack-listener",
+        "--requests",
+        "4",
+    ]);
+    let rows = rows(&report);
+    let names: Vec<String> = rows.iter().map(name).collect();
+    let expected: Vec<&str> = pinned.iter().map(|(n, _)| *n).collect();
+    assert_eq!(names, expected, "the rows run");
+    for (row, (_, segments)) in rows.iter().zip(pinned) {
+        assert_eq!(
+            row["segments_per_request"].as_f64(),
+            Some(*segments),
+            "{}",
+            name(row)
+        );
+    }
+}
+
+/// The head of a 4000 B echo line at MSS 1460 is a GSO super-packet of 1999 B that ends in a
+/// partial segment: the tail waits for its ACK, which the server sends at once (more than one
+/// MSS unacknowledged), so nothing stalls; head, tail and reply are 2 + 2 + 3 segments.
+#[test]
+fn a_head_ending_in_a_partial_segment_is_acked_at_once() {
+    let rows = rows(&lab_json(&[
+        "--scenario",
+        "echo",
+        "--variant",
+        "split",
+        "--size",
+        "4000",
+        "--mss",
+        "1460",
+        "--requests",
+        "6",
+    ]));
+    assert_stalls(&rows, &[("split", false)]);
+    assert_eq!(rows[0]["message_parts"], serde_json::json!([1999, 2001]));
+    assert_eq!(rows[0]["segments_per_request"].as_f64(), Some(7.0));
+    assert!(rows[0]["held_side"].is_null());
+}
+
+/// Over an emulated path the same head (a GSO super-packet ending in a partial segment) costs
+/// a second round trip: the tail waits for the head's ACK, which the server sends at once. The
+/// row's threshold counts both round trips, so the row is not taken for a stall.
+#[test]
+fn over_a_path_a_head_ending_in_a_partial_segment_costs_two_round_trips() {
+    require_root("lab --rtt");
+    const RTT_MS: f64 = 40.0;
+    let rows = rows(&lab_json(&[
+        "--rtt",
+        "40",
+        "--scenario",
+        "echo",
+        "--variant",
+        "split,single",
+        "--size",
+        "4000",
+        "--mss",
+        "1460",
+        "--requests",
+        "6",
+    ]));
+    let split = variant(&rows, "split");
+    let p50 = split["p50_ms"].as_f64().unwrap();
+    assert!(p50 >= 2.0 * RTT_MS, "split: p50 {p50} ms below 2 RTT");
+    assert_eq!(
+        split["stall_threshold_ms"].as_f64(),
+        Some(2.0 * RTT_MS + STALL_MIN_MS)
+    );
+    assert_eq!(split["stalled"], false, "split: p50 {p50} ms");
+    assert_eq!(split["expected_stall"], false);
+    let single = variant(&rows, "single");
+    assert_eq!(
+        single["stall_threshold_ms"].as_f64(),
+        Some(RTT_MS + STALL_MIN_MS)
+    );
+    assert_eq!(single["stalled"], false);
+}

@@ -448,19 +448,8 @@ fn trace_of_a_program_that_cannot_start_is_a_clear_error() {
                 .spawn()
                 .expect("tcpstall runs"),
         );
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let status = loop {
-            if let Some(status) = child.0.try_wait().expect("try_wait") {
-                break status;
-            }
-            assert!(Instant::now() < deadline, "trace of {path:?} did not end");
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let mut stderr = String::new();
-        if let Some(mut err) = child.0.stderr.take() {
-            err.read_to_string(&mut stderr).expect("stderr");
-        }
-        assert_eq!(status.code(), Some(2), "{stderr}");
+        let (status, stderr) = status_and_stderr(&mut child, &format!("trace of {path:?}"));
+        assert_eq!(status, Some(2), "{stderr}");
         assert!(
             stderr.contains("cannot run") && stderr.contains(reason),
             "{stderr}"
@@ -961,4 +950,88 @@ fn a_traced_command_obeys_job_control() {
     // SAFETY: as above.
     assert_eq!(unsafe { libc::kill(child as i32, libc::SIGCONT) }, 0);
     wait_for(&['S', 'R'], "SIGCONT did not resume the traced command");
+}
+
+/// `tcpstall trace ARGS` run by sh with standard output redirected by `redirect` (`>&-`...):
+/// status and standard error.
+fn trace_with_stdout(redirect: &str, args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!("exec \"$0\" trace \"$@\" {redirect}"))
+        .arg(BIN)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .output()
+        .expect("sh runs");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A report with nowhere to go is an error before anything runs: standard output closed
+/// (`>&-`), or open for reading only; with `--output` it is not needed.
+#[test]
+fn trace_with_standard_output_closed_says_so() {
+    let dir = std::env::temp_dir().join(format!("tcpstall-trace-stdout-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let ran = dir.join("ran");
+    let ran_text = ran.to_str().expect("UTF-8 path");
+    for (redirect, says) in [
+        (">&-", "standard output is closed"),
+        ("1</dev/null", "standard output is open for reading only"),
+    ] {
+        let (status, stderr) = trace_with_stdout(redirect, &["--", "touch", ran_text]);
+        assert_eq!(status, Some(2), "{redirect}: {stderr}");
+        assert!(
+            stderr.contains(says) && stderr.contains("--output FILE"),
+            "{redirect}: {stderr}"
+        );
+        assert!(!ran.exists(), "{redirect}: the command ran");
+    }
+    let report = dir.join("report.txt");
+    let report_text = report.to_str().expect("UTF-8 path");
+    let (status, stderr) = trace_with_stdout(">&-", &["-o", report_text, "--", "true"]);
+    assert_eq!(status, Some(0), "{stderr}");
+    let written = std::fs::read_to_string(&report).expect("report written");
+    assert!(written.starts_with("traced true for "), "{written}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A reader that closed the pipe before the report came (`| head -0`) took what it wanted:
+/// tcpstall ends quietly with 0, as every verb does.
+#[test]
+fn trace_into_a_pipe_closed_by_its_reader_ends_quietly() {
+    let mut child = KillOnDrop(
+        Command::new(BIN)
+            .args(["trace", "--", "sleep", "0.3"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("tcpstall runs"),
+    );
+    drop(child.0.stdout.take());
+    let (status, stderr) = status_and_stderr(&mut child, "trace into a closed pipe");
+    assert_eq!(status, Some(0), "{stderr}");
+    assert_eq!(stderr, "");
+}
+
+/// Waits at most 20 s for `child` (`what` names it if it does not end): its exit code and
+/// what it wrote on its piped standard error.
+fn status_and_stderr(child: &mut KillOnDrop, what: &str) -> (Option<i32>, String) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.0.try_wait().expect("try_wait") {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "{what} did not end");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    if let Some(mut err) = child.0.stderr.take() {
+        err.read_to_string(&mut stderr).expect("stderr");
+    }
+    (status.code(), stderr)
 }

@@ -43,7 +43,7 @@ impl Default for ClientConfig {
 
 /// One client connection to a loopback server.
 #[derive(Debug)]
-pub struct Connection {
+pub(crate) struct Connection {
     stream: TcpStream,
     reader: MessageReader,
     segs_at_start: u32,
@@ -173,15 +173,10 @@ impl HttpClient {
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         self.connection.stream.local_addr()
     }
-
-    /// The underlying connection (segment counts, options).
-    pub fn connection(&mut self) -> &mut Connection {
-        &mut self.connection
-    }
 }
 
 /// An HTTP/1.1 GET request without body; `close` asks the server to close after replying.
-pub fn http_get_request(host: &str, path: &str, close: bool) -> String {
+pub(crate) fn http_get_request(host: &str, path: &str, close: bool) -> String {
     format!(
         "GET {path} HTTP/1.1\r\nHost: {host}\r\n{}\r\n",
         if close { "Connection: close\r\n" } else { "" }

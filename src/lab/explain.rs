@@ -1,269 +1,268 @@
-//! What a row's message looks like to the kernel (the sizes of its writes against the MSS in
-//! effect), the stall Linux is expected to show for it, and the one-line explanation of the
-//! table. The expectation and the explanation come from the same [`Geometry`], so a row's text
-//! never contradicts its `expected` column, whatever `--size` and `--mss` say.
+//! The one-line explanation of a row, as a typed value: what the row is about ([`Why`]) and
+//! the sizes in effect ([`Geometry`]), written out by `Display`. The text and the row's
+//! expected outcome come from the same geometry, so a row's text never contradicts its
+//! `expected` column, whatever `--size` and `--mss` say.
 
-use super::runner::{echo_parts, Side};
-use super::scenarios::{ConnectionMode, Expectation, Variant, Workload};
-use super::server::{http_response_head, memcached_reply_len, MEMCACHED_FIRST_WRITE_CAP};
-use crate::kernel::read_sysctl_u64;
-use crate::tcp_rules::{self, LOOPBACK_MSS_V4};
+use std::fmt;
 
-/// The message a row's split variant writes in two parts, against the segment size.
+use super::expect::{Fit, Geometry, Hold, WireOutcome};
+use super::scenarios::{Expectation, Variant};
+use super::server::MEMCACHED_FIRST_WRITE_CAP;
+use crate::Side;
+
+/// What a row's explanation says: the catalogue's reason for a row, or, for a split row
+/// whose writes no longer have the shape it is about, what the geometry makes of them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Geometry {
-    /// Bytes of the first write (echo head, HTTP header block, memcached's first 1400 B).
-    pub first: usize,
-    /// Bytes of the second write; 0 when the message goes out in one write.
-    pub second: usize,
-    /// Payload bytes of a full segment: the MSS in effect minus TCP options.
-    pub mss: usize,
-}
-
-/// How the two writes of a message meet the MSS, which decides whether Nagle can hold the
-/// second one until a delayed ACK.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fit {
-    /// The whole message is one write: nothing is left behind for Nagle to hold.
-    OneWrite,
+pub(crate) enum Why {
+    /// Echo: write-write-read, the tail held until the delayed ACK.
+    EchoSplit,
+    /// Echo: the line in one write.
+    EchoSingle,
+    /// Echo: one gathering `writev`.
+    Writev,
+    /// Echo: TCP_NODELAY on the client.
+    ClientNodelay,
+    /// Echo: `BufWriter` flushes, still write-write-read.
+    Flush,
+    /// Echo: TCP_CORK around the writes.
+    Cork,
+    /// Echo: `send(MSG_MORE)` for the head.
+    MsgMore,
+    /// Echo: the server re-arms TCP_QUICKACK.
+    ServerQuickack,
+    /// Echo: a new connection per request.
+    EchoShort,
+    /// HTTP: header and body in two writes.
+    HttpSplit,
+    /// HTTP: header and body in one write.
+    HttpSingle,
+    /// HTTP: TCP_NODELAY on the accepted socket.
+    HttpNodelay,
+    /// HTTP: a new connection per request, closed by the server.
+    HttpShort,
+    /// memcached: the reply cut in two writes below one MSS each.
+    MemcachedSplit,
+    /// memcached: the client re-arms TCP_QUICKACK.
+    ClientQuickack,
+    /// memcached: TCP_NODELAY on the accepted socket.
+    AcceptedNodelay,
+    /// Stream with Nagle on.
+    StreamNagle,
+    /// Stream with TCP_NODELAY.
+    StreamNodelay,
+    /// Inherit: TCP_NODELAY on the listener only.
+    ListenerNodelay,
+    /// Inherit: TCP_QUICKACK=0 on the listener only.
+    ListenerQuickack,
+    /// The reply fits memcached's first write: one write.
+    ReplyInFirstWrite,
     /// The first write fills at least one full segment.
-    FirstFull,
-    /// The first write is sub-MSS, the second fills at least one full segment.
-    SecondFull,
-    /// Both writes are below one MSS: the second waits for the ACK of the first.
-    BothSmall,
+    FirstWriteFull,
+    /// The second write starts with a full segment.
+    SecondWriteFull,
 }
 
-impl Geometry {
-    /// The geometry of `variant`'s message with a payload of `size` bytes over TCP_MAXSEG
-    /// `mss` (`None`: loopback's own).
-    pub fn of(variant: &Variant, size: usize, mss: Option<u32>) -> Geometry {
-        let (first, second) = match variant.workload {
-            Workload::Echo => {
-                let (head, body) = echo_parts(size);
-                (head.len(), body.len())
-            }
-            Workload::Http => {
-                let close = variant.connections == ConnectionMode::PerRequest;
-                (http_response_head(size, close).len(), size)
-            }
-            Workload::Memcached => {
-                let reply = memcached_reply_len(size);
-                let first = reply.min(MEMCACHED_FIRST_WRITE_CAP);
-                (first, reply - first)
-            }
-            Workload::Stream => (size, 0),
+/// A row's explanation for the sizes in effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Explanation {
+    /// What it says.
+    pub why: Why,
+    /// The sizes it names.
+    pub geometry: Geometry,
+    /// The end that writes the message.
+    pub writer: Side,
+}
+
+impl Explanation {
+    /// The explanation of `variant` with its message `geometry`: the catalogue's when the
+    /// message has the shape the row is about, otherwise why this shape behaves differently.
+    pub fn of(variant: &Variant, geometry: Geometry) -> Explanation {
+        let workload = variant.workload;
+        // Only memcached's reply can be one write: an echo line always leaves its `\r\n`
+        // for the second write, an HTTP reply its body.
+        let why = match (workload.is_one_way(), variant.expected, geometry.fit()) {
+            (false, _, Fit::OneWrite) => Why::ReplyInFirstWrite,
+            (true, _, _) | (_, Expectation::NoStall, _) => variant.why,
+            (_, Expectation::Stall, Fit::FirstFull) => Why::FirstWriteFull,
+            (_, Expectation::Stall, Fit::SecondFull) => Why::SecondWriteFull,
+            (_, Expectation::Stall, _) => variant.why,
         };
-        Geometry {
-            first,
-            second,
-            mss: payload_mss(mss.unwrap_or(LOOPBACK_MSS_V4)) as usize,
+        Explanation {
+            why,
+            geometry,
+            writer: workload.writer,
         }
     }
+}
 
-    /// Bytes of the whole message.
-    pub fn message(&self) -> usize {
-        self.first + self.second
+/// "one segment", or "N segments of at most M B".
+struct Segments<'a>(&'a Geometry);
+
+impl fmt::Display for Segments<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0.segments() {
+            1 => f.write_str("one segment"),
+            n => write!(f, "{n} segments of at most {} B", self.0.mss),
+        }
     }
+}
 
-    /// Segments the whole message makes when written at once.
-    pub fn segments(&self) -> usize {
-        self.message().div_ceil(self.mss.max(1)).max(1)
+impl fmt::Display for Explanation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let g = &self.geometry;
+        let (first, second, message, mss) = (g.first, g.second, g.message(), g.mss);
+        let segments = Segments(g);
+        let (writer, peer) = match self.writer {
+            Side::Client => ("the client", "server"),
+            Side::Server => ("the server", "client"),
+        };
+        match self.why {
+            Why::EchoSplit => write!(f, "write-write-read: the {second} B tail waits in tcp_nagle_check for the ACK of the {first} B head (both below one {mss} B segment), which the server delays (ping-pong mode) until the delayed-ACK timer"),
+            Why::EchoSingle => write!(f, "one write, {segments}: full segments are never held and no sub-MSS segment is in flight ahead of the last, so nothing waits; the reply carries the ACK"),
+            Why::Writev => write!(f, "one gathering writev ({segments}): same as a single write without the copy"),
+            Why::ClientNodelay => write!(f, "client TCP_NODELAY: tcp_nagle_test passes, the {second} B tail leaves right after the {first} B head"),
+            Why::Flush => write!(f, "flush() only hands each part to the kernel: still write-write-read, Nagle holds the {second} B tail behind the unacknowledged {first} B head (both below one {mss} B segment) until the delayed ACK (doc 003)"),
+            Why::Cork => write!(f, "TCP_CORK gathers both parts; uncorking pushes all {message} B at once ({segments})"),
+            Why::MsgMore => write!(f, "send(MSG_MORE) keeps the {first} B head queued; the second send pushes all {message} B at once ({segments})"),
+            Why::ServerQuickack => write!(f, "server re-arms TCP_QUICKACK after every read: it ACKs the {first} B head at once, which releases the {second} B tail"),
+            Why::EchoShort => write!(f, "one request per connection: a new connection is in quick-ACK mode, the server ACKs the {first} B head at once"),
+            Why::HttpSplit => write!(f, "write(header) write(body): the {second} B body waits for the ACK of the {first} B header (both below one {mss} B segment), which the client delays (ping-pong) until the timer (doc 004, `ab -k`)"),
+            Why::HttpSingle => write!(f, "header and body in one write of {message} B ({segments}): nothing held"),
+            Why::HttpNodelay => f.write_str("TCP_NODELAY on the accepted socket (nginx's tcp_nodelay): the body leaves right after the header"),
+            Why::HttpShort => f.write_str("new connection per request (`ab` without -k): the server closes after the body, and closing pushes the held body out with the FIN (tcp_send_fin); the client, in quick-ACK mode, ACKs the header at once anyway"),
+            Why::MemcachedSplit => write!(f, "the server writes {first} B then a {second} B rest, both below one {mss} B segment: the rest waits in tcp_nagle_check for the ACK of the sub-MSS first write (Minshall), which the client delays (ping-pong) until the timer"),
+            Why::ClientQuickack => write!(f, "client re-arms TCP_QUICKACK after each receive: it ACKs the first {first} B at once, the {second} B rest follows (doc 002's client fix)"),
+            Why::AcceptedNodelay => write!(f, "server TCP_NODELAY on the accepted socket: the {second} B rest leaves right after the first {first} B (doc 002's server fix)"),
+            Why::StreamNagle => f.write_str("Nagle on: a write waits only while an earlier sub-MSS segment is unacknowledged; on loopback the ACK (the receiver never sends data, so it stays in quick-ACK mode) is back within microseconds, so little is merged; doc 001's 22% needs a real RTT"),
+            Why::StreamNodelay => f.write_str("TCP_NODELAY: every write leaves at once unless autocorking defers it (tcp_should_autocork: an earlier skb of the socket still queued below TCP); lo has no qdisc, so that is rare"),
+            Why::ListenerNodelay => write!(f, "HTTP header and body in two writes ({first} B + {second} B), TCP_NODELAY set on the listener only: accepted sockets are copies of it (nonagle included), so no stall"),
+            Why::ListenerQuickack => write!(f, "echo split ({first} B + {second} B), TCP_QUICKACK=0 (ping-pong) set on the listener only: not carried over to accepted sockets, and quick-ACK is no lasting setting anyway; ping-pong starts after the first turn and the split request stalls"),
+            Why::ReplyInFirstWrite => write!(f, "the {message} B reply fits memcached's {MEMCACHED_FIRST_WRITE_CAP} B first write: one write ({segments}), nothing left behind for Nagle to hold"),
+            Why::FirstWriteFull => write!(f, "{writer} writes {first} B then {second} B, and the first write fills at least one {mss} B segment: Nagle waits only behind a sub-MSS segment (tcp_minshall_check), and with more than one MSS unacknowledged the {peer} ACKs at once (__tcp_ack_snd_check), so no timer is waited for"),
+            Why::SecondWriteFull => write!(f, "{writer} writes {first} B then {second} B: the second write starts with a full {mss} B segment that Nagle never holds; with more than one MSS unacknowledged the {peer} ACKs at once (__tcp_ack_snd_check), releasing the tail"),
+        }
     }
+}
 
-    /// How the writes meet the MSS. Nagle holds a segment only while an earlier **sub-MSS**
-    /// segment is unacknowledged (`tcp_nagle_check` → `tcp_minshall_check`), never a full one;
-    /// the receiver delays its ACK only while at most one MSS is unacknowledged
-    /// (`__tcp_ack_snd_check`). So the second write waits for the delayed-ACK timer only when
-    /// both writes are below one MSS.
-    pub fn fit(&self) -> Fit {
-        if self.second == 0 {
-            Fit::OneWrite
-        } else if self.first >= self.mss {
-            Fit::FirstFull
-        } else if self.second >= self.mss {
-            Fit::SecondFull
+/// What a row costs over an emulated path (`lab --rtt`), added to its explanation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PathNote {
+    /// A one-way stream: the ACK clock merges writes.
+    Stream,
+    /// The expected outcome's hold.
+    Hold(Hold),
+}
+
+impl PathNote {
+    /// The note for `variant` with its expected `outcome`.
+    pub fn of(variant: &Variant, outcome: &WireOutcome) -> PathNote {
+        if variant.workload.is_one_way() {
+            PathNote::Stream
         } else {
-            Fit::BothSmall
+            PathNote::Hold(outcome.hold)
         }
     }
 }
 
-/// Payload bytes of a full segment for an MSS set with TCP_MAXSEG: the TCP timestamps option
-/// (RFC 7323, on unless `net.ipv4.tcp_timestamps=0`) takes 12 bytes of it (`tcp_current_mss`).
-pub fn payload_mss(mss: u32) -> u32 {
-    let timestamps = read_sysctl_u64("/proc/sys/net/ipv4/tcp_timestamps") != Some(0);
-    tcp_rules::payload_mss(mss, timestamps)
-}
-
-/// Whether Linux stalls the row, from the catalogue and the kernel rules.
-pub fn expected_stall(variant: &Variant, size: usize, mss: Option<u32>) -> bool {
-    match variant.expected {
-        Expectation::NoStall => false,
-        Expectation::Stall => Geometry::of(variant, size, mss).fit() == Fit::BothSmall,
-    }
-}
-
-/// Which end writes the split message of a row (the end whose second write Nagle holds).
-pub fn split_writer(variant: &Variant) -> Option<Side> {
-    match variant.workload {
-        Workload::Echo => Some(Side::Client),
-        Workload::Http | Workload::Memcached => Some(Side::Server),
-        Workload::Stream => None,
-    }
-}
-
-/// The memcached reply fits its first write: the fix rows have nothing to fix either.
-const ONE_WRITE: &str = "the {message} B reply fits memcached's 1400 B first write: one write ({segments}), nothing left behind for Nagle to hold";
-
-/// A split message whose first write is at least one full segment.
-const FIRST_FULL: &str = "{writer} writes {first} B then {second} B, and the first write fills at least one {mss} B segment: Nagle waits only behind a sub-MSS segment (tcp_minshall_check), and with more than one MSS unacknowledged the {peer} ACKs at once (__tcp_ack_snd_check), so no timer is waited for";
-
-/// A split message whose second write starts with a full segment.
-const SECOND_FULL: &str = "{writer} writes {first} B then {second} B: the second write starts with a full {mss} B segment that Nagle never holds; with more than one MSS unacknowledged the {peer} ACKs at once (__tcp_ack_snd_check), releasing the tail";
-
-/// The row's one-line explanation for a payload of `size` bytes over TCP_MAXSEG `mss`: the
-/// catalogue's text when the message has the shape the row is about, otherwise why this shape
-/// behaves differently. Sizes in the text are the ones in effect.
-pub fn explanation(variant: &Variant, size: usize, mss: Option<u32>) -> String {
-    let geometry = Geometry::of(variant, size, mss);
-    let template = match (variant.workload, variant.expected, geometry.fit()) {
-        (Workload::Memcached, _, Fit::OneWrite) => ONE_WRITE,
-        (Workload::Stream, _, _) | (_, Expectation::NoStall, _) => variant.explanation,
-        (_, Expectation::Stall, Fit::FirstFull) => FIRST_FULL,
-        (_, Expectation::Stall, Fit::SecondFull) => SECOND_FULL,
-        (_, Expectation::Stall, _) => variant.explanation,
-    };
-    render(template, variant, &geometry)
-}
-
-/// Fills the `{first}`, `{second}`, `{message}`, `{mss}`, `{segments}`, `{writer}` and
-/// `{peer}` fields of a catalogue text.
-fn render(template: &str, variant: &Variant, g: &Geometry) -> String {
-    let (writer, peer) = match split_writer(variant) {
-        Some(Side::Server) => ("the server", "client"),
-        _ => ("the client", "server"),
-    };
-    let segments = match g.segments() {
-        1 => "one segment".to_string(),
-        n => format!("{n} segments of at most {} B", g.mss),
-    };
-    template
-        .replace("{first}", &g.first.to_string())
-        .replace("{second}", &g.second.to_string())
-        .replace("{message}", &g.message().to_string())
-        .replace("{mss}", &g.mss.to_string())
-        .replace("{segments}", &segments)
-        .replace("{writer}", writer)
-        .replace("{peer}", peer)
-}
-
-/// The row's name: the catalogue's, except that a name ending in the row's own size
-/// (`value-1400`, `nodelay-1400`) shows the size `--size` put in its place (`value-2400`).
-pub fn row_name(variant: &Variant, size: Option<usize>) -> String {
-    let own = format!("-{}", variant.size);
-    match (size, variant.name.strip_suffix(own.as_str())) {
-        (Some(size), Some(stem)) => format!("{stem}-{size}"),
-        _ => variant.name.to_string(),
+impl fmt::Display for PathNote {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PathNote::Stream => "over a path the ACK of a sub-MSS segment takes an RTT, and with Nagle the writes made meanwhile leave merged into full segments; with --rate, packets wait in the tbf qdisc still charged to the socket, so autocorking (tcp_should_autocork) merges writes even with TCP_NODELAY",
+            PathNote::Hold(Hold::ForDelayedAck(_)) => "over a path: 2 RTT + the delayed-ACK timer (the first part's ACK waits for the timer, then the tail and the reply each cross the path)",
+            PathNote::Hold(Hold::ForAck(_)) => "over a path: 2 RTT, no timer: the tail still waits for the first part's ACK, sent at once, to cross the path",
+            PathNote::Hold(Hold::Nothing) => "over a path: 1 RTT, nothing held",
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lab::scenarios::{catalogue_row as row, CATALOGUE};
+    use crate::lab::expect::SegmentRules;
+    use crate::lab::scenarios::catalogue_row as row;
 
-    #[test]
-    fn every_template_is_filled_at_any_size_and_mss() {
-        for v in CATALOGUE {
-            let (min, max) = v.scenario.size_range();
-            for size in [min, v.size, 2400, max] {
-                for mss in [None, Some(88), Some(1460), Some(32_767)] {
-                    let text = explanation(v, size, mss);
-                    assert!(
-                        !text.contains('{'),
-                        "{}/{}: {text}",
-                        v.scenario.name(),
-                        v.name
-                    );
-                }
-            }
-        }
+    const RULES: SegmentRules = SegmentRules { timestamps: true };
+
+    fn explain(v: &Variant, size: usize, mss: Option<u32>) -> String {
+        let sizes = RULES.sizes_of(v, Some(size), mss);
+        Explanation::of(v, Geometry::of(v, &sizes)).to_string()
+    }
+
+    fn stalls(v: &Variant, size: usize, mss: Option<u32>) -> bool {
+        WireOutcome::of(v, &RULES.sizes_of(v, Some(size), mss)).stalls()
     }
 
     #[test]
     fn memcached_text_follows_the_reply_it_explains() {
         let value_100 = row("memcached", "value-100");
         // --size 2400: 1400 B then 1023 B, both below 1448 B: held, not "one write".
-        let text = explanation(value_100, 2400, Some(1460));
-        assert!(expected_stall(value_100, 2400, Some(1460)));
+        let text = explain(value_100, 2400, Some(1460));
+        assert!(stalls(value_100, 2400, Some(1460)));
         assert!(text.contains("1400 B then a 1023 B rest"), "{text}");
         assert!(!text.contains("one write"), "{text}");
         // --mss 32767: the 2623 B rest of a 4000 B value is below one MSS, so it is held.
         let value_4000 = row("memcached", "value-4000");
-        let text = explanation(value_4000, 4000, Some(32_767));
-        assert!(expected_stall(value_4000, 4000, Some(32_767)));
+        let text = explain(value_4000, 4000, Some(32_767));
+        assert!(stalls(value_4000, 4000, Some(32_767)));
         assert!(!text.contains("full"), "{text}");
         // --mss 88: the 1400 B first write is many full segments; nothing waits for a timer.
         let value_1400 = row("memcached", "value-1400");
-        let text = explanation(value_1400, 1400, Some(88));
-        assert!(!expected_stall(value_1400, 1400, Some(88)));
+        let text = explain(value_1400, 1400, Some(88));
+        assert!(!stalls(value_1400, 1400, Some(88)));
         assert!(text.contains("fills at least one 76 B segment"), "{text}");
         // At MSS 1460 the 4000 B value's rest starts with a full segment.
-        let text = explanation(value_4000, 4000, Some(1460));
+        let text = explain(value_4000, 4000, Some(1460));
         assert!(text.contains("starts with a full 1448 B segment"), "{text}");
-        assert!(explanation(value_4000, 100, Some(1460)).contains("one write"));
+        assert!(text.starts_with("the server writes") && text.contains("the client ACKs"));
+        let text = explain(value_4000, 100, Some(1460));
+        assert!(
+            text.starts_with(
+                "the 122 B reply fits memcached's 1400 B first write: one write (one segment)"
+            ),
+            "{text}"
+        );
+        // The fixes keep their own text, and a reply in one write has nothing to fix.
+        let quickack = row("memcached", "quickack-1400");
+        assert!(explain(quickack, 1400, Some(1460)).contains("ACKs the first 1400 B at once"));
+        assert!(explain(quickack, 100, Some(1460)).contains("one write"));
     }
 
     #[test]
     fn echo_text_follows_the_line_it_explains() {
         let split = row("echo", "split");
-        let text = explanation(split, 13, None);
+        let text = explain(split, 13, None);
         assert!(
             text.contains("7 B tail") && text.contains("6 B head"),
             "{text}"
         );
         // --mss 88 --size 65536: a 32767 B head is hundreds of full segments.
-        let text = explanation(split, 65_536, Some(88));
-        assert!(!expected_stall(split, 65_536, Some(88)));
-        assert!(text.contains("32767 B then 32769 B"), "{text}");
+        let text = explain(split, 65_536, Some(88));
+        assert!(!stalls(split, 65_536, Some(88)));
+        assert!(
+            text.starts_with("the client writes 32767 B then 32769 B"),
+            "{text}"
+        );
+        assert!(text.contains("the server ACKs at once"), "{text}");
         let single = row("echo", "single");
-        assert!(explanation(single, 13, None).contains("one segment"));
-        assert!(explanation(single, 65_536, Some(88)).contains("863 segments of at most 76 B"));
-    }
-
-    #[test]
-    fn names_ending_in_their_size_show_the_size_in_use() {
+        assert!(explain(single, 13, None).contains("one write, one segment:"));
+        assert!(explain(single, 65_536, Some(88)).contains("863 segments of at most 76 B"));
+        // A stream row's text does not depend on the geometry.
+        let stream = row("stream", "nagle-5ms");
         assert_eq!(
-            row_name(row("memcached", "value-100"), Some(2400)),
-            "value-2400"
-        );
-        assert_eq!(
-            row_name(row("memcached", "nodelay-1400"), Some(7)),
-            "nodelay-7"
-        );
-        assert_eq!(row_name(row("memcached", "value-100"), None), "value-100");
-        assert_eq!(row_name(row("echo", "split"), Some(100)), "split");
-        assert_eq!(
-            row_name(row("stream", "nagle-0ms"), Some(1200)),
-            "nagle-0ms"
+            explain(stream, 100_000, Some(88)),
+            explain(stream, 1200, None)
         );
     }
 
     #[test]
-    fn memcached_expectation_follows_the_segment_rule() {
-        let split = row("memcached", "value-1400");
-        let mss = Some(1460);
-        assert!(!expected_stall(split, 100, mss), "one write");
-        assert!(expected_stall(split, 1400, mss));
-        assert!(expected_stall(split, 2400, mss));
-        assert!(!expected_stall(split, 4000, mss));
-        // At loopback's own MSS the 1400-byte cut always leaves a small rest.
-        assert!(expected_stall(split, 4000, None));
-        assert!(!expected_stall(
-            row("memcached", "quickack-1400"),
-            1400,
-            mss
-        ));
+    fn path_notes_follow_the_hold() {
+        let note = |scenario: &str, name: &str| {
+            let v = row(scenario, name);
+            PathNote::of(v, &WireOutcome::of(v, &RULES.sizes_of(v, None, None))).to_string()
+        };
+        assert!(note("echo", "split").starts_with("over a path: 2 RTT + the delayed-ACK timer"));
+        assert!(note("echo", "quickack").starts_with("over a path: 2 RTT, no timer"));
+        assert_eq!(note("echo", "single"), "over a path: 1 RTT, nothing held");
+        assert!(note("stream", "nagle-0ms").contains("autocorking"));
     }
 }

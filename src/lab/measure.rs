@@ -10,19 +10,13 @@ use crate::tcp_rules;
 /// ([`tcp_rules::STALL_THRESHOLD`]: the 40 ms floor of the Linux delayed-ACK timer less a
 /// 10 ms margin). A loopback round trip without a stall takes well under 1 ms, so nothing
 /// else lands near it.
-pub const STALL_THRESHOLD_MS: f64 = tcp_rules::STALL_THRESHOLD.as_millis() as f64;
-
-/// Whether a median latency counts as a Nagle × delayed-ACK stall on loopback, see
-/// [`STALL_THRESHOLD_MS`].
-pub fn is_stalled(p50_ms: f64) -> bool {
-    p50_ms >= STALL_THRESHOLD_MS
-}
+pub(crate) const STALL_THRESHOLD_MS: f64 = tcp_rules::STALL_THRESHOLD.as_millis() as f64;
 
 /// The stall threshold over a path of round-trip time `rtt` for an exchange that needs
 /// `round_trips` round trips without any timer: those round trips plus
 /// [`STALL_THRESHOLD_MS`]. A stall is the delayed-ACK timer on top of what the path costs
 /// anyway; on loopback (`rtt` zero) this is [`STALL_THRESHOLD_MS`].
-pub fn stall_threshold_ms(round_trips: u32, rtt: Duration) -> f64 {
+pub(crate) fn stall_threshold_ms(round_trips: u32, rtt: Duration) -> f64 {
     f64::from(round_trips) * rtt.as_secs_f64() * 1000.0 + STALL_THRESHOLD_MS
 }
 
@@ -72,7 +66,6 @@ mod tests {
         assert!((s.p50_ms - 50.0).abs() < 0.1, "{s:?}");
         assert!((s.max_ms - 100.0).abs() < 0.1, "{s:?}");
         assert_eq!(LatencySummary::of(&[]), LatencySummary::default());
-        assert!(is_stalled(44.0) && !is_stalled(0.1));
         assert_eq!(stall_threshold_ms(2, Duration::from_millis(20)), 70.0);
         assert_eq!(stall_threshold_ms(1, Duration::ZERO), STALL_THRESHOLD_MS);
     }

@@ -1,25 +1,32 @@
 //! `tcpstall lab`: the source documents' experiments, reproduced on real kernel sockets over
-//! loopback. The catalogue ([`scenarios::CATALOGUE`]) is data; [`runner`] runs a row with the
-//! building blocks ([`server`], [`client`], [`write`](mod@write)) and [`measure`] judges it.
+//! loopback. The catalogue (`scenarios.rs`) is data: each row names a workload described once
+//! (`workload.rs`) and the socket options and write strategy it varies, and states the wire
+//! outcome it expects (`expect.rs`) with its explanation (`explain.rs`). `runner.rs` runs a row
+//! with the building blocks (servers, [`client`], write strategies) and [`measure`] judges it;
+//! `crate::report::lab` renders the results and the `--list` catalogue.
 //!
 //! A row is **stalled** when its median latency is at least 30 ms: the 40 ms floor of the Linux
-//! delayed-ACK timer (`TCP_DELACK_MIN`) minus a 10 ms margin ([`measure::STALL_THRESHOLD_MS`]).
-//! Over an emulated path (`--rtt`, [`path`]) the round trips the row needs without a timer
+//! delayed-ACK timer (`TCP_DELACK_MIN`) minus a 10 ms margin (`tcp_rules::STALL_THRESHOLD`).
+//! Over an emulated path (`--rtt`, `path.rs`) the round trips the row needs without a timer
 //! are added: RTT + 30 ms, or 2 RTT + 30 ms when Nagle holds a split message's tail.
 
 pub mod client;
-pub mod explain;
-pub mod framing;
+pub(crate) mod expect;
+pub(crate) mod explain;
+pub(crate) mod framing;
+pub(crate) mod listing;
 pub mod measure;
-pub mod notes;
-pub mod path;
-pub mod runner;
-pub mod scenarios;
-pub mod server;
-pub mod write;
+pub(crate) mod notes;
+pub(crate) mod path;
+pub(crate) mod runner;
+pub(crate) mod scenarios;
+pub(crate) mod server;
+pub(crate) mod workload;
+pub(crate) mod write;
 
-use std::io::{self, Write};
+use std::fmt::Display;
 use std::path::PathBuf;
+use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -28,26 +35,19 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
-use self::explain::{expected_stall, row_name};
-use self::path::{EmulatedPath, PathShape, TUN_NAME};
-use self::runner::{round_trips, Row, RunSettings};
-use self::scenarios::{ConnectionMode, Scenario, Variant, Workload, CATALOGUE, SCENARIOS};
+use self::expect::SegmentRules;
+use self::path::{EmulatedPath, PathShape, RTT_RANGE_MS, TUN_NAME};
+use self::runner::{RowResult, RunSettings};
+use self::scenarios::{ConnectionMode, Scenario, Variant, CATALOGUE, MAX_SIZE, SCENARIOS};
 use crate::capture::live::{CaptureSummary, LiveCapture};
 use crate::kernel::KernelFacts;
+use crate::report;
+use crate::tcp_rules::{DELACK_MIN, STALL_MARGIN, STALL_THRESHOLD};
 use crate::Outcome;
 
 /// Arguments of `tcpstall lab`.
 #[derive(Args, Debug, Clone)]
-#[command(
-    after_help = "A row is stalled when its median latency is >= 30 ms: the 40 ms \
-    delayed-ACK floor (TCP_DELACK_MIN) minus a 10 ms margin. Every server binds 127.0.0.1 \
-    port 0; nothing leaves loopback.\n\nWith --rtt MS the client and the server run in two \
-    network namespaces (tcpstall-lab-<pid>-client/-server, 169.254.77.1 and .2, deleted at \
-    the end) joined by TUN devices and a relay that delays each packet by RTT/2 (needs \
-    CAP_NET_ADMIN and CAP_SYS_ADMIN: run as root). A row is then stalled when its p50 is \
-    >= RTT + 30 ms, or 2 RTT + 30 ms for rows whose split message Nagle holds until the first \
-    part is acknowledged (those cost 2 RTT even when the ACK is immediate)."
-)]
+#[command(after_help = after_help())]
 pub struct LabArgs {
     /// Run only these scenarios (comma-separated or repeated); see --list.
     #[arg(long, value_delimiter = ',')]
@@ -58,15 +58,16 @@ pub struct LabArgs {
     /// Requests per row (1-100000; at least 3 when a keep-alive row is selected: a new
     /// connection starts in quick-ACK mode, so its first request is never held and the
     /// median must land on a later one); stream rows use --connections and --writes instead.
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 20, value_parser = in_range("--requests", 1_usize, 100_000, ""))]
     pub requests: usize,
     /// Payload size in bytes, replacing each row's own: echo line, HTTP body, memcached
     /// value, stream write. memcached's value-N rows then become one row named by the size
     /// (value-2400), as do quickack-N and nodelay-N.
-    #[arg(long)]
+    #[arg(long, value_parser = in_range("--size", 1, MAX_SIZE, " bytes"))]
     pub size: Option<usize>,
     /// TCP_MAXSEG on both ends (88-32767), e.g. 1460 to emulate a 1500-byte MTU on loopback.
-    #[arg(long)]
+    // Linux refuses TCP_MAXSEG outside [TCP_MIN_MSS, MAX_TCP_WINDOW] (do_tcp_setsockopt).
+    #[arg(long, value_parser = in_range("--mss", 88_u32, 32_767, ""))]
     pub mss: Option<u32>,
     /// Write the lab's own traffic to this pcap file (needs CAP_NET_RAW); with --rtt, as
     /// the server's TUN device sees it (raw IP, link type 101). On loopback the capture holds
@@ -81,26 +82,35 @@ pub struct LabArgs {
     #[arg(long)]
     pub json: bool,
     /// Stream scenario: connections per row (1-10000; document 001 used 1000).
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 20, value_parser = in_range("--connections", 1_usize, 10_000, ""))]
     pub connections: usize,
     /// Stream scenario: writes per connection (1-1000).
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = in_range("--writes", 1_usize, 1_000, ""))]
     pub writes: usize,
     /// Stream scenario: connections running at once (1-64).
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = in_range("--parallel", 1_usize, 64, ""))]
     pub parallel: usize,
     /// No row runs longer than this many seconds (1-3600).
-    #[arg(long, default_value_t = 60)]
+    #[arg(long, default_value_t = 60, value_parser = in_range("--row-timeout", 1_u64, 3_600, " seconds"))]
     pub row_timeout: u64,
     /// Exit 1 when a row stalls that is not expected to.
     #[arg(long)]
     pub fail_on_stall: bool,
     /// Run over an emulated path with this round-trip time in ms (1-400): client and server in
     /// their own network namespaces, packets delayed by a relay (needs root).
-    #[arg(long, value_name = "MS")]
+    #[arg(
+        long,
+        value_name = "MS",
+        value_parser = in_range("--rtt", RTT_RANGE_MS.0, RTT_RANGE_MS.1, " milliseconds")
+    )]
     pub rtt: Option<u64>,
     /// With --rtt: bottleneck rate of the path in Mbit/s (0.1-10000), both directions.
-    #[arg(long, value_name = "MBIT", requires = "rtt")]
+    #[arg(
+        long,
+        value_name = "MBIT",
+        requires = "rtt",
+        value_parser = in_range("--rate", 0.1, 10_000.0, " Mbit/s")
+    )]
     pub rate: Option<f64>,
     /// With --rtt: one end of every row is a user-space TCP stack behaving like this system's
     /// (its delayed ACK, ACK frequency, Nagle); the other end stays this kernel.
@@ -111,15 +121,61 @@ pub struct LabArgs {
     pub peer_side: crate::peer::PeerSide,
 }
 
+/// The stall rule and what `--rtt` sets up, with the figures of `crate::tcp_rules`.
+fn after_help() -> String {
+    let (threshold, floor, margin) = (
+        STALL_THRESHOLD.as_millis(),
+        DELACK_MIN.as_millis(),
+        STALL_MARGIN.as_millis(),
+    );
+    format!(
+        "A row is stalled when its median latency is >= {threshold} ms: the {floor} ms \
+         delayed-ACK floor (TCP_DELACK_MIN) minus a {margin} ms margin. Every server binds \
+         127.0.0.1 port 0; nothing leaves loopback.\n\nWith --rtt MS the client and the server \
+         run in two network namespaces (tcpstall-lab-<pid>-client/-server, 169.254.77.1 and .2, \
+         deleted at the end) joined by TUN devices and a relay that delays each packet by RTT/2 \
+         (needs CAP_NET_ADMIN and CAP_SYS_ADMIN: run as root). A row is then stalled when its \
+         p50 is >= RTT + {threshold} ms, or 2 RTT + {threshold} ms for rows whose split message \
+         Nagle holds until the first part is acknowledged (those cost 2 RTT even when the ACK \
+         is immediate)."
+    )
+}
+
+/// A value parser for a number from `min` to `max` (`unit` follows `max` in the error), whose
+/// error names the flag and the range allowed.
+fn in_range<T>(
+    flag: &'static str,
+    min: T,
+    max: T,
+    unit: &'static str,
+) -> impl Fn(&str) -> Result<T, String> + Clone + Send + Sync + 'static
+where
+    T: FromStr + PartialOrd + Display + Copy + Send + Sync + 'static,
+    T::Err: Display,
+{
+    move |text| {
+        let value: T = text
+            .parse()
+            .map_err(|err| format!("{err}: use a number from {min} to {max}{unit}"))?;
+        // `contains` is false for NaN, which is refused too.
+        if !(min..=max).contains(&value) {
+            return Err(format!(
+                "{flag} {value} is out of range: use {min} to {max}{unit}"
+            ));
+        }
+        Ok(value)
+    }
+}
+
 /// The whole output of `lab --json`.
 #[derive(Debug, Serialize)]
-pub struct LabReport {
+pub(crate) struct LabReport {
     /// The running kernel's facts.
     pub kernel: KernelFacts,
     /// The header line: release, HZ, autocorking, delayed-ACK window.
     pub kernel_summary: String,
     /// One entry per row run.
-    pub rows: Vec<Row>,
+    pub rows: Vec<RowResult>,
     /// The capture written with `--capture`, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub capture: Option<CaptureReport>,
@@ -130,7 +186,7 @@ pub struct LabReport {
 
 /// The emulated path a run used.
 #[derive(Debug, Serialize)]
-pub struct PathReport {
+pub(crate) struct PathReport {
     /// Round-trip time added by the relay.
     pub rtt_ms: f64,
     /// Bottleneck rate, if any.
@@ -144,7 +200,7 @@ pub struct PathReport {
 
 /// What `--capture` wrote.
 #[derive(Debug, Serialize)]
-pub struct CaptureReport {
+pub(crate) struct CaptureReport {
     /// The pcap file.
     pub file: PathBuf,
     /// Packets written.
@@ -159,20 +215,19 @@ pub struct CaptureReport {
 
 /// Runs the lab.
 pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
-    let mut settings = settings_of(args)?;
-    let shape = path_shape_of(args)?;
+    let mut settings = settings_of(args);
+    let shape = path_shape_of(args);
     let selected = select(args)?;
     if let Some(size) = args.size {
         check_size(&selected, size)?;
     }
     if args.list {
+        let listing = listing::Listing::of(&selected, &settings, shape.map(|s| s.rtt));
         let mut out = std::io::stdout().lock();
         if args.json {
-            serde_json::to_writer_pretty(&mut out, &list_report(&selected, &settings, shape))
-                .map_err(io::Error::from)
-                .and_then(|()| writeln!(out))
+            report::lab::write_list_json(&mut out, &listing)
         } else {
-            print_list(&mut out, &selected, &settings, shape)
+            report::lab::write_list(&mut out, &listing)
         }
         .context("cannot write the catalogue to standard output")?;
         return Ok(Outcome::Done);
@@ -218,9 +273,9 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
     };
     let mut rows = Vec::with_capacity(selected.len());
     for variant in &selected {
-        progress.set_message(format!("{}/{}", variant.scenario.name(), variant.name));
+        progress.set_message(format!("{}/{}", variant.scenario.name(), variant.name()));
         let row = runner::run_variant(variant, &settings, &watch)
-            .with_context(|| format!("{}/{}", variant.scenario.name(), variant.name))?;
+            .with_context(|| format!("{}/{}", variant.scenario.name(), variant.name()))?;
         progress.inc(1);
         rows.push(row);
     }
@@ -266,17 +321,15 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
     drop(emulated);
     let mut out = std::io::stdout().lock();
     if args.json {
-        serde_json::to_writer_pretty(&mut out, &report)
-            .map_err(io::Error::from)
-            .and_then(|()| writeln!(out))
+        report::lab::write_json(&mut out, &report)
     } else {
-        print_table(&mut out, &report)
+        report::lab::write_table(&mut out, &report)
     }
     .context("cannot write the results to standard output")?;
     drop(out);
     // The table (or JSON) above holds every row; the rows that failed are named again on
     // stderr, and the run exits 2 since their figures are incomplete.
-    let failed: Vec<&Row> = report
+    let failed: Vec<&RowResult> = report
         .rows
         .iter()
         .filter(|r| !r.errors.is_empty())
@@ -300,17 +353,9 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
     })
 }
 
-fn settings_of(args: &LabArgs) -> anyhow::Result<RunSettings> {
-    check_range("--requests", args.requests, 1, 100_000)?;
-    check_range("--connections", args.connections, 1, 10_000)?;
-    check_range("--writes", args.writes, 1, 1_000)?;
-    check_range("--parallel", args.parallel, 1, 64)?;
-    check_range("--row-timeout", args.row_timeout as usize, 1, 3_600)?;
-    if let Some(mss) = args.mss {
-        // Linux refuses TCP_MAXSEG outside [TCP_MIN_MSS, MAX_TCP_WINDOW] (do_tcp_setsockopt).
-        check_range("--mss", mss as usize, 88, 32_767)?;
-    }
-    Ok(RunSettings {
+/// The run's settings; clap has checked every range.
+fn settings_of(args: &LabArgs) -> RunSettings {
+    RunSettings {
         requests: args.requests,
         size: args.size,
         mss: args.mss,
@@ -319,25 +364,16 @@ fn settings_of(args: &LabArgs) -> anyhow::Result<RunSettings> {
         stream_parallel: args.parallel,
         row_timeout: Duration::from_secs(args.row_timeout),
         path: None,
+        segments: SegmentRules::read(),
         peer: None,
-    })
-}
-
-fn path_shape_of(args: &LabArgs) -> anyhow::Result<Option<PathShape>> {
-    let Some(rtt) = args.rtt else {
-        return Ok(None);
-    };
-    Ok(Some(PathShape {
-        rtt: path::rtt_of(rtt)?,
-        rate_bps: args.rate.map(path::rate_of).transpose()?,
-    }))
-}
-
-fn check_range(flag: &str, value: usize, min: usize, max: usize) -> anyhow::Result<()> {
-    if value < min || value > max {
-        bail!("{flag} {value} is out of range: use a value from {min} to {max}");
     }
-    Ok(())
+}
+
+fn path_shape_of(args: &LabArgs) -> Option<PathShape> {
+    Some(PathShape {
+        rtt: Duration::from_millis(args.rtt?),
+        rate_bps: args.rate.map(|mbit| (mbit * 1_000_000.0) as u64),
+    })
 }
 
 /// Fewest requests that let a keep-alive row show a stall: the first data a connection
@@ -349,7 +385,7 @@ const MIN_KEEP_ALIVE_REQUESTS: usize = 3;
 fn check_requests(selected: &[Variant], requests: usize) -> anyhow::Result<()> {
     let keep_alive = selected
         .iter()
-        .any(|v| v.workload != Workload::Stream && v.connections == ConnectionMode::KeepAlive);
+        .any(|v| !v.workload.is_one_way() && v.connections == ConnectionMode::KeepAlive);
     if keep_alive && requests < MIN_KEEP_ALIVE_REQUESTS {
         bail!(
             "--requests {requests} is too few for keep-alive rows: a new connection starts in \
@@ -364,7 +400,7 @@ fn check_requests(selected: &[Variant], requests: usize) -> anyhow::Result<()> {
 
 fn check_size(selected: &[Variant], size: usize) -> anyhow::Result<()> {
     for variant in selected {
-        let (min, max) = variant.scenario.size_range();
+        let (min, max) = variant.scenario.info().sizes;
         if size < min || size > max {
             bail!(
                 "--size {size} is out of range for the {} scenario: use {min} to {max} bytes \
@@ -384,7 +420,7 @@ fn select(args: &LabArgs) -> anyhow::Result<Vec<Variant>> {
             Some(s) => scenarios.push(s),
             None => bail!(
                 "unknown scenario `{name}`: known scenarios are {} (see `tcpstall lab --list`)",
-                SCENARIOS.map(Scenario::name).join(", ")
+                SCENARIOS.map(|info| info.name).join(", ")
             ),
         }
     }
@@ -395,13 +431,13 @@ fn select(args: &LabArgs) -> anyhow::Result<Vec<Variant>> {
         .copied()
         .collect();
     for name in &args.variant {
-        if !candidates.iter().any(|v| v.name == name) {
+        if !candidates.iter().any(|v| v.name() == *name) {
             // Several scenarios share names (split, single, ...): list each once, in
             // catalogue order.
-            let mut known: Vec<&str> = Vec::new();
+            let mut known: Vec<String> = Vec::new();
             for v in &candidates {
-                if !known.contains(&v.name) {
-                    known.push(v.name);
+                if !known.contains(&v.name()) {
+                    known.push(v.name());
                 }
             }
             bail!(
@@ -419,11 +455,11 @@ fn select(args: &LabArgs) -> anyhow::Result<Vec<Variant>> {
     let mut names: Vec<(Scenario, String)> = Vec::new();
     for v in candidates
         .into_iter()
-        .filter(|v| args.variant.is_empty() || args.variant.iter().any(|n| n == v.name))
+        .filter(|v| args.variant.is_empty() || args.variant.contains(&v.name()))
     {
         // With --size, memcached's value-100 ... value-4000 are all the same experiment,
         // value-<size>: run it once.
-        let name = (v.scenario, row_name(&v, args.size));
+        let name = (v.scenario, v.name_in_run(args.size));
         if !names.contains(&name) {
             names.push(name);
             rows.push(v);
@@ -432,184 +468,27 @@ fn select(args: &LabArgs) -> anyhow::Result<Vec<Variant>> {
     Ok(rows)
 }
 
-/// `lab --list --json`.
-#[derive(Debug, Serialize)]
-struct ListReport {
-    /// When a row counts as stalled.
-    stall_rule: String,
-    scenarios: Vec<ListScenario>,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-#[derive(Debug, Serialize)]
-struct ListScenario {
-    name: &'static str,
-    description: &'static str,
-    variants: Vec<ListVariant>,
-}
-
-#[derive(Debug, Serialize)]
-struct ListVariant {
-    name: String,
-    size: usize,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    mss: Option<u32>,
-    expected_stall: bool,
-    /// Round trips the exchange needs without a timer (1, or 2 when Nagle holds a tail).
-    round_trips: u32,
-    explanation: String,
-}
-
-/// When a row counts as stalled; `in_table` adds where the table marks the 2-RTT rows.
-fn stall_rule(shape: Option<PathShape>, in_table: bool) -> String {
-    match shape {
-        None => "A row is stalled when its median latency is >= 30 ms (40 ms delayed-ACK floor minus 10 ms).".to_string(),
-        Some(shape) => format!(
-            "Over a {} ms RTT path a row is stalled when its median latency is >= RTT + 30 ms, \
-             or 2 RTT + 30 ms when Nagle holds a split message's tail until the first part is \
-             acknowledged{}.",
-            shape.rtt.as_millis(),
-            if in_table { " (marked 2 RTT below)" } else { "" }
-        ),
+    #[test]
+    fn ranges_are_checked_with_errors_that_say_what_is_allowed() {
+        let mss = in_range("--mss", 88_u32, 32_767, "");
+        assert_eq!(mss("1460"), Ok(1460));
+        assert_eq!(
+            mss("40"),
+            Err("--mss 40 is out of range: use 88 to 32767".to_string())
+        );
+        assert!(mss("many")
+            .unwrap_err()
+            .contains("use a number from 88 to 32767"));
+        let rtt = in_range("--rtt", RTT_RANGE_MS.0, RTT_RANGE_MS.1, " milliseconds");
+        assert_eq!(rtt("20"), Ok(20));
+        assert!(rtt("0").unwrap_err().contains("use 1 to 400 milliseconds"));
+        assert!(rtt("401").is_err());
+        let rate = in_range("--rate", 0.1, 10_000.0, " Mbit/s");
+        assert_eq!(rate("10"), Ok(10.0));
+        assert!(rate("0").is_err() && rate("NaN").is_err() && rate("inf").is_err());
     }
-}
-
-fn list_report(
-    selected: &[Variant],
-    settings: &RunSettings,
-    shape: Option<PathShape>,
-) -> ListReport {
-    let scenarios = SCENARIOS
-        .into_iter()
-        .filter_map(|scenario| {
-            let variants: Vec<ListVariant> = selected
-                .iter()
-                .filter(|v| v.scenario == scenario)
-                .map(|v| {
-                    let size = settings.size.unwrap_or(v.size);
-                    let mss = settings.mss.or(v.mss);
-                    ListVariant {
-                        name: row_name(v, settings.size),
-                        size,
-                        mss,
-                        expected_stall: expected_stall(v, size, mss),
-                        round_trips: round_trips(v, size, mss),
-                        explanation: explain::explanation(v, size, mss),
-                    }
-                })
-                .collect();
-            (!variants.is_empty()).then(|| ListScenario {
-                name: scenario.name(),
-                description: scenario.description(),
-                variants,
-            })
-        })
-        .collect();
-    ListReport {
-        stall_rule: stall_rule(shape, false),
-        scenarios,
-    }
-}
-
-fn print_list(
-    out: &mut impl Write,
-    selected: &[Variant],
-    settings: &RunSettings,
-    shape: Option<PathShape>,
-) -> io::Result<()> {
-    let list = list_report(selected, settings, shape);
-    writeln!(out, "{}", stall_rule(shape, true))?;
-    for scenario in &list.scenarios {
-        writeln!(out, "\n{}: {}", scenario.name, scenario.description)?;
-        for v in &scenario.variants {
-            let stall = if v.expected_stall {
-                "stalls"
-            } else {
-                "no stall"
-            };
-            let rounds = if shape.is_some() && v.round_trips == 2 {
-                "2 RTT "
-            } else {
-                ""
-            };
-            writeln!(
-                out,
-                "  {:<18} {:>7} B {:<8} {rounds}{}",
-                v.name, v.size, stall, v.explanation
-            )?;
-        }
-    }
-    Ok(())
-}
-
-fn print_table(out: &mut impl Write, report: &LabReport) -> io::Result<()> {
-    writeln!(out, "{}", report.kernel_summary)?;
-    if let Some(path) = &report.path {
-        writeln!(
-            out,
-            "path: RTT {} ms{} between namespaces {} and {} (user-space relay over TUN, MTU 1500)",
-            path.rtt_ms,
-            path.rate_mbit
-                .map(|r| format!(", {r} Mbit/s"))
-                .unwrap_or_default(),
-            path.client_namespace,
-            path.server_namespace
-        )?;
-    }
-    writeln!(
-        out,
-        "{:<10} {:<18} {:>7} {:>5} {:>8} {:>8} {:>8} {:>7} {:<7} {:<8} why",
-        "scenario",
-        "variant",
-        "size B",
-        "req",
-        "p50 ms",
-        "p99 ms",
-        "max ms",
-        "seg/req",
-        "stalled",
-        "expected"
-    )?;
-    let yes_no = |b: bool| if b { "yes" } else { "no" };
-    for r in &report.rows {
-        let mut why = r.explanation.clone();
-        if let (Some(share), Some(corked)) = (r.own_segment_share, r.autocorking_delta) {
-            why = format!(
-                "{:.0}% own segment, autocorked +{corked}; {why}",
-                share * 100.0
-            );
-        }
-        if let Some(own) = r.own_packet_share {
-            why = format!("{:.0}% of writes sent alone; {why}", own * 100.0);
-        }
-        if let Some(inherited) = r.inherited {
-            why = format!("inherited: {}; {why}", yes_no(inherited));
-        }
-        if !r.errors.is_empty() {
-            why = format!("ERROR {}; {why}", r.errors.join("; "));
-        }
-        writeln!(
-            out,
-            "{:<10} {:<18} {:>7} {:>5} {:>8.2} {:>8.2} {:>8.2} {:>7.2} {:<7} {:<8} {why}",
-            r.scenario,
-            r.variant,
-            r.size,
-            r.requests,
-            r.p50_ms,
-            r.p99_ms,
-            r.max_ms,
-            r.segments_per_request,
-            yes_no(r.stalled),
-            yes_no(r.expected_stall),
-        )?;
-    }
-    if let Some(c) = &report.capture {
-        writeln!(
-            out,
-            "capture: {} packets, {} connections written to {}",
-            c.packets,
-            c.flows,
-            c.file.display()
-        )?;
-    }
-    Ok(())
 }

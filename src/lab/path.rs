@@ -472,23 +472,6 @@ pub(crate) fn open_tun(name: &str) -> io::Result<OwnedFd> {
     Ok(OwnedFd::from(file))
 }
 
-/// Parses `--rtt`, checking its range.
-pub fn rtt_of(ms: u64) -> anyhow::Result<Duration> {
-    let (min, max) = RTT_RANGE_MS;
-    if !(min..=max).contains(&ms) {
-        bail!("--rtt {ms} is out of range: use {min} to {max} milliseconds");
-    }
-    Ok(Duration::from_millis(ms))
-}
-
-/// Parses `--rate`, checking its range (0.1 to 10000 Mbit/s).
-pub fn rate_of(mbit: f64) -> anyhow::Result<u64> {
-    if !(0.1..=10_000.0).contains(&mbit) {
-        bail!("--rate {mbit} is out of range: use 0.1 to 10000 Mbit/s");
-    }
-    Ok((mbit * 1_000_000.0) as u64)
-}
-
 /// Deletes the namespaces listed in `registry` when SIGINT, SIGTERM or SIGHUP arrives, then
 /// exits with 128 + the signal's number, as the shell would report it. Must be called before
 /// this process starts other threads: the signals are blocked in the calling thread, and every
@@ -543,14 +526,5 @@ mod tests {
         log_segment(&log, &tcp_packet(isn.wrapping_add(3601), false, &[0; 1200]));
         assert_eq!(own_packet_share(&log, 5_000, 1200, 4), 0.5);
         assert_eq!(own_packet_share(&log, 5_001, 1200, 4), 0.0);
-    }
-
-    #[test]
-    fn rtt_and_rate_ranges() {
-        assert_eq!(rtt_of(20).unwrap(), Duration::from_millis(20));
-        assert!(rtt_of(0).unwrap_err().to_string().contains("1 to 400"));
-        assert!(rtt_of(401).is_err());
-        assert_eq!(rate_of(10.0).unwrap(), 10_000_000);
-        assert!(rate_of(0.0).is_err() && rate_of(f64::NAN).is_err());
     }
 }

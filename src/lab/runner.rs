@@ -6,22 +6,23 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use serde::Serialize;
+use serde::{Serialize, Serializer};
 
-use super::client::{http_get_request, ClientConfig, Connection};
-use super::explain::{self, expected_stall, split_writer, Geometry};
-use super::framing::{self, FrameEnd};
+use super::client::{ClientConfig, Connection};
+use super::expect::{Geometry, SegmentRules, WireOutcome};
+use super::explain::{Explanation, PathNote};
 use super::measure::{stall_threshold_ms, LatencySummary};
 use super::notes::{describe_io, ErrorTally};
 use super::path::{own_packet_share, PathEnds};
-use super::scenarios::{ConnectionMode, Variant, Workload};
-use super::server::{Protocol, Server, ServerConfig, ServerNodelay};
-use super::write::WriteStrategy;
+use super::scenarios::Variant;
+use super::server::{Server, ServerConfig, ServerNodelay};
+use super::workload::Exchange;
 use crate::kernel::{tcpext_counter, tcpext_counter_in};
+use crate::Side;
 
 /// Knobs of a run that apply to every row.
 #[derive(Debug, Clone)]
-pub struct RunSettings {
+pub(crate) struct RunSettings {
     /// Requests per row (stream: ignored, see `stream_connections` and `stream_writes`).
     pub requests: usize,
     /// Payload size replacing each row's own, in bytes.
@@ -38,17 +39,20 @@ pub struct RunSettings {
     pub row_timeout: Duration,
     /// The emulated path of `lab --rtt`; `None`: loopback.
     pub path: Option<PathEnds>,
+    /// What the kernel adds to every segment, read once for the run.
+    pub segments: SegmentRules,
     /// `lab --peer`: a user-space stack plays one end of every row.
     pub peer: Option<std::sync::Arc<crate::peer::Peer>>,
 }
 
-/// One measured row: the stable keys of `lab --json` and the lab's own additions.
+/// One measured row, the result [`run_variant`] returns: the stable keys of `lab --json` and
+/// the lab's own additions.
 #[derive(Debug, Clone, Serialize)]
-pub struct Row {
+pub(crate) struct RowResult {
     /// Scenario name.
     pub scenario: &'static str,
-    /// Variant name; a name ending in the catalogue's size (`value-1400`) shows the size in
-    /// use instead (`value-2400` with `--size 2400`).
+    /// Variant name; a row named by its size (`value-1400`) shows the size in use
+    /// (`value-2400` with `--size 2400`).
     pub variant: String,
     /// Requests completed (stream: writes).
     pub requests: usize,
@@ -63,13 +67,13 @@ pub struct Row {
     /// p50 at or above `stall_threshold_ms`.
     pub stalled: bool,
     /// The p50 from which the row counts as stalled: the round trips its exchange needs
-    /// without any timer, times the path's RTT, plus 30 ms (see
-    /// [`super::measure::stall_threshold_ms`]); 30 ms on loopback.
+    /// without any timer ([`WireOutcome::round_trips`]), times the path's RTT, plus 30 ms
+    /// (see [`super::measure::stall_threshold_ms`]); 30 ms on loopback.
     pub stall_threshold_ms: f64,
     /// Round-trip time of the emulated path (`lab --rtt`); absent on loopback.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub path_rtt_ms: Option<f64>,
-    /// What Linux is expected to do, from the catalogue.
+    /// What Linux is expected to do, from the catalogue ([`WireOutcome::stalls`]).
     pub expected_stall: bool,
     /// Why, from the kernel's rules.
     pub explanation: String,
@@ -79,7 +83,7 @@ pub struct Row {
     /// Which end's write Nagle holds when the row stalls as expected: `client` (the
     /// connection's initiator) or `server`, as in `analyze --json`; absent when no stall is
     /// expected.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "side_name")]
     pub held_side: Option<Side>,
     /// The server's port: a flow to this port in a capture belongs to this row.
     pub server_port: u16,
@@ -118,100 +122,27 @@ pub struct Row {
     pub errors: Vec<String>,
 }
 
-/// An end of a lab connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Side {
-    /// The connection's initiator.
-    Client,
-    /// The end that accepted it.
-    Server,
-}
-
-/// Round trips a row's request needs when no timer fires: one, plus one when Nagle holds the
-/// second part of a split message until the first is acknowledged (`tcp_nagle_check`, the
-/// Minshall rule: a sub-MSS first segment still unacknowledged), even when that ACK comes at
-/// once. Over an RTT this is what separates a quick-ACKed split (2 RTT) from a stall
-/// (2 RTT + the delayed-ACK timer).
-pub fn round_trips(variant: &Variant, size: usize, mss: Option<u32>) -> u32 {
-    let (strategy, nagle_on) = match variant.workload {
-        Workload::Stream => return 1,
-        // The server closes after its reply: tcp_send_fin pushes what Nagle held
-        // (`__tcp_push_pending_frames` with TCP_NAGLE_OFF), together with the FIN.
-        Workload::Http if variant.connections == ConnectionMode::PerRequest => return 1,
-        Workload::Echo => (variant.client_write, !variant.client_nodelay),
-        Workload::Http | Workload::Memcached => (
-            variant.server_reply,
-            variant.server_nodelay == ServerNodelay::Off,
-        ),
-    };
-    let splits = matches!(
-        strategy,
-        WriteStrategy::Split | WriteStrategy::BufferedFlush
-    );
-    let g = Geometry::of(variant, size, mss);
-    if splits && nagle_on && g.first < g.mss && g.second > 0 {
-        2
-    } else {
-        1
+/// A side as the JSON names it (`client`, `server`).
+fn side_name<S: Serializer>(side: &Option<Side>, serializer: S) -> Result<S::Ok, S::Error> {
+    match side {
+        Some(side) => serializer.serialize_str(side.name()),
+        None => serializer.serialize_none(),
     }
 }
 
-/// What a row costs over an emulated path, for its explanation.
-pub fn path_note(variant: &Variant, size: usize, mss: Option<u32>) -> &'static str {
-    if variant.workload == Workload::Stream {
-        return "over a path the ACK of a sub-MSS segment takes an RTT, and with Nagle the writes \
-                made meanwhile leave merged into full segments; with --rate, packets wait in the \
-                tbf qdisc still charged to the socket, so autocorking (tcp_should_autocork) merges \
-                writes even with TCP_NODELAY";
-    }
-    match (
-        round_trips(variant, size, mss),
-        expected_stall(variant, size, mss),
-    ) {
-        (2, true) => {
-            "over a path: 2 RTT + the delayed-ACK timer (the first part's ACK waits \
-                      for the timer, then the tail and the reply each cross the path)"
-        }
-        (2, false) => {
-            "over a path: 2 RTT, no timer: the tail still waits for the first part's \
-                       ACK, sent at once, to cross the path"
-        }
-        _ => "over a path: 1 RTT, nothing held",
-    }
-}
-
-/// The two parts of the echo line of `size` bytes: for 13, `hello ` and `world\r\n`.
-pub fn echo_parts(size: usize) -> (Vec<u8>, Vec<u8>) {
-    let text: Vec<u8> = b"hello world "
-        .iter()
-        .copied()
-        .cycle()
-        .take(size.saturating_sub(2))
-        .collect();
-    let head_len = (size.div_ceil(2))
-        .saturating_sub(1)
-        .clamp(1, text.len().max(1));
-    let mut body = text[head_len.min(text.len())..].to_vec();
-    body.extend_from_slice(b"\r\n");
-    (text[..head_len.min(text.len())].to_vec(), body)
-}
-
-/// Runs `variant`; `watch_port` is called with the server's port before the first connect.
-pub fn run_variant(
+/// Runs `variant`; `watch_port` is called with the server's port before the first connect:
+/// every connection of the row goes to that port, in a capture as on the sockets.
+pub(crate) fn run_variant(
     variant: &Variant,
     settings: &RunSettings,
     watch_port: &dyn Fn(u16),
-) -> anyhow::Result<Row> {
-    let size = settings.size.unwrap_or(variant.size);
-    let mss = settings.mss.or(variant.mss);
+) -> anyhow::Result<RowResult> {
+    let sizes = settings
+        .segments
+        .sizes_of(variant, settings.size, settings.mss);
+    let (size, mss) = (sizes.size, sizes.mss);
     let deadline = Instant::now() + settings.row_timeout;
-    let protocol = match variant.workload {
-        Workload::Echo => Protocol::Echo,
-        Workload::Http => Protocol::Http { body_len: size },
-        Workload::Memcached => Protocol::Memcached { value_len: size },
-        Workload::Stream => Protocol::Sink { chunk: size },
-    };
+    let protocol = (variant.workload.protocol)(size);
     let path = settings.path.as_ref();
     let server = Server::start(ServerConfig {
         bind: path.map_or(Ipv4Addr::LOCALHOST, |p| p.server_addr),
@@ -249,7 +180,8 @@ pub fn run_variant(
     let corking_after = autocorking_count(path);
     let report = server.stop();
     let mut latencies = outcome.latencies;
-    if variant.workload == Workload::Stream {
+    let is_stream = variant.workload.is_one_way();
+    if is_stream {
         latencies = stream_latencies(&outcome.stream_writes, &report.arrivals);
         outcome.requests = outcome.stream_writes.iter().map(|(_, w)| w.len()).sum();
         if latencies.len() < outcome.requests {
@@ -264,18 +196,17 @@ pub fn run_variant(
     let summary = LatencySummary::of(&latencies);
     let requests = outcome.requests.max(1) as f64;
     let rtt = path.map_or(Duration::ZERO, |p| p.shape.rtt);
-    let threshold = stall_threshold_ms(round_trips(variant, size, mss), rtt);
+    let geometry = Geometry::of(variant, &sizes);
+    let expected = WireOutcome::of(variant, &sizes);
+    let threshold = stall_threshold_ms(expected.round_trips(), rtt);
     let stalled = summary.p50_ms >= threshold;
-    let expected = expected_stall(variant, size, mss);
-    let geometry = Geometry::of(variant, size, mss);
-    let mut explanation = explain::explanation(variant, size, mss);
+    let mut explanation = Explanation::of(variant, geometry).to_string();
     if path.is_some() {
-        explanation = format!("{explanation}; {}", path_note(variant, size, mss));
+        explanation = format!("{explanation}; {}", PathNote::of(variant, &expected));
     }
-    if stalled != expected {
+    if stalled != expected.stalls() {
         explanation = format!("UNEXPECTED on this kernel; the kernel rules say: {explanation}");
     }
-    let is_stream = variant.workload == Workload::Stream;
     let inherited = match (variant.server_nodelay, variant.listener_quickack) {
         (ServerNodelay::Listener, _) => report.accepted_nodelay,
         // The accepted socket reads TCP_QUICKACK as !pingpong: equal to the listener's value
@@ -283,9 +214,9 @@ pub fn run_variant(
         (_, Some(on)) => report.accepted_quickack.map(|q| q == on),
         _ => None,
     };
-    Ok(Row {
+    Ok(RowResult {
         scenario: variant.scenario.name(),
-        variant: explain::row_name(variant, settings.size),
+        variant: variant.name_in_run(settings.size),
         requests: outcome.requests,
         p50_ms: summary.p50_ms,
         p99_ms: summary.p99_ms,
@@ -294,17 +225,13 @@ pub fn run_variant(
         stalled,
         stall_threshold_ms: threshold,
         path_rtt_ms: path.map(|p| p.shape.rtt.as_secs_f64() * 1000.0),
-        expected_stall: expected,
+        expected_stall: expected.stalls(),
         explanation,
         stalled_requests: latencies
             .iter()
             .filter(|l| l.as_secs_f64() * 1000.0 >= threshold)
             .count(),
-        held_side: if expected {
-            split_writer(variant)
-        } else {
-            None
-        },
+        held_side: expected.held_side(),
         server_port: addr.port(),
         connections: outcome.connections,
         size,
@@ -374,10 +301,13 @@ struct ClientOutcome {
 /// bounded by the request count and the row's deadline.
 fn run_client(row: &RowContext<'_>) -> ClientOutcome {
     let mut outcome = ClientOutcome::default();
-    let per_request = row.variant.connections == ConnectionMode::PerRequest;
-    let Some((request, reply_end)) = request_of(row) else {
+    let workload = row.variant.workload;
+    let per_request = row.variant.per_request();
+    let Exchange::Turns { reply_end } = workload.exchange else {
         return run_stream(row);
     };
+    // The request's parts, written with the row's strategy.
+    let request = (workload.request)(row.size, &row.addr.to_string(), per_request);
     let mut connection: Option<Connection> = None;
     while outcome.requests < row.settings.requests && Instant::now() < row.deadline {
         if connection.is_none() {
@@ -422,24 +352,6 @@ fn run_client(row: &RowContext<'_>) -> ClientOutcome {
     outcome
 }
 
-/// The request's parts, written with the row's strategy, and where the reply ends; `None` for
-/// the stream, which has no reply.
-fn request_of(row: &RowContext<'_>) -> Option<(Vec<Vec<u8>>, FrameEnd)> {
-    let per_request = row.variant.connections == ConnectionMode::PerRequest;
-    Some(match row.variant.workload {
-        Workload::Echo => {
-            let (head, body) = echo_parts(row.size);
-            (vec![head, body], framing::line_end)
-        }
-        Workload::Memcached => (vec![b"get k\r\n".to_vec()], framing::memcached_reply_end),
-        Workload::Http => {
-            let get = http_get_request(&row.addr.to_string(), "/file", per_request);
-            (vec![get.into_bytes()], framing::http_response_end)
-        }
-        Workload::Stream => return None,
-    })
-}
-
 /// Runs the client side of a row on the peer's user-space stack (`lab --peer`).
 fn peer_client(peer: &crate::peer::Peer, row: &RowContext<'_>) -> ClientOutcome {
     use crate::peer::client::{RequestJob, StreamJob};
@@ -453,20 +365,23 @@ fn peer_client(peer: &crate::peer::Peer, row: &RowContext<'_>) -> ClientOutcome 
     let options = ConnOptions {
         nodelay: row.variant.client_nodelay,
     };
-    let job = match request_of(row) {
-        Some((parts, reply_end)) => ClientJob::Requests(RequestJob {
+    let workload = row.variant.workload;
+    let per_request = row.variant.per_request();
+    let parts = (workload.request)(row.size, &row.addr.to_string(), per_request);
+    let job = match workload.exchange {
+        Exchange::Turns { reply_end } => ClientJob::Requests(RequestJob {
             server,
             parts,
             write: row.variant.client_write,
             reply_end,
             requests: row.settings.requests,
-            per_request: row.variant.connections == ConnectionMode::PerRequest,
+            per_request,
             options,
             deadline: row.deadline,
         }),
-        None => ClientJob::Stream(StreamJob {
+        Exchange::OneWay => ClientJob::Stream(StreamJob {
             server,
-            payload: vec![b's'; row.size],
+            payload: parts.concat(),
             connections: row.settings.stream_connections,
             writes: row.settings.stream_writes,
             pause: Duration::from_millis(row.variant.pause_ms),
@@ -485,7 +400,7 @@ fn peer_client(peer: &crate::peer::Peer, row: &RowContext<'_>) -> ClientOutcome 
             for error in run.errors {
                 outcome.errors.push(error);
             }
-            if row.variant.workload != Workload::Stream {
+            if !workload.is_one_way() {
                 note_timeout(
                     &mut outcome,
                     row.settings.requests,
@@ -524,7 +439,7 @@ fn finish_connection(connection: &mut Option<Connection>, outcome: &mut ClientOu
 fn run_stream(row: &RowContext<'_>) -> ClientOutcome {
     let next = AtomicUsize::new(0);
     let outcome = Mutex::new(ClientOutcome::default());
-    let payload = vec![b's'; row.size];
+    let payload = (row.variant.workload.request)(row.size, &row.addr.to_string(), false).concat();
     let pause = Duration::from_millis(row.variant.pause_ms);
     std::thread::scope(|scope| {
         for _ in 0..row.settings.stream_parallel.max(1) {
@@ -598,40 +513,4 @@ fn stream_latencies(
                 .map(|(s, a)| a.saturating_duration_since(*s))
         })
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::lab::scenarios::catalogue_row as row;
-
-    #[test]
-    fn round_trips_count_the_wait_for_the_first_part_ack() {
-        assert_eq!(round_trips(row("echo", "split"), 13, None), 2);
-        assert_eq!(round_trips(row("echo", "quickack"), 13, None), 2);
-        assert_eq!(round_trips(row("echo", "single"), 13, None), 1);
-        assert_eq!(round_trips(row("echo", "nodelay"), 13, None), 1);
-        // The server's close pushes the held body with the FIN.
-        assert_eq!(round_trips(row("http", "short"), 200, None), 1);
-        assert_eq!(
-            round_trips(row("memcached", "value-100"), 100, Some(1460)),
-            1
-        );
-        assert_eq!(
-            round_trips(row("memcached", "nodelay-1400"), 1400, Some(1460)),
-            1
-        );
-        assert_eq!(
-            round_trips(row("memcached", "value-4000"), 4000, Some(1460)),
-            2
-        );
-    }
-
-    #[test]
-    fn echo_line_of_13_bytes_is_hello_world() {
-        let (head, body) = echo_parts(13);
-        assert_eq!((&head[..], &body[..]), (&b"hello "[..], &b"world\r\n"[..]));
-        let (head, body) = echo_parts(3);
-        assert_eq!(head.len() + body.len(), 3);
-    }
 }

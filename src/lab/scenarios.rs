@@ -1,12 +1,15 @@
 //! The lab's catalogue, as data: one [`Variant`] per row, grouped by [`Scenario`]. The runner
 //! interprets these rows; adding an experiment means adding a row here, not a function.
 
+use super::explain::Why;
 use super::server::ServerNodelay;
+use super::workload::{self, Workload};
 use super::write::WriteStrategy;
+use crate::{tcp_rules, Side};
 
 /// The five experiments of the source documents.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scenario {
+pub(crate) enum Scenario {
     /// Documents 000/003: line echo, `hello ` + `world\r\n`.
     Echo,
     /// Document 004: keep-alive HTTP/1.1 server writing header and body.
@@ -19,77 +22,74 @@ pub enum Scenario {
     Inherit,
 }
 
-/// Every scenario, in catalogue order.
-pub const SCENARIOS: [Scenario; 5] = [
-    Scenario::Echo,
-    Scenario::Http,
-    Scenario::Memcached,
-    Scenario::Stream,
-    Scenario::Inherit,
+/// What the catalogue says about a scenario.
+#[derive(Debug)]
+pub(crate) struct ScenarioInfo {
+    /// The scenario described.
+    pub scenario: Scenario,
+    /// The name used on the command line and in JSON.
+    pub name: &'static str,
+    /// One line for `--list`.
+    pub description: &'static str,
+    /// Smallest and largest `--size` that make sense, in bytes.
+    pub sizes: (usize, usize),
+}
+
+/// Every scenario, in catalogue order (and in the order of [`Scenario`]'s variants).
+pub(crate) const SCENARIOS: [ScenarioInfo; 5] = [
+    ScenarioInfo {
+        scenario: Scenario::Echo,
+        name: "echo",
+        description: "line-echo server; client sends `hello ` + `world\\r\\n` and reads the line back (docs 000, 003)",
+        // A line needs a head, a body and `\r\n`.
+        sizes: (3, 65_536),
+    },
+    ScenarioInfo {
+        scenario: Scenario::Http,
+        name: "http",
+        description: "keep-alive HTTP/1.1 server answering a 200-byte file, header and body written apart (doc 004)",
+        sizes: (1, 1 << 20),
+    },
+    ScenarioInfo {
+        scenario: Scenario::Memcached,
+        name: "memcached",
+        description: "memcached text protocol, reply cut like 1.4.4 (first write <= 1400 B, rest in a second write), MSS 1460 (doc 002)",
+        // memcached's default item size limit is 1 MiB.
+        sizes: (1, 1 << 20),
+    },
+    ScenarioInfo {
+        scenario: Scenario::Stream,
+        name: "stream",
+        description: "one-way 1200-byte writes with a pause between them; share of writes sent as their own segment (doc 001)",
+        sizes: (1, 65_536),
+    },
+    ScenarioInfo {
+        scenario: Scenario::Inherit,
+        name: "inherit",
+        description: "does an accepted socket inherit TCP_NODELAY / TCP_QUICKACK set on the listener? (doc 002's claim)",
+        // Its rows are echo and HTTP rows: the narrower range, echo's.
+        sizes: (3, 65_536),
+    },
 ];
 
 impl Scenario {
+    /// The catalogue's entry for this scenario.
+    pub fn info(self) -> &'static ScenarioInfo {
+        &SCENARIOS[self as usize]
+    }
+
     /// The name used on the command line and in JSON.
     pub fn name(self) -> &'static str {
-        match self {
-            Scenario::Echo => "echo",
-            Scenario::Http => "http",
-            Scenario::Memcached => "memcached",
-            Scenario::Stream => "stream",
-            Scenario::Inherit => "inherit",
-        }
-    }
-
-    /// One line for `--list`.
-    pub fn description(self) -> &'static str {
-        match self {
-            Scenario::Echo => "line-echo server; client sends `hello ` + `world\\r\\n` and reads the line back (docs 000, 003)",
-            Scenario::Http => "keep-alive HTTP/1.1 server answering a 200-byte file, header and body written apart (doc 004)",
-            Scenario::Memcached => "memcached text protocol, reply cut like 1.4.4 (first write <= 1400 B, rest in a second write), MSS 1460 (doc 002)",
-            Scenario::Stream => "one-way 1200-byte writes with a pause between them; share of writes sent as their own segment (doc 001)",
-            Scenario::Inherit => "does an accepted socket inherit TCP_NODELAY / TCP_QUICKACK set on the listener? (doc 002's claim)",
-        }
-    }
-
-    /// Size of the payload when `--size` is not given, in bytes.
-    pub fn default_size(self) -> usize {
-        match self {
-            Scenario::Echo | Scenario::Inherit => 13,
-            Scenario::Http => 200,
-            Scenario::Memcached => 1400,
-            Scenario::Stream => 1200,
-        }
-    }
-
-    /// Smallest and largest `--size` that make sense, in bytes.
-    pub fn size_range(self) -> (usize, usize) {
-        match self {
-            // A line needs a head, a body and `\r\n`.
-            Scenario::Echo | Scenario::Inherit => (3, 65_536),
-            Scenario::Http => (1, 1 << 20),
-            // memcached's default item size limit is 1 MiB.
-            Scenario::Memcached => (1, 1 << 20),
-            Scenario::Stream => (1, 65_536),
-        }
+        self.info().name
     }
 }
 
-/// What the client and server exchange in a row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Workload {
-    /// Echo of one line split in two parts.
-    Echo,
-    /// HTTP GET of a file.
-    Http,
-    /// memcached `get` of one value.
-    Memcached,
-    /// One-way writes with a pause.
-    Stream,
-}
+/// The largest `--size` any scenario accepts, for the command line's own check.
+pub(crate) const MAX_SIZE: usize = 1 << 20;
 
 /// Whether connections are reused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConnectionMode {
+pub(crate) enum ConnectionMode {
     /// One connection for every request of the row.
     KeepAlive,
     /// A new connection per request (`ab` without `-k`): each starts in quick-ACK mode.
@@ -98,24 +98,36 @@ pub enum ConnectionMode {
 
 /// What Linux is expected to do with a row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Expectation {
+pub(crate) enum Expectation {
     /// Stalls for one delayed-ACK timeout per request while the message's two writes each
     /// fit in one segment (first sub-MSS, second below one MSS); with larger writes the
-    /// receiver sees a full segment and ACKs at once. See [`super::explain::Geometry::fit`].
+    /// receiver sees a full segment and ACKs at once. See [`super::expect::Fit`].
     Stall,
     /// Never waits for the timer.
     NoStall,
 }
 
+/// A row's name: fixed, or made of a stem and the parameter the row is about, so that
+/// `--size` can name the row by the size in use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RowName {
+    /// The name as written.
+    Fixed(&'static str),
+    /// `<stem>-<size>`: the payload size, the catalogue's or `--size`'s (`value-1400`).
+    Sized(&'static str),
+    /// `<stem>-<pause>ms`: the stream's pause between writes (`nagle-5ms`).
+    Paused(&'static str),
+}
+
 /// One row of the catalogue.
 #[derive(Debug, Clone, Copy)]
-pub struct Variant {
+pub(crate) struct Variant {
     /// The experiment it belongs to.
     pub scenario: Scenario,
     /// Its name within the scenario.
-    pub name: &'static str,
+    pub name: RowName,
     /// What is exchanged.
-    pub workload: Workload,
+    pub workload: &'static Workload,
     /// Client's way of writing a request (echo: `hello ` and `world\r\n`).
     pub client_write: WriteStrategy,
     /// TCP_NODELAY on the client.
@@ -140,18 +152,51 @@ pub struct Variant {
     pub mss: Option<u32>,
     /// What Linux should do.
     pub expected: Expectation,
-    /// Why, in one line, from the kernel's rules, for the message shape the row is about.
-    /// `{first}`, `{second}` (bytes of the message's two writes), `{message}`, `{mss}`
-    /// (payload bytes of a full segment) and `{segments}` are filled with the sizes in
-    /// effect; a split row whose writes no longer fit that shape gets its text from
-    /// [`super::explain::explanation`] instead.
-    pub explanation: &'static str,
+    /// Why, for the message shape the row is about; a split row whose writes no longer fit
+    /// that shape is explained by the geometry instead ([`super::explain::Explanation`]).
+    pub why: Why,
+}
+
+impl Variant {
+    /// The row's name with a payload of `size` bytes.
+    fn name_with(&self, size: usize) -> String {
+        match self.name {
+            RowName::Fixed(name) => name.to_string(),
+            RowName::Sized(stem) => format!("{stem}-{size}"),
+            RowName::Paused(stem) => format!("{stem}-{}ms", self.pause_ms),
+        }
+    }
+
+    /// The row's name in the catalogue, with its own size.
+    pub fn name(&self) -> String {
+        self.name_with(self.size)
+    }
+
+    /// The row's name in a run: `--size` (`size`) renames a row named by its size.
+    pub fn name_in_run(&self, size: Option<usize>) -> String {
+        self.name_with(size.unwrap_or(self.size))
+    }
+
+    /// Whether the client writes a new connection for every request.
+    pub fn per_request(&self) -> bool {
+        self.connections == ConnectionMode::PerRequest
+    }
+
+    /// How `side` writes its message, and whether Nagle is on for it.
+    pub fn writes_of(&self, side: Side) -> (WriteStrategy, bool) {
+        match side {
+            Side::Client => (self.client_write, !self.client_nodelay),
+            // A listener's TCP_NODELAY is what the inherit row tests: the accepted socket is
+            // a copy of the listener (`inet_csk_clone_lock`), so Nagle is off there too.
+            Side::Server => (self.server_reply, self.server_nodelay == ServerNodelay::Off),
+        }
+    }
 }
 
 const ECHO: Variant = Variant {
     scenario: Scenario::Echo,
-    name: "",
-    workload: Workload::Echo,
+    name: RowName::Fixed(""),
+    workload: &workload::ECHO,
     client_write: WriteStrategy::Split,
     client_nodelay: false,
     client_quickack: false,
@@ -164,252 +209,293 @@ const ECHO: Variant = Variant {
     pause_ms: 0,
     mss: None,
     expected: Expectation::NoStall,
-    explanation: "",
+    why: Why::EchoSplit,
 };
 
 const HTTP: Variant = Variant {
     scenario: Scenario::Http,
-    workload: Workload::Http,
+    workload: &workload::HTTP,
     client_write: WriteStrategy::Single,
     server_reply: WriteStrategy::Split,
     size: 200,
     ..ECHO
 };
 
-/// memcached 1.4.4 on a 1500-byte MTU: MSS 1460.
+/// memcached 1.4.4 on a 1500-byte MTU: MSS 1460. Which sizes stall is the point of the
+/// scenario, so a row whose reply does not fit its shape is explained by the geometry.
 const MEMCACHED: Variant = Variant {
     scenario: Scenario::Memcached,
-    workload: Workload::Memcached,
+    workload: &workload::MEMCACHED,
     client_write: WriteStrategy::Single,
     server_reply: WriteStrategy::Split,
-    mss: Some(1460),
+    mss: Some(tcp_rules::DEFAULT_MSS_V4),
     expected: Expectation::Stall,
+    why: Why::MemcachedSplit,
     ..ECHO
 };
-
-/// Every memcached value row: which sizes stall is the point of the scenario, so the text of a
-/// row whose reply does not fit this shape comes from the geometry (`explain::explanation`).
-const MEMCACHED_SPLIT: &str = "the server writes {first} B then a {second} B rest, both below one {mss} B segment: the rest waits in tcp_nagle_check for the ACK of the sub-MSS first write (Minshall), which the client delays (ping-pong) until the timer";
 
 const STREAM: Variant = Variant {
     scenario: Scenario::Stream,
-    workload: Workload::Stream,
+    workload: &workload::STREAM,
     client_write: WriteStrategy::Single,
     size: 1200,
+    why: Why::StreamNagle,
     ..ECHO
 };
 
-const STREAM_EXPLANATION: &str = "Nagle on: a write waits only while an earlier sub-MSS segment is unacknowledged; on loopback the ACK (the receiver never sends data, so it stays in quick-ACK mode) is back within microseconds, so little is merged; doc 001's 22% needs a real RTT";
-
-const STREAM_NODELAY_EXPLANATION: &str = "TCP_NODELAY: every write leaves at once unless autocorking defers it (tcp_should_autocork: an earlier skb of the socket still queued below TCP); lo has no qdisc, so that is rare";
-
 /// The catalogue. `tcpstall lab` runs every row; `--scenario`/`--variant` select.
-pub const CATALOGUE: &[Variant] = &[
+pub(crate) const CATALOGUE: &[Variant] = &[
     Variant {
-        name: "split",
+        name: RowName::Fixed("split"),
         expected: Expectation::Stall,
-        explanation: "write-write-read: the {second} B tail waits in tcp_nagle_check for the ACK of the {first} B head (both below one {mss} B segment), which the server delays (ping-pong mode) until the delayed-ACK timer",
+        why: Why::EchoSplit,
         ..ECHO
     },
     Variant {
-        name: "single",
+        name: RowName::Fixed("single"),
         client_write: WriteStrategy::Single,
-        explanation: "one write, {segments}: full segments are never held and no sub-MSS segment is in flight ahead of the last, so nothing waits; the reply carries the ACK",
+        why: Why::EchoSingle,
         ..ECHO
     },
     Variant {
-        name: "writev",
+        name: RowName::Fixed("writev"),
         client_write: WriteStrategy::Writev,
-        explanation: "one gathering writev ({segments}): same as a single write without the copy",
+        why: Why::Writev,
         ..ECHO
     },
     Variant {
-        name: "nodelay",
+        name: RowName::Fixed("nodelay"),
         client_nodelay: true,
-        explanation: "client TCP_NODELAY: tcp_nagle_test passes, the {second} B tail leaves right after the {first} B head",
+        why: Why::ClientNodelay,
         ..ECHO
     },
     Variant {
-        name: "flush",
+        name: RowName::Fixed("flush"),
         client_write: WriteStrategy::BufferedFlush,
         expected: Expectation::Stall,
-        explanation: "flush() only hands each part to the kernel: still write-write-read, Nagle holds the {second} B tail behind the unacknowledged {first} B head (both below one {mss} B segment) until the delayed ACK (doc 003)",
+        why: Why::Flush,
         ..ECHO
     },
     Variant {
-        name: "cork",
+        name: RowName::Fixed("cork"),
         client_write: WriteStrategy::CorkUncork,
-        explanation: "TCP_CORK gathers both parts; uncorking pushes all {message} B at once ({segments})",
+        why: Why::Cork,
         ..ECHO
     },
     Variant {
-        name: "msg_more",
+        name: RowName::Fixed("msg_more"),
         client_write: WriteStrategy::MsgMore,
-        explanation: "send(MSG_MORE) keeps the {first} B head queued; the second send pushes all {message} B at once ({segments})",
+        why: Why::MsgMore,
         ..ECHO
     },
     Variant {
-        name: "quickack",
+        name: RowName::Fixed("quickack"),
         server_quickack: true,
-        explanation: "server re-arms TCP_QUICKACK after every read: it ACKs the {first} B head at once, which releases the {second} B tail",
+        why: Why::ServerQuickack,
         ..ECHO
     },
     Variant {
-        name: "short",
+        name: RowName::Fixed("short"),
         connections: ConnectionMode::PerRequest,
-        explanation: "one request per connection: a new connection is in quick-ACK mode, the server ACKs the {first} B head at once",
+        why: Why::EchoShort,
         ..ECHO
     },
     Variant {
-        name: "split",
+        name: RowName::Fixed("split"),
         expected: Expectation::Stall,
-        explanation: "write(header) write(body): the {second} B body waits for the ACK of the {first} B header (both below one {mss} B segment), which the client delays (ping-pong) until the timer (doc 004, `ab -k`)",
+        why: Why::HttpSplit,
         ..HTTP
     },
     Variant {
-        name: "single",
+        name: RowName::Fixed("single"),
         server_reply: WriteStrategy::Single,
-        explanation: "header and body in one write of {message} B ({segments}): nothing held",
+        why: Why::HttpSingle,
         ..HTTP
     },
     Variant {
-        name: "nodelay",
+        name: RowName::Fixed("nodelay"),
         server_nodelay: ServerNodelay::Accepted,
-        explanation: "TCP_NODELAY on the accepted socket (nginx's tcp_nodelay): the body leaves right after the header",
+        why: Why::HttpNodelay,
         ..HTTP
     },
     Variant {
-        name: "short",
+        name: RowName::Fixed("short"),
         connections: ConnectionMode::PerRequest,
-        explanation: "new connection per request (`ab` without -k): the server closes after the body, and closing pushes the held body out with the FIN (tcp_send_fin); the client, in quick-ACK mode, ACKs the header at once anyway",
+        why: Why::HttpShort,
         ..HTTP
     },
     Variant {
-        name: "value-100",
+        name: RowName::Sized("value"),
         size: 100,
-        explanation: MEMCACHED_SPLIT,
         ..MEMCACHED
     },
     Variant {
-        name: "value-1400",
+        name: RowName::Sized("value"),
         size: 1400,
-        explanation: MEMCACHED_SPLIT,
         ..MEMCACHED
     },
     Variant {
-        name: "value-2400",
+        name: RowName::Sized("value"),
         size: 2400,
-        explanation: MEMCACHED_SPLIT,
         ..MEMCACHED
     },
     Variant {
-        name: "value-4000",
+        name: RowName::Sized("value"),
         size: 4000,
-        explanation: MEMCACHED_SPLIT,
         ..MEMCACHED
     },
     Variant {
-        name: "quickack-1400",
+        name: RowName::Sized("quickack"),
         size: 1400,
         client_quickack: true,
         expected: Expectation::NoStall,
-        explanation: "client re-arms TCP_QUICKACK after each receive: it ACKs the first {first} B at once, the {second} B rest follows (doc 002's client fix)",
+        why: Why::ClientQuickack,
         ..MEMCACHED
     },
     Variant {
-        name: "nodelay-1400",
+        name: RowName::Sized("nodelay"),
         size: 1400,
         server_nodelay: ServerNodelay::Accepted,
         expected: Expectation::NoStall,
-        explanation: "server TCP_NODELAY on the accepted socket: the {second} B rest leaves right after the first {first} B (doc 002's server fix)",
+        why: Why::AcceptedNodelay,
         ..MEMCACHED
     },
     Variant {
-        name: "nagle-0ms",
-        explanation: STREAM_EXPLANATION,
+        name: RowName::Paused("nagle"),
         ..STREAM
     },
     Variant {
-        name: "nagle-5ms",
+        name: RowName::Paused("nagle"),
         pause_ms: 5,
-        explanation: STREAM_EXPLANATION,
         ..STREAM
     },
     Variant {
-        name: "nagle-10ms",
+        name: RowName::Paused("nagle"),
         pause_ms: 10,
-        explanation: STREAM_EXPLANATION,
         ..STREAM
     },
     Variant {
-        name: "nagle-15ms",
+        name: RowName::Paused("nagle"),
         pause_ms: 15,
-        explanation: STREAM_EXPLANATION,
         ..STREAM
     },
     Variant {
-        name: "nodelay-0ms",
+        name: RowName::Paused("nodelay"),
         client_nodelay: true,
-        explanation: STREAM_NODELAY_EXPLANATION,
+        why: Why::StreamNodelay,
         ..STREAM
     },
     Variant {
-        name: "nodelay-5ms",
+        name: RowName::Paused("nodelay"),
         client_nodelay: true,
         pause_ms: 5,
-        explanation: STREAM_NODELAY_EXPLANATION,
+        why: Why::StreamNodelay,
         ..STREAM
     },
     Variant {
-        name: "nodelay-10ms",
+        name: RowName::Paused("nodelay"),
         client_nodelay: true,
         pause_ms: 10,
-        explanation: STREAM_NODELAY_EXPLANATION,
+        why: Why::StreamNodelay,
         ..STREAM
     },
     Variant {
-        name: "nodelay-15ms",
+        name: RowName::Paused("nodelay"),
         client_nodelay: true,
         pause_ms: 15,
-        explanation: STREAM_NODELAY_EXPLANATION,
+        why: Why::StreamNodelay,
         ..STREAM
     },
     Variant {
         scenario: Scenario::Inherit,
-        name: "nodelay-listener",
-        workload: Workload::Http,
+        name: RowName::Fixed("nodelay-listener"),
+        workload: &workload::HTTP,
         client_write: WriteStrategy::Single,
         server_reply: WriteStrategy::Split,
         server_nodelay: ServerNodelay::Listener,
         size: 200,
-        explanation: "HTTP header and body in two writes ({first} B + {second} B), TCP_NODELAY set on the listener only: accepted sockets are copies of it (nonagle included), so no stall",
+        why: Why::ListenerNodelay,
         ..ECHO
     },
     Variant {
         scenario: Scenario::Inherit,
-        name: "quickack-listener",
+        name: RowName::Fixed("quickack-listener"),
         listener_quickack: Some(false),
         expected: Expectation::Stall,
-        explanation: "echo split ({first} B + {second} B), TCP_QUICKACK=0 (ping-pong) set on the listener only: not carried over to accepted sockets, and quick-ACK is no lasting setting anyway; ping-pong starts after the first turn and the split request stalls",
+        why: Why::ListenerQuickack,
         ..ECHO
     },
 ];
 
-/// Rows of a scenario, in catalogue order.
-pub fn variants_of(scenario: Scenario) -> impl Iterator<Item = &'static Variant> {
-    CATALOGUE.iter().filter(move |v| v.scenario == scenario)
-}
-
 /// The scenario called `name`, if any.
-pub fn scenario_named(name: &str) -> Option<Scenario> {
-    SCENARIOS.into_iter().find(|s| s.name() == name)
+pub(crate) fn scenario_named(name: &str) -> Option<Scenario> {
+    SCENARIOS
+        .iter()
+        .find(|info| info.name == name)
+        .map(|info| info.scenario)
 }
 
-/// The catalogue row `scenario`/`name`, for unit tests.
+/// The catalogue row `scenario`/`name` (its catalogue name), for unit tests.
 #[cfg(test)]
 pub(crate) fn catalogue_row(scenario: &str, name: &str) -> &'static Variant {
     CATALOGUE
         .iter()
-        .find(|v| v.scenario.name() == scenario && v.name == name)
+        .find(|v| v.scenario.name() == scenario && v.name() == name)
         .unwrap_or_else(|| panic!("no row {scenario}/{name} in the catalogue"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_scenario_table_is_in_the_order_of_the_enum() {
+        for (index, info) in SCENARIOS.iter().enumerate() {
+            assert_eq!(info.scenario as usize, index, "{}", info.name);
+            assert!(info.sizes.0 <= info.sizes.1 && info.sizes.1 <= MAX_SIZE);
+        }
+        // Every row has a name of its own within its scenario, and a size it accepts.
+        for (index, v) in CATALOGUE.iter().enumerate() {
+            assert!(!v.name().is_empty());
+            let twins = CATALOGUE[..index]
+                .iter()
+                .filter(|w| w.scenario == v.scenario && w.name() == v.name());
+            assert_eq!(twins.count(), 0, "{}/{}", v.scenario.name(), v.name());
+            let (min, max) = v.scenario.info().sizes;
+            assert!(
+                (min..=max).contains(&v.size),
+                "{}/{}",
+                v.scenario.name(),
+                v.name()
+            );
+        }
+    }
+
+    #[test]
+    fn names_made_of_the_size_show_the_size_in_use() {
+        assert_eq!(
+            catalogue_row("memcached", "value-100").name_in_run(Some(2400)),
+            "value-2400"
+        );
+        assert_eq!(
+            catalogue_row("memcached", "nodelay-1400").name_in_run(Some(7)),
+            "nodelay-7"
+        );
+        assert_eq!(
+            catalogue_row("memcached", "value-100").name_in_run(None),
+            "value-100"
+        );
+        assert_eq!(
+            catalogue_row("echo", "split").name_in_run(Some(100)),
+            "split"
+        );
+        assert_eq!(
+            catalogue_row("stream", "nagle-0ms").name_in_run(Some(1200)),
+            "nagle-0ms"
+        );
+        assert_eq!(
+            catalogue_row("stream", "nodelay-15ms").name_in_run(Some(9)),
+            "nodelay-15ms"
+        );
+    }
 }

@@ -22,7 +22,12 @@ use super::write::WriteStrategy;
 use crate::sockopt;
 
 /// memcached 1.4.4 capped the first write of a TCP reply at `UDP_MAX_PAYLOAD_SIZE`.
-pub const MEMCACHED_FIRST_WRITE_CAP: usize = 1400;
+pub(crate) const MEMCACHED_FIRST_WRITE_CAP: usize = 1400;
+
+/// Bytes of the first write of a `reply_len`-byte memcached reply; the rest is the second.
+pub(crate) fn memcached_first_write(reply_len: usize) -> usize {
+    reply_len.min(MEMCACHED_FIRST_WRITE_CAP)
+}
 
 /// The header block of the lab's HTTP reply for a `body_len`-byte file.
 pub fn http_response_head(body_len: usize, close: bool) -> String {
@@ -377,7 +382,7 @@ fn serve_connection(
             }
             Protocol::Memcached { .. } => {
                 let reply = memcached_reply(&body);
-                let cut = reply.len().min(MEMCACHED_FIRST_WRITE_CAP);
+                let cut = memcached_first_write(reply.len());
                 let (first, rest) = reply.split_at(cut);
                 let parts: &[&[u8]] = if rest.is_empty() {
                     &[first]

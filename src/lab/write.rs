@@ -34,6 +34,13 @@ pub enum WriteStrategy {
 }
 
 impl WriteStrategy {
+    /// Whether each part reaches the kernel as a write of its own (write-write), so that
+    /// Nagle may hold a later part behind an earlier one; the other strategies hand the
+    /// kernel the whole message before anything is sent.
+    pub fn writes_parts_apart(self) -> bool {
+        matches!(self, WriteStrategy::Split | WriteStrategy::BufferedFlush)
+    }
+
     /// Writes every part of one message to `stream` with this strategy.
     pub fn write_message(self, stream: &mut TcpStream, parts: &[&[u8]]) -> io::Result<()> {
         match self {

@@ -13,11 +13,18 @@ pub mod procfs;
 pub mod sockets;
 pub mod trace;
 
+mod events;
+mod fd_probe;
+mod fd_table;
+mod launch;
 mod pattern;
 mod privilege;
 mod seccomp;
+mod signals;
 mod sock_diag;
+pub(crate) mod socket_model;
 mod syscalls;
+mod tracee_memory;
 mod tracer;
 mod tree;
 

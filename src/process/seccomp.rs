@@ -40,7 +40,7 @@ fn jump(code: u32, k: u32, jt: u8, jf: u8) -> libc::sock_filter {
 
 /// The filter program: foreign ABIs and x32 run untraced (their numbers differ), each followed
 /// syscall jumps to the TRACE return.
-pub fn filter() -> Vec<libc::sock_filter> {
+pub(crate) fn filter() -> Vec<libc::sock_filter> {
     use libc::{BPF_ABS, BPF_JEQ, BPF_JGE, BPF_JMP, BPF_K, BPF_LD, BPF_RET, BPF_W};
     let count = FOLLOWED.len();
     let mut prog = vec![
@@ -71,7 +71,7 @@ pub fn filter() -> Vec<libc::sock_filter> {
 ///
 /// # Safety
 /// Only to be called in the child between fork and exec.
-pub unsafe fn install(prog: &[libc::sock_filter]) -> io::Result<()> {
+pub(crate) unsafe fn install(prog: &[libc::sock_filter]) -> io::Result<()> {
     let fprog = libc::sock_fprog {
         len: prog.len() as u16,
         filter: prog.as_ptr() as *mut libc::sock_filter,

@@ -3,13 +3,16 @@
 //! On Linux the small send waits in the kernel for the ACK of the earlier one, which the peer
 //! delays by 40 ms or more (`tcp_nagle_check` meeting `tcp_send_delayed_ack`).
 
+use std::io::{self, Write};
+use std::os::fd::BorrowedFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Args;
-use serde::Serialize;
 
-use super::tracer::{self, Mode, TracedSocket, LONG_WAIT};
+use super::tracer::{self, Mode};
+use crate::report::trace::{write_json, write_text, SocketReport, TraceReport};
 use crate::Outcome;
 
 /// How long `trace -p` follows a process when `--duration` is not given.
@@ -49,49 +52,6 @@ pub struct TraceArgs {
     pub command: Vec<String>,
 }
 
-/// One socket of the `trace --json` report: what the tracer saw, and the fix when needed.
-#[derive(Debug, Clone, Serialize)]
-pub struct SocketReport {
-    /// Addresses, options, counts and the example.
-    #[serde(flatten)]
-    pub socket: TracedSocket,
-    /// What to change, when a write-write-read was found.
-    pub fix: Option<&'static str>,
-}
-
-/// The `trace --json` report.
-#[derive(Debug, Clone, Serialize)]
-pub struct TraceReport {
-    /// The command traced, or null with `-p`.
-    pub command: Option<Vec<String>>,
-    /// The process traced with `-p`.
-    pub pid: Option<u32>,
-    /// `seccomp` (a command, stopped only at socket syscalls) or `ptrace_syscall` (`-p`).
-    pub method: &'static str,
-    /// Seconds traced.
-    pub duration_s: f64,
-    /// Followed syscalls seen.
-    pub syscalls: u64,
-    /// The command's exit status (128 + signal when killed).
-    pub exit_status: Option<i32>,
-    /// Ended by Ctrl-C, SIGTERM or `--duration`.
-    pub interrupted: bool,
-    /// Write-write-read sequences on all sockets.
-    pub write_write_read: u64,
-    /// TCP sockets that carried data, most sequences first.
-    pub sockets: Vec<SocketReport>,
-}
-
-const FIX: &str = "send each message with one call: build it in one buffer, or pass all parts to \
-                   writev/sendmsg; or set TCP_NODELAY on the socket (on a listener, before accept)";
-
-fn socket_report(socket: &TracedSocket) -> SocketReport {
-    SocketReport {
-        socket: socket.clone(),
-        fix: (socket.write_write_read > 0).then_some(FIX),
-    }
-}
-
 fn seconds(value: f64) -> anyhow::Result<Duration> {
     if !value.is_finite() || value <= 0.0 || value > 7.0 * 86400.0 {
         bail!("--duration must be a number of seconds above 0 and at most a week, not {value}");
@@ -99,23 +59,33 @@ fn seconds(value: f64) -> anyhow::Result<Duration> {
     Ok(Duration::from_secs_f64(value))
 }
 
+/// Where the report goes.
+enum ReportTo<'a> {
+    /// `--output FILE`, created once the trace is over.
+    File(&'a std::path::Path),
+    /// Standard output, checked before the trace ([`report_stdout`]).
+    Stdout(std::fs::File),
+}
+
 /// Runs `tcpstall trace`.
 pub fn run(args: &TraceArgs) -> anyhow::Result<Outcome> {
-    let traced = match args.pid {
-        Some(pid) => {
-            let limit = seconds(args.duration.unwrap_or(DEFAULT_ATTACH_SECONDS))?;
-            tracer::trace_process(pid, limit)?
-        }
-        None => {
-            let limit = args.duration.map(seconds).transpose()?;
-            tracer::trace_command(&args.command, limit)?
-        }
+    let limit = match args.pid {
+        Some(_) => Some(seconds(args.duration.unwrap_or(DEFAULT_ATTACH_SECONDS))?),
+        None => args.duration.map(seconds).transpose()?,
+    };
+    let destination = match &args.output {
+        Some(path) => ReportTo::File(path),
+        None => ReportTo::Stdout(report_stdout()?),
+    };
+    let traced = match (args.pid, limit) {
+        (Some(pid), Some(limit)) => tracer::trace_process(pid, limit)?,
+        _ => tracer::trace_command(&args.command, limit)?,
     };
     let mut sockets: Vec<SocketReport> = traced
         .sockets
-        .iter()
+        .into_iter()
         .filter(|s| s.sends > 0 || s.reads > 0)
-        .map(socket_report)
+        .map(SocketReport::new)
         .collect();
     sockets.sort_by_key(|s| std::cmp::Reverse(s.socket.write_write_read));
     let report = TraceReport {
@@ -132,15 +102,22 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<Outcome> {
         write_write_read: sockets.iter().map(|s| s.socket.write_write_read).sum(),
         sockets,
     };
-    let text = if args.json {
-        serde_json::to_string_pretty(&report)? + "\n"
-    } else {
-        render(&report)
+    let write = |out: &mut dyn Write| -> io::Result<()> {
+        let mut out = io::BufWriter::new(out);
+        if args.json {
+            write_json(&report, &mut out)?;
+        } else {
+            write_text(&report, &mut out)?;
+        }
+        out.flush()
     };
-    match &args.output {
-        Some(path) => std::fs::write(path, text)
+    match destination {
+        ReportTo::File(path) => std::fs::File::create(path)
+            .and_then(|mut file| write(&mut file))
             .with_context(|| format!("cannot write the report to {}", path.display()))?,
-        None => crate::report::print_stdout(&text)?,
+        ReportTo::Stdout(mut stdout) => {
+            write(&mut stdout).context("cannot write the report to standard output")?
+        }
     }
     Ok(if report.write_write_read > 0 {
         Outcome::StallsFound
@@ -149,86 +126,49 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<Outcome> {
     })
 }
 
-/// "pid 12 fd 3 127.0.0.1:5000 -> 127.0.0.1:80".
-fn label(s: &TracedSocket) -> String {
-    format!(
-        "pid {} fd {} {} -> {}",
-        s.pid,
-        s.fd,
-        crate::report::or_unknown(s.local),
-        crate::report::or_unknown(s.remote)
-    )
+/// Whether fd 1 was closed when tcpstall started. The Rust runtime puts /dev/null on a closed
+/// standard fd before `main` (`std::sys::pal::unix::init`), and the report would go there
+/// without a word, so this is looked at earlier, by a constructor the C runtime runs.
+static STDOUT_CLOSED_AT_START: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn note_closed_stdout() {
+    // SAFETY: fcntl on a plain fd number; nothing else runs yet.
+    if unsafe { libc::fcntl(libc::STDOUT_FILENO, libc::F_GETFD) } == -1 {
+        STDOUT_CLOSED_AT_START.store(true, Ordering::Relaxed);
+    }
 }
 
-/// The text report.
-pub fn render(report: &TraceReport) -> String {
-    use std::fmt::Write;
-    let mut out = String::new();
-    let target = match (&report.command, report.pid) {
-        (Some(cmd), _) => cmd.join(" "),
-        (None, Some(pid)) if report.interrupted => format!("pid {pid} (detached)"),
-        (None, Some(pid)) => format!("pid {pid} (exited during the trace)"),
-        (None, None) => String::new(),
-    };
-    let status = report
-        .exit_status
-        .map(|s| format!(", exit status {s}"))
-        .unwrap_or_default();
-    let _ = writeln!(
-        out,
-        "traced {target} for {:.2} s{status}: {} syscalls followed (sockets, reads, writes, \
-         waits, closes), {} TCP sockets with data",
-        report.duration_s,
-        report.syscalls,
-        report.sockets.len()
-    );
-    let (found, clean): (Vec<&TracedSocket>, Vec<&TracedSocket>) = report
-        .sockets
-        .iter()
-        .map(|r| &r.socket)
-        .partition(|s| s.write_write_read > 0);
-    if found.is_empty() {
-        let _ = writeln!(out, "no write-write-read on a Nagle socket");
+#[used]
+#[link_section = ".init_array"]
+static NOTE_CLOSED_STDOUT: extern "C" fn() = note_closed_stdout;
+
+/// Standard output for the report, checked before the trace so that a report with nowhere to
+/// go is an error rather than lost: closed when tcpstall started (`>&-`), or open for reading
+/// only (the standard library would drop the bytes without a word: it takes EBADF on standard
+/// output for a sink). Written through a duplicate of fd 1, so that a write error reaches the
+/// caller: EPIPE, a reader that went away (which `main` ends quietly on), or any other.
+fn report_stdout() -> anyhow::Result<std::fs::File> {
+    const FIX: &str = "give --output FILE, or run with standard output open for writing";
+    if STDOUT_CLOSED_AT_START.load(Ordering::Relaxed) {
+        bail!("standard output is closed, so the report would be lost: {FIX}");
     }
-    for s in &found {
-        let nodelay = if s.nodelay_ever_set {
-            "TCP_NODELAY was set at some point, off during these writes"
-        } else {
-            "Nagle on, TCP_NODELAY never set"
-        };
-        let _ = writeln!(out, "write-write-read: {} ({nodelay})", label(s));
-        let _ = writeln!(
-            out,
-            "  {} times ({} followed by a wait of {} ms or more)",
-            s.write_write_read,
-            s.waits_over_30ms,
-            LONG_WAIT.as_millis()
-        );
-        if let Some(example) = &s.example {
-            let _ = writeln!(out, "  e.g. {}", example.describe());
+    // SAFETY: fd 1 is only borrowed for the calls below, which fail cleanly when it is closed.
+    let stdout = unsafe { BorrowedFd::borrow_raw(libc::STDOUT_FILENO) };
+    match nix::fcntl::fcntl(stdout, nix::fcntl::FcntlArg::F_GETFL) {
+        Err(nix::errno::Errno::EBADF) => {
+            bail!("standard output is closed, so the report would be lost: {FIX}")
         }
-        if s.quickack_sets > 0 {
-            let _ = writeln!(
-                out,
-                "  TCP_QUICKACK set {} times: it speeds up this side's ACKs, not the peer's, so \
-                 it does not release these writes",
-                s.quickack_sets
-            );
+        Err(err) => {
+            return Err(io::Error::from_raw_os_error(err as i32))
+                .context("cannot look at standard output")
         }
-        let _ = writeln!(out, "  fix: {FIX}");
+        Ok(flags) if flags & libc::O_ACCMODE == libc::O_RDONLY => {
+            bail!("standard output is open for reading only, so the report would be lost: {FIX}")
+        }
+        Ok(_) => {}
     }
-    for s in clean.iter().take(20) {
-        let _ = writeln!(
-            out,
-            "clean: {}: {} sends, {} reads{}",
-            label(s),
-            s.sends,
-            s.reads,
-            if s.nodelay { ", TCP_NODELAY on" } else { "" }
-        );
-    }
-    if clean.len() > 20 {
-        let _ = writeln!(out, "clean: {} more sockets", clean.len() - 20);
-    }
-    out
+    let dup = stdout
+        .try_clone_to_owned()
+        .context("cannot duplicate standard output")?;
+    Ok(std::fs::File::from(dup))
 }

@@ -1,8 +1,10 @@
 //! Rendering results: terminal tables and stable JSON.
 
 pub mod json;
+pub mod lab;
 pub mod sockets;
 pub mod text;
+pub mod trace;
 
 use std::io::{self, Write};
 

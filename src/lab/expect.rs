@@ -1,0 +1,365 @@
+//! The wire outcome a row expects, as packetdrill scripts state theirs: how its message's
+//! writes meet the segment size ([`Geometry`]), which end's write waits and for what
+//! ([`Hold`]), and the data segments a request costs ([`WireOutcome`]). Everything here is
+//! computed from the catalogue and [`crate::tcp_rules`]; the running kernel's one input, whether
+//! segments carry timestamps, is read once per run ([`SegmentRules::read`]).
+
+use super::scenarios::{Expectation, Variant};
+use crate::kernel::read_sysctl_u64;
+use crate::tcp_rules::{self, LOOPBACK_MSS_V4};
+use crate::Side;
+
+/// What the running kernel puts in every segment besides payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SegmentRules {
+    /// Whether connections negotiate the timestamp option (RFC 7323), which takes
+    /// [`tcp_rules::TIMESTAMP_OPTION_LEN`] bytes of every segment.
+    pub timestamps: bool,
+}
+
+impl SegmentRules {
+    /// Reads `net.ipv4.tcp_timestamps` (on unless it reads 0).
+    pub fn read() -> SegmentRules {
+        SegmentRules {
+            timestamps: read_sysctl_u64("/proc/sys/net/ipv4/tcp_timestamps") != Some(0),
+        }
+    }
+
+    /// The sizes `variant` runs with: `size` and `mss` (from `--size`, `--mss`) replace the
+    /// row's own.
+    pub fn sizes_of(self, variant: &Variant, size: Option<usize>, mss: Option<u32>) -> RowSizes {
+        let mss = mss.or(variant.mss);
+        RowSizes {
+            size: size.unwrap_or(variant.size),
+            mss,
+            payload_mss: tcp_rules::payload_mss(mss.unwrap_or(LOOPBACK_MSS_V4), self.timestamps)
+                as usize,
+        }
+    }
+}
+
+/// The sizes a row runs with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RowSizes {
+    /// Payload size (echo line, HTTP body, memcached value, stream write), in bytes.
+    pub size: usize,
+    /// TCP_MAXSEG on both ends, if any (`None`: loopback's own MSS).
+    pub mss: Option<u32>,
+    /// Payload bytes of a full segment: the MSS in effect less TCP options
+    /// (`tcp_current_mss`).
+    pub payload_mss: usize,
+}
+
+/// The message a row is about, in the two writes its writer makes, against the segment size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Geometry {
+    /// Bytes of the first write (echo head, HTTP header block, memcached's first 1400 B).
+    pub first: usize,
+    /// Bytes of the second write; 0 when the message goes out in one write.
+    pub second: usize,
+    /// Payload bytes of a full segment.
+    pub mss: usize,
+}
+
+/// How the two writes of a message meet the MSS, which decides whether Nagle can hold the
+/// second one until a delayed ACK.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fit {
+    /// The whole message is one write: nothing is left behind for Nagle to hold.
+    OneWrite,
+    /// The first write fills at least one full segment.
+    FirstFull,
+    /// The first write is sub-MSS, the second fills at least one full segment.
+    SecondFull,
+    /// Both writes are below one MSS: the second waits for the ACK of the first.
+    BothSmall,
+}
+
+impl Geometry {
+    /// The geometry of `variant`'s message at `sizes`.
+    pub fn of(variant: &Variant, sizes: &RowSizes) -> Geometry {
+        let [first, second] = (variant.workload.message)(sizes.size, variant.per_request());
+        Geometry {
+            first,
+            second,
+            mss: sizes.payload_mss,
+        }
+    }
+
+    /// Bytes of the whole message.
+    pub fn message(&self) -> usize {
+        self.first + self.second
+    }
+
+    /// Segments `bytes` written at once make (0 for nothing).
+    pub fn segments_of(&self, bytes: usize) -> usize {
+        bytes.div_ceil(self.mss.max(1))
+    }
+
+    /// Segments the whole message makes when written at once (at least one).
+    pub fn segments(&self) -> usize {
+        self.segments_of(self.message()).max(1)
+    }
+
+    /// How the writes meet the MSS. Nagle holds a segment only while an earlier **sub-MSS**
+    /// segment is unacknowledged (`tcp_nagle_check` → `tcp_minshall_check`), never a full one;
+    /// the receiver delays its ACK only while at most one MSS is unacknowledged
+    /// (`__tcp_ack_snd_check`). So the second write waits for the delayed-ACK timer only when
+    /// both writes are below one MSS.
+    pub fn fit(&self) -> Fit {
+        if self.second == 0 {
+            Fit::OneWrite
+        } else if self.first >= self.mss {
+            Fit::FirstFull
+        } else if self.second >= self.mss {
+            Fit::SecondFull
+        } else {
+            Fit::BothSmall
+        }
+    }
+}
+
+/// Which end's write waits, and for what.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Hold {
+    /// Nothing waits: the exchange takes one round trip.
+    Nothing,
+    /// This end's second write waits for the ACK of its first, which the peer sends at once
+    /// (more than one MSS unacknowledged, quick-ACK mode, TCP_QUICKACK): two round trips, no
+    /// timer.
+    ForAck(Side),
+    /// This end's second write waits for the ACK of its first, which the peer delays until
+    /// its delayed-ACK timer: a stall.
+    ForDelayedAck(Side),
+}
+
+/// What a row should show on the wire, per request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WireOutcome {
+    /// Which end's write waits.
+    pub hold: Hold,
+    /// Data segments of both ends per request (the stream: per write), as `TCP_INFO`'s
+    /// `tcpi_data_segs_out` counts them when every write leaves on its own, as on loopback.
+    /// Fewer when writes merge: the stream's Nagle rows behind an unacknowledged segment, a
+    /// write still waiting for the congestion window over a path (`tcp_sendmsg` appends the
+    /// next write to an unsent skb).
+    pub segments_per_request: usize,
+}
+
+impl WireOutcome {
+    /// The outcome of `variant` at `sizes`.
+    pub fn of(variant: &Variant, sizes: &RowSizes) -> WireOutcome {
+        let geometry = Geometry::of(variant, sizes);
+        let workload = variant.workload;
+        let writer = workload.writer;
+        let (strategy, nagle) = variant.writes_of(writer);
+        let message = if strategy.writes_parts_apart() {
+            geometry.segments_of(geometry.first) + geometry.segments_of(geometry.second)
+        } else {
+            geometry.segments_of(geometry.message())
+        };
+        let answer = (workload.answer)(sizes.size, variant.per_request());
+        // The second write waits when the first ended in a partial segment, which the kernel
+        // remembers as `snd_sml` (`tcp_minshall_update`) and Nagle waits behind
+        // (`tcp_minshall_check`), unless a close pushes it out with the FIN.
+        let waits_behind_first = strategy.writes_parts_apart()
+            && nagle
+            && geometry.second > 0
+            && tcp_rules::is_sub_mss(geometry.first as u64, geometry.mss as u64);
+        let pushed_by_fin = workload.closes_when_asked && variant.per_request();
+        let held = waits_behind_first && !workload.is_one_way() && !pushed_by_fin;
+        let hold = match (held, variant.expected, geometry.fit()) {
+            (false, _, _) => Hold::Nothing,
+            (true, Expectation::Stall, Fit::BothSmall) => Hold::ForDelayedAck(writer),
+            (true, _, _) => Hold::ForAck(writer),
+        };
+        WireOutcome {
+            hold,
+            segments_per_request: message + geometry.segments_of(answer),
+        }
+    }
+
+    /// Whether Linux stalls the row: a write waits for the delayed-ACK timer.
+    pub fn stalls(&self) -> bool {
+        matches!(self.hold, Hold::ForDelayedAck(_))
+    }
+
+    /// The end whose write waits for the delayed ACK, if any.
+    pub fn held_side(&self) -> Option<Side> {
+        match self.hold {
+            Hold::ForDelayedAck(side) => Some(side),
+            _ => None,
+        }
+    }
+
+    /// Round trips a request needs when no timer fires: one, plus one when Nagle holds the
+    /// second write until the first is acknowledged, even when that ACK comes at once. Over
+    /// an RTT this is what separates a quick-ACKed split (2 RTT) from a stall (2 RTT + the
+    /// delayed-ACK timer).
+    pub fn round_trips(&self) -> u32 {
+        match self.hold {
+            Hold::Nothing => 1,
+            Hold::ForAck(_) | Hold::ForDelayedAck(_) => 2,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lab::scenarios::{catalogue_row, CATALOGUE};
+    use Hold::{ForAck, ForDelayedAck, Nothing};
+    use Side::{Client, Server};
+
+    /// Timestamps on, as on a default Linux: a full segment carries MSS - 12 bytes.
+    const RULES: SegmentRules = SegmentRules { timestamps: true };
+
+    fn outcome(scenario: &str, name: &str, size: Option<usize>, mss: Option<u32>) -> WireOutcome {
+        let row = catalogue_row(scenario, name);
+        WireOutcome::of(row, &RULES.sizes_of(row, size, mss))
+    }
+
+    /// Every row at its own size, as the source documents describe it and as `lab` measures
+    /// it (segments per request: `tcpi_data_segs_out` of both ends).
+    const DEFAULT_OUTCOMES: &[(&str, &str, Hold, usize)] = &[
+        ("echo", "split", ForDelayedAck(Client), 3),
+        ("echo", "single", Nothing, 2),
+        ("echo", "writev", Nothing, 2),
+        ("echo", "nodelay", Nothing, 3),
+        ("echo", "flush", ForDelayedAck(Client), 3),
+        ("echo", "cork", Nothing, 2),
+        ("echo", "msg_more", Nothing, 2),
+        // The tail still waits for the ACK of the head, which comes at once.
+        ("echo", "quickack", ForAck(Client), 3),
+        ("echo", "short", ForAck(Client), 3),
+        ("http", "split", ForDelayedAck(Server), 3),
+        ("http", "single", Nothing, 2),
+        ("http", "nodelay", Nothing, 3),
+        // The server's close pushes the held body out with its FIN.
+        ("http", "short", Nothing, 3),
+        // 122 B: the reply fits the first write.
+        ("memcached", "value-100", Nothing, 2),
+        ("memcached", "value-1400", ForDelayedAck(Server), 3),
+        ("memcached", "value-2400", ForDelayedAck(Server), 3),
+        // 1400 B then a 2623 B GSO super-packet that ends in a partial segment: its full
+        // segment leaves, more than one MSS is unacknowledged, the client ACKs at once.
+        ("memcached", "value-4000", ForAck(Server), 4),
+        ("memcached", "quickack-1400", ForAck(Server), 3),
+        ("memcached", "nodelay-1400", Nothing, 3),
+        ("stream", "nagle-0ms", Nothing, 1),
+        ("stream", "nagle-5ms", Nothing, 1),
+        ("stream", "nagle-10ms", Nothing, 1),
+        ("stream", "nagle-15ms", Nothing, 1),
+        ("stream", "nodelay-0ms", Nothing, 1),
+        ("stream", "nodelay-5ms", Nothing, 1),
+        ("stream", "nodelay-10ms", Nothing, 1),
+        ("stream", "nodelay-15ms", Nothing, 1),
+        ("inherit", "nodelay-listener", Nothing, 3),
+        ("inherit", "quickack-listener", ForDelayedAck(Client), 3),
+    ];
+
+    #[test]
+    fn every_row_states_its_outcome_at_its_own_size() {
+        assert_eq!(DEFAULT_OUTCOMES.len(), CATALOGUE.len());
+        for &(scenario, name, hold, segments) in DEFAULT_OUTCOMES {
+            let got = outcome(scenario, name, None, None);
+            assert_eq!(
+                got,
+                WireOutcome {
+                    hold,
+                    segments_per_request: segments
+                },
+                "{scenario}/{name}"
+            );
+            let stalls = matches!(hold, ForDelayedAck(_));
+            assert_eq!(got.stalls(), stalls, "{scenario}/{name}");
+            assert_eq!(got.round_trips(), if hold == Nothing { 1 } else { 2 });
+            let held = match hold {
+                ForDelayedAck(side) => Some(side),
+                _ => None,
+            };
+            assert_eq!(got.held_side(), held, "{scenario}/{name}");
+        }
+    }
+
+    #[test]
+    fn outcomes_follow_size_and_mss() {
+        // Scenario, row, --size, --mss, hold, segments per request.
+        type Case = (
+            &'static str,
+            &'static str,
+            Option<usize>,
+            Option<u32>,
+            Hold,
+            usize,
+        );
+        let cases: &[Case] = &[
+            // --size 2400: 1400 B then 1023 B, both below 1448 B.
+            (
+                "memcached",
+                "value-100",
+                Some(2400),
+                Some(1460),
+                ForDelayedAck(Server),
+                3,
+            ),
+            // --mss 32767: the 2623 B rest of a 4000 B value is below one MSS: held.
+            (
+                "memcached",
+                "value-4000",
+                None,
+                Some(32_767),
+                ForDelayedAck(Server),
+                3,
+            ),
+            // --mss 88 (76 B segments): the 1400 B first write is 18 full segments and a
+            // 32 B partial one, which Nagle waits behind; the client ACKs at once.
+            (
+                "memcached",
+                "value-1400",
+                None,
+                Some(88),
+                ForAck(Server),
+                21,
+            ),
+            // --size 4000 --mss 1460: the 1999 B head is a GSO super-packet ending in a
+            // partial segment (1448 + 551): the 2001 B tail waits for an ACK sent at once.
+            ("echo", "split", Some(4000), Some(1460), ForAck(Client), 7),
+            // --size 154 --mss 88: the 76 B head is exactly one full segment, nothing for
+            // Nagle to wait behind (tcp_minshall_update leaves snd_sml alone).
+            ("echo", "split", Some(154), Some(88), Nothing, 6),
+            // --mss 88: the 200 B body starts with a full segment.
+            ("http", "split", None, Some(88), ForAck(Server), 5),
+            ("http", "short", Some(100_000), Some(1460), Nothing, 72),
+            ("stream", "nagle-0ms", Some(4000), Some(1460), Nothing, 3),
+            ("echo", "single", Some(65_536), Some(88), Nothing, 863 * 2),
+        ];
+        for &(scenario, name, size, mss, hold, segments) in cases {
+            assert_eq!(
+                outcome(scenario, name, size, mss),
+                WireOutcome {
+                    hold,
+                    segments_per_request: segments
+                },
+                "{scenario}/{name} --size {size:?} --mss {mss:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn payload_mss_is_the_mss_less_the_timestamps_read_once() {
+        let row = catalogue_row("memcached", "value-1400");
+        assert_eq!(RULES.sizes_of(row, None, None).payload_mss, 1448);
+        let bare = SegmentRules { timestamps: false };
+        assert_eq!(bare.sizes_of(row, None, None).payload_mss, 1460);
+        let echo = catalogue_row("echo", "split");
+        assert_eq!(
+            RULES.sizes_of(echo, Some(7), None),
+            RowSizes {
+                size: 7,
+                mss: None,
+                payload_mss: LOOPBACK_MSS_V4 as usize - 12
+            }
+        );
+    }
+}

@@ -1,0 +1,506 @@
+//! The model behind `trace`: from the events of the traced threads ([`Event`]) it keeps the fd
+//! tables, one record per TCP socket (one per socket, not per fd: a socket shared through dup,
+//! fork or exec is one), and the sends on each socket since its last read, and decides which of
+//! those are a write-write-read ([`WritesSinceRead`]).
+//!
+//! It holds no process and no socket: what an fd is, and a socket's options and addresses, it
+//! asks of an [`Inspector`] (the tracer's looks at the fd through pidfd_getfd; a scripted world
+//! in the tests).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use super::events::{Actor, Event, TcpOption};
+use super::fd_table::{FdTable, Slot, SocketId};
+pub(crate) use super::pattern::Example;
+use super::pattern::WritesSinceRead;
+use crate::tcp_rules;
+
+/// A wait this long after a write-write-read is the delayed ACK at work
+/// ([`tcp_rules::STALL_THRESHOLD`]).
+pub(crate) const LONG_WAIT: Duration = tcp_rules::STALL_THRESHOLD;
+
+/// MSS assumed when the socket's cannot be read (Ethernet with timestamps).
+const FALLBACK_MSS: u64 = tcp_rules::payload_mss(tcp_rules::DEFAULT_MSS_V4, true) as u64;
+
+/// What the tracer knows about one TCP socket it saw used; serialised as is in `trace --json`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub(crate) struct TracedSocket {
+    /// Process (thread-group id) that used it first.
+    pub pid: u32,
+    /// Its fd there.
+    pub fd: i32,
+    /// Local address, once known.
+    pub local: Option<SocketAddr>,
+    /// Remote address, once known.
+    pub remote: Option<SocketAddr>,
+    /// TCP_NODELAY as last seen (read from the socket or from a setsockopt call).
+    pub nodelay: bool,
+    /// TCP_NODELAY was switched on at some point (setsockopt seen or read on the socket).
+    pub nodelay_ever_set: bool,
+    /// TCP_CORK as last seen.
+    pub cork: bool,
+    /// setsockopt(TCP_QUICKACK, 1) calls: the program re-arms immediate ACKs on this socket.
+    pub quickack_sets: u64,
+    /// MSS for sending (TCP_MAXSEG).
+    pub mss: u64,
+    /// Send syscalls that moved data.
+    pub sends: u64,
+    /// Read calls on the socket.
+    pub reads: u64,
+    /// Write-write-read sequences found.
+    pub write_write_read: u64,
+    /// Of those, how many were followed by a wait of at least 30 ms.
+    pub waits_over_30ms: u64,
+    /// The write-write-read with the longest wait.
+    pub example: Option<Example>,
+}
+
+impl TracedSocket {
+    /// A socket first seen at fd `fd` of `pid`, nothing known of it yet.
+    pub fn new(pid: u32, fd: i32) -> TracedSocket {
+        TracedSocket {
+            pid,
+            fd,
+            local: None,
+            remote: None,
+            nodelay: false,
+            nodelay_ever_set: false,
+            cork: false,
+            quickack_sets: 0,
+            mss: FALLBACK_MSS,
+            sends: 0,
+            reads: 0,
+            write_write_read: 0,
+            waits_over_30ms: 0,
+            example: None,
+        }
+    }
+
+    /// Fills options and addresses from what the socket itself shows.
+    fn learn(&mut self, facts: SocketFacts) {
+        self.local = facts.local.or(self.local);
+        self.remote = facts.remote.or(self.remote);
+        self.nodelay = facts.nodelay;
+        self.nodelay_ever_set |= facts.nodelay;
+        self.cork = facts.cork;
+        if let Some(mss) = facts.mss.filter(|&m| m > 0) {
+            self.mss = mss;
+        }
+    }
+}
+
+/// What a TCP socket shows when looked at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SocketFacts {
+    /// Inode of the socket: the same socket behind other fds, in other processes, or after
+    /// an exec, has the same one.
+    pub inode: Option<u64>,
+    /// Local address.
+    pub local: Option<SocketAddr>,
+    /// Remote address.
+    pub remote: Option<SocketAddr>,
+    /// TCP_NODELAY.
+    pub nodelay: bool,
+    /// TCP_CORK.
+    pub cork: bool,
+    /// TCP_MAXSEG.
+    pub mss: Option<u64>,
+}
+
+/// What an fd turned out to be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Probe {
+    /// An IPv4/IPv6 stream socket of protocol TCP.
+    Tcp(SocketFacts),
+    /// Anything else.
+    Other,
+    /// Could not be looked at (closed, no permission): ask again next time.
+    Unknown,
+}
+
+/// Looks at the fds of the traced processes.
+pub(crate) trait Inspector {
+    /// What fd `fd` of process `pid` is, now.
+    fn inspect(&mut self, pid: u32, fd: i32) -> Probe;
+}
+
+/// Sends on a socket since its last read.
+#[derive(Debug)]
+struct OpenSends {
+    writes: WritesSinceRead,
+    /// The thread that sent first: its next wait ends them.
+    thread: u32,
+    /// When the last send returned.
+    last_send: Instant,
+}
+
+/// A socket and what the rule needs to know of it.
+#[derive(Debug)]
+struct Tracked {
+    seen: TracedSocket,
+    /// Options and addresses have been read from the socket itself (or that was tried).
+    resolved: bool,
+    /// The last send had MSG_MORE: the next one joins it in one segment.
+    more_pending: bool,
+    /// Sends since the last read.
+    open: Option<OpenSends>,
+    /// Thread of the last send: a read by another thread may be blocked while it sends.
+    last_sender: Option<u32>,
+}
+
+/// A traced thread.
+#[derive(Debug)]
+struct ThreadState {
+    tgid: u32,
+    /// Sockets with sends by this thread that its next wait ends.
+    open: Vec<SocketId>,
+}
+
+/// The fd tables, sockets and threads of the traced program, and the verdicts so far.
+pub(crate) struct SocketModel<I> {
+    inspector: I,
+    fds: FdTable,
+    threads: HashMap<u32, ThreadState>,
+    sockets: Vec<Tracked>,
+    /// Socket inode → socket, for sockets that have been looked at.
+    by_inode: HashMap<u64, SocketId>,
+}
+
+impl<I: Inspector> SocketModel<I> {
+    /// An empty model that looks at fds through `inspector`.
+    pub fn new(inspector: I) -> SocketModel<I> {
+        SocketModel {
+            inspector,
+            fds: FdTable::default(),
+            threads: HashMap::new(),
+            sockets: Vec::new(),
+            by_inode: HashMap::new(),
+        }
+    }
+
+    /// Every TCP socket seen, in the order first seen.
+    pub fn into_sockets(self) -> Vec<TracedSocket> {
+        self.sockets.into_iter().map(|t| t.seen).collect()
+    }
+
+    /// The process has been seen (its fd table is known).
+    pub fn knows_process(&self, pid: u32) -> bool {
+        self.fds.knows(pid)
+    }
+
+    /// Fd `fd` of `pid` holds a TCP socket (looked at the first time it is asked).
+    pub fn is_tcp(&mut self, pid: u32, fd: i32) -> bool {
+        self.socket_of(pid, fd).is_some()
+    }
+
+    /// Whether the return of a read on `fd` by `actor` matters: `None` when `fd` is no TCP
+    /// socket. The return decides when sends are waiting (a read that returns ends them, EAGAIN
+    /// does not). With none waiting, it still matters when another thread or process may send
+    /// on the socket while this read blocks, as a reader thread does: the socket's last sender
+    /// was another thread, or, before any send, the program has more than one thread or process.
+    pub fn read_can_end_sends(&mut self, actor: Actor, fd: i32) -> Option<bool> {
+        let idx = self.socket_of(actor.tgid, fd)?;
+        let socket = &self.sockets[idx];
+        if socket.open.is_some() {
+            return Some(true);
+        }
+        Some(match socket.last_sender {
+            Some(sender) => sender != actor.tid,
+            None => {
+                self.fds.process_count() > 1
+                    || self
+                        .threads
+                        .values()
+                        .filter(|t| t.tgid == actor.tgid)
+                        .nth(1)
+                        .is_some()
+            }
+        })
+    }
+
+    /// The thread has sent on some socket since that socket's last read.
+    pub fn has_open_sends(&self, tid: u32) -> bool {
+        self.threads.get(&tid).is_some_and(|t| !t.open.is_empty())
+    }
+
+    /// A wait by `actor` on `readable` fds ends sends that may be a write-write-read, so its
+    /// length matters. Asked after [`Event::WaitBegun`], which has ended the others.
+    pub fn wait_ends_held_sends(&self, actor: Actor, readable: &Option<Vec<i32>>) -> bool {
+        !self.waited_on(actor, readable).is_empty()
+    }
+
+    /// Takes in one event of thread `actor`, at time `at`.
+    pub fn apply(&mut self, actor: Actor, at: Instant, event: Event) {
+        let Actor { tid, tgid } = actor;
+        match event {
+            Event::ThreadStarted { parent } => {
+                if !self.threads.contains_key(&tid) {
+                    self.fds.add_process(tgid, parent);
+                    self.threads.insert(
+                        tid,
+                        ThreadState {
+                            tgid,
+                            open: Vec::new(),
+                        },
+                    );
+                }
+            }
+            Event::ThreadExited => {
+                if let Some(thread) = self.threads.remove(&tid) {
+                    for idx in thread.open {
+                        self.sockets[idx].open = None;
+                    }
+                }
+            }
+            Event::Exec { former } => {
+                if former != tid {
+                    self.threads.remove(&former);
+                }
+                self.fds.forget_fds(tgid);
+            }
+            Event::SocketOpened { fd, tcp } => {
+                let slot = if tcp {
+                    Slot::Tcp(self.new_socket(tgid, fd))
+                } else {
+                    Slot::Other
+                };
+                self.fds.set(tgid, fd, Some(slot));
+            }
+            Event::Accepted { fd } => {
+                // Options are read at first use: they come from the listener.
+                let slot = Slot::Tcp(self.new_socket(tgid, fd));
+                self.fds.set(tgid, fd, Some(slot));
+            }
+            Event::Sent { fd, bytes, more } => {
+                if let Some(idx) = self.socket_of(tgid, fd) {
+                    self.on_send(tid, idx, bytes, more, at);
+                }
+            }
+            Event::Read { fd, returned } => {
+                if let Some(idx) = self.socket_of(tgid, fd) {
+                    self.sockets[idx].seen.reads += 1;
+                    if returned {
+                        self.end_sends(idx, at);
+                    }
+                }
+            }
+            Event::WaitBegun { readable } => {
+                // Sends that cannot be a write-write-read end here; the others end when the
+                // wait returns, which times it.
+                for idx in self.waited_on(actor, &readable) {
+                    let held = self.sockets[idx]
+                        .open
+                        .as_ref()
+                        .is_some_and(|o| o.writes.is_write_write_read());
+                    if !held {
+                        self.end_sends(idx, at);
+                    }
+                }
+            }
+            Event::WaitEnded { readable } => {
+                for idx in self.waited_on(actor, &readable) {
+                    self.end_sends(idx, at);
+                }
+            }
+            Event::OptionSet { fd, option } => {
+                if let Some(idx) = self.socket_of(tgid, fd) {
+                    let socket = &mut self.sockets[idx].seen;
+                    match option {
+                        TcpOption::NoDelay(on) => {
+                            socket.nodelay = on;
+                            socket.nodelay_ever_set |= on;
+                        }
+                        TcpOption::Cork(on) => socket.cork = on,
+                        // Not sticky (ping-pong mode returns at the next turn): count the calls.
+                        TcpOption::QuickAck(on) => socket.quickack_sets += u64::from(on),
+                    }
+                }
+            }
+            Event::Closed { fd } => {
+                // Sends without a read after them are no write-write-read once the socket is
+                // gone; but it lives on while another fd (a dup, a forked copy) holds it.
+                if let Some(Slot::Tcp(idx)) = self.fds.close(tgid, fd) {
+                    if !self.fds.holds(idx) {
+                        self.drop_sends(idx);
+                    }
+                }
+            }
+            Event::Duplicated { from, to } => self.fds.duplicate(tgid, from, to),
+        }
+    }
+
+    /// The sockets with sends of thread `actor` that a wait on `readable` fds waits on
+    /// (`None`: the call does not say, so all of them).
+    fn waited_on(&self, actor: Actor, readable: &Option<Vec<i32>>) -> Vec<SocketId> {
+        let Some(thread) = self.threads.get(&actor.tid) else {
+            return Vec::new();
+        };
+        thread
+            .open
+            .iter()
+            .copied()
+            .filter(|&idx| match readable {
+                None => true,
+                Some(list) => list
+                    .iter()
+                    .any(|&fd| self.fds.get(actor.tgid, fd) == Some(Slot::Tcp(idx))),
+            })
+            .collect()
+    }
+
+    fn new_socket(&mut self, pid: u32, fd: i32) -> SocketId {
+        self.sockets.push(Tracked {
+            seen: TracedSocket::new(pid, fd),
+            resolved: false,
+            more_pending: false,
+            open: None,
+            last_sender: None,
+        });
+        self.sockets.len() - 1
+    }
+
+    /// The TCP socket behind fd `fd` of process `pid`, looking at the fd itself the first time
+    /// it is used.
+    fn socket_of(&mut self, pid: u32, fd: i32) -> Option<SocketId> {
+        if fd < 0 {
+            return None;
+        }
+        match self.fds.get(pid, fd) {
+            Some(Slot::Tcp(idx)) => return Some(idx),
+            Some(Slot::Other) => return None,
+            None => {}
+        }
+        let facts = match self.inspector.inspect(pid, fd) {
+            Probe::Tcp(facts) => facts,
+            Probe::Other => {
+                self.fds.set(pid, fd, Some(Slot::Other));
+                return None;
+            }
+            Probe::Unknown => return None,
+        };
+        // A socket seen before through another fd, process or program (inherited over fork
+        // or exec, passed on as stdin...) stays one socket.
+        let known = facts.inode.and_then(|ino| self.by_inode.get(&ino).copied());
+        let idx = match known {
+            Some(idx) => idx,
+            None => {
+                let idx = self.new_socket(pid, fd);
+                self.learn(idx, facts);
+                idx
+            }
+        };
+        self.fds.set(pid, fd, Some(Slot::Tcp(idx)));
+        Some(idx)
+    }
+
+    /// Records what socket `idx` showed, and its inode.
+    fn learn(&mut self, idx: SocketId, facts: SocketFacts) {
+        if let Some(ino) = facts.inode {
+            self.by_inode.entry(ino).or_insert(idx);
+        }
+        let socket = &mut self.sockets[idx];
+        socket.seen.learn(facts);
+        socket.resolved = socket.seen.remote.is_some();
+    }
+
+    /// Reads socket `idx`'s options and addresses again through the fd it was first seen
+    /// at, if that fd still holds it (or holds a socket not yet told apart by inode).
+    fn look_again(&mut self, idx: SocketId) {
+        let (pid, fd) = (self.sockets[idx].seen.pid, self.sockets[idx].seen.fd);
+        if !self.fds.knows(pid) {
+            return;
+        }
+        if let Probe::Tcp(facts) = self.inspector.inspect(pid, fd) {
+            let same = facts.inode.map_or(true, |ino| {
+                self.by_inode.get(&ino).map_or(true, |&i| i == idx)
+            });
+            if same {
+                self.learn(idx, facts);
+            }
+        }
+    }
+
+    fn on_send(&mut self, tid: u32, idx: SocketId, bytes: u64, more: bool, now: Instant) {
+        if !self.sockets[idx].resolved {
+            self.look_again(idx);
+            // Try once: a socket that cannot be read keeps the options the syscalls showed.
+            self.sockets[idx].resolved = true;
+        }
+        let socket = &mut self.sockets[idx];
+        socket.seen.sends += 1;
+        socket.last_sender = Some(tid);
+        let (mss, nodelay, cork) = (socket.seen.mss, socket.seen.nodelay, socket.seen.cork);
+        let joins = std::mem::replace(&mut socket.more_pending, more);
+        let open = socket.open.get_or_insert_with(|| OpenSends {
+            writes: WritesSinceRead::default(),
+            thread: tid,
+            last_send: now,
+        });
+        if joins && open.writes.sends > 0 {
+            open.writes.extend_last(bytes);
+        } else {
+            open.writes.push(bytes, mss, nodelay, cork);
+        }
+        open.last_send = now;
+        let owner = open.thread;
+        if let Some(thread) = self.threads.get_mut(&owner) {
+            if !thread.open.contains(&idx) {
+                thread.open.push(idx);
+            }
+        }
+    }
+
+    /// A read or a wait ends the socket's sends: judge them.
+    fn end_sends(&mut self, idx: SocketId, now: Instant) {
+        let Some(open) = self.take_sends(idx) else {
+            return;
+        };
+        self.sockets[idx].more_pending = false;
+        if !open.writes.is_write_write_read() {
+            return;
+        }
+        // TCP_NODELAY may have been switched on from outside (`tcpstall fix`) since the
+        // socket was last looked at: look again before blaming Nagle.
+        self.look_again(idx);
+        let socket = &mut self.sockets[idx].seen;
+        if socket.nodelay {
+            return;
+        }
+        let wait = now.saturating_duration_since(open.last_send);
+        socket.write_write_read += 1;
+        if wait >= LONG_WAIT {
+            socket.waits_over_30ms += 1;
+        }
+        let wait_ms = wait.as_secs_f64() * 1000.0;
+        if socket
+            .example
+            .as_ref()
+            .map_or(true, |e| e.wait_ms < wait_ms)
+        {
+            socket.example = Some(Example {
+                writes: open.writes.sizes,
+                sends: open.writes.sends,
+                wait_ms,
+            });
+        }
+    }
+
+    /// The socket is closed: sends without a read after them are no write-write-read.
+    fn drop_sends(&mut self, idx: SocketId) {
+        self.take_sends(idx);
+    }
+
+    /// Takes the socket's open sends away from it and from the thread waiting on them.
+    fn take_sends(&mut self, idx: SocketId) -> Option<OpenSends> {
+        let open = self.sockets[idx].open.take()?;
+        if let Some(thread) = self.threads.get_mut(&open.thread) {
+            thread.open.retain(|&i| i != idx);
+        }
+        Some(open)
+    }
+}
+
+#[cfg(test)]
+mod scenarios;

@@ -1,0 +1,249 @@
+//! The report of `trace`: text for people, JSON for scripts (keys in docs/ARCHITECTURE.md).
+
+use std::io::{self, Write};
+
+use serde::Serialize;
+
+use crate::process::socket_model::{TracedSocket, LONG_WAIT};
+
+/// What to change on a socket with write-write-reads.
+pub(crate) const FIX: &str = "send each message with one call: build it in one buffer, or pass \
+                              all parts to writev/sendmsg; or set TCP_NODELAY on the socket (on \
+                              a listener, before accept)";
+
+/// Clean sockets listed in the text report; the rest are counted.
+const CLEAN_SHOWN: usize = 20;
+
+/// One socket of the report: what the tracer saw, and the fix when needed.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct SocketReport {
+    /// Addresses, options, counts and the example.
+    #[serde(flatten)]
+    pub socket: TracedSocket,
+    /// What to change, when a write-write-read was found.
+    pub fix: Option<&'static str>,
+}
+
+impl SocketReport {
+    /// The socket, with the fix when it had a write-write-read.
+    pub fn new(socket: TracedSocket) -> SocketReport {
+        let fix = (socket.write_write_read > 0).then_some(FIX);
+        SocketReport { socket, fix }
+    }
+}
+
+/// The whole report of one trace.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct TraceReport {
+    /// The command traced, or null with `-p`.
+    pub command: Option<Vec<String>>,
+    /// The process traced with `-p`.
+    pub pid: Option<u32>,
+    /// `seccomp` (a command, stopped only at socket syscalls) or `ptrace_syscall` (`-p`).
+    pub method: &'static str,
+    /// Seconds traced.
+    pub duration_s: f64,
+    /// Followed syscalls seen.
+    pub syscalls: u64,
+    /// The command's exit status (128 + signal when killed).
+    pub exit_status: Option<i32>,
+    /// Ended by Ctrl-C, SIGTERM or `--duration`.
+    pub interrupted: bool,
+    /// Write-write-read sequences on all sockets.
+    pub write_write_read: u64,
+    /// TCP sockets that carried data, most sequences first.
+    pub sockets: Vec<SocketReport>,
+}
+
+/// Writes the report as pretty JSON and a newline.
+pub(crate) fn write_json(report: &TraceReport, out: &mut impl Write) -> io::Result<()> {
+    serde_json::to_writer_pretty(&mut *out, report)?;
+    out.write_all(b"\n")
+}
+
+/// "pid 12 fd 3 127.0.0.1:5000 -> 127.0.0.1:80".
+fn label(s: &TracedSocket) -> String {
+    format!(
+        "pid {} fd {} {} -> {}",
+        s.pid,
+        s.fd,
+        super::or_unknown(s.local),
+        super::or_unknown(s.remote)
+    )
+}
+
+/// Writes the text report: a summary line, each socket with write-write-reads and its fix, then
+/// the clean ones.
+pub(crate) fn write_text(report: &TraceReport, out: &mut impl Write) -> io::Result<()> {
+    let target = match (&report.command, report.pid) {
+        (Some(cmd), _) => cmd.join(" "),
+        (None, Some(pid)) if report.interrupted => format!("pid {pid} (detached)"),
+        (None, Some(pid)) => format!("pid {pid} (exited during the trace)"),
+        (None, None) => String::new(),
+    };
+    let status = report
+        .exit_status
+        .map(|s| format!(", exit status {s}"))
+        .unwrap_or_default();
+    writeln!(
+        out,
+        "traced {target} for {:.2} s{status}: {} syscalls followed (sockets, reads, writes, \
+         waits, closes), {} TCP sockets with data",
+        report.duration_s,
+        report.syscalls,
+        report.sockets.len()
+    )?;
+    let (found, clean): (Vec<&TracedSocket>, Vec<&TracedSocket>) = report
+        .sockets
+        .iter()
+        .map(|r| &r.socket)
+        .partition(|s| s.write_write_read > 0);
+    if found.is_empty() {
+        writeln!(out, "no write-write-read on a Nagle socket")?;
+    }
+    for s in &found {
+        let nodelay = if s.nodelay_ever_set {
+            "TCP_NODELAY was set at some point, off during these writes"
+        } else {
+            "Nagle on, TCP_NODELAY never set"
+        };
+        writeln!(out, "write-write-read: {} ({nodelay})", label(s))?;
+        writeln!(
+            out,
+            "  {} times ({} followed by a wait of {} ms or more)",
+            s.write_write_read,
+            s.waits_over_30ms,
+            LONG_WAIT.as_millis()
+        )?;
+        if let Some(example) = &s.example {
+            writeln!(out, "  e.g. {}", example.describe())?;
+        }
+        if s.quickack_sets > 0 {
+            writeln!(
+                out,
+                "  TCP_QUICKACK set {} times: it speeds up this side's ACKs, not the peer's, so \
+                 it does not release these writes",
+                s.quickack_sets
+            )?;
+        }
+        writeln!(out, "  fix: {FIX}")?;
+    }
+    for s in clean.iter().take(CLEAN_SHOWN) {
+        writeln!(
+            out,
+            "clean: {}: {} sends, {} reads{}",
+            label(s),
+            s.sends,
+            s.reads,
+            if s.nodelay { ", TCP_NODELAY on" } else { "" }
+        )?;
+    }
+    if clean.len() > CLEAN_SHOWN {
+        writeln!(out, "clean: {} more sockets", clean.len() - CLEAN_SHOWN)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::process::socket_model::Example;
+
+    // The expected outputs were written by the renderer `trace` had before it moved here, on
+    // these same reports: the output must not change.
+
+    /// Two sockets with write-write-reads (one with TCP_QUICKACK calls, one with a long
+    /// example) and a clean one, from a command.
+    fn found() -> TraceReport {
+        let mut a = TracedSocket::new(4242, 5);
+        a.local = Some("127.0.0.1:40000".parse().expect("address"));
+        a.remote = Some("127.0.0.1:8080".parse().expect("address"));
+        a.mss = 65483;
+        (a.sends, a.reads, a.write_write_read, a.waits_over_30ms) = (12, 6, 6, 5);
+        a.quickack_sets = 3;
+        a.nodelay_ever_set = true;
+        a.example = Some(Example {
+            writes: vec![76, 10],
+            sends: 2,
+            wait_ms: 41.2345,
+        });
+        let mut b = TracedSocket::new(4242, 7);
+        b.remote = Some("[::1]:9000".parse().expect("address"));
+        (b.sends, b.reads) = (3, 1);
+        (b.nodelay, b.nodelay_ever_set) = (true, true);
+        let mut c = TracedSocket::new(4243, 3);
+        (c.sends, c.write_write_read) = (1, 1);
+        c.example = Some(Example {
+            writes: vec![1, 2, 3, 4, 5, 6, 7, 8],
+            sends: 11,
+            wait_ms: 0.04,
+        });
+        TraceReport {
+            command: Some(vec!["python3".into(), "client.py".into(), "80".into()]),
+            pid: None,
+            method: "seccomp",
+            duration_s: 1.23456,
+            syscalls: 99,
+            exit_status: Some(0),
+            interrupted: false,
+            write_write_read: 7,
+            sockets: [a, c, b].into_iter().map(SocketReport::new).collect(),
+        }
+    }
+
+    /// 24 clean sockets of a process traced with -p and detached.
+    fn clean_detached() -> TraceReport {
+        let mut report = found();
+        report.command = None;
+        report.pid = Some(77);
+        report.interrupted = true;
+        report.exit_status = None;
+        report.method = "ptrace_syscall";
+        let base = report.sockets[2].clone();
+        report.sockets.retain(|s| s.socket.write_write_read == 0);
+        for i in 0..23 {
+            let mut s = base.clone();
+            s.socket.fd = 10 + i;
+            s.socket.nodelay = i % 2 == 0;
+            report.sockets.push(s);
+        }
+        report
+    }
+
+    fn text(report: &TraceReport) -> String {
+        let mut out = Vec::new();
+        write_text(report, &mut out).expect("write to memory");
+        String::from_utf8(out).expect("UTF-8")
+    }
+
+    fn json(report: &TraceReport) -> String {
+        let mut out = Vec::new();
+        write_json(report, &mut out).expect("write to memory");
+        String::from_utf8(out).expect("UTF-8")
+    }
+
+    const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/trace-report");
+
+    fn expected(name: &str) -> String {
+        std::fs::read_to_string(format!("{FIXTURES}/{name}")).expect("fixture")
+    }
+
+    #[test]
+    fn text_and_json_are_unchanged() {
+        assert_eq!(text(&found()), expected("found.txt"));
+        assert_eq!(json(&found()), expected("found.json"));
+        assert_eq!(text(&clean_detached()), expected("clean-detached.txt"));
+        assert_eq!(json(&clean_detached()), expected("clean-detached.json"));
+        let mut exited = clean_detached();
+        exited.interrupted = false;
+        exited.sockets.clear();
+        assert_eq!(text(&exited), expected("empty-exited.txt"));
+    }
+
+    #[test]
+    fn a_failed_write_is_returned() {
+        let mut full = [0u8; 16];
+        let err = write_text(&found(), &mut &mut full[..]).expect_err("16 bytes are too few");
+        assert_eq!(err.kind(), io::ErrorKind::WriteZero);
+    }
+}
