@@ -244,9 +244,6 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
         None => None,
     };
     settings.path = emulated.as_ref().map(|p| p.ends().clone());
-    if args.peer.is_some() && args.peer_side == crate::peer::PeerSide::Server {
-        bail!("--peer-side server is not built yet: use --peer-side client (the default)");
-    }
     if let (Some(profile), Some(ends)) = (args.peer, &settings.path) {
         let peer = crate::peer::Peer::attach(profile, args.peer_side, ends)?;
         settings.peer = Some(Arc::new(peer));

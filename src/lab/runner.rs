@@ -144,17 +144,35 @@ pub(crate) fn run_variant(
     let deadline = Instant::now() + settings.row_timeout;
     let protocol = (variant.workload.protocol)(size);
     let path = settings.path.as_ref();
-    let server = Server::start(ServerConfig {
-        bind: path.map_or(Ipv4Addr::LOCALHOST, |p| p.server_addr),
-        namespace: path.map(|p| p.server.clone()),
-        reply: variant.server_reply,
-        mss,
-        nodelay: variant.server_nodelay,
-        listener_quickack: variant.listener_quickack,
-        quickack_rearm: variant.server_quickack,
-        ..ServerConfig::new(protocol, deadline)
-    })
-    .context("cannot start the lab server")?;
+    let server = match settings.peer.as_deref() {
+        Some(peer) if peer.side == crate::peer::PeerSide::Server => {
+            let job = crate::peer::server::ServerJob {
+                protocol,
+                reply: variant.server_reply,
+                options: crate::peer::stack::ConnOptions {
+                    nodelay: variant.server_nodelay != ServerNodelay::Off,
+                },
+                deadline,
+            };
+            RowServer::Peer(
+                peer.start_server(job, variant.server_quickack, mss)
+                    .context("cannot start the peer's server")?,
+            )
+        }
+        _ => RowServer::Kernel(
+            Server::start(ServerConfig {
+                bind: path.map_or(Ipv4Addr::LOCALHOST, |p| p.server_addr),
+                namespace: path.map(|p| p.server.clone()),
+                reply: variant.server_reply,
+                mss,
+                nodelay: variant.server_nodelay,
+                listener_quickack: variant.listener_quickack,
+                quickack_rearm: variant.server_quickack,
+                ..ServerConfig::new(protocol, deadline)
+            })
+            .context("cannot start the lab server")?,
+        ),
+    };
     let addr = server.addr();
     watch_port(addr.port());
     let client = ClientConfig {
@@ -350,6 +368,28 @@ fn run_client(row: &RowContext<'_>) -> ClientOutcome {
         row.settings.row_timeout,
     );
     outcome
+}
+
+/// The server of a row: the kernel's, or the peer's (`lab --peer-side server`).
+enum RowServer {
+    Kernel(Server),
+    Peer(crate::peer::server::PeerServer),
+}
+
+impl RowServer {
+    fn addr(&self) -> std::net::SocketAddr {
+        match self {
+            RowServer::Kernel(server) => server.addr(),
+            RowServer::Peer(server) => server.addr(),
+        }
+    }
+
+    fn stop(self) -> super::server::ServerReport {
+        match self {
+            RowServer::Kernel(server) => server.stop(),
+            RowServer::Peer(server) => server.stop(),
+        }
+    }
 }
 
 /// Runs the client side of a row on the peer's user-space stack (`lab --peer`).

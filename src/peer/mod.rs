@@ -10,16 +10,18 @@ pub mod attach;
 pub mod client;
 pub mod device;
 pub mod profile;
+pub mod server;
 pub mod stack;
 
 use std::fs::File;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddrV4};
 
 use anyhow::Context;
 use serde::Serialize;
 
 use self::client::{ClientRun, RequestJob, StreamJob};
 use self::profile::Profile;
+use self::server::{PeerServer, ServerJob};
 use self::stack::PeerStack;
 use crate::lab::path::{NetNs, PathEnds, CLIENT_ADDR, SERVER_ADDR};
 
@@ -95,6 +97,44 @@ impl Peer {
                     .push(format!("the peer's TUN device refused {dropped} packets"));
             }
             Ok(run)
+        })
+    }
+
+    /// Starts the row's server on a fresh stack, on a thread in the peer's namespace;
+    /// `ack_every_segment` is the row's server-side ACK fix, `mss` the kernel end's
+    /// TCP_MAXSEG.
+    pub fn start_server(
+        &self,
+        job: ServerJob,
+        ack_every_segment: bool,
+        mss: Option<u32>,
+    ) -> std::io::Result<PeerServer> {
+        let tun = self.tun.try_clone()?;
+        let rules = self.profile.rules(ack_every_segment);
+        let (addr, namespace) = (self.addr, self.namespace.clone());
+        let at = SocketAddrV4::new(addr, server::PEER_SERVER_PORT);
+        PeerServer::start(at, job, move |serve| {
+            std::thread::Builder::new()
+                .name("lab-peer-server".into())
+                .spawn(move || {
+                    // `serve` is called exactly once: in the namespace, or with the reason
+                    // the namespace could not be entered.
+                    let serve = std::sync::Mutex::new(Some(serve));
+                    let take = || serve.lock().ok().and_then(|mut s| s.take());
+                    let entered = namespace.run(|| {
+                        let stack = PeerStack::new(tun, addr, rules, mss);
+                        if let Some(serve) = take() {
+                            match stack {
+                                Ok(mut stack) => serve(Ok(&mut stack)),
+                                Err(err) => serve(Err(err)),
+                            }
+                        }
+                        Ok(())
+                    });
+                    if let (Err(err), Some(serve)) = (entered, take()) {
+                        serve(Err(err));
+                    }
+                })
         })
     }
 }

@@ -245,26 +245,27 @@ impl PeerStack {
         Ok(handle)
     }
 
-    /// Listens on `port` and waits for one connection.
-    pub fn accept(
-        &mut self,
-        port: u16,
-        options: ConnOptions,
-        deadline: Instant,
-    ) -> io::Result<SocketHandle> {
+    /// A socket listening on `port`: the next connection to it.
+    pub fn listen(&mut self, port: u16, options: ConnOptions) -> io::Result<SocketHandle> {
         let handle = self.new_socket(options);
-        self.sockets
-            .get_mut::<tcp::Socket>(handle)
-            .listen(port)
-            .map_err(|err| io::Error::other(format!("listen on port {port}: {err}")))?;
+        if let Err(err) = self.sockets.get_mut::<tcp::Socket>(handle).listen(port) {
+            self.remove(handle);
+            return Err(io::Error::other(format!("listen on port {port}: {err}")));
+        }
+        Ok(handle)
+    }
+
+    /// Waits until the listening socket `handle` holds a connection; `Ok(false)` when
+    /// `deadline` came first (the socket keeps listening).
+    pub fn accepted(&mut self, handle: SocketHandle, deadline: Instant) -> io::Result<bool> {
         let result = self.until(handle, deadline, "accept", |s| {
             Ok(matches!(s.state(), State::Established | State::CloseWait))
         });
-        if let Err(err) = result {
-            self.remove(handle);
-            return Err(err);
+        match result {
+            Ok(()) => Ok(true),
+            Err(err) if err.kind() == io::ErrorKind::TimedOut => Ok(false),
+            Err(err) => Err(err),
         }
-        Ok(handle)
     }
 
     /// Writes `data` as one write: the socket sends what its rules allow at once, the rest
@@ -363,10 +364,21 @@ impl PeerStack {
         }
     }
 
-    /// Closes the connection (FIN after the data written) and waits, bounded, for the other
-    /// end's FIN; the socket is then dropped.
+    /// Closes the connection: the FIN follows the data written, which leaves now whatever
+    /// Nagle held (Linux: `tcp_send_fin` pushes with `TCP_NAGLE_OFF`; smoltcp sends the rest
+    /// once a FIN is wanted); then waits, bounded, for the other end's FIN and drops the socket.
     pub fn close(&mut self, handle: SocketHandle, deadline: Instant) {
-        let _ = self.wait_until_acked(handle, deadline);
+        if let Some(send) = self.minshall.get_mut(&handle) {
+            let socket = self.sockets.get_mut::<tcp::Socket>(handle);
+            while !send.pending.is_empty() {
+                match socket.send_slice(&send.pending) {
+                    Ok(sent) if sent > 0 => {
+                        send.pending.drain(..sent);
+                    }
+                    _ => break,
+                }
+            }
+        }
         self.sockets.get_mut::<tcp::Socket>(handle).close();
         let _ = self.until(handle, deadline, "close", |s| {
             Ok(matches!(s.state(), State::Closed | State::TimeWait))
@@ -374,7 +386,8 @@ impl PeerStack {
         self.remove(handle);
     }
 
-    fn remove(&mut self, handle: SocketHandle) {
+    /// Drops a socket, resetting its connection if it is still open.
+    pub fn remove(&mut self, handle: SocketHandle) {
         let socket = self.sockets.get_mut::<tcp::Socket>(handle);
         if !matches!(socket.state(), State::Closed | State::TimeWait) {
             // A connection given up on: a reset tells the other end.
