@@ -49,7 +49,7 @@ fn main() -> anyhow::Result<()> {
         let mut checksum = 0u64;
         let stats = for_each_segment(
             open()?,
-            |s| checksum = checksum.wrapping_add(u64::from(s.seq ^ s.payload_len)),
+            |s| checksum = checksum.wrapping_add(u64::from(s.seq.0 ^ s.payload_len)),
             |_| {},
         )?;
         black_box(checksum);

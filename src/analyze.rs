@@ -250,7 +250,7 @@ impl SegmentSink for Router {
         } else {
             // Both directions of a flow share the key, hence the worker.
             let mut hasher = FxHasher::default();
-            FlowKey::of(&self.staging).0.hash(&mut hasher);
+            FlowKey::of(&self.staging).hash(&mut hasher);
             let worker = (hasher.finish() % self.batches.len() as u64) as usize;
             let batch = &mut self.batches[worker];
             batch.items[batch.len].1 = self.staging;

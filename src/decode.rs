@@ -7,6 +7,8 @@
 
 use std::net::IpAddr;
 
+use crate::flow::{SeqNumber, Timestamp};
+
 /// TCP header flag bits, as in the header's 13th byte (RFC 9293 §3.1, RFC 3168 for ECE/CWR).
 pub mod flags {
     /// No more data from the sender.
@@ -30,8 +32,8 @@ pub mod flags {
 /// One TCP segment as seen on the wire, decoded from any link type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Segment {
-    /// Capture time, nanoseconds since the Unix epoch.
-    pub ts_ns: u64,
+    /// Capture time.
+    pub ts_ns: Timestamp,
     /// 1-based number of the packet in its capture, for warnings that point at it.
     pub packet_number: u64,
     /// Source address.
@@ -43,9 +45,9 @@ pub struct Segment {
     /// Destination port.
     pub dst_port: u16,
     /// Sequence number of the first payload byte (of the SYN when SYN is set).
-    pub seq: u32,
+    pub seq: SeqNumber,
     /// Acknowledgment number (meaningful when `flags::ACK` is set).
-    pub ack: u32,
+    pub ack: SeqNumber,
     /// Header flags, bits of [`flags`].
     pub flags: u8,
     /// Receive window as carried in the header, before window scaling (RFC 7323 §2.3).
@@ -82,14 +84,14 @@ impl Segment {
 
     /// A placeholder for a segment about to be decoded in place (see [`decode_ip`]).
     pub const UNSET: Segment = Segment {
-        ts_ns: 0,
+        ts_ns: Timestamp::from_nanos(0),
         packet_number: 0,
         src: IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
         dst: IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
         src_port: 0,
         dst_port: 0,
-        seq: 0,
-        ack: 0,
+        seq: SeqNumber(0),
+        ack: SeqNumber(0),
         flags: 0,
         window: 0,
         payload_len: 0,
@@ -298,14 +300,14 @@ pub fn decode_tcp(
     // then copying it out stalled the reader (a load overlapping recent narrower stores
     // cannot be forwarded from them).
     *out = Segment {
-        ts_ns: meta.ts_ns,
+        ts_ns: Timestamp::from_nanos(meta.ts_ns),
         packet_number: meta.packet_number,
         src,
         dst,
         src_port: u16::from_be_bytes([tcp[0], tcp[1]]),
         dst_port: u16::from_be_bytes([tcp[2], tcp[3]]),
-        seq: u32::from_be_bytes([tcp[4], tcp[5], tcp[6], tcp[7]]),
-        ack: u32::from_be_bytes([tcp[8], tcp[9], tcp[10], tcp[11]]),
+        seq: SeqNumber(u32::from_be_bytes([tcp[4], tcp[5], tcp[6], tcp[7]])),
+        ack: SeqNumber(u32::from_be_bytes([tcp[8], tcp[9], tcp[10], tcp[11]])),
         flags: tcp[13],
         window: u16::from_be_bytes([tcp[14], tcp[15]]),
         payload_len: segment_len - header_len as u32,

@@ -376,7 +376,7 @@ impl<R: Read> FrameReader<R> {
             let previous = self.packets - 1;
             self.backwards_warnings
                 .report(on_warning, self.packets, || {
-                    let split = if back_ns >= crate::flow::IDLE_TIMEOUT_NS {
+                    let split = if back_ns >= crate::flow::IDLE_TIMEOUT.as_nanos() {
                         "; a flow that seems silent that long around it is taken as ended and \
                          may show up as two"
                     } else {

@@ -3,6 +3,7 @@
 //! [`for_each_segment`] streams a pcap or pcapng file and hands out every TCP segment in it,
 //! decoded by [`crate::decode`]; memory stays bounded by the largest record, never by the file.
 
+mod bpf;
 pub mod file;
 pub mod link;
 pub mod live;

@@ -5,23 +5,23 @@
 
 use super::{Finding, StallKind};
 use crate::decode::Segment;
-use crate::flow::{seq_lt, Flow, Side};
+use crate::flow::{Flow, Side, Span};
 use crate::tcp_rules;
 
 /// Shortest gap taken for the cork timer ([`tcp_rules::CORK_TIMER_MIN`]).
-pub const CORK_MIN_NS: u64 = tcp_rules::nanos(tcp_rules::CORK_TIMER_MIN);
+pub(crate) const CORK_MIN: Span = Span::from_duration(tcp_rules::CORK_TIMER_MIN);
 /// Longest gap taken for the cork timer on a near-zero RTT path ([`tcp_rules::CORK_TIMER_MAX`]);
 /// the path's RTT is added (the RTO grows with it, RFC 6298 §2).
-pub const CORK_MAX_NS: u64 = tcp_rules::nanos(tcp_rules::CORK_TIMER_MAX);
+pub(crate) const CORK_MAX: Span = Span::from_duration(tcp_rules::CORK_TIMER_MAX);
 
 /// Checks whether `seg`, new data from `side`, left on the cork timer: a partial segment with
 /// nothing in flight and no ACK releasing it, ~200 ms after the last activity that could have
 /// queued it (the peer's last packet or this side's last data), and in the middle of a turn
 /// (see [`continues_turn`]).
-pub fn check(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
+pub(crate) fn check(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
     let me = flow.dir(side);
     let peer = flow.dir(side.peer());
-    if seg.payload_len == 0 || seq_lt(seg.seq, me.snd_nxt) || !me.is_small(seg) {
+    if !me.is_new_data(seg) || !me.is_small(seg) {
         return None;
     }
     if me.in_flight() != 0 {
@@ -30,10 +30,10 @@ pub fn check(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
     if !continues_turn(flow, side) {
         return None;
     }
-    let last_activity = peer.last_ns.max(me.last_data_ns);
-    let gap = seg.ts_ns.saturating_sub(last_activity);
-    let path_rtt = me.near_rtt_ns.unwrap_or(0) + peer.near_rtt_ns.unwrap_or(0);
-    if gap < CORK_MIN_NS || gap > CORK_MAX_NS + 4 * path_rtt {
+    let last_activity = peer.last_seen.max(me.last_data);
+    let gap = seg.ts_ns.since(last_activity);
+    let path_rtt = me.near_rtt.unwrap_or(Span::ZERO) + peer.near_rtt.unwrap_or(Span::ZERO);
+    if gap < CORK_MIN || gap > CORK_MAX + path_rtt * 4 {
         return None;
     }
     Some(Finding::own_timer(StallKind::CorkTimer, side, gap))
@@ -54,8 +54,7 @@ fn continues_turn(flow: &Flow, side: Side) -> bool {
     let me = flow.dir(side);
     let peer = flow.dir(side.peer());
     let tail_of_write = me.burst.count > 0 && !me.last_data_small;
-    let answers_request =
-        side == Side::Server && peer.bytes > 0 && peer.last_data_ns >= me.last_data_ns;
+    let answers_request = side == Side::Server && peer.bytes > 0 && peer.last_data >= me.last_data;
     tail_of_write || answers_request
 }
 

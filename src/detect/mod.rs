@@ -1,32 +1,34 @@
 //! The stall detector, one rule per cause, shared by every verb.
 //!
 //! Streaming: feed segments in capture order with [`Detector::push`], then
-//! [`Detector::finish`] returns the [`Analysis`]. The lab, `watch` and `probe` feed the same
+//! [`Detector::finish`] returns the [`Analysis`]; a consumer that never finishes (a live
+//! capture) collects events and retired flows as it goes with [`Detector::take_events`] and
+//! [`Detector::take_flows`], so memory follows the active flows. The lab, `watch` and `probe` feed the same
 //! detector as `analyze`, so each rule is written once. The rules follow the capture detection
 //! rule of the project's LINUX-TCP notes: a new segment is examined against the flow state
-//! *before* it, in this order: retransmission ([`rto`]), closed window ([`zero_window`]),
-//! Nagle hold released by an ACK ([`nagle`]), cork timer ([`cork`]). Anything else that delays
+//! *before* it, in this order: retransmission (`rto`), closed window (`zero_window`),
+//! Nagle hold released by an ACK (`nagle`), cork timer (`cork`). Anything else that delays
 //! a turn is think time and never a stall.
 
-pub mod cork;
-pub mod nagle;
-pub mod rto;
-pub mod verdict;
-pub mod zero_window;
+mod cork;
+mod nagle;
+mod rto;
+pub(crate) mod verdict;
+mod zero_window;
 
 use rustc_hash::FxHashMap;
 
 use crate::decode::Segment;
-use crate::flow::{Endpoint, Flow, FlowTable, Side};
+use crate::flow::{Endpoint, Flow, FlowTable, Side, Span, Timestamp};
 use crate::tcp_rules;
 
 pub use verdict::{FlowSummary, PeerStack};
 
 /// Events shorter than this are not stalls ([`tcp_rules::CLEAN_BOUND`]).
-pub const MIN_STALL_NS: u64 = tcp_rules::nanos(tcp_rules::CLEAN_BOUND);
+pub(crate) const MIN_STALL: Span = Span::from_duration(tcp_rules::CLEAN_BOUND);
 
 /// How often (capture time) the flow table is swept for closed and idle flows.
-const SWEEP_EVERY_NS: u64 = 1_000_000_000;
+const SWEEP_EVERY: Span = Span::from_millis(1_000);
 
 /// What delayed a turn. The names are the stable JSON names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -113,17 +115,21 @@ pub struct Finding {
     pub held_side: Side,
     /// The side whose ACK or window released it, when one did.
     pub ack_side: Option<Side>,
-    /// How long the data waited, nanoseconds.
-    pub delay_ns: u64,
+    /// How long the data waited.
+    pub delay_ns: Span,
     /// For delayed ACKs: the peer's delayed-ACK timeout, path RTT removed.
-    pub ack_delay_ns: Option<u64>,
+    pub ack_delay_ns: Option<Span>,
 }
 
 impl Finding {
     /// A stall of `kind` on `held_side`, released by the peer, if it lasted at least
-    /// [`MIN_STALL_NS`].
-    pub fn released_by_peer(kind: StallKind, held_side: Side, delay_ns: u64) -> Option<Finding> {
-        (delay_ns >= MIN_STALL_NS).then_some(Finding {
+    /// [`MIN_STALL`].
+    pub(crate) fn released_by_peer(
+        kind: StallKind,
+        held_side: Side,
+        delay_ns: Span,
+    ) -> Option<Finding> {
+        (delay_ns >= MIN_STALL).then_some(Finding {
             kind,
             held_side,
             ack_side: Some(held_side.peer()),
@@ -134,7 +140,7 @@ impl Finding {
 
     /// A stall of `kind` on `held_side` that no packet of the peer released: the side's own
     /// timer sent the data (retransmission or cork/probe timer).
-    pub fn own_timer(kind: StallKind, held_side: Side, delay_ns: u64) -> Finding {
+    pub(crate) fn own_timer(kind: StallKind, held_side: Side, delay_ns: Span) -> Finding {
         Finding {
             kind,
             held_side,
@@ -150,7 +156,7 @@ impl Finding {
 pub struct StallEvent {
     /// The cause and sides.
     pub finding: Finding,
-    /// [`Flow::id`] of the flow.
+    /// [`FlowSummary::id`] of the flow.
     pub flow_id: u64,
     /// Position of the released segment among all segments analysed (0-based).
     pub ordinal: u64,
@@ -158,8 +164,8 @@ pub struct StallEvent {
     pub client: Endpoint,
     /// The flow's server.
     pub server: Endpoint,
-    /// Capture time of the released segment, ns since the Unix epoch.
-    pub ts_ns: u64,
+    /// Capture time of the released segment.
+    pub ts_ns: Timestamp,
     /// Packet number of the released segment in its capture.
     pub packet_number: u64,
     /// Payload of the released segment.
@@ -193,7 +199,7 @@ pub struct Analysis {
     /// One summary per flow, in order of first appearance.
     pub flows: Vec<FlowSummary>,
     /// Capture time of the first and last segment.
-    pub span_ns: Option<(u64, u64)>,
+    pub span_ns: Option<(Timestamp, Timestamp)>,
 }
 
 impl Analysis {
@@ -233,8 +239,8 @@ impl Analysis {
 #[derive(Debug, Clone, Default)]
 struct FlowTally {
     counts: KindCounts,
-    lost_ns: u64,
-    worst_ns: u64,
+    lost: Span,
+    worst: Span,
 }
 
 /// The streaming stall detector.
@@ -244,9 +250,9 @@ pub struct Detector {
     table: FlowTable,
     tallies: FxHashMap<u64, FlowTally>,
     analysis: Analysis,
-    last_sweep_ns: u64,
+    last_sweep: Timestamp,
     /// Capture time of the previous segment pushed.
-    prev_ts_ns: u64,
+    prev_ts: Timestamp,
 }
 
 impl Detector {
@@ -300,13 +306,31 @@ impl Detector {
 
         // Sweep at the earlier of this and the previous segment's time: one packet stamped far
         // ahead (a damaged timestamp) must not retire every other flow as idle.
-        let now = seg.ts_ns.min(self.prev_ts_ns);
-        self.prev_ts_ns = seg.ts_ns;
-        if now.saturating_sub(self.last_sweep_ns) >= SWEEP_EVERY_NS {
-            self.last_sweep_ns = now;
+        let now = seg.ts_ns.min(self.prev_ts);
+        self.prev_ts = seg.ts_ns;
+        if now.since(self.last_sweep) >= SWEEP_EVERY {
+            self.last_sweep = now;
             let (flows, tallies) = (&mut self.analysis.flows, &mut self.tallies);
             self.table.evict(now, |f| retire(flows, tallies, f));
         }
+    }
+
+    /// The events found since the last call (all of them, the first time), in input order,
+    /// leaving none behind: a long-running consumer takes them as it goes, so memory stays
+    /// bounded. Taken events are not in [`Detector::finish`]'s [`Analysis`]; its counts
+    /// still include them.
+    pub fn take_events(&mut self) -> Vec<StallEvent> {
+        std::mem::take(&mut self.analysis.events)
+    }
+
+    /// The flows retired since the last call (closed past their grace period, idle, or
+    /// replaced by a new connection on their 4-tuple), in order of first appearance. Taken
+    /// flows are not in [`Detector::finish`]'s [`Analysis`]; flows still active stay in the
+    /// table until they retire or the run ends.
+    pub fn take_flows(&mut self) -> Vec<FlowSummary> {
+        let mut flows = std::mem::take(&mut self.analysis.flows);
+        flows.sort_by_key(|f| f.id);
+        flows
     }
 
     /// Ends the run: every flow still open is summarised.
@@ -324,8 +348,8 @@ fn retire(flows: &mut Vec<FlowSummary>, tallies: &mut FxHashMap<u64, FlowTally>,
     flows.push(verdict::summarise(
         flow,
         &tally.counts,
-        tally.lost_ns,
-        tally.worst_ns,
+        tally.lost,
+        tally.worst,
     ));
 }
 
@@ -352,8 +376,8 @@ fn record(
     let tally = tallies.entry(flow.id).or_default();
     tally.counts.add(finding.kind);
     if finding.kind.is_stall() {
-        tally.lost_ns += finding.delay_ns;
-        tally.worst_ns = tally.worst_ns.max(finding.delay_ns);
+        tally.lost += finding.delay_ns;
+        tally.worst = tally.worst.max(finding.delay_ns);
     }
     if !finding.kind.is_stall() && !config.keep_minor_events {
         return None;
@@ -402,7 +426,7 @@ mod tests {
                 .fin(false, 400);
             w.ack(true, 500);
             for seg in &mut w.segments {
-                seg.ts_ns += i * 100 * MS; // one connection every 100 ms
+                seg.ts_ns += MS * (i * 100); // one connection every 100 ms
                 seg.src_port = seg.src_port.wrapping_add(i as u16);
                 seg.dst_port = seg.dst_port.wrapping_add(i as u16);
                 d.push(seg);
@@ -417,6 +441,66 @@ mod tests {
         assert_eq!(a.flows.len(), 200);
         assert!(a.flows.windows(2).all(|w| w[0].id < w[1].id));
         assert_eq!(a.flows[0].requests, 1);
+    }
+
+    /// Connection `i` of a keep-alive series, one every 100 ms on its own ports: a request, a
+    /// response split in two writes whose second waits for the client's delayed ACK, then a
+    /// close from both sides.
+    fn stalled_connection(i: u64) -> Vec<Segment> {
+        let mut w = Wire::handshake(30, 1448);
+        w.data(true, 1_000, 80)
+            .data(false, 1_100, 148)
+            .ack(true, 41_100)
+            .data(false, 41_130, 127)
+            .fin(true, 50_000)
+            .fin(false, 50_100);
+        w.ack(true, 50_200);
+        for seg in &mut w.segments {
+            seg.ts_ns += MS * (i * 100);
+            seg.src_port = seg.src_port.wrapping_add(i as u16);
+            seg.dst_port = seg.dst_port.wrapping_add(i as u16);
+        }
+        w.segments
+    }
+
+    /// A long-running consumer takes events and retired flows as it goes: what it took and
+    /// what `finish` leaves are, together, exactly what a one-shot run finds, and no take
+    /// returns anything twice.
+    #[test]
+    fn take_events_and_flows_while_running() {
+        let segments: Vec<Segment> = (0..300).flat_map(stalled_connection).collect();
+        let mut once = Detector::new(DetectorConfig::default());
+        for seg in &segments {
+            once.push(seg);
+        }
+        let once = once.finish();
+        assert_eq!(once.counts.get(StallKind::NagleDelayedAck), 300);
+
+        let mut d = Detector::new(DetectorConfig::default());
+        let (mut events, mut flows) = (Vec::new(), Vec::new());
+        let mut largest_take = 0;
+        for (i, seg) in segments.iter().enumerate() {
+            d.push(seg);
+            if i % 50 == 49 {
+                let taken = d.take_flows();
+                largest_take = largest_take.max(taken.len());
+                flows.extend(taken);
+                events.extend(d.take_events());
+                assert!(d.take_events().is_empty() && d.take_flows().is_empty());
+            }
+        }
+        assert!(
+            !flows.is_empty() && largest_take <= 40,
+            "retired flows are handed over as they retire ({largest_take} at once)"
+        );
+        let rest = d.finish();
+        assert_eq!(rest.counts, once.counts, "counts cover taken events too");
+        events.extend(rest.events);
+        flows.extend(rest.flows);
+        let ordinals = |e: &[StallEvent]| e.iter().map(|e| e.ordinal).collect::<Vec<_>>();
+        assert_eq!(ordinals(&events), ordinals(&once.events));
+        let ids = |f: &[FlowSummary]| f.iter().map(|f| f.id).collect::<Vec<_>>();
+        assert_eq!(ids(&flows), ids(&once.flows));
     }
 
     /// A capture that starts mid-flow: the side with the ephemeral port is the client.
@@ -499,7 +583,7 @@ mod tests {
             seg.src_port += 1;
             seg.dst_port += 1;
         }
-        b.segments[3].ts_ns += 3_600_000 * MS; // b's first request: one hour ahead
+        b.segments[3].ts_ns += MS * 3_600_000; // b's first request: one hour ahead
         for seg in a.segments.iter().chain(&b.segments).chain(&a.segments[3..]) {
             d.push(seg);
         }
@@ -512,143 +596,10 @@ mod tests {
 
 #[cfg(test)]
 pub(crate) mod testing {
-    //! Segment sequences built in code, for the rules' unit tests.
-    use std::net::{IpAddr, Ipv4Addr};
-
-    use crate::decode::{flags, Segment};
-
-    /// Builds one direction of a conversation between 10.0.0.1:40000 (client) and
-    /// 10.0.0.2:80 (server).
-    pub struct Wire {
-        pub segments: Vec<Segment>,
-        pub client_seq: u32,
-        pub server_seq: u32,
-    }
-
-    pub const MS: u64 = 1_000_000;
+    //! The scripted conversations of [`crate::flow::testing`], run through a detector.
+    pub use crate::flow::testing::{Wire, MS};
 
     impl Wire {
-        /// A handshake at t=0 captured on the client host: the SYN-ACK comes one RTT later.
-        pub fn handshake(rtt_us: u64, mss: u16) -> Wire {
-            Wire::handshake_between(10, rtt_us, mss)
-        }
-
-        /// A handshake at t=0 seen from a capture point `client_us` (round trip) from the
-        /// client host and `server_us` from the server host.
-        pub fn handshake_between(client_us: u64, server_us: u64, mss: u16) -> Wire {
-            let mut w = Wire {
-                segments: Vec::new(),
-                client_seq: 1000,
-                server_seq: 90_000,
-            };
-            let mut syn = w.seg(true, 0, flags::SYN, 0, 0);
-            syn.mss = Some(mss);
-            syn.window_scale = Some(7);
-            w.segments.push(syn);
-            w.client_seq += 1;
-            let t = server_us * 1000;
-            let mut syn_ack = w.seg(false, t, flags::SYN | flags::ACK, 0, w.client_seq);
-            syn_ack.mss = Some(mss);
-            syn_ack.window_scale = Some(7);
-            w.segments.push(syn_ack);
-            w.server_seq += 1;
-            let ack = w.seg(true, t + client_us * 1000, flags::ACK, 0, w.server_seq);
-            w.segments.push(ack);
-            w
-        }
-
-        /// A FIN from one side at `t_us`.
-        pub fn fin(&mut self, from_client: bool, t_us: u64) -> &mut Wire {
-            let ack = if from_client {
-                self.server_seq
-            } else {
-                self.client_seq
-            };
-            let s = self.seg(from_client, t_us * 1000, flags::FIN | flags::ACK, 0, ack);
-            self.segments.push(s);
-            if from_client {
-                self.client_seq += 1;
-            } else {
-                self.server_seq += 1;
-            }
-            self
-        }
-
-        fn seg(&self, from_client: bool, ts_ns: u64, fl: u8, len: u32, ack: u32) -> Segment {
-            let c = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
-            let s = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2));
-            let (src, dst, sp, dp, seq) = if from_client {
-                (c, s, 40000, 80, self.client_seq)
-            } else {
-                (s, c, 80, 40000, self.server_seq)
-            };
-            Segment {
-                ts_ns,
-                packet_number: self.segments.len() as u64 + 1,
-                src,
-                dst,
-                src_port: sp,
-                dst_port: dp,
-                seq,
-                ack,
-                flags: fl,
-                window: 512,
-                payload_len: len,
-                mss: None,
-                window_scale: None,
-                timestamps: None,
-                has_sack: false,
-            }
-        }
-
-        /// Data from one side at `t_us`, acknowledging everything of the other side.
-        pub fn data(&mut self, from_client: bool, t_us: u64, len: u32) -> &mut Wire {
-            let ack = if from_client {
-                self.server_seq
-            } else {
-                self.client_seq
-            };
-            let s = self.seg(from_client, t_us * 1000, flags::ACK | flags::PSH, len, ack);
-            self.segments.push(s);
-            if from_client {
-                self.client_seq += len;
-            } else {
-                self.server_seq += len;
-            }
-            self
-        }
-
-        /// A pure ACK from one side at `t_us` with `window` (unscaled field).
-        pub fn ack_window(&mut self, from_client: bool, t_us: u64, window: u16) -> &mut Wire {
-            let ack = if from_client {
-                self.server_seq
-            } else {
-                self.client_seq
-            };
-            let mut s = self.seg(from_client, t_us * 1000, flags::ACK, 0, ack);
-            s.window = window;
-            self.segments.push(s);
-            self
-        }
-
-        /// A pure ACK from one side at `t_us`.
-        pub fn ack(&mut self, from_client: bool, t_us: u64) -> &mut Wire {
-            self.ack_window(from_client, t_us, 512)
-        }
-
-        /// Resends `len` bytes ending at the side's current sequence number.
-        pub fn retransmit(&mut self, from_client: bool, t_us: u64, len: u32) -> &mut Wire {
-            let ack = if from_client {
-                self.server_seq
-            } else {
-                self.client_seq
-            };
-            let mut s = self.seg(from_client, t_us * 1000, flags::ACK | flags::PSH, len, ack);
-            s.seq = s.seq.wrapping_sub(len);
-            self.segments.push(s);
-            self
-        }
-
         /// Runs the detector over the segments.
         pub fn analyse(&self) -> super::Analysis {
             let mut d = super::Detector::new(super::DetectorConfig {

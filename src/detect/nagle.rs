@@ -8,20 +8,20 @@
 
 use super::{Finding, StallKind};
 use crate::decode::Segment;
-use crate::flow::{seq_le, seq_lt, Flow, Side};
+use crate::flow::{Flow, Side, Span};
 use crate::tcp_rules;
 
 /// An ACK that took at least this long after the small segment (path RTT removed) was a delayed
 /// ACK ([`tcp_rules::STALL_THRESHOLD`]: `TCP_DELACK_MIN` less a margin for rounding down).
-pub const DELAYED_ACK_MIN_NS: u64 = tcp_rules::nanos(tcp_rules::STALL_THRESHOLD);
+pub(crate) const DELAYED_ACK_MIN: Span = Span::from_duration(tcp_rules::STALL_THRESHOLD);
 
 /// Checks whether `seg`, new data from `side`, is a Nagle hold released by the peer's ACK
 /// (LINUX-TCP "Recognising a Nagle × delayed-ACK stall", conditions 1-4).
-pub fn check(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
+pub(crate) fn check(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
     let me = flow.dir(side);
     let prev = flow.prev?;
     // 1. B is new data, and the last data segment A before it was sub-MSS.
-    if seg.payload_len == 0 || seq_lt(seg.seq, me.snd_nxt) || !me.last_data_small {
+    if !me.is_new_data(seg) || !me.last_data_small {
         return None;
     }
     // 2. The packet just before B is the peer's pure ACK that covered A and advanced snd_una
@@ -35,24 +35,24 @@ pub fn check(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
         return None;
     }
     let ack = prev.ack?;
-    if !seq_le(me.snd_sml, ack) || !seq_lt(prev.una_before, me.snd_sml) {
+    if !(me.snd_sml <= ack && prev.una_before < me.snd_sml) {
         return None;
     }
     // A must be the last thing this side sent before the ACK (no data in between).
-    if me.last_data_ns > prev.ts_ns {
+    if me.last_data > prev.at {
         return None;
     }
     // 3. B follows the ACK closely: at once on the sender, one near-side RTT elsewhere.
-    if seg.ts_ns.saturating_sub(prev.ts_ns) > flow.follow_allowance_ns(side) {
+    if seg.ts_ns.since(prev.at) > flow.follow_allowance(side) {
         return None;
     }
     // 4. How long the ACK took after A, minus the round trip from the capture point to the
     //    peer: the peer's ACK delay.
-    let ack_after_a = prev.ts_ns.saturating_sub(me.last_data_ns);
-    let peer_near = flow.dir(side.peer()).near_rtt_ns.unwrap_or(0);
-    let ack_delay = ack_after_a.saturating_sub(peer_near);
-    let delay = seg.ts_ns.saturating_sub(me.last_data_ns);
-    let kind = if ack_delay >= DELAYED_ACK_MIN_NS {
+    let ack_after_a = prev.at.since(me.last_data);
+    let peer_near = flow.dir(side.peer()).near_rtt.unwrap_or(Span::ZERO);
+    let ack_delay = ack_after_a - peer_near;
+    let delay = seg.ts_ns.since(me.last_data);
+    let kind = if ack_delay >= DELAYED_ACK_MIN {
         StallKind::NagleDelayedAck
     } else {
         StallKind::NagleMinor
@@ -88,7 +88,7 @@ mod tests {
         assert_eq!(e.finding.ack_side, Some(Side::Client));
         assert_eq!(e.writes, vec![148, 127]);
         assert_eq!(e.peer_stack, Some(PeerStack::Linux));
-        assert!(e.finding.delay_ns >= 40 * MS);
+        assert!(e.finding.delay_ns >= MS * 40);
     }
 
     #[test]
@@ -166,8 +166,8 @@ mod tests {
             .data(true, 190_600, 7);
         let a = w.analyse();
         assert_single(&a, StallKind::NagleDelayedAck, Side::Client);
-        let ack_delay = a.events[0].finding.ack_delay_ns.unwrap_or(0);
-        assert!((39 * MS..=42 * MS).contains(&ack_delay), "{ack_delay}");
+        let ack_delay = a.events[0].finding.ack_delay_ns.unwrap_or_default();
+        assert!((MS * 39..=MS * 42).contains(&ack_delay), "{ack_delay:?}");
         assert_eq!(a.flows[0].capture_position(), "mid-path");
     }
 

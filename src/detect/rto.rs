@@ -6,30 +6,30 @@
 //! it costs about one RTT and is only counted in the flow. When nothing triggered it, the
 //! sender sat out a timer: a stall of at least the RTO (Linux `TCP_RTO_MIN` = 200 ms).
 
-use super::{Finding, StallKind, MIN_STALL_NS};
+use super::{Finding, StallKind, MIN_STALL};
 use crate::decode::Segment;
-use crate::flow::{seq_lt, Flow, Side};
+use crate::flow::{Flow, Side};
 
 /// Checks whether `seg` from `side` is a timer-driven retransmission.
-pub fn check(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
+pub(crate) fn check(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
     let me = flow.dir(side);
-    if seg.payload_len == 0 || !seq_lt(seg.seq, me.snd_nxt) {
+    if seg.payload_len == 0 || !me.resends(seg) {
         return None;
     }
-    // Zero-window probes and keepalives repeat one byte below snd_una (`tcp_xmit_probe_skb`):
-    // not a loss.
-    if seg.payload_len <= 1 && me.una_known && !seq_lt(me.snd_una, seg.seq.wrapping_add(1)) {
+    // Zero-window probes and keepalives repeat one byte below snd_una (`tcp_xmit_probe_skb`),
+    // already acknowledged: not a loss.
+    if seg.payload_len <= 1 && me.una_known && me.snd_una >= seg.seq + seg.payload_len {
         return None;
     }
     if let Some(prev) = flow.prev {
-        let since_prev = seg.ts_ns.saturating_sub(prev.ts_ns);
-        if prev.side == side.peer() && since_prev <= flow.follow_allowance_ns(side) {
+        let since_prev = seg.ts_ns.since(prev.at);
+        if prev.side == side.peer() && since_prev <= flow.follow_allowance(side) {
             return None; // triggered by the peer's (duplicate) ACK: fast retransmit
         }
     }
     // Nothing of the peer's released it: the sender's own timer did (no ACK side).
-    let delay = seg.ts_ns.saturating_sub(me.last_data_ns);
-    (delay >= MIN_STALL_NS).then(|| Finding::own_timer(StallKind::Rto, side, delay))
+    let delay = seg.ts_ns.since(me.last_data);
+    (delay >= MIN_STALL).then(|| Finding::own_timer(StallKind::Rto, side, delay))
 }
 
 #[cfg(test)]

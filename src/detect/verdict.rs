@@ -4,7 +4,7 @@
 use rustc_hash::FxHashMap;
 
 use super::{KindCounts, StallEvent, StallKind};
-use crate::flow::{ClientGuess, Endpoint, Flow, MssSource, Side};
+use crate::flow::{ClientGuess, Endpoint, Flow, MssSource, Side, Span, Timestamp};
 
 /// The peer's TCP stack, guessed from how long its delayed ACK took.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,8 +21,8 @@ pub enum PeerStack {
 
 impl PeerStack {
     /// Names the stack from the peer's ACK delay (path RTT already removed).
-    pub fn from_ack_delay(ns: u64) -> PeerStack {
-        match ns / 1_000_000 {
+    pub(crate) fn from_ack_delay(delay: Span) -> PeerStack {
+        match delay.as_millis() {
             30..=65 => PeerStack::Linux,
             66..=179 => PeerStack::MacOsBsd,
             180..=260 => PeerStack::Windows,
@@ -75,11 +75,11 @@ fn sizes(writes: &[u32]) -> String {
 }
 
 /// One sentence naming the pattern in application terms.
-pub fn explain(event: &StallEvent) -> String {
+pub(crate) fn explain(event: &StallEvent) -> String {
     let f = &event.finding;
     let held = f.held_side.name();
     let peer = f.held_side.peer().name();
-    let ms = f.delay_ns as f64 / 1e6;
+    let ms = f.delay_ns.as_millis_f64();
     match f.kind {
         StallKind::NagleDelayedAck | StallKind::NagleMinor => {
             let w = &event.writes;
@@ -130,7 +130,7 @@ pub fn explain(event: &StallEvent) -> String {
 }
 
 /// The fixes for a kind, in order of preference, for the side that was held.
-pub fn fixes(kind: StallKind, held: Side) -> Vec<String> {
+pub(crate) fn fixes(kind: StallKind, held: Side) -> Vec<String> {
     let h = held.name();
     let p = held.peer().name();
     match kind {
@@ -154,20 +154,20 @@ pub fn fixes(kind: StallKind, held: Side) -> Vec<String> {
 
 /// A stall pattern of one flow: every event of one kind holding one side.
 #[derive(Debug, Clone)]
-pub struct Pattern<'a> {
+pub(crate) struct Pattern<'a> {
     /// The cause.
-    pub kind: StallKind,
+    pub(crate) kind: StallKind,
     /// The side whose data waited.
-    pub held_side: Side,
+    pub(crate) held_side: Side,
     /// The latest event, whose writes and delay name the pattern: the steady state, after a
     /// new connection's quick-ACK start.
-    pub example: &'a StallEvent,
+    pub(crate) example: &'a StallEvent,
     /// How many events.
-    pub count: u64,
+    pub(crate) count: u64,
 }
 
 /// Events grouped by [`StallEvent::flow_id`], each group in capture order.
-pub fn events_by_flow(events: &[StallEvent]) -> FxHashMap<u64, Vec<&StallEvent>> {
+pub(crate) fn events_by_flow(events: &[StallEvent]) -> FxHashMap<u64, Vec<&StallEvent>> {
     let mut m: FxHashMap<u64, Vec<&StallEvent>> = FxHashMap::default();
     for e in events {
         m.entry(e.flow_id).or_default().push(e);
@@ -177,7 +177,7 @@ pub fn events_by_flow(events: &[StallEvent]) -> FxHashMap<u64, Vec<&StallEvent>>
 
 /// The distinct stall patterns among one flow's events, in order of first appearance (minor
 /// Nagle holds left out).
-pub fn patterns<'a>(flow_events: &[&'a StallEvent]) -> Vec<Pattern<'a>> {
+pub(crate) fn patterns<'a>(flow_events: &[&'a StallEvent]) -> Vec<Pattern<'a>> {
     let mut found: Vec<Pattern<'a>> = Vec::new();
     for e in flow_events.iter().filter(|e| e.finding.kind.is_stall()) {
         let (kind, held_side) = (e.finding.kind, e.finding.held_side);
@@ -203,7 +203,7 @@ pub fn patterns<'a>(flow_events: &[&'a StallEvent]) -> Vec<Pattern<'a>> {
 /// One flow, summarised when it is retired.
 #[derive(Debug, Clone)]
 pub struct FlowSummary {
-    /// [`Flow::id`].
+    /// Position of the flow's first segment among all segments analysed (0-based).
     pub id: u64,
     /// Connection initiator.
     pub client: Endpoint,
@@ -223,10 +223,10 @@ pub struct FlowSummary {
     pub requests: u64,
     /// Events per kind.
     pub counts: KindCounts,
-    /// Sum of stall delays, ns.
-    pub time_lost_ns: u64,
-    /// Longest stall, ns.
-    pub worst_stall_ns: u64,
+    /// Sum of stall delays.
+    pub time_lost_ns: Span,
+    /// Longest stall.
+    pub worst_stall_ns: Span,
     /// Turn latency percentiles (p50, p99, max), microseconds, when turns were answered.
     pub latency_us: Option<(u32, u32, u32)>,
     /// MSS client → server and server → client.
@@ -234,9 +234,9 @@ pub struct FlowSummary {
     /// Where each of `mss` comes from.
     pub mss_source: [MssSource; 2],
     /// Round trip capture point → client host → capture point, and the same for the server.
-    pub near_rtt_ns: [Option<u64>; 2],
+    pub near_rtt_ns: [Option<Span>; 2],
     /// Capture time of the first and the last packet.
-    pub span_ns: (u64, u64),
+    pub span_ns: (Timestamp, Timestamp),
 }
 
 impl FlowSummary {
@@ -251,7 +251,7 @@ impl FlowSummary {
 
     /// Where the capture was taken, from the near-side RTTs.
     pub fn capture_position(&self) -> &'static str {
-        const NEAR: u64 = 200_000;
+        const NEAR: Span = Span::from_micros(200);
         match self.near_rtt_ns {
             [Some(c), Some(s)] if c < NEAR && s < NEAR => "loopback",
             [Some(c), Some(_)] if c < NEAR => "client host",
@@ -269,7 +269,12 @@ fn percentile(sorted: &[u32], p: f64) -> u32 {
 }
 
 /// Summarises a flow that leaves the table.
-pub fn summarise(mut flow: Flow, counts: &KindCounts, lost_ns: u64, worst_ns: u64) -> FlowSummary {
+pub(crate) fn summarise(
+    mut flow: Flow,
+    counts: &KindCounts,
+    lost: Span,
+    worst: Span,
+) -> FlowSummary {
     flow.turns.finish();
     let lat = &mut flow.turns.latencies_us;
     lat.sort_unstable();
@@ -292,13 +297,13 @@ pub fn summarise(mut flow: Flow, counts: &KindCounts, lost_ns: u64, worst_ns: u6
         capture_gaps: c.gaps + s.gaps,
         requests: flow.turns.requests,
         counts: *counts,
-        time_lost_ns: lost_ns,
-        worst_stall_ns: worst_ns,
+        time_lost_ns: lost,
+        worst_stall_ns: worst,
         latency_us,
         mss: [c.mss, s.mss],
         mss_source: [c.mss_source, s.mss_source],
-        near_rtt_ns: [c.near_rtt_ns, s.near_rtt_ns],
-        span_ns: (flow.first_ns, c.last_ns.max(s.last_ns)),
+        near_rtt_ns: [c.near_rtt, s.near_rtt],
+        span_ns: (flow.first_seen, flow.last_seen()),
     }
 }
 
@@ -308,10 +313,11 @@ mod tests {
 
     #[test]
     fn stacks_from_delays() {
-        assert_eq!(PeerStack::from_ack_delay(41_000_000), PeerStack::Linux);
-        assert_eq!(PeerStack::from_ack_delay(120_000_000), PeerStack::MacOsBsd);
-        assert_eq!(PeerStack::from_ack_delay(200_000_000), PeerStack::Windows);
-        assert_eq!(PeerStack::from_ack_delay(900_000_000), PeerStack::Unknown);
+        let ms = Span::from_millis;
+        assert_eq!(PeerStack::from_ack_delay(ms(41)), PeerStack::Linux);
+        assert_eq!(PeerStack::from_ack_delay(ms(120)), PeerStack::MacOsBsd);
+        assert_eq!(PeerStack::from_ack_delay(ms(200)), PeerStack::Windows);
+        assert_eq!(PeerStack::from_ack_delay(ms(900)), PeerStack::Unknown);
     }
 
     #[test]

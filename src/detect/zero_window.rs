@@ -4,31 +4,27 @@
 
 use super::{Finding, StallKind};
 use crate::decode::Segment;
-use crate::flow::{seq_lt, Flow, PeerWindow, Side};
+use crate::flow::{Flow, PeerWindow, Side};
 
 /// Checks whether `seg`, new data from `side`, left right after the peer reopened a window it
 /// had closed.
-pub fn check(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
+pub(crate) fn check(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
     let me = flow.dir(side);
-    let PeerWindow::Reopened { since_ns, at_ns } = me.peer_window else {
+    let PeerWindow::Reopened { since, at } = me.peer_window else {
         return None;
     };
-    if seg.payload_len == 0 || seq_lt(seg.seq, me.snd_nxt) {
+    if !me.is_new_data(seg) {
         return None;
     }
     // The window update must be the packet just before B, and B must follow it at once.
     let prev = flow.prev?;
-    if prev.side != side.peer() || prev.ts_ns != at_ns {
+    if prev.side != side.peer() || prev.at != at {
         return None;
     }
-    if seg.ts_ns.saturating_sub(at_ns) > flow.follow_allowance_ns(side) {
+    if seg.ts_ns.since(at) > flow.follow_allowance(side) {
         return None; // the sender had nothing waiting when the window opened
     }
-    Finding::released_by_peer(
-        StallKind::ZeroWindow,
-        side,
-        seg.ts_ns.saturating_sub(since_ns),
-    )
+    Finding::released_by_peer(StallKind::ZeroWindow, side, seg.ts_ns.since(since))
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ pub(crate) mod framing;
 pub(crate) mod listing;
 pub mod measure;
 pub(crate) mod notes;
+pub(crate) mod own_traffic;
 pub(crate) mod path;
 pub(crate) mod runner;
 pub(crate) mod scenarios;
@@ -36,10 +37,11 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
 use self::expect::SegmentRules;
-use self::path::{EmulatedPath, PathShape, RTT_RANGE_MS, TUN_NAME};
+use self::own_traffic::OwnTraffic;
+use self::path::{EmulatedPath, PathShape, RTT_RANGE_MS};
 use self::runner::{RowResult, RunSettings};
 use self::scenarios::{ConnectionMode, Scenario, Variant, CATALOGUE, MAX_SIZE, SCENARIOS};
-use crate::capture::live::{CaptureSummary, LiveCapture};
+use crate::capture::live::CaptureSummary;
 use crate::kernel::KernelFacts;
 use crate::report;
 use crate::tcp_rules::{DELACK_MIN, STALL_MARGIN, STALL_THRESHOLD};
@@ -248,14 +250,11 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
         let peer = crate::peer::Peer::attach(profile, args.peer_side, ends)?;
         settings.peer = Some(Arc::new(peer));
     }
-    let capture = match (&args.capture, &settings.path) {
-        (Some(file), Some(ends)) => Some(LiveCapture::start_tun(file, &ends.server, TUN_NAME)?),
-        (Some(file), None) => Some(LiveCapture::start_loopback(file)?),
-        (None, _) => None,
-    };
+    // The rows' own traffic through the detector; with --capture also to the file.
+    let capture = OwnTraffic::start(args.capture.as_deref(), settings.path.as_ref())?;
     let watch = |port: u16| {
         if let Some(capture) = &capture {
-            capture.watch_port(port);
+            capture.row_started(port);
         }
     };
     // Progress on a terminal only (indicatif draws nothing when stderr is not a TTY).
@@ -277,14 +276,21 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
         rows.push(row);
     }
     progress.finish_and_clear();
-    let capture = match (capture, &args.capture) {
-        (Some(capture), Some(file)) => {
+    let captured = capture.map(OwnTraffic::finish).transpose()?;
+    if let Some((_, verdicts)) = &captured {
+        for (index, row) in rows.iter_mut().enumerate() {
+            row.detector = Some(verdicts.of(index, row.server_port));
+        }
+    }
+    let capture = match (captured, &args.capture) {
+        (Some((summary, _)), Some(file)) => {
             let CaptureSummary {
                 packets,
                 flows,
                 unclosed_flows,
                 dropped,
-            } = capture.finish()?;
+                ..
+            } = summary;
             if dropped > 0 || unclosed_flows > 0 {
                 eprintln!(
                     "tcpstall: warning: the capture in {} is incomplete: {dropped} packets \
@@ -299,6 +305,16 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
                 unclosed_flows,
                 dropped,
             })
+        }
+        (Some((summary, _)), None) => {
+            if summary.dropped > 0 {
+                eprintln!(
+                    "tcpstall: warning: the detector column may miss stalls: the kernel dropped \
+                     {} captured packets",
+                    summary.dropped
+                );
+            }
+            None
         }
         _ => None,
     };

@@ -22,10 +22,12 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
-use etherparse::{SlicedPacket, TransportSlice};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sched::CloneFlags;
 use socket2::{Domain, Socket, Type};
+
+use crate::decode::{decode_ip, flags, Decoded, PacketMeta, Segment};
+use crate::flow::SeqNumber;
 
 /// Prefix of every namespace the lab creates.
 pub const NAMESPACE_PREFIX: &str = "tcpstall-lab-";
@@ -102,13 +104,13 @@ impl NetNs {
 #[derive(Debug, Default, Clone)]
 pub struct FlowSegments {
     /// The client's initial sequence number, from its SYN.
-    isn: Option<u32>,
+    isn: Option<SeqNumber>,
     /// Each data segment: offset of its first byte in the client's stream, and its length.
     pub segments: Vec<(u32, usize)>,
 }
 
 /// Client data segments per (client port, server port), recorded by the client-to-server relay:
-/// what a capture on the wire would show, without one.
+/// what a capture on the wire would show, without one (no CAP_NET_RAW needed).
 pub type SegmentLog = Arc<Mutex<HashMap<(u16, u16), FlowSegments>>>;
 
 /// Share of `writes` writes of `size` bytes to the server at `server_port` that left as a packet
@@ -124,26 +126,32 @@ pub fn own_packet_share(log: &SegmentLog, server_port: u16, size: usize, writes:
     own as f64 / writes.max(1) as f64
 }
 
-/// Notes a client-to-server packet in `log`.
-fn log_segment(log: &SegmentLog, packet: &[u8]) {
-    let Ok(SlicedPacket {
-        transport: Some(TransportSlice::Tcp(tcp)),
-        ..
-    }) = SlicedPacket::from_ip(packet)
-    else {
-        return;
-    };
+/// Notes a client-to-server segment in `log`: where its payload starts in the client's
+/// stream, counted from the SYN's sequence number.
+fn log_segment(log: &SegmentLog, segment: &Segment) {
     let Ok(mut flows) = log.lock() else { return };
     let flow = flows
-        .entry((tcp.source_port(), tcp.destination_port()))
+        .entry((segment.src_port, segment.dst_port))
         .or_default();
-    if tcp.syn() {
-        flow.isn = Some(tcp.sequence_number());
-    } else if let (Some(isn), false) = (flow.isn, tcp.payload().is_empty()) {
+    if segment.has(flags::SYN) {
+        flow.isn = Some(segment.seq);
+    } else if let (Some(isn), true) = (flow.isn, segment.payload_len > 0) {
         // The SYN takes one sequence number (RFC 9293).
-        let offset = tcp.sequence_number().wrapping_sub(isn).wrapping_sub(1);
-        flow.segments.push((offset, tcp.payload().len()));
+        let offset = (segment.seq - isn).wrapping_sub(1);
+        flow.segments.push((offset, segment.payload_len as usize));
     }
+}
+
+/// Decodes a packet the relay moves (raw IP, as TUN devices carry it) with the decoder every
+/// capture uses.
+fn decode_packet(packet: &[u8]) -> Option<Segment> {
+    let meta = PacketMeta {
+        ts_ns: 0,
+        packet_number: 0,
+    };
+    let mut segment = Segment::UNSET;
+    let wire_len = u32::try_from(packet.len()).ok()?;
+    (decode_ip(packet, wire_len, meta, &mut segment) == Decoded::Tcp(())).then_some(segment)
 }
 
 /// The ends of a running path, as the lab's clients and servers need them.
@@ -306,8 +314,8 @@ fn read_packets(
             Err(_) => return,
         };
         let due = Instant::now() + one_way;
-        if let Some(log) = &log {
-            log_segment(log, &buf[..len]);
+        if let (Some(log), Some(segment)) = (&log, decode_packet(&buf[..len])) {
+            log_segment(log, &segment);
         }
         match queue.try_send((due, buf[..len].to_vec())) {
             // A full queue drops the packet, as a qdisc at its limit would.
@@ -518,12 +526,16 @@ mod tests {
     fn writes_sent_alone_are_whole_aligned_packets() {
         let log = SegmentLog::default();
         let isn = u32::MAX - 1000; // wraps within the connection
-        log_segment(&log, &tcp_packet(isn, true, &[]));
+        let log_packet = |packet: Vec<u8>| {
+            let segment = decode_packet(&packet).expect("a TCP packet");
+            log_segment(&log, &segment);
+        };
+        log_packet(tcp_packet(isn, true, &[]));
         // Write 1 alone; writes 2 and 3 merged into 1448 + 952; write 4 alone.
-        log_segment(&log, &tcp_packet(isn.wrapping_add(1), false, &[0; 1200]));
-        log_segment(&log, &tcp_packet(isn.wrapping_add(1201), false, &[0; 1448]));
-        log_segment(&log, &tcp_packet(isn.wrapping_add(2649), false, &[0; 952]));
-        log_segment(&log, &tcp_packet(isn.wrapping_add(3601), false, &[0; 1200]));
+        log_packet(tcp_packet(isn.wrapping_add(1), false, &[0; 1200]));
+        log_packet(tcp_packet(isn.wrapping_add(1201), false, &[0; 1448]));
+        log_packet(tcp_packet(isn.wrapping_add(2649), false, &[0; 952]));
+        log_packet(tcp_packet(isn.wrapping_add(3601), false, &[0; 1200]));
         assert_eq!(own_packet_share(&log, 5_000, 1200, 4), 0.5);
         assert_eq!(own_packet_share(&log, 5_001, 1200, 4), 0.0);
     }

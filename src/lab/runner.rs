@@ -13,6 +13,7 @@ use super::expect::{Geometry, SegmentRules, WireOutcome};
 use super::explain::{Explanation, PathNote};
 use super::measure::{stall_threshold_ms, LatencySummary};
 use super::notes::{describe_io, ErrorTally};
+use super::own_traffic::DetectorVerdict;
 use super::path::{own_packet_share, PathEnds};
 use super::scenarios::Variant;
 use super::server::{Server, ServerConfig, ServerNodelay};
@@ -85,6 +86,9 @@ pub(crate) struct RowResult {
     /// expected.
     #[serde(skip_serializing_if = "Option::is_none", serialize_with = "side_name")]
     pub held_side: Option<Side>,
+    /// What the stall detector found in the row's own captured traffic (stalls by kind, the
+    /// held side); `null` when the lab could not capture (no CAP_NET_RAW).
+    pub detector: Option<DetectorVerdict>,
     /// The server's port: a flow to this port in a capture belongs to this row.
     pub server_port: u16,
     /// TCP connections the row opened.
@@ -250,6 +254,7 @@ pub(crate) fn run_variant(
             .filter(|l| l.as_secs_f64() * 1000.0 >= threshold)
             .count(),
         held_side: expected.held_side(),
+        detector: None,
         server_port: addr.port(),
         connections: outcome.connections,
         size,

@@ -11,6 +11,7 @@ use serde_json::ser::{CompactFormatter, Formatter};
 
 use crate::detect::verdict::{events_by_flow, explain, fixes, patterns, FlowSummary};
 use crate::detect::{Analysis, KindCounts, StallEvent, StallKind};
+use crate::flow::Span;
 
 /// Extra facts about the input, beside the analysis.
 #[derive(Debug, Clone, Default)]
@@ -23,8 +24,9 @@ pub struct InputFacts {
     pub warnings: u64,
 }
 
-fn ms(ns: u64) -> f64 {
-    (ns as f64 / 1e3).round() / 1e3
+/// Milliseconds rounded to the microsecond.
+fn ms(span: Span) -> f64 {
+    (span.as_nanos() as f64 / 1e3).round() / 1e3
 }
 
 /// Writes one event of `events[]` as a JSON object; `flow` is the flow's label
@@ -47,7 +49,7 @@ pub fn write_event(buf: &mut Vec<u8>, e: &StallEvent, flow: &str) -> io::Result<
     buf.extend_from_slice(b",\"server_port\":");
     number.write_u16(buf, e.server.port)?;
     buf.extend_from_slice(b",\"time\":");
-    number.write_f64(buf, e.ts_ns as f64 / 1e9)?;
+    number.write_f64(buf, e.ts_ns.as_secs_f64())?;
     buf.extend_from_slice(b",\"packet\":");
     number.write_u64(buf, e.packet_number)?;
     buf.extend_from_slice(b",\"delay_ms\":");

@@ -124,7 +124,7 @@ pub(crate) fn write_table(out: &mut impl Write, report: &LabReport) -> io::Resul
     }
     writeln!(
         out,
-        "{:<10} {:<18} {:>7} {:>5} {:>8} {:>8} {:>8} {:>7} {:<7} {:<8} why",
+        "{:<10} {:<18} {:>7} {:>5} {:>8} {:>8} {:>8} {:>7} {:<7} {:<8} {:<27} why",
         "scenario",
         "variant",
         "size B",
@@ -134,7 +134,8 @@ pub(crate) fn write_table(out: &mut impl Write, report: &LabReport) -> io::Resul
         "max ms",
         "seg/req",
         "stalled",
-        "expected"
+        "expected",
+        "detector"
     )?;
     let yes_no = |b: bool| if b { "yes" } else { "no" };
     for r in &report.rows {
@@ -156,7 +157,7 @@ pub(crate) fn write_table(out: &mut impl Write, report: &LabReport) -> io::Resul
         }
         writeln!(
             out,
-            "{:<10} {:<18} {:>7} {:>5} {:>8.2} {:>8.2} {:>8.2} {:>7.2} {:<7} {:<8} {why}",
+            "{:<10} {:<18} {:>7} {:>5} {:>8.2} {:>8.2} {:>8.2} {:>7.2} {:<7} {:<8} {:<27} {why}",
             r.scenario,
             r.variant,
             r.size,
@@ -167,6 +168,10 @@ pub(crate) fn write_table(out: &mut impl Write, report: &LabReport) -> io::Resul
             r.segments_per_request,
             yes_no(r.stalled),
             yes_no(r.expected_stall),
+            // `?`: the lab could not capture its own traffic (no CAP_NET_RAW).
+            r.detector
+                .as_ref()
+                .map_or_else(|| "?".to_string(), |d| d.to_string()),
         )?;
     }
     if let Some(c) = &report.capture {

@@ -8,6 +8,8 @@ pub mod trace;
 
 use std::io::{self, Write};
 
+use crate::flow::Span;
+
 /// Writes `text` to standard output and returns what went wrong (a reader that closed the
 /// pipe included) instead of panicking as `print!` does.
 pub fn print_stdout(text: &str) -> io::Result<()> {
@@ -22,10 +24,10 @@ pub fn or_unknown<T: std::fmt::Display>(value: Option<T>) -> String {
 }
 
 /// A duration for people: milliseconds with one decimal, seconds from 10 s up.
-pub fn ms(ns: u64) -> String {
-    if ns >= 10_000_000_000 {
-        format!("{:.1} s", ns as f64 / 1e9)
+pub fn ms(span: Span) -> String {
+    if span >= Span::from_millis(10_000) {
+        format!("{:.1} s", span.as_secs_f64())
     } else {
-        format!("{:.1} ms", ns as f64 / 1e6)
+        format!("{:.1} ms", span.as_millis_f64())
     }
 }

@@ -7,7 +7,7 @@ use super::json::InputFacts;
 use super::ms;
 use crate::detect::verdict::{events_by_flow, explain, fixes, patterns, FlowSummary};
 use crate::detect::{Analysis, StallKind};
-use crate::flow::{ClientGuess, MssSource};
+use crate::flow::{ClientGuess, MssSource, Span};
 
 /// Flows described in detail; the rest are counted (the JSON has them all).
 const FLOWS_SHOWN: usize = 10;
@@ -30,14 +30,14 @@ fn kinds_line(counts: &crate::detect::KindCounts) -> String {
 /// The summary and the stalled flows.
 pub fn summary(a: &Analysis, input: &InputFacts) -> String {
     let mut out = String::new();
-    let span = a.span_ns.map(|(f, l)| l.saturating_sub(f)).unwrap_or(0);
+    let span = a.span_ns.map(|(f, l)| l.since(f)).unwrap_or_default();
     let _ = writeln!(
         out,
         "{} packets ({} TCP), {} flows, {:.3} s of traffic",
         input.records.max(a.packets),
         a.packets,
         a.flows.len(),
-        span as f64 / 1e9
+        span.as_secs_f64()
     );
     let minor = a.counts.get(StallKind::NagleMinor);
     let _ = write!(out, "stalls: {}", kinds_line(&a.counts));
@@ -68,8 +68,12 @@ pub fn summary(a: &Analysis, input: &InputFacts) -> String {
     let mut stalled: Vec<&FlowSummary> = a.flows.iter().filter(|f| f.counts.stalls() > 0).collect();
     stalled.sort_by(|x, y| y.time_lost_ns.cmp(&x.time_lost_ns).then(x.id.cmp(&y.id)));
     if !stalled.is_empty() {
-        let lost: u64 = stalled.iter().map(|f| f.time_lost_ns).sum();
-        let worst = stalled.iter().map(|f| f.worst_stall_ns).max().unwrap_or(0);
+        let lost: Span = stalled.iter().map(|f| f.time_lost_ns).sum();
+        let worst = stalled
+            .iter()
+            .map(|f| f.worst_stall_ns)
+            .max()
+            .unwrap_or_default();
         let _ = writeln!(
             out,
             "time lost: {} in {} of {} flows; longest stall {}",
@@ -87,8 +91,8 @@ pub fn summary(a: &Analysis, input: &InputFacts) -> String {
             .map(|(p50, p99, _)| {
                 format!(
                     ", p99 {} (p50 {})",
-                    ms(u64::from(p99) * 1000),
-                    ms(u64::from(p50) * 1000)
+                    ms(Span::from_micros(u64::from(p99))),
+                    ms(Span::from_micros(u64::from(p50)))
                 )
             })
             .unwrap_or_default();
@@ -222,7 +226,7 @@ pub fn flow_table(a: &Analysis) -> String {
             f.counts.get(StallKind::Rto),
             f.counts.get(StallKind::ZeroWindow),
             f.counts.get(StallKind::NagleMinor),
-            f.time_lost_ns as f64 / 1e6,
+            f.time_lost_ns.as_millis_f64(),
             p50,
             p99,
             f.retransmissions,

@@ -1,0 +1,212 @@
+//! The kernel-side filter of a live capture: a classic BPF program (the `SO_ATTACH_FILTER`
+//! kind tcpdump compiles, `Documentation/networking/filter.rst`) that keeps only TCP packets
+//! to or from the watched ports, and drops `lo`'s outgoing copies. Without it every packet on
+//! the interface is queued on the capture socket until user space looks at it: on a busy
+//! `lo` the socket's buffer fills while the reader waits for a CPU, and packets the capture
+//! needs are dropped with the rest.
+//!
+//! The program is rebuilt and attached again when a port is added (the kernel swaps it
+//! atomically, `sk_attach_filter`); packets queued before that are judged again in user space.
+//! Jumps: conditional jumps only skip one instruction (their offsets are 8 bits), longer ones
+//! are `ja` with a 32-bit offset, so any number of ports fits.
+
+use std::collections::HashSet;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+use super::pcap_writer::LINKTYPE_ETHERNET;
+
+/// Where a frame's IP header starts, and how its version is told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Framing {
+    /// After a 14-byte Ethernet header, by the EtherType.
+    Ethernet,
+    /// At offset 0 (TUN devices), by the version nibble.
+    RawIp,
+}
+
+impl Framing {
+    /// The framing of a `LINKTYPE_*` the live capture produces.
+    pub(crate) fn of_linktype(linktype: u32) -> Framing {
+        if linktype == LINKTYPE_ETHERNET {
+            Framing::Ethernet
+        } else {
+            Framing::RawIp
+        }
+    }
+}
+
+const ETHERTYPE_IPV4: u32 = 0x0800;
+const ETHERTYPE_IPV6: u32 = 0x86dd;
+const ETHERTYPE_VLAN: u32 = 0x8100;
+const ETHERTYPE_QINQ: u32 = 0x88a8;
+const IPPROTO_TCP: u32 = 6;
+
+/// Bytes of a kept packet the kernel hands over: all of it (the live capture's snap length).
+const KEEP: u32 = 0x0004_0000;
+
+/// A program under construction; `ja` targets are patched once the blocks are laid out.
+#[derive(Default)]
+struct Program {
+    code: Vec<libc::sock_filter>,
+}
+
+impl Program {
+    fn op(&mut self, code: u32, k: u32) {
+        self.jump(code, 0, 0, k);
+    }
+
+    fn jump(&mut self, code: u32, jt: u8, jf: u8, k: u32) {
+        self.code.push(libc::sock_filter {
+            code: code as u16,
+            jt,
+            jf,
+            k,
+        });
+    }
+
+    fn ret(&mut self, value: u32) {
+        self.op(libc::BPF_RET | libc::BPF_K, value);
+    }
+
+    /// `if A == value { ja <patched later> }`: returns the index of the `ja` to patch.
+    fn if_equal_jump(&mut self, value: u32) -> usize {
+        self.jump(libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K, 0, 1, value);
+        self.op(libc::BPF_JMP | libc::BPF_JA, 0);
+        self.code.len() - 1
+    }
+
+    /// `if A == value { return keep }`.
+    fn if_equal_return(&mut self, value: u32, keep: u32) {
+        self.jump(libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K, 0, 1, value);
+        self.ret(keep);
+    }
+
+    /// `if A != value { return keep }`.
+    fn if_not_equal_return(&mut self, value: u32, keep: u32) {
+        self.jump(libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K, 1, 0, value);
+        self.ret(keep);
+    }
+
+    /// Points the `ja` at `at` to the next instruction emitted.
+    fn land(&mut self, at: usize) {
+        self.code[at].k = (self.code.len() - at - 1) as u32;
+    }
+
+    /// Keeps the packet when the port in A is watched; falls through otherwise.
+    fn keep_if_watched(&mut self, ports: Option<&HashSet<u16>>) {
+        match ports {
+            None => self.ret(KEEP),
+            Some(ports) => {
+                // Sorted, so that the same set always gives the same program.
+                let mut ports: Vec<u16> = ports.iter().copied().collect();
+                ports.sort_unstable();
+                for port in ports {
+                    self.if_equal_return(u32::from(port), KEEP);
+                }
+            }
+        }
+    }
+}
+
+/// The filter for frames of `framing`, keeping TCP packets to or from `ports` (every TCP
+/// packet for `None`); `skip_outgoing` drops the copies `lo` shows of packets leaving.
+/// Packets it cannot judge (VLAN-tagged, IPv6 with extension headers) are kept for the user
+/// space decoder to judge.
+pub(crate) fn port_filter(
+    framing: Framing,
+    skip_outgoing: bool,
+    ports: Option<&HashSet<u16>>,
+) -> Vec<libc::sock_filter> {
+    let mut p = Program::default();
+    let abs = |size: u32| libc::BPF_LD | size | libc::BPF_ABS;
+    if skip_outgoing {
+        // The packet type is an ancillary load (SKF_AD_PKTTYPE, `ld #type`).
+        p.op(
+            abs(libc::BPF_W),
+            (libc::SKF_AD_OFF + libc::SKF_AD_PKTTYPE) as u32,
+        );
+        p.if_equal_return(u32::from(libc::PACKET_OUTGOING), 0);
+    }
+    let (to_v4, to_v6, ip) = match framing {
+        Framing::Ethernet => {
+            p.op(abs(libc::BPF_H), 12);
+            let to_v4 = p.if_equal_jump(ETHERTYPE_IPV4);
+            let to_v6 = p.if_equal_jump(ETHERTYPE_IPV6);
+            p.if_equal_return(ETHERTYPE_VLAN, KEEP);
+            p.if_equal_return(ETHERTYPE_QINQ, KEEP);
+            (to_v4, to_v6, 14)
+        }
+        Framing::RawIp => {
+            p.op(abs(libc::BPF_B), 0);
+            p.op(libc::BPF_ALU | libc::BPF_RSH | libc::BPF_K, 4);
+            let to_v4 = p.if_equal_jump(4);
+            let to_v6 = p.if_equal_jump(6);
+            (to_v4, to_v6, 0)
+        }
+    };
+    p.ret(0);
+
+    // IPv4 (RFC 791): TCP, first fragment, ports after the header of IHL words.
+    p.land(to_v4);
+    p.op(abs(libc::BPF_B), ip + 9);
+    p.if_not_equal_return(IPPROTO_TCP, 0);
+    p.op(abs(libc::BPF_H), ip + 6);
+    p.jump(libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K, 0, 1, 0x1fff);
+    p.ret(0);
+    // X = 4 * (IHL), the BPF_MSH load made for this.
+    p.op(libc::BPF_LDX | libc::BPF_B | libc::BPF_MSH, ip);
+    let ind = libc::BPF_LD | libc::BPF_H | libc::BPF_IND;
+    p.op(ind, ip);
+    p.keep_if_watched(ports);
+    p.op(ind, ip + 2);
+    p.keep_if_watched(ports);
+    p.ret(0);
+
+    // IPv6 (RFC 8200): TCP right after the fixed header; extension headers go to user space.
+    p.land(to_v6);
+    p.op(abs(libc::BPF_B), ip + 6);
+    p.if_not_equal_return(IPPROTO_TCP, KEEP);
+    p.op(abs(libc::BPF_H), ip + 40);
+    p.keep_if_watched(ports);
+    p.op(abs(libc::BPF_H), ip + 42);
+    p.keep_if_watched(ports);
+    p.ret(0);
+    p.code
+}
+
+/// Attaches `program` to the socket, replacing the one before (`SO_ATTACH_FILTER`).
+pub(crate) fn attach(fd: BorrowedFd<'_>, program: &mut [libc::sock_filter]) -> io::Result<()> {
+    let fprog = libc::sock_fprog {
+        len: u16::try_from(program.len())
+            .map_err(|_| io::Error::other("the port filter is too long for the kernel"))?,
+        filter: program.as_mut_ptr(),
+    };
+    // `fprog` points into `program`, alive for the whole call; the kernel copies it.
+    set_socket_option(fd, libc::SO_ATTACH_FILTER, &fprog)
+}
+
+/// Removes the socket's filter (`SO_DETACH_FILTER`): every packet is queued again.
+pub(crate) fn detach(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // The kernel ignores the value.
+    set_socket_option(fd, libc::SO_DETACH_FILTER, &0 as &libc::c_int)
+}
+
+/// `setsockopt(SOL_SOCKET, name, value)` for the options nix does not wrap.
+fn set_socket_option<T>(fd: BorrowedFd<'_>, name: libc::c_int, value: &T) -> io::Result<()> {
+    // SAFETY: value is a live reference of the length given, read by the kernel only.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            name,
+            (value as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}

@@ -1,0 +1,286 @@
+//! The lab's capture of its own traffic, fed through the detector `analyze` uses: on `lo`, or
+//! over an emulated path on the server namespace's TUN device (each packet as the server's
+//! kernel sends and receives it). Every row then says what the detector found in its flows
+//! (told apart by the row's server port), beside what its latency says.
+//!
+//! Capturing needs CAP_NET_RAW. Without it the lab runs as before and says so once; with
+//! `--capture FILE` the capture is required and its absence is an error.
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use serde::ser::{Serialize, SerializeMap, SerializeStruct, Serializer};
+
+use super::path::{PathEnds, TUN_NAME};
+use crate::capture::live::{
+    CaptureOptions, CaptureSummary, LiveCapture, OpenError, PacketSocket, PortFilter,
+};
+use crate::detect::{Analysis, Detector, DetectorConfig, StallEvent, StallKind};
+use crate::Side;
+
+/// A running capture of the lab's rows, every segment pushed into a [`Detector`].
+pub struct OwnTraffic {
+    capture: LiveCapture<Detector>,
+    /// The address every row's server binds.
+    server_addr: IpAddr,
+    /// Each row's server port and when the row started (ns since the Unix epoch, the clock of
+    /// the kernel's packet timestamps), in run order.
+    rows: Mutex<Vec<(u16, u64)>>,
+}
+
+impl OwnTraffic {
+    /// Starts capturing before the first row (ports are added as rows start), writing `file`
+    /// too when given. Without CAP_NET_RAW: an error when `file` is given, otherwise a note
+    /// on stderr and `None` (the rows get no detector verdict).
+    pub fn start(file: Option<&Path>, path: Option<&PathEnds>) -> anyhow::Result<Option<Self>> {
+        let socket = match (open_socket(path), file) {
+            (Ok(socket), _) => socket,
+            (Err(err), Some(_)) => return Err(err).context("--capture"),
+            (Err(err), None) => {
+                let why = match err.downcast_ref::<OpenError>() {
+                    Some(OpenError::NoPermission { .. }) => {
+                        "needs CAP_NET_RAW to capture the lab's own traffic: run as root or \
+                         grant it with `sudo setcap cap_net_raw+ep $(command -v tcpstall)`"
+                            .to_string()
+                    }
+                    _ => format!("is left empty: {err:#}"),
+                };
+                eprintln!(
+                    "tcpstall: note: the detector column {why}; the rows are measured as usual"
+                );
+                return Ok(None);
+            }
+        };
+        let options = CaptureOptions {
+            ports: PortFilter::Only(Vec::new()),
+            pcap: file.map(Path::to_path_buf),
+        };
+        let detector = Detector::new(DetectorConfig::default());
+        Ok(Some(OwnTraffic {
+            capture: LiveCapture::start(socket, options, detector)?,
+            server_addr: path.map_or(IpAddr::V4(Ipv4Addr::LOCALHOST), |p| {
+                IpAddr::V4(p.server_addr)
+            }),
+            rows: Mutex::new(Vec::new()),
+        }))
+    }
+
+    /// A row starts with its server on `port`; call before its first connect. The row lasts
+    /// until the next one starts: rows run one after the other.
+    pub fn row_started(&self, port: u16) {
+        if let Ok(mut rows) = self.rows.lock() {
+            rows.push((port, now_ns()));
+        }
+        self.capture.watch_port(port);
+    }
+
+    /// Stops once the rows' connections have closed; what was captured, and what the
+    /// detector found in each row.
+    pub fn finish(self) -> anyhow::Result<(CaptureSummary, RowVerdicts)> {
+        let finished = self.capture.finish()?;
+        let verdicts = RowVerdicts {
+            analysis: finished.consumer.finish(),
+            server_addr: self.server_addr,
+            rows: self.rows.into_inner().unwrap_or_default(),
+        };
+        Ok((finished.summary, verdicts))
+    }
+}
+
+/// What the detector found, to be told apart by row.
+pub struct RowVerdicts {
+    analysis: Analysis,
+    server_addr: IpAddr,
+    rows: Vec<(u16, u64)>,
+}
+
+impl RowVerdicts {
+    /// The verdict of the `index`-th row run, whose server listened on `port`: the stalls of
+    /// the flows to that address and port released while the row ran. The time tells apart
+    /// two rows the kernel gave the same port, and another program's later use of it on `lo`.
+    pub fn of(&self, index: usize, port: u16) -> DetectorVerdict {
+        let Some(&(_, start)) = self.rows.get(index).filter(|(p, _)| *p == port) else {
+            return DetectorVerdict::of(std::iter::empty());
+        };
+        let end = self.rows.get(index + 1).map_or(u64::MAX, |(_, at)| *at);
+        DetectorVerdict::of(self.analysis.events.iter().filter(|e| {
+            e.server.port == port
+                && e.server.addr == self.server_addr
+                && (start..end).contains(&e.ts_ns.as_nanos())
+        }))
+    }
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// Opens the packet socket the lab captures with: `lo`, or the server's TUN device when the
+/// rows run over an emulated path.
+fn open_socket(path: Option<&PathEnds>) -> anyhow::Result<PacketSocket> {
+    match path {
+        None => Ok(PacketSocket::open("lo")?),
+        Some(ends) => {
+            let opened = ends.server.run(|| Ok(PacketSocket::open(TUN_NAME)))?;
+            Ok(opened.with_context(|| format!("in namespace {}", ends.server.name()))?)
+        }
+    }
+}
+
+/// What the detector found in one row's flows: stalls by kind, and the side whose data
+/// waited. JSON: `{"stalls": {"nagle_delayed_ack": N, "cork_timer": N, "rto": N,
+/// "zero_window": N}, "held_side": "client" | "server" | null}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DetectorVerdict {
+    /// Stalls of each kind that counts as a stall ([`StallKind::is_stall`]), in report order.
+    pub stalls: Vec<(StallKind, u64)>,
+    /// The side whose data most stalls held; `None` when there was no stall.
+    pub held_side: Option<Side>,
+}
+
+impl DetectorVerdict {
+    /// The verdict on a row's stall events.
+    fn of<'a>(events: impl Iterator<Item = &'a StallEvent>) -> DetectorVerdict {
+        let events: Vec<&StallEvent> = events.filter(|e| e.finding.kind.is_stall()).collect();
+        let stalls = StallKind::ALL
+            .into_iter()
+            .filter(|kind| kind.is_stall())
+            .map(|kind| {
+                let n = events.iter().filter(|e| e.finding.kind == kind).count();
+                (kind, n as u64)
+            })
+            .collect();
+        let held_by = |side: Side| {
+            events
+                .iter()
+                .filter(|e| e.finding.held_side == side)
+                .count()
+        };
+        let held_side = match (held_by(Side::Client), held_by(Side::Server)) {
+            (0, 0) => None,
+            (client, server) if client >= server => Some(Side::Client),
+            _ => Some(Side::Server),
+        };
+        DetectorVerdict { stalls, held_side }
+    }
+
+    /// Stalls of every kind.
+    #[cfg(test)]
+    pub fn total(&self) -> u64 {
+        self.stalls.iter().map(|(_, n)| n).sum()
+    }
+}
+
+/// The table's column: `nagle_delayed_ack×19 client`, kinds joined by commas; `-` for none.
+impl fmt::Display for DetectorVerdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let found: Vec<String> = self
+            .stalls
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(kind, n)| format!("{}×{n}", kind.name()))
+            .collect();
+        let text = match (found.is_empty(), self.held_side) {
+            (true, _) => "-".to_string(),
+            (false, Some(side)) => format!("{} {}", found.join(","), side.name()),
+            (false, None) => found.join(","),
+        };
+        f.pad(&text)
+    }
+}
+
+impl Serialize for DetectorVerdict {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        /// The kinds by their stable names.
+        struct Stalls<'a>(&'a [(StallKind, u64)]);
+        impl Serialize for Stalls<'_> {
+            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                let mut map = serializer.serialize_map(Some(self.0.len()))?;
+                for (kind, n) in self.0 {
+                    map.serialize_entry(kind.name(), n)?;
+                }
+                map.end()
+            }
+        }
+        let mut verdict = serializer.serialize_struct("DetectorVerdict", 2)?;
+        verdict.serialize_field("stalls", &Stalls(&self.stalls))?;
+        verdict.serialize_field("held_side", &self.held_side.map(Side::name))?;
+        verdict.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::detect::Finding;
+    use crate::flow::{Endpoint, Span, Timestamp};
+
+    fn event(server: (IpAddr, u16), ts_ns: u64, kind: StallKind, held: Side) -> StallEvent {
+        StallEvent {
+            finding: Finding::own_timer(kind, held, Span::from_millis(40)),
+            flow_id: 0,
+            ordinal: 0,
+            client: Endpoint {
+                addr: server.0,
+                port: 40_000,
+            },
+            server: Endpoint {
+                addr: server.0,
+                port: server.1,
+            },
+            ts_ns: Timestamp::from_nanos(ts_ns),
+            packet_number: 0,
+            released_bytes: 7,
+            writes: vec![6, 7],
+            mss: 65_483,
+            peer_stack: None,
+        }
+    }
+
+    #[test]
+    fn rows_are_told_apart_by_address_port_and_time() {
+        let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let other = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
+        let nagle = StallKind::NagleDelayedAck;
+        let analysis = Analysis {
+            events: vec![
+                event((lo, 5000), 150, nagle, Side::Client),
+                event((lo, 5000), 160, StallKind::Rto, Side::Client),
+                // The kernel gave port 5000 again to the third row.
+                event((lo, 5000), 350, nagle, Side::Server),
+                // Another program's server on another loopback address, same port.
+                event((other, 5000), 170, nagle, Side::Server),
+                // Before the first row started.
+                event((lo, 5000), 50, nagle, Side::Server),
+            ],
+            ..Analysis::default()
+        };
+        let verdicts = RowVerdicts {
+            analysis,
+            server_addr: lo,
+            rows: vec![(5000, 100), (6000, 200), (5000, 300)],
+        };
+        let first = verdicts.of(0, 5000);
+        assert_eq!(first.held_side, Some(Side::Client));
+        assert_eq!(first.to_string(), "nagle_delayed_ack×1,rto×1 client");
+        assert_eq!(verdicts.of(1, 6000).to_string(), "-");
+        assert_eq!(verdicts.of(1, 6000).held_side, None);
+        let third = verdicts.of(2, 5000);
+        assert_eq!(third.to_string(), "nagle_delayed_ack×1 server");
+        assert_eq!(third.total(), 1);
+        // A row that never started (or another port) has nothing.
+        assert_eq!(verdicts.of(3, 5000).total(), 0);
+        assert_eq!(verdicts.of(1, 5000).total(), 0);
+        let json = serde_json::to_string(&first).unwrap();
+        assert_eq!(
+            json,
+            r#"{"stalls":{"nagle_delayed_ack":1,"cork_timer":0,"rto":1,"zero_window":0},"held_side":"client"}"#
+        );
+    }
+}
