@@ -198,6 +198,9 @@ pub(crate) struct PathReport {
     pub client_namespace: String,
     /// The server's namespace (deleted when the run ended).
     pub server_namespace: String,
+    /// `--peer`: the user-space stack playing one end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peer: Option<crate::peer::PeerReport>,
 }
 
 /// What `--capture` wrote.
@@ -329,6 +332,7 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
             rate_mbit: ends.shape.rate_bps.map(|bps| bps as f64 / 1e6),
             client_namespace: ends.client.name().to_string(),
             server_namespace: ends.server.name().to_string(),
+            peer: settings.peer.as_deref().map(crate::peer::Peer::report),
         }),
     };
     drop(emulated);

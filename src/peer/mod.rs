@@ -35,6 +35,17 @@ pub enum PeerSide {
     Server,
 }
 
+/// The peer as `lab --json` reports it (under `path`).
+#[derive(Debug, Clone, Serialize)]
+pub struct PeerReport {
+    /// The system it behaves like.
+    pub profile: &'static str,
+    /// The end it plays.
+    pub side: &'static str,
+    /// Its rules, in one line.
+    pub rules: &'static str,
+}
+
 /// A client job of any kind.
 #[derive(Debug, Clone)]
 pub enum ClientJob {
@@ -72,6 +83,18 @@ impl Peer {
             addr,
             tun,
         })
+    }
+
+    /// What `lab --json` says about it.
+    pub fn report(&self) -> PeerReport {
+        PeerReport {
+            profile: self.profile.name(),
+            side: match self.side {
+                PeerSide::Client => "client",
+                PeerSide::Server => "server",
+            },
+            rules: self.profile.summary(),
+        }
     }
 
     /// Runs a client job on a fresh stack; `ack_every_segment` is the row's client-side

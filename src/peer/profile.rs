@@ -69,6 +69,15 @@ impl Profile {
         }
     }
 
+    /// Its rules in one line, for the lab's header.
+    pub fn summary(self) -> &'static str {
+        match self {
+            Profile::Windows => "200 ms delayed-ACK timer, an ACK every 2nd segment (TcpAckFrequency 2), no quick-ACK mode, classic Nagle, no timestamps",
+            Profile::Macos => "delayed ACK on the 100 ms fast timer (100-200 ms), an ACK every 2nd segment, classic Nagle",
+            Profile::Linux => "40 ms delayed ACK, quick-ACK for the first 16 ACKs until ping-pong, an ACK once over one MSS unacknowledged, Minshall's Nagle",
+        }
+    }
+
     /// The rules it follows; `ack_every_segment` is the client-side fix of document 002
     /// (Windows `TcpAckFrequency`=1, Linux TCP_QUICKACK re-armed after every read, macOS
     /// `net.inet.tcp.delayed_ack`=0): every data segment is ACKed at once.
