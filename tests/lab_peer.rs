@@ -95,33 +95,35 @@ fn windows_client_waits_200_ms_for_memcached_value_1400_and_its_ack_fix_does_not
 }
 
 #[test]
-fn linux_profile_agrees_with_the_kernel_on_every_echo_and_http_row() {
+fn linux_profile_agrees_with_the_kernel_on_every_echo_and_http_row_on_either_side() {
     require_root();
     let args = ["--scenario", "echo,http", "--requests", "6"];
     let kernel = lab_rows(&args);
-    let mut with_peer = vec!["--peer", "linux"];
-    with_peer.extend_from_slice(&args);
-    let peer = lab_rows(&with_peer);
-    assert_eq!(kernel.len(), peer.len());
-    for k in &kernel {
-        let p = row(
-            &peer,
-            k["scenario"].as_str().unwrap_or_default(),
-            k["variant"].as_str().unwrap_or_default(),
-        );
-        assert_eq!(
-            k["stalled"],
-            p["stalled"],
-            "{}: kernel {k} peer {p}",
-            name(k)
-        );
-        assert!(
-            (p50(k) - p50(p)).abs() < 10.0,
-            "{}: kernel p50 {} ms, linux peer p50 {} ms",
-            name(k),
-            p50(k),
-            p50(p)
-        );
+    for side in ["client", "server"] {
+        let mut with_peer = vec!["--peer", "linux", "--peer-side", side];
+        with_peer.extend_from_slice(&args);
+        let peer = lab_rows(&with_peer);
+        assert_eq!(kernel.len(), peer.len());
+        for k in &kernel {
+            let p = row(
+                &peer,
+                k["scenario"].as_str().unwrap_or_default(),
+                k["variant"].as_str().unwrap_or_default(),
+            );
+            assert_eq!(
+                k["stalled"],
+                p["stalled"],
+                "{} with a linux {side}: kernel {k} peer {p}",
+                name(k)
+            );
+            assert!(
+                (p50(k) - p50(p)).abs() < 10.0,
+                "{} with a linux {side}: kernel p50 {} ms, peer p50 {} ms",
+                name(k),
+                p50(k),
+                p50(p)
+            );
+        }
     }
 }
 
