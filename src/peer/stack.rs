@@ -78,20 +78,23 @@ impl PeerStack {
         mss: Option<u32>,
     ) -> io::Result<PeerStack> {
         let epoch = Instant::now();
-        let mut device = PolicyTun::new(tun, AckPolicy::new(rules, epoch))?;
+        let mut device = PolicyTun::new(tun, AckPolicy::new(rules, epoch), rules.timestamps)?;
         let config = Config::new(HardwareAddress::Ip);
         let mut iface = Interface::new(config, &mut device, smoltcp::time::Instant::now());
         iface.update_ip_addrs(|addrs| {
             let _ = addrs.push(IpCidr::new(IpAddress::Ipv4(addr), 24));
         });
+        // A full segment's payload: the smaller MSS less the timestamp option, as Linux's
+        // `tcp_current_mss` (the device clamps the MSS smoltcp reads, see `PolicyTun::new`).
         let own_mss = (super::device::PEER_MTU - 40) as u32;
-        let announced = mss.map_or(own_mss, |m| m.min(own_mss));
+        let full_segment =
+            tcp_rules::payload_mss(mss.map_or(own_mss, |m| m.min(own_mss)), rules.timestamps);
         Ok(PeerStack {
             iface,
             sockets: SocketSet::new(Vec::new()),
             device,
             rules,
-            payload_mss: tcp_rules::payload_mss(announced, rules.timestamps) as usize,
+            payload_mss: full_segment as usize,
             next_port: FIRST_PORT,
             minshall: HashMap::new(),
         })
