@@ -222,7 +222,10 @@ pub(crate) struct CaptureReport {
 pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
     let mut settings = settings_of(args);
     let shape = path_shape_of(args);
-    let selected = select(args)?;
+    let mut selected = select(args)?;
+    if args.peer.is_some() && args.peer_side == crate::peer::PeerSide::Server {
+        selected = peer_server_rows(selected, !args.scenario.is_empty())?;
+    }
     if let Some(size) = args.size {
         check_size(&selected, size)?;
     }
@@ -391,6 +394,31 @@ fn path_shape_of(args: &LabArgs) -> Option<PathShape> {
         rtt: Duration::from_millis(args.rtt?),
         rate_bps: args.rate.map(|mbit| (mbit * 1_000_000.0) as u64),
     })
+}
+
+/// The rows a peer server can serve: request/response rows. The stream's sink counts arrivals
+/// on kernel sockets, and the inherit rows ask what this kernel's listener passes on. Named
+/// explicitly, they are an error; in the whole catalogue they are left out, saying so.
+fn peer_server_rows(selected: Vec<Variant>, named: bool) -> anyhow::Result<Vec<Variant>> {
+    let (served, left_out): (Vec<Variant>, Vec<Variant>) = selected
+        .into_iter()
+        .partition(|v| !v.workload.is_one_way() && v.scenario != Scenario::Inherit);
+    if !left_out.is_empty() {
+        let mut names: Vec<&str> = left_out.iter().map(|v| v.scenario.name()).collect();
+        names.dedup();
+        let names = names.join(" and ");
+        if named || served.is_empty() {
+            bail!(
+                "--peer-side server serves the echo, http and memcached rows only; the {names} rows \
+                 need the kernel's server: run them with --peer-side client"
+            );
+        }
+        eprintln!(
+            "tcpstall: --peer-side server: the {names} rows are left out (they need the \
+             kernel's server)"
+        );
+    }
+    Ok(served)
 }
 
 /// Fewest requests that let a keep-alive row show a stall: the first data a connection
