@@ -2,8 +2,11 @@
 //! thousands of keep-alive connections running side by side (handshake, turns, FIN close),
 //! Ethernet + IPv4 + TCP with timestamps, full payloads, and stalls mixed in at known places.
 //!
-//! Usage: `cargo run --release --example gen-capture -- OUT.pcap [PACKETS]` (default 1,000,000).
-//! Prints the planted stalls on stderr as `planted <kind> <count>`: the ground truth.
+//! Usage: `cargo run --release --example gen-capture -- [--vxlan] OUT.pcap [PACKETS]` (default
+//! 1,000,000). Prints the planted stalls on stderr as `planted <kind> <count>`: the ground truth.
+//! `--vxlan` writes the same traffic with every frame inside VXLAN (outer Ethernet, IPv4, UDP
+//! to port 4789, VNI 42), as captured on a container host's physical interface: the benchmark
+//! of decapsulation.
 //!
 //! Connection kinds (share of connections):
 //! - clean (70 %): request, quick ACK, response, ACK; 0.2-3 ms think time between turns;
@@ -239,10 +242,40 @@ fn frame(conn: u32, pkt: &Pkt, buf: &mut Vec<u8>, payload: &[u8]) -> Result<(), 
         .map_err(|e| format!("building a packet: {e}"))
 }
 
+/// Wraps the Ethernet frame in `inner` into VXLAN (RFC 7348 §5) from the client's node to the
+/// server's, written into `buf`.
+fn vxlan_frame(
+    conn: u32,
+    from_client: bool,
+    inner: &[u8],
+    buf: &mut Vec<u8>,
+) -> Result<(), String> {
+    let client_node = [192, 0, 2, 1];
+    let server_node = [192, 0, 2, 10 + (conn % 8) as u8];
+    let (src, dst) = if from_client {
+        (client_node, server_node)
+    } else {
+        (server_node, client_node)
+    };
+    // The source port is a hash of the inner flow, as Linux's vxlan driver picks it.
+    let src_port = 49_152 + (conn % 16_384) as u16;
+    let mut payload = Vec::with_capacity(8 + inner.len());
+    payload.extend_from_slice(&[0x08, 0, 0, 0, 0, 0, 42, 0]);
+    payload.extend_from_slice(inner);
+    buf.clear();
+    PacketBuilder::ethernet2([2, 0, 0, 0, 1, 1], [2, 0, 0, 0, 1, 2])
+        .ipv4(src, dst, 64)
+        .udp(src_port, 4789)
+        .write(buf, &payload)
+        .map_err(|e| format!("building a VXLAN packet: {e}"))
+}
+
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().collect();
+    let mut args: Vec<String> = std::env::args().collect();
+    let vxlan = args.iter().any(|a| a == "--vxlan");
+    args.retain(|a| a != "--vxlan");
     let Some(out) = args.get(1) else {
-        eprintln!("usage: gen-capture OUT.pcap [PACKETS]");
+        eprintln!("usage: gen-capture [--vxlan] OUT.pcap [PACKETS]");
         return ExitCode::from(2);
     };
     let target: u64 = match args.get(2).map(|s| s.parse()) {
@@ -253,7 +286,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match generate(out, target) {
+    match generate(out, target, vxlan) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("gen-capture: {e}");
@@ -262,7 +295,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn generate(out: &str, target: u64) -> Result<(), String> {
+fn generate(out: &str, target: u64, vxlan: bool) -> Result<(), String> {
     let mut rng = Rng(0x5eed_1234_abcd_9876);
     let mut planted = [0u64; 3];
     let mut conns = Vec::new();
@@ -298,13 +331,20 @@ fn generate(out: &str, target: u64) -> Result<(), String> {
     .map_err(|e| format!("writing {out}: {e}"))?;
     let payload = vec![0x61u8; 1500];
     let mut buf = Vec::with_capacity(1600);
+    let mut outer = Vec::with_capacity(1700);
     while let Some(Reverse((ts, id, i))) = heap.pop() {
         let conn = &conns[id as usize];
         let pkt = &conn.packets[i as usize];
         frame(id, pkt, &mut buf, &payload)?;
-        let len = buf.len() as u32;
+        let written = if vxlan {
+            vxlan_frame(id, pkt.from_client, &buf, &mut outer)?;
+            &outer
+        } else {
+            &buf
+        };
+        let len = written.len() as u32;
         writer
-            .write_packet(ts, &buf, len)
+            .write_packet(ts, written, len)
             .map_err(|e| format!("writing {out}: {e}"))?;
         if let Some(next) = conn.packets.get(i as usize + 1) {
             heap.push(Reverse((next.ts_ns, id, i + 1)));

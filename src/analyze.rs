@@ -16,12 +16,14 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rustc_hash::FxHasher;
 
-use crate::capture::{open_input, stream_segments, CaptureStats, SegmentSink};
-use crate::decode::Segment;
+use crate::capture::{open_input, stream_segments_decap, CaptureStats, SegmentSink};
+use crate::decode::{Decap, DecapConfig, Outer, OuterByFlow, Segment};
 use crate::detect::{Analysis, Detector, DetectorConfig};
 use crate::flow::FlowKey;
+use crate::ladder;
 use crate::report::json::InputFacts;
-use crate::report::{json, text};
+use crate::report::style::Style;
+use crate::report::{self, html, json, text};
 use crate::Outcome;
 
 /// Segments handed to a detector thread at a time.
@@ -58,6 +60,21 @@ pub struct AnalyzeArgs {
     /// one more thread).
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub workers: Option<u16>,
+    /// Draw the ladder diagram of one example of each kind of stall found (the capture is read
+    /// a second time for it; standard input is kept in a temporary file).
+    #[arg(long, conflicts_with = "json")]
+    pub ladder: bool,
+    /// Also write a self-contained HTML report to FILE: summary, sortable flow table, latency
+    /// histograms and timelines, ladder diagrams. Opens without network access.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+    /// Also read UDP port N as VXLAN (IANA's 4789 always is), e.g. 8472 for Linux's and
+    /// flannel's old default; repeatable. Flows are the connections inside the tunnels.
+    #[arg(long = "vxlan-port", value_name = "N")]
+    pub vxlan_ports: Vec<u16>,
+    /// Also read UDP port N as Geneve (IANA's 6081 always is); repeatable.
+    #[arg(long = "geneve-port", value_name = "N")]
+    pub geneve_ports: Vec<u16>,
 }
 
 /// Analyses the captures and prints the report on standard output.
@@ -65,14 +82,47 @@ pub fn run(args: &AnalyzeArgs) -> anyhow::Result<Outcome> {
     if args.files.iter().any(|f| f == Path::new("-")) {
         keep_reading_on_interrupt();
     }
+    let pictures = args.ladder || args.html.is_some();
+    // The pictures read the input twice: standard input is kept in a file for that.
+    let spool = if pictures && args.files.iter().any(|f| f == Path::new("-")) {
+        Some(spool_stdin()?)
+    } else {
+        None
+    };
+    let files: Vec<PathBuf> = args
+        .files
+        .iter()
+        .map(|f| match &spool {
+            Some(tmp) if f == Path::new("-") => tmp.path().to_path_buf(),
+            _ => f.clone(),
+        })
+        .collect();
     let config = DetectorConfig {
         keep_minor_events: args.minor,
+        keep_turns: args.html.is_some(),
     };
     let workers = match args.workers {
         Some(n) => usize::from(n),
         None => std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1)),
     };
-    let (analysis, facts) = analyse_files(&args.files, config, workers)?;
+    let decap = DecapConfig {
+        vxlan_ports: args.vxlan_ports.clone(),
+        geneve_ports: args.geneve_ports.clone(),
+    };
+    let (analysis, facts) = analyse_files_decap(&files, config, workers, &decap)?;
+    let ladders = if pictures {
+        let examples = ladder::examples(&analysis.events);
+        let inputs = files
+            .iter()
+            .map(|f| open_input(f))
+            .collect::<Result<Vec<_>, _>>()?;
+        ladder::collect(inputs, &examples)?
+            .into_iter()
+            .flatten()
+            .collect()
+    } else {
+        Vec::new()
+    };
     let mut out = io::BufWriter::new(io::stdout().lock());
     if args.json {
         json::write(&mut out, &analysis, &facts)?;
@@ -80,15 +130,43 @@ pub fn run(args: &AnalyzeArgs) -> anyhow::Result<Outcome> {
         write!(out, "{}", text::summary(&analysis, &facts))?;
         if args.flows {
             writeln!(out)?;
-            write!(out, "{}", text::flow_table(&analysis))?;
+            write!(
+                out,
+                "{}",
+                text::flow_table_with_tunnels(&analysis, &facts.outers)
+            )?;
+        }
+        if args.ladder {
+            let style = Style::stdout();
+            for l in &ladders {
+                writeln!(out)?;
+                report::ladder::write(&mut out, l, style)?;
+            }
         }
     }
     out.flush()?;
+    if let Some(path) = &args.html {
+        let title: Vec<String> = args.files.iter().map(|f| f.display().to_string()).collect();
+        let mut page = html::analysis_page(&analysis, &facts, &title.join(" "))?;
+        page.add_ladders(&ladders);
+        page.write_to(path)?;
+        eprintln!("tcpstall: HTML report written to {}", path.display());
+    }
     Ok(if analysis.stall_count() > 0 {
         Outcome::StallsFound
     } else {
         Outcome::Done
     })
+}
+
+/// Copies standard input into a temporary file (removed when dropped), for the second read
+/// of the pictures.
+fn spool_stdin() -> anyhow::Result<tempfile::NamedTempFile> {
+    let mut tmp = tempfile::NamedTempFile::new()
+        .context("cannot create a temporary file to keep standard input for --ladder/--html")?;
+    io::copy(&mut io::stdin().lock(), &mut tmp)
+        .context("cannot keep standard input in a temporary file for --ladder/--html")?;
+    Ok(tmp)
 }
 
 /// `tcpdump -w - | tcpstall analyze -` stopped with Ctrl-C: the terminal interrupts both.
@@ -109,6 +187,16 @@ pub fn analyse_files(
     files: &[PathBuf],
     config: DetectorConfig,
     workers: usize,
+) -> anyhow::Result<(Analysis, InputFacts)> {
+    analyse_files_decap(files, config, workers, &DecapConfig::default())
+}
+
+/// [`analyse_files`], reading the extra overlay ports of `decap`.
+pub fn analyse_files_decap(
+    files: &[PathBuf],
+    config: DetectorConfig,
+    workers: usize,
+    decap: &DecapConfig,
 ) -> anyhow::Result<(Analysis, InputFacts)> {
     let workers = workers.clamp(1, MAX_WORKERS);
     let mut facts = InputFacts::default();
@@ -141,7 +229,9 @@ pub fn analyse_files(
             recycled,
             ordinal: 0,
             staging: Segment::UNSET,
+            outers: OuterByFlow::default(),
         };
+        let mut decap = Decap::new(decap);
         let mut seen_files = std::collections::HashSet::new();
         for path in files {
             // Read twice, a capture's packets would look like retransmissions of themselves.
@@ -153,11 +243,12 @@ pub fn analyse_files(
                 );
                 continue;
             }
-            let stats = analyse_one(path, &mut router, &mut facts.warnings)
+            let stats = analyse_one(path, &mut router, &mut decap, &mut facts.warnings)
                 .with_context(|| format!("cannot analyse {}", display(path)))?;
             facts.records += stats.packets;
             facts.files.push(display(path));
         }
+        facts.outers = std::mem::take(&mut router.outers);
         router.flush();
         handles
             .into_iter()
@@ -210,6 +301,8 @@ struct Router {
     /// Where segments are decoded when several workers share them: the flow, hence the
     /// batch, is known only once decoded.
     staging: Segment,
+    /// The outer tunnel of each tunnelled connection.
+    outers: OuterByFlow,
 }
 
 impl Router {
@@ -244,6 +337,11 @@ impl SegmentSink for Router {
         }
     }
 
+    fn outer(&mut self, outer: Outer) {
+        let segment = *self.slot();
+        self.outers.record(&segment, outer);
+    }
+
     fn commit(&mut self) {
         let worker = if self.batches.len() == 1 {
             0
@@ -275,6 +373,7 @@ fn display(path: &Path) -> String {
 fn analyse_one(
     path: &Path,
     router: &mut Router,
+    decap: &mut Decap,
     warnings: &mut u64,
 ) -> anyhow::Result<CaptureStats> {
     let input = open_input(path)?;
@@ -287,12 +386,17 @@ fn analyse_one(
     // do not garble each other on the terminal.
     let bar = input.bar.clone();
     let name = display(path);
-    let stats = stream_segments(input, router, |w| {
-        *warnings += 1;
-        if *warnings <= WARNINGS_SHOWN {
-            bar.suspend(|| eprintln!("tcpstall: warning: {name}: {w}"));
-        }
-    })?;
+    let stats = stream_segments_decap(
+        input,
+        router,
+        |w| {
+            *warnings += 1;
+            if *warnings <= WARNINGS_SHOWN {
+                bar.suspend(|| eprintln!("tcpstall: warning: {name}: {w}"));
+            }
+        },
+        decap,
+    )?;
     Ok(stats)
 }
 

@@ -8,6 +8,9 @@
 use std::net::IpAddr;
 
 use crate::flow::{SeqNumber, Timestamp};
+pub mod tunnel;
+
+pub use tunnel::{Decap, DecapConfig, Outer, OuterByFlow, TunnelKind};
 
 /// TCP header flag bits, as in the header's 13th byte (RFC 9293 §3.1, RFC 3168 for ECE/CWR).
 pub mod flags {
@@ -139,10 +142,19 @@ pub struct PacketMeta {
 ///
 /// A TCP segment is written into `out` (left as it was otherwise): decoding in place lets a
 /// reader fill its output buffer without building the segment elsewhere and copying it.
-pub fn decode_ip(packet: &[u8], wire_len: u32, meta: PacketMeta, out: &mut Segment) -> Decoded<()> {
+///
+/// Tunnels are followed through `decap` (see [`tunnel`]): the segment is then the inner one,
+/// and `decap` holds the outer endpoints until [`Decap::take_outer`].
+pub fn decode_ip(
+    packet: &[u8],
+    wire_len: u32,
+    meta: PacketMeta,
+    out: &mut Segment,
+    decap: &mut Decap,
+) -> Decoded<()> {
     match packet.first().map(|b| b >> 4) {
-        Some(4) => decode_ipv4(packet, wire_len, meta, out),
-        Some(6) => decode_ipv6(packet, wire_len, meta, out),
+        Some(4) => decode_ipv4(packet, wire_len, meta, out, decap),
+        Some(6) => decode_ipv6(packet, wire_len, meta, out, decap),
         Some(_) => Decoded::Undecodable("IP version is neither 4 nor 6"),
         None => Decoded::Undecodable("no IP header captured"),
     }
@@ -155,6 +167,7 @@ pub fn decode_ipv4(
     wire_len: u32,
     meta: PacketMeta,
     out: &mut Segment,
+    decap: &mut Decap,
 ) -> Decoded<()> {
     if packet.len() < 20 {
         return Decoded::Undecodable("IPv4 header cut short by the snap length");
@@ -167,7 +180,8 @@ pub fn decode_ipv4(
         return Decoded::Undecodable("IPv4 header length below 20 bytes");
     }
     if packet[9] != IPPROTO_TCP {
-        return Decoded::NotTcp;
+        // Out of line: a tunnel, or another protocol.
+        return decap.ipv4_payload(packet, wire_len, meta, out);
     }
     // Fragment offset in 8-byte units; only the first fragment holds the TCP header.
     if u16::from_be_bytes([packet[6], packet[7]]) & 0x1fff != 0 {
@@ -202,6 +216,7 @@ pub fn decode_ipv6(
     wire_len: u32,
     meta: PacketMeta,
     out: &mut Segment,
+    decap: &mut Decap,
 ) -> Decoded<()> {
     const FIXED_HEADER: usize = 40;
     if packet.len() < FIXED_HEADER {
@@ -241,7 +256,7 @@ pub fn decode_ipv6(
                 Some(&units) => (usize::from(units) + 2) * 4,
                 None => return Decoded::Undecodable("IPv6 authentication header cut short"),
             },
-            _ => return Decoded::NotTcp,
+            other => return ipv6_payload(packet, offset, other, remaining, meta, out, decap),
         };
         let Some(&following) = packet.get(offset) else {
             return Decoded::Undecodable("IPv6 extension header cut short");
@@ -268,6 +283,30 @@ pub fn decode_ipv6(
         meta,
         out,
     )
+}
+
+/// The payload of an IPv6 packet from `offset` on, of protocol `next_header` (not TCP): a
+/// tunnel, or [`Decoded::NotTcp`].
+#[cold]
+#[inline(never)]
+fn ipv6_payload(
+    packet: &[u8],
+    offset: usize,
+    next_header: u8,
+    remaining: u32,
+    meta: PacketMeta,
+    out: &mut Segment,
+    decap: &mut Decap,
+) -> Decoded<()> {
+    let (Some(payload), Ok(src), Ok(dst)) = (
+        packet.get(offset..),
+        <[u8; 16]>::try_from(&packet[8..24]),
+        <[u8; 16]>::try_from(&packet[24..40]),
+    ) else {
+        return Decoded::NotTcp;
+    };
+    let (src, dst) = (IpAddr::from(src), IpAddr::from(dst));
+    decap.ip_payload(next_header, payload, remaining, src, dst, meta, out)
 }
 
 /// Decodes a TCP header (RFC 9293 §3.1). `segment_len` is the TCP header plus payload length

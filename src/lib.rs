@@ -13,11 +13,14 @@ pub mod detect;
 pub mod flow;
 pub mod kernel;
 pub mod lab;
+pub mod ladder;
 pub mod peer;
+pub mod probe;
 pub mod process;
 pub mod report;
 pub mod sockopt;
 pub mod tcp_rules;
+pub mod watch;
 
 pub use flow::Side;
 

@@ -4,7 +4,12 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use clap::{CommandFactory, Parser, Subcommand};
+use clap_complete::Shell;
+use tcpstall::report::style::{set_color_choice, ColorChoice};
 use tcpstall::Outcome;
 
 /// Reproduce, find, explain and fix TCP small-write stalls (Nagle's algorithm × delayed ACK).
@@ -13,6 +18,9 @@ use tcpstall::Outcome;
 struct Cli {
     #[command(subcommand)]
     verb: Verb,
+    /// When to colour the output: auto (on a terminal, unless NO_COLOR is set), always, never.
+    #[arg(long, global = true, value_enum, default_value_t = ColorChoice::Auto)]
+    color: ColorChoice,
 }
 
 #[derive(Subcommand)]
@@ -27,16 +35,36 @@ enum Verb {
     Fix(tcpstall::process::fix::FixArgs),
     /// Follow a program's socket syscalls and name write-write-read patterns.
     Trace(tcpstall::process::trace::TraceArgs),
+    /// Drive a real server like a typical client and say whether, why and where it stalls.
+    Probe(tcpstall::probe::ProbeArgs),
+    /// Watch live traffic and name each stall, and the local process behind it, as it happens.
+    Watch(tcpstall::watch::WatchArgs),
+    /// Print the shell completion script for bash, zsh, fish, elvish or powershell.
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: Shell,
+    },
+    /// Write the manual pages (tcpstall.1 and one per verb) into a directory.
+    Man {
+        /// Directory to write the pages to (created if missing), e.g. /usr/local/share/man/man1.
+        dir: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    set_color_choice(cli.color);
     let (result, fail_on_stall) = match &cli.verb {
         Verb::Lab(args) => (tcpstall::lab::run(args), args.fail_on_stall),
         Verb::Analyze(args) => (tcpstall::analyze::run(args), args.fail_on_stall),
         Verb::Sockets(args) => (tcpstall::process::sockets::run(args), false),
         Verb::Fix(args) => (tcpstall::process::fix::run(args), false),
         Verb::Trace(args) => (tcpstall::process::trace::run(args), args.fail_on_stall),
+        Verb::Probe(args) => (tcpstall::probe::run(args), args.fail_on_stall),
+        Verb::Watch(args) => (tcpstall::watch::run(args), args.fail_on_stall),
+        Verb::Completions { shell } => (completions(*shell), false),
+        Verb::Man { dir } => (man_pages(dir), false),
     };
     match result {
         Ok(Outcome::StallsFound) if fail_on_stall => ExitCode::from(1),
@@ -50,6 +78,35 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// Writes the completion script of `shell` to standard output.
+fn completions(shell: Shell) -> anyhow::Result<Outcome> {
+    let mut out = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "tcpstall", &mut out);
+    tcpstall::report::print_stdout(&String::from_utf8_lossy(&out))?;
+    Ok(Outcome::Done)
+}
+
+/// Writes `tcpstall.1` and `tcpstall-VERB.1` for every verb into `dir`.
+fn man_pages(dir: &Path) -> anyhow::Result<Outcome> {
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create the directory {}", dir.display()))?;
+    let command = Cli::command();
+    let write = |name: &str, cmd: clap::Command| -> anyhow::Result<()> {
+        let path = dir.join(format!("{name}.1"));
+        let mut page = Vec::new();
+        clap_mangen::Man::new(cmd).render(&mut page)?;
+        std::fs::write(&path, page).with_context(|| format!("cannot write {}", path.display()))
+    };
+    for verb in command.get_subcommands() {
+        let name = format!("tcpstall-{}", verb.get_name());
+        let bin = format!("tcpstall {}", verb.get_name());
+        write(&name, verb.clone().name(name.clone()).bin_name(bin))?;
+    }
+    write("tcpstall", command)?;
+    eprintln!("tcpstall: manual pages written to {}", dir.display());
+    Ok(Outcome::Done)
 }
 
 /// Whether `err` comes from writing to a pipe whose reader has closed it.

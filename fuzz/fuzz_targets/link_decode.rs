@@ -7,7 +7,10 @@ use tcpstall::capture::link::LinkType;
 use tcpstall::decode::{Decoded, PacketMeta};
 
 /// Every `LINKTYPE_*` number the decoder accepts.
-const CODES: [u32; 10] = [0, 1, 12, 14, 101, 108, 113, 228, 229, 276];
+const CODES: [u32; 22] = [
+    0, 1, 7, 9, 12, 14, 50, 51, 101, 104, 108, 113, 129, 167, 178, 179, 183, 226, 228, 229, 242,
+    276,
+];
 
 fuzz_target!(|data: &[u8]| {
     let Some((&selector, rest)) = data.split_first() else {

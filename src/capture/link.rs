@@ -3,7 +3,8 @@
 //! Link-type numbers are the `LINKTYPE_*` values of <https://www.tcpdump.org/linktypes.html>,
 //! which pcap and pcapng files carry.
 
-use crate::decode::{decode_ip, decode_ipv4, decode_ipv6, Decoded, PacketMeta, Segment};
+use crate::decode::tunnel::ethernet_payload;
+use crate::decode::{decode_ip, decode_ipv4, decode_ipv6, Decap, Decoded, PacketMeta, Segment};
 
 /// A link layer this crate decodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -27,6 +28,34 @@ pub enum LinkType {
     /// OpenBSD loopback: the same 4-byte address family in network byte order
     /// (`LINKTYPE_LOOP`, 108).
     Loop,
+    /// PPP, from its address and control bytes or its protocol field (`LINKTYPE_PPP`, 9).
+    Ppp,
+    /// PPP in HDLC-like framing (RFC 1662), or Cisco HDLC on the same link
+    /// (`LINKTYPE_PPP_HDLC`, 50).
+    PppHdlc,
+    /// PPPoE without its Ethernet header (`LINKTYPE_PPP_ETHER`, 51).
+    PppEther,
+    /// Cisco HDLC: address, control, then an Ethertype (`LINKTYPE_C_HDLC`, 104).
+    CiscoHdlc,
+    /// ARCnet with the RFC 1051 or RFC 1201 header (`LINKTYPE_ARCNET_BSD`, 7).
+    ArcnetBsd,
+    /// ARCnet as Linux captures it, with a 2-byte offset field (`LINKTYPE_ARCNET_LINUX`, 129).
+    ArcnetLinux,
+    /// IP over InfiniBand (RFC 4391) as Linux captures it, a 44-byte header
+    /// (`LINKTYPE_IPOIB`, 242).
+    IpOverInfiniband,
+    /// Solaris ipnet: a 24-byte header with the address family (`LINKTYPE_IPNET`, 226).
+    Ipnet,
+    /// Juniper routers' captures, their pseudo-header then Ethernet (`LINKTYPE_JUNIPER_ETHER`,
+    /// 178). Variants without fields, one per frame kind: the common link types' dispatch
+    /// stays one byte compare.
+    JuniperEthernet,
+    /// Juniper pseudo-header, a cookie, then Ethernet (`LINKTYPE_JUNIPER_PPPOE`, 167).
+    JuniperPppoe,
+    /// Juniper pseudo-header, then PPP (`LINKTYPE_JUNIPER_PPP`, 179).
+    JuniperPpp,
+    /// Juniper pseudo-header, then Cisco HDLC (`LINKTYPE_JUNIPER_CHDLC`, 183).
+    JuniperCiscoHdlc,
 }
 
 impl LinkType {
@@ -35,23 +64,36 @@ impl LinkType {
         Some(match code {
             0 => LinkType::Null,
             1 => LinkType::Ethernet,
+            7 => LinkType::ArcnetBsd,
+            9 => LinkType::Ppp,
             12 | 14 | 101 => LinkType::RawIp,
+            50 => LinkType::PppHdlc,
+            51 => LinkType::PppEther,
+            104 => LinkType::CiscoHdlc,
             108 => LinkType::Loop,
             113 => LinkType::LinuxSll,
+            129 => LinkType::ArcnetLinux,
+            167 => LinkType::JuniperPppoe,
+            178 => LinkType::JuniperEthernet,
+            179 => LinkType::JuniperPpp,
+            183 => LinkType::JuniperCiscoHdlc,
+            226 => LinkType::Ipnet,
             228 => LinkType::Ipv4,
             229 => LinkType::Ipv6,
+            242 => LinkType::IpOverInfiniband,
             276 => LinkType::LinuxSll2,
             _ => return None,
         })
     }
 
-    /// Decodes one captured frame down to its TCP segment.
+    /// Decodes one captured frame down to its TCP segment, following tunnels on the IANA
+    /// ports.
     ///
     /// `frame` holds the captured bytes (maybe cut by the snap length), `orig_len` the frame's
     /// length on the wire.
     pub fn decode(self, frame: &[u8], orig_len: u32, meta: PacketMeta) -> Decoded {
         let mut segment = Segment::UNSET;
-        match self.decode_into(frame, orig_len, meta, &mut segment) {
+        match self.decode_into(frame, orig_len, meta, &mut segment, &mut Decap::default()) {
             Decoded::Tcp(()) => Decoded::Tcp(segment),
             Decoded::NotTcp => Decoded::NotTcp,
             Decoded::Fragment => Decoded::Fragment,
@@ -59,17 +101,19 @@ impl LinkType {
         }
     }
 
-    /// [`LinkType::decode`], writing a TCP segment into `out` (see [`decode_ip`]).
+    /// [`LinkType::decode`], writing a TCP segment into `out` (see [`decode_ip`]) and
+    /// following tunnels through `decap`.
     pub fn decode_into(
         self,
         frame: &[u8],
         orig_len: u32,
         meta: PacketMeta,
         out: &mut Segment,
+        decap: &mut Decap,
     ) -> Decoded<()> {
         let (network, offset) = match self {
             LinkType::Ethernet => match ethernet_payload(frame) {
-                Ok(found) => found,
+                Ok((ethertype, offset)) => (Network::from_ethertype(ethertype), offset),
                 Err(decoded) => return decoded,
             },
             // SLL: packet type, ARPHRD, address length, 8-byte address, then the protocol.
@@ -98,16 +142,214 @@ impl LinkType {
                 ),
                 None => return Decoded::Undecodable("loopback header cut short"),
             },
+            _ => return self.decode_uncommon(frame, orig_len, meta, out, decap),
         };
         let packet = frame.get(offset..).unwrap_or_default();
         let wire_len = orig_len.saturating_sub(offset as u32);
         match network {
-            Network::Ipv4 => decode_ipv4(packet, wire_len, meta, out),
-            Network::Ipv6 => decode_ipv6(packet, wire_len, meta, out),
-            Network::IpByVersion => decode_ip(packet, wire_len, meta, out),
+            Network::Ipv4 => decode_ipv4(packet, wire_len, meta, out, decap),
+            Network::Ipv6 => decode_ipv6(packet, wire_len, meta, out, decap),
+            Network::IpByVersion => decode_ip(packet, wire_len, meta, out, decap),
+            Network::Ethertype(ethertype) => {
+                decap.ethertype(ethertype, packet, wire_len, meta, out)
+            }
             Network::Other => Decoded::NotTcp,
         }
     }
+
+    /// The link types seen less often, out of the common types' way. Their framing is
+    /// written here: pcap-parser reads the file blocks but no link header, and etherparse
+    /// 0.21 knows Ethernet and Linux cooked headers only.
+    #[cold]
+    #[inline(never)]
+    fn decode_uncommon(
+        self,
+        frame: &[u8],
+        orig_len: u32,
+        meta: PacketMeta,
+        out: &mut Segment,
+        decap: &mut Decap,
+    ) -> Decoded<()> {
+        let (header_len, what) = match self {
+            LinkType::Ppp => return decap.ppp(frame, orig_len, meta, out),
+            // Cisco HDLC's address byte is 0x0f (unicast) or 0x8f (broadcast); PPP's is 0xff
+            // or absent (tcpdump's ppp_hdlc_if_print tells them apart the same way).
+            LinkType::PppHdlc => match frame.first() {
+                Some(0x0f | 0x8f) => return cisco_hdlc(frame, orig_len, meta, out, decap),
+                _ => return decap.ppp(frame, orig_len, meta, out),
+            },
+            // The 6-byte PPPoE session header (RFC 2516 §4), then PPP.
+            LinkType::PppEther => (6, Payload::Ppp),
+            LinkType::CiscoHdlc => return cisco_hdlc(frame, orig_len, meta, out, decap),
+            LinkType::ArcnetBsd | LinkType::ArcnetLinux => match arcnet(self, frame) {
+                Ok(found) => found,
+                Err(decoded) => return decoded,
+            },
+            // 20-byte destination and 20-byte source hardware addresses, the Ethertype, 2
+            // reserved bytes (tcpdump's print-ipoib.c; RFC 4391 §6 has the last 4 alone).
+            LinkType::IpOverInfiniband => match frame.get(40..42) {
+                Some(t) => (44, Payload::Ethertype(u16::from_be_bytes([t[0], t[1]]))),
+                None => return Decoded::Undecodable("IP over InfiniBand header cut short"),
+            },
+            // Version, address family (Solaris AF_INET 2, AF_INET6 26), then 22 bytes of
+            // lengths, interface indexes and zones.
+            LinkType::Ipnet => match frame.get(1) {
+                Some(2) => (24, Payload::Ethertype(ETHERTYPE_IPV4)),
+                Some(26) => (24, Payload::Ethertype(ETHERTYPE_IPV6)),
+                Some(_) => return Decoded::NotTcp,
+                None => return Decoded::Undecodable("ipnet header cut short"),
+            },
+            LinkType::JuniperEthernet
+            | LinkType::JuniperPppoe
+            | LinkType::JuniperPpp
+            | LinkType::JuniperCiscoHdlc => {
+                match juniper_header_len(frame, self == LinkType::JuniperPppoe) {
+                    Ok(Juniper::NoL2(len)) => (len, Payload::IpByVersion),
+                    Ok(Juniper::Frame(len)) => (
+                        len,
+                        match self {
+                            LinkType::JuniperPpp => Payload::Ppp,
+                            LinkType::JuniperCiscoHdlc => Payload::CiscoHdlc,
+                            _ => Payload::Ethernet,
+                        },
+                    ),
+                    Err(decoded) => return decoded,
+                }
+            }
+            _ => return Decoded::NotTcp,
+        };
+        let Some(inner) = frame.get(header_len..) else {
+            return Decoded::Undecodable("link header cut short");
+        };
+        let wire_len = orig_len.saturating_sub(header_len as u32);
+        match what {
+            Payload::Ethertype(ethertype) => decap.ethertype(ethertype, inner, wire_len, meta, out),
+            Payload::Ethernet => decap.ethernet(inner, wire_len, meta, out),
+            Payload::Ppp => decap.ppp(inner, wire_len, meta, out),
+            Payload::CiscoHdlc => cisco_hdlc(inner, wire_len, meta, out, decap),
+            Payload::IpByVersion => decode_ip(inner, wire_len, meta, out, decap),
+            Payload::LinkFragment => Decoded::Fragment,
+        }
+    }
+}
+
+/// What follows an uncommon link header.
+enum Payload {
+    Ethertype(u16),
+    Ethernet,
+    Ppp,
+    CiscoHdlc,
+    IpByVersion,
+    /// A non-first piece of a frame the link layer fragmented (ARCnet, RFC 1201 §2.1).
+    LinkFragment,
+}
+
+/// Cisco HDLC: address, control, then an Ethertype.
+fn cisco_hdlc(
+    frame: &[u8],
+    wire_len: u32,
+    meta: PacketMeta,
+    out: &mut Segment,
+    decap: &mut Decap,
+) -> Decoded<()> {
+    match frame.get(2..4) {
+        Some(t) => decap.ethertype(
+            u16::from_be_bytes([t[0], t[1]]),
+            &frame[4..],
+            wire_len.saturating_sub(4),
+            meta,
+            out,
+        ),
+        None => Decoded::Undecodable("Cisco HDLC header cut short"),
+    }
+}
+
+/// The ARCnet header's length and what follows it (tcpdump's print-arcnet.c). The BSD header
+/// is source, destination and type; Linux puts a 2-byte offset before the type. The old
+/// RFC 1051 types end there; the RFC 1201 ones add a split flag and a sequence number, and an
+/// exception frame (flag 0xff) repeats type, flag and sequence number.
+fn arcnet(link: LinkType, frame: &[u8]) -> Result<(usize, Payload), Decoded<()>> {
+    const IP_RFC1051: u8 = 240;
+    const ARP_RFC1051: u8 = 241;
+    const DIAGNOSE: u8 = 0x80;
+    const IP_RFC1201: u8 = 212;
+    const IPV6: u8 = 0xc4;
+    let type_at = if link == LinkType::ArcnetLinux { 4 } else { 2 };
+    let Some(&arc_type) = frame.get(type_at) else {
+        return Err(Decoded::Undecodable("ARCnet header cut short"));
+    };
+    let rfc1051 = matches!(arc_type, IP_RFC1051 | ARP_RFC1051 | DIAGNOSE);
+    let (header_len, split_flag) = if rfc1051 {
+        (type_at + 1, 0)
+    } else {
+        let Some(&flag) = frame.get(type_at + 1) else {
+            return Err(Decoded::Undecodable("ARCnet header cut short"));
+        };
+        match (link, flag) {
+            (LinkType::ArcnetBsd, 0xff) => match frame.get(type_at + 5) {
+                Some(&real_flag) => (type_at + 8, real_flag),
+                None => return Err(Decoded::Undecodable("ARCnet exception header cut short")),
+            },
+            _ => (type_at + 4, flag),
+        }
+    };
+    // Split packets (RFC 1201 §2.1): only the first piece (odd flag) holds the IP header.
+    if link == LinkType::ArcnetBsd && split_flag != 0 && split_flag & 1 == 0 {
+        return Ok((header_len, Payload::LinkFragment));
+    }
+    let payload = match arc_type {
+        IP_RFC1051 | IP_RFC1201 => Payload::Ethertype(ETHERTYPE_IPV4),
+        IPV6 => Payload::Ethertype(ETHERTYPE_IPV6),
+        _ => Payload::Ethertype(0),
+    };
+    Ok((header_len, payload))
+}
+
+/// Where a Juniper pseudo-header leaves the frame.
+enum Juniper {
+    /// The frame's own link header follows at this offset.
+    Frame(usize),
+    /// The router stripped the link header: IP follows at this offset.
+    NoL2(usize),
+}
+
+/// The Juniper pseudo-header's length, as tcpdump's `juniper_parse_header` reads it: the
+/// magic "MGC", a flags byte, and when the extension flag is set a 2-byte length of TLV
+/// extensions to skip. With the no-L2 flag, 4 more bytes precede the IP header. Of the link
+/// types decoded here only PPPoE's is in tcpdump's cookie table (`with_cookie`), with a base
+/// cookie of 0 bytes: 2 when the next byte is the LS cookie id (0x54), 8 for the AS one (0x47).
+fn juniper_header_len(frame: &[u8], with_cookie: bool) -> Result<Juniper, Decoded<()>> {
+    const LS_COOKIE_ID: u8 = 0x54;
+    const AS_COOKIE_ID: u8 = 0x47;
+    const EXTENSIONS: u8 = 0x80;
+    const NO_L2: u8 = 0x02;
+    let Some(fixed) = frame.get(..4) else {
+        return Err(Decoded::Undecodable("Juniper pseudo-header cut short"));
+    };
+    if fixed[..3] != *b"MGC" {
+        return Err(Decoded::Undecodable(
+            "Juniper pseudo-header without its magic number",
+        ));
+    }
+    let flags = fixed[3];
+    let mut len = 4;
+    if flags & EXTENSIONS != 0 {
+        let Some(ext) = frame.get(4..6) else {
+            return Err(Decoded::Undecodable("Juniper extension length cut short"));
+        };
+        len += 2 + usize::from(u16::from_be_bytes([ext[0], ext[1]]));
+    }
+    if flags & NO_L2 != 0 {
+        return Ok(Juniper::NoL2(len + 4));
+    }
+    if with_cookie {
+        len += match frame.get(len) {
+            Some(&LS_COOKIE_ID) => 2,
+            Some(&AS_COOKIE_ID) => 8,
+            _ => 0,
+        };
+    }
+    Ok(Juniper::Frame(len))
 }
 
 /// The protocol a link header announces.
@@ -117,25 +359,22 @@ enum Network {
     Ipv6,
     /// Raw IP: the version nibble tells.
     IpByVersion,
+    /// Another Ethertype, which may carry IP further in (MPLS, PPPoE).
+    Ethertype(u16),
     /// ARP, LLDP, or anything else without TCP.
     Other,
 }
 
 const ETHERTYPE_IPV4: u16 = 0x0800;
 const ETHERTYPE_IPV6: u16 = 0x86dd;
-/// 802.1Q customer VLAN tag.
-const ETHERTYPE_VLAN: u16 = 0x8100;
-/// 802.1ad service VLAN tag (QinQ outer tag).
-const ETHERTYPE_QINQ: u16 = 0x88a8;
-/// Pre-standard QinQ outer tag still used by some switches.
-const ETHERTYPE_QINQ_OLD: u16 = 0x9100;
 
 impl Network {
+    #[inline(always)]
     fn from_ethertype(ethertype: u16) -> Network {
         match ethertype {
             ETHERTYPE_IPV4 => Network::Ipv4,
             ETHERTYPE_IPV6 => Network::Ipv6,
-            _ => Network::Other,
+            other => Network::Ethertype(other),
         }
     }
 
@@ -153,22 +392,6 @@ impl Network {
             2 => Network::Ipv4,
             24 | 28 | 30 => Network::Ipv6,
             _ => Network::Other,
-        }
-    }
-}
-
-/// Finds the network header after an Ethernet header and its VLAN tags.
-fn ethernet_payload(frame: &[u8]) -> Result<(Network, usize), Decoded<()>> {
-    const TYPE_OFFSET: usize = 12;
-    let mut offset = TYPE_OFFSET;
-    loop {
-        let Some(t) = frame.get(offset..offset + 2) else {
-            return Err(Decoded::Undecodable("Ethernet header cut short"));
-        };
-        match u16::from_be_bytes([t[0], t[1]]) {
-            // A tag is 2 bytes of TPID (just read) and 2 of TCI; the inner type follows.
-            ETHERTYPE_VLAN | ETHERTYPE_QINQ | ETHERTYPE_QINQ_OLD => offset += 4,
-            ethertype => return Ok((Network::from_ethertype(ethertype), offset + 2)),
         }
     }
 }

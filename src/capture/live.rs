@@ -47,7 +47,7 @@ use nix::sys::time::{TimeVal, TimeValLike};
 use super::bpf;
 use super::link::LinkType;
 use super::pcap_writer::{PcapWriter, LINKTYPE_ETHERNET};
-use crate::decode::{flags, Decoded, PacketMeta, Segment};
+use crate::decode::{flags, Decap, Decoded, PacketMeta, Segment};
 use crate::detect::Detector;
 
 /// LINKTYPE_RAW: each packet starts with its IPv4 or IPv6 header (a TUN device's packets).
@@ -567,6 +567,7 @@ impl<C: SegmentConsumer> Tap<C> {
     fn run(mut self) -> io::Result<Finished<C>> {
         let mut frame = vec![0u8; SNAPLEN as usize];
         let mut segment = Segment::UNSET;
+        let mut decap = Decap::default();
         let mut connections = Connections::default();
         let mut drained = false;
         let mut stop_asked: Option<Instant> = None;
@@ -602,7 +603,11 @@ impl<C: SegmentConsumer> Tap<C> {
                 ts_ns,
                 packet_number: packets + 1,
             };
-            if self.link.decode_into(data, wire_len, meta, &mut segment) != Decoded::Tcp(()) {
+            if self
+                .link
+                .decode_into(data, wire_len, meta, &mut segment, &mut decap)
+                != Decoded::Tcp(())
+            {
                 continue;
             }
             if !self.watched(&segment) {

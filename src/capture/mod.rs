@@ -14,7 +14,7 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
-use crate::decode::{Decoded, PacketMeta, Segment};
+use crate::decode::{Decap, Decoded, Outer, PacketMeta, Segment};
 use file::FrameReader;
 use link::link_type_name;
 
@@ -68,7 +68,8 @@ pub enum CaptureError {
     /// The link layer carries no IP this crate can find.
     #[error(
         "unsupported link type {code} ({name}); tcpstall reads Ethernet (with VLAN tags), Linux \
-         cooked (SLL, SLL2), raw IP and BSD loopback captures: capture again with \
+         cooked (SLL, SLL2), raw IP, BSD loopback, PPP, Cisco HDLC, ARCnet, IP over InfiniBand, \
+         Solaris ipnet and Juniper Ethernet/PPPoE/PPP/HDLC captures: capture again with \
          `tcpdump -i <interface> -w FILE` or `tcpdump -i any -w FILE`"
     )]
     UnsupportedLinkType {
@@ -221,13 +222,29 @@ pub trait SegmentSink {
     fn slot(&mut self) -> &mut Segment;
     /// The slot holds a complete segment.
     fn commit(&mut self);
+    /// The segment in the slot came out of a tunnel, `outer` the outermost one; called before
+    /// [`SegmentSink::commit`], only for tunnelled segments.
+    fn outer(&mut self, outer: Outer) {
+        let _ = outer;
+    }
 }
 
 /// [`for_each_segment`], decoding every TCP segment into `sink`'s slot and committing it.
 pub fn stream_segments<R: Read>(
     input: R,
     sink: &mut impl SegmentSink,
+    on_warning: impl FnMut(&CaptureWarning),
+) -> Result<CaptureStats, CaptureError> {
+    stream_segments_decap(input, sink, on_warning, &mut Decap::default())
+}
+
+/// [`stream_segments`], following tunnels as `decap` is set up to (extra VXLAN or Geneve
+/// ports).
+pub fn stream_segments_decap<R: Read>(
+    input: R,
+    sink: &mut impl SegmentSink,
     mut on_warning: impl FnMut(&CaptureWarning),
+    decap: &mut Decap,
 ) -> Result<CaptureStats, CaptureError> {
     let mut stats = CaptureStats::default();
     let mut reader = FrameReader::new(input)?;
@@ -264,19 +281,29 @@ pub fn stream_segments<R: Read>(
             ts_ns: frame.ts_ns,
             packet_number: frame.packet_number,
         };
-        match link.decode_into(frame.data, frame.orig_len, meta, sink.slot()) {
+        // The tunnel a packet came in is taken in every arm, so that it never sticks to the
+        // next packet; looked at only after decoding, out of the plain packets' way.
+        match link.decode_into(frame.data, frame.orig_len, meta, sink.slot(), decap) {
             Decoded::Tcp(()) => {
                 stats.tcp_segments += 1;
+                if let Some(outer) = decap.take_outer() {
+                    sink.outer(outer);
+                }
                 sink.commit();
             }
-            Decoded::NotTcp => stats.non_tcp += 1,
+            Decoded::NotTcp => {
+                decap.take_outer();
+                stats.non_tcp += 1;
+            }
             Decoded::Fragment => {
+                decap.take_outer();
                 stats.fragments += 1;
                 fragment_warnings.report(&mut warn, frame.packet_number, || {
                     "non-first IP fragment skipped (fragments are not reassembled)".to_string()
                 });
             }
             Decoded::Undecodable(reason) => {
+                decap.take_outer();
                 stats.undecodable += 1;
                 undecodable_warnings.report(&mut warn, frame.packet_number, || {
                     format!("undecodable packet: {reason}")

@@ -185,6 +185,9 @@ pub struct DetectorConfig {
     /// Also keep [`StallKind::NagleMinor`] events in [`Analysis::events`] (they are always
     /// counted).
     pub keep_minor_events: bool,
+    /// Keep every answered turn's start and latency in [`FlowSummary::turns`] (for the HTML
+    /// report's histograms and timelines).
+    pub keep_turns: bool,
 }
 
 /// The result of a run.
@@ -288,10 +291,11 @@ impl Detector {
             Some((first, last)) => (first, last.max(seg.ts_ns)),
         });
 
+        let keep_turns = self.config.keep_turns;
         let (flows, tallies) = (&mut self.analysis.flows, &mut self.tallies);
         let lookup = self
             .table
-            .lookup(seg, ordinal, |old| retire(flows, tallies, old));
+            .lookup(seg, ordinal, |old| retire(flows, tallies, old, keep_turns));
         let flow = lookup.flow;
         let side = lookup.side;
         if let Some(finding) = classify(flow, side, seg) {
@@ -310,8 +314,10 @@ impl Detector {
         self.prev_ts = seg.ts_ns;
         if now.since(self.last_sweep) >= SWEEP_EVERY {
             self.last_sweep = now;
+            let keep_turns = self.config.keep_turns;
             let (flows, tallies) = (&mut self.analysis.flows, &mut self.tallies);
-            self.table.evict(now, |f| retire(flows, tallies, f));
+            self.table
+                .evict(now, |f| retire(flows, tallies, f, keep_turns));
         }
     }
 
@@ -335,21 +341,28 @@ impl Detector {
 
     /// Ends the run: every flow still open is summarised.
     pub fn finish(mut self) -> Analysis {
+        let keep_turns = self.config.keep_turns;
         let (flows, tallies) = (&mut self.analysis.flows, &mut self.tallies);
-        self.table.drain(|f| retire(flows, tallies, f));
+        self.table.drain(|f| retire(flows, tallies, f, keep_turns));
         self.analysis.flows.sort_by_key(|f| f.id);
         self.analysis
     }
 }
 
 /// Summarises a flow leaving the table, with the tallies of its stalls.
-fn retire(flows: &mut Vec<FlowSummary>, tallies: &mut FxHashMap<u64, FlowTally>, flow: Flow) {
+fn retire(
+    flows: &mut Vec<FlowSummary>,
+    tallies: &mut FxHashMap<u64, FlowTally>,
+    flow: Flow,
+    keep_turns: bool,
+) {
     let tally = tallies.remove(&flow.id).unwrap_or_default();
     flows.push(verdict::summarise(
         flow,
         &tally.counts,
         tally.lost,
         tally.worst,
+        keep_turns,
     ));
 }
 
@@ -604,6 +617,7 @@ pub(crate) mod testing {
         pub fn analyse(&self) -> super::Analysis {
             let mut d = super::Detector::new(super::DetectorConfig {
                 keep_minor_events: true,
+                keep_turns: false,
             });
             for s in &self.segments {
                 d.push(s);

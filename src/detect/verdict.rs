@@ -237,6 +237,9 @@ pub struct FlowSummary {
     pub near_rtt_ns: [Option<Span>; 2],
     /// Capture time of the first and the last packet.
     pub span_ns: (Timestamp, Timestamp),
+    /// Each answered turn's start and latency (µs), in order; empty unless
+    /// [`DetectorConfig::keep_turns`](super::DetectorConfig::keep_turns) asked for them.
+    pub turns: Vec<(Timestamp, u32)>,
 }
 
 impl FlowSummary {
@@ -274,8 +277,19 @@ pub(crate) fn summarise(
     counts: &KindCounts,
     lost: Span,
     worst: Span,
+    keep_turns: bool,
 ) -> FlowSummary {
     flow.turns.finish();
+    let turns = if keep_turns {
+        let t = &flow.turns;
+        t.starts
+            .iter()
+            .copied()
+            .zip(t.latencies_us.iter().copied())
+            .collect()
+    } else {
+        Vec::new()
+    };
     let lat = &mut flow.turns.latencies_us;
     lat.sort_unstable();
     let latency_us = (!lat.is_empty()).then(|| {
@@ -304,6 +318,7 @@ pub(crate) fn summarise(
         mss_source: [c.mss_source, s.mss_source],
         near_rtt_ns: [c.near_rtt, s.near_rtt],
         span_ns: (flow.first_seen, flow.last_seen()),
+        turns,
     }
 }
 

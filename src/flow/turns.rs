@@ -44,6 +44,8 @@ pub(crate) struct Turns {
     /// Latency of each finished turn that got an answer, microseconds (first
     /// [`MAX_TURNS_KEPT`]): four bytes a turn, as a flow may keep tens of thousands.
     pub(crate) latencies_us: Vec<u32>,
+    /// Capture time of each turn of `latencies_us`, the same index.
+    pub(crate) starts: Vec<Timestamp>,
     /// Capture time of the current request's first byte.
     start: Timestamp,
     /// Capture time of the server's last data in the current turn, if it answered yet.
@@ -86,6 +88,7 @@ impl Turns {
                 let us = end.since(self.start).as_micros();
                 self.latencies_us
                     .push(u32::try_from(us).unwrap_or(u32::MAX));
+                self.starts.push(self.start);
             }
         }
     }

@@ -26,6 +26,7 @@ pub(crate) mod workload;
 pub(crate) mod write;
 
 use std::fmt::Display;
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
@@ -37,7 +38,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
 use self::expect::SegmentRules;
-use self::own_traffic::OwnTraffic;
+use self::own_traffic::{CaptureFile, OwnTraffic, RowVerdicts};
 use self::path::{EmulatedPath, PathShape, RTT_RANGE_MS};
 use self::runner::{RowResult, RunSettings};
 use self::scenarios::{ConnectionMode, Scenario, Variant, CATALOGUE, MAX_SIZE, SCENARIOS};
@@ -77,6 +78,15 @@ pub struct LabArgs {
     /// payload bytes split at the MSS (TCP_INFO's data_segments), not as packets.
     #[arg(long, value_name = "FILE.pcap")]
     pub capture: Option<PathBuf>,
+    /// Also write a self-contained HTML report to FILE: the catalogue as a chart (each row's
+    /// p50 and p99, stalled rows against their fixes), the table of rows and, when the lab can
+    /// capture (CAP_NET_RAW), the ladder diagram of each stalled row.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+    /// Draw the ladder diagram of one stalled request of each stalled row, from the lab's own
+    /// capture (needs CAP_NET_RAW).
+    #[arg(long, conflicts_with = "json")]
+    pub ladder: bool,
     /// Print the catalogue with a description of each entry and exit (as JSON with --json).
     #[arg(long)]
     pub list: bool,
@@ -256,8 +266,25 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
         let peer = crate::peer::Peer::attach(profile, args.peer_side, ends)?;
         settings.peer = Some(Arc::new(peer));
     }
-    // The rows' own traffic through the detector; with --capture also to the file.
-    let capture = OwnTraffic::start(args.capture.as_deref(), settings.path.as_ref())?;
+    // The rows' own traffic through the detector; with --capture also to the file. The
+    // ladders read a capture back: the user's, or one of the lab's own.
+    let pictures = args.ladder || args.html.is_some();
+    let spool = match (&args.capture, pictures) {
+        (None, true) => Some(
+            tempfile::Builder::new()
+                .prefix("tcpstall-lab-")
+                .suffix(".pcap")
+                .tempfile()
+                .context("cannot create a temporary capture file for the ladders")?,
+        ),
+        _ => None,
+    };
+    let file = match (&args.capture, &spool) {
+        (Some(file), _) => CaptureFile::Required(file),
+        (None, Some(tmp)) => CaptureFile::IfPossible(tmp.path()),
+        (None, None) => CaptureFile::None,
+    };
+    let capture = OwnTraffic::start(file, settings.path.as_ref())?;
     let watch = |port: u16| {
         if let Some(capture) = &capture {
             capture.row_started(port);
@@ -283,9 +310,13 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
     }
     progress.finish_and_clear();
     let captured = capture.map(OwnTraffic::finish).transpose()?;
+    let mut ladders = Vec::new();
     if let Some((_, verdicts)) = &captured {
         for (index, row) in rows.iter_mut().enumerate() {
             row.detector = Some(verdicts.of(index, row.server_port));
+        }
+        if let (true, Some(file)) = (pictures, file.path()) {
+            ladders = row_ladders(&rows, verdicts, file)?;
         }
     }
     let capture = match (captured, &args.capture) {
@@ -339,6 +370,14 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
         }),
     };
     drop(emulated);
+    if let Some(path) = &args.html {
+        let mut page = report::html::lab_page(&report)?;
+        for (row, ladder) in &ladders {
+            page.add_ladder(row.clone(), ladder);
+        }
+        page.write_to(path)?;
+        eprintln!("tcpstall: HTML report written to {}", path.display());
+    }
     let mut out = std::io::stdout().lock();
     if args.json {
         report::lab::write_json(&mut out, &report)
@@ -346,6 +385,13 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
         report::lab::write_table(&mut out, &report)
     }
     .context("cannot write the results to standard output")?;
+    if args.ladder {
+        let style = report::style::Style::stdout();
+        for (row, ladder) in &ladders {
+            writeln!(out, "\n{row}")?;
+            report::ladder::write(&mut out, ladder, style)?;
+        }
+    }
     drop(out);
     // The table (or JSON) above holds every row; the rows that failed are named again on
     // stderr, and the run exits 2 since their figures are incomplete.
@@ -511,6 +557,30 @@ fn select(args: &LabArgs) -> anyhow::Result<Vec<Variant>> {
         }
     }
     Ok(rows)
+}
+
+/// The ladder of each stalled row: its latest stall, drawn from the capture in `file`.
+fn row_ladders(
+    rows: &[RowResult],
+    verdicts: &RowVerdicts,
+    file: &std::path::Path,
+) -> anyhow::Result<Vec<(String, crate::ladder::Ladder)>> {
+    let examples: Vec<(String, &crate::detect::StallEvent)> = rows
+        .iter()
+        .enumerate()
+        .filter_map(|(index, row)| {
+            let event = verdicts.example(index, row.server_port)?;
+            Some((format!("{}/{}", row.scenario, row.variant), event))
+        })
+        .collect();
+    let events: Vec<&crate::detect::StallEvent> = examples.iter().map(|(_, e)| *e).collect();
+    let input = crate::capture::open_input(file)?;
+    let ladders = crate::ladder::collect([input], &events)?;
+    Ok(examples
+        .into_iter()
+        .zip(ladders)
+        .filter_map(|((name, _), ladder)| Some((name, ladder?)))
+        .collect())
 }
 
 #[cfg(test)]

@@ -34,13 +34,13 @@ pub struct OwnTraffic {
 
 impl OwnTraffic {
     /// Starts capturing before the first row (ports are added as rows start), writing `file`
-    /// too when given. Without CAP_NET_RAW: an error when `file` is given, otherwise a note
-    /// on stderr and `None` (the rows get no detector verdict).
-    pub fn start(file: Option<&Path>, path: Option<&PathEnds>) -> anyhow::Result<Option<Self>> {
+    /// too when given. Without CAP_NET_RAW: an error when `file` is `Required`, otherwise a
+    /// note on stderr and `None` (the rows get no detector verdict).
+    pub fn start(file: CaptureFile<'_>, path: Option<&PathEnds>) -> anyhow::Result<Option<Self>> {
         let socket = match (open_socket(path), file) {
             (Ok(socket), _) => socket,
-            (Err(err), Some(_)) => return Err(err).context("--capture"),
-            (Err(err), None) => {
+            (Err(err), CaptureFile::Required(_)) => return Err(err).context("--capture"),
+            (Err(err), CaptureFile::IfPossible(_) | CaptureFile::None) => {
                 let why = match err.downcast_ref::<OpenError>() {
                     Some(OpenError::NoPermission { .. }) => {
                         "needs CAP_NET_RAW to capture the lab's own traffic: run as root or \
@@ -57,7 +57,7 @@ impl OwnTraffic {
         };
         let options = CaptureOptions {
             ports: PortFilter::Only(Vec::new()),
-            pcap: file.map(Path::to_path_buf),
+            pcap: file.path().map(Path::to_path_buf),
         };
         let detector = Detector::new(DetectorConfig::default());
         Ok(Some(OwnTraffic {
@@ -91,6 +91,28 @@ impl OwnTraffic {
     }
 }
 
+/// Where the lab's own traffic is written, besides the detector.
+#[derive(Debug, Clone, Copy)]
+pub enum CaptureFile<'a> {
+    /// Nowhere.
+    None,
+    /// `--capture FILE`: the user asked for it, so capturing is required.
+    Required(&'a Path),
+    /// A file the lab reads back itself (the ladders of `--ladder`/`--html`), when it can
+    /// capture at all.
+    IfPossible(&'a Path),
+}
+
+impl CaptureFile<'_> {
+    /// The file, if any.
+    pub fn path(&self) -> Option<&Path> {
+        match *self {
+            CaptureFile::None => None,
+            CaptureFile::Required(p) | CaptureFile::IfPossible(p) => Some(p),
+        }
+    }
+}
+
 /// What the detector found, to be told apart by row.
 pub struct RowVerdicts {
     analysis: Analysis,
@@ -103,15 +125,33 @@ impl RowVerdicts {
     /// the flows to that address and port released while the row ran. The time tells apart
     /// two rows the kernel gave the same port, and another program's later use of it on `lo`.
     pub fn of(&self, index: usize, port: u16) -> DetectorVerdict {
-        let Some(&(_, start)) = self.rows.get(index).filter(|(p, _)| *p == port) else {
-            return DetectorVerdict::of(std::iter::empty());
-        };
-        let end = self.rows.get(index + 1).map_or(u64::MAX, |(_, at)| *at);
-        DetectorVerdict::of(self.analysis.events.iter().filter(|e| {
-            e.server.port == port
+        DetectorVerdict::of(self.events_of(index, port))
+    }
+
+    /// The latest stall of the `index`-th row: the example its ladder draws.
+    pub fn example(&self, index: usize, port: u16) -> Option<&StallEvent> {
+        self.events_of(index, port)
+            .filter(|e| e.finding.kind.is_stall())
+            .last()
+    }
+
+    /// The events of the flows to the row's address and port released while the row ran.
+    fn events_of(&self, index: usize, port: u16) -> impl Iterator<Item = &StallEvent> {
+        let window = self
+            .rows
+            .get(index)
+            .filter(|(p, _)| *p == port)
+            .map(|&(_, start)| {
+                let end = self.rows.get(index + 1).map_or(u64::MAX, |(_, at)| *at);
+                start..end
+            });
+        self.analysis.events.iter().filter(move |e| {
+            window
+                .as_ref()
+                .is_some_and(|w| w.contains(&e.ts_ns.as_nanos()))
+                && e.server.port == port
                 && e.server.addr == self.server_addr
-                && (start..end).contains(&e.ts_ns.as_nanos())
-        }))
+        })
     }
 }
 

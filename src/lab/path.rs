@@ -26,7 +26,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sched::CloneFlags;
 use socket2::{Domain, Socket, Type};
 
-use crate::decode::{decode_ip, flags, Decoded, PacketMeta, Segment};
+use crate::decode::{decode_ip, flags, Decap, Decoded, PacketMeta, Segment};
 use crate::flow::SeqNumber;
 
 /// Prefix of every namespace the lab creates.
@@ -144,14 +144,14 @@ fn log_segment(log: &SegmentLog, segment: &Segment) {
 
 /// Decodes a packet the relay moves (raw IP, as TUN devices carry it) with the decoder every
 /// capture uses.
-fn decode_packet(packet: &[u8]) -> Option<Segment> {
+fn decode_packet(packet: &[u8], decap: &mut Decap) -> Option<Segment> {
     let meta = PacketMeta {
         ts_ns: 0,
         packet_number: 0,
     };
     let mut segment = Segment::UNSET;
     let wire_len = u32::try_from(packet.len()).ok()?;
-    (decode_ip(packet, wire_len, meta, &mut segment) == Decoded::Tcp(())).then_some(segment)
+    (decode_ip(packet, wire_len, meta, &mut segment, decap) == Decoded::Tcp(())).then_some(segment)
 }
 
 /// The ends of a running path, as the lab's clients and servers need them.
@@ -300,6 +300,7 @@ fn read_packets(
 ) {
     let one_way = shape.rtt / 2;
     let mut buf = vec![0u8; 65_536];
+    let mut decap = Decap::default();
     while !stop.load(Ordering::SeqCst) {
         // A short poll so that the stop flag is seen; a packet wakes it at once.
         let mut fds = [PollFd::new(from.as_fd(), PollFlags::POLLIN)];
@@ -314,8 +315,10 @@ fn read_packets(
             Err(_) => return,
         };
         let due = Instant::now() + one_way;
-        if let (Some(log), Some(segment)) = (&log, decode_packet(&buf[..len])) {
-            log_segment(log, &segment);
+        if let Some(log) = &log {
+            if let Some(segment) = decode_packet(&buf[..len], &mut decap) {
+                log_segment(log, &segment);
+            }
         }
         match queue.try_send((due, buf[..len].to_vec())) {
             // A full queue drops the packet, as a qdisc at its limit would.
@@ -527,7 +530,7 @@ mod tests {
         let log = SegmentLog::default();
         let isn = u32::MAX - 1000; // wraps within the connection
         let log_packet = |packet: Vec<u8>| {
-            let segment = decode_packet(&packet).expect("a TCP packet");
+            let segment = decode_packet(&packet, &mut Decap::default()).expect("a TCP packet");
             log_segment(&log, &segment);
         };
         log_packet(tcp_packet(isn, true, &[]));

@@ -22,6 +22,8 @@ pub struct InputFacts {
     pub records: u64,
     /// Warnings about damaged input.
     pub warnings: u64,
+    /// The outer tunnel of connections that came in one: a flow's `outer`.
+    pub outers: crate::decode::OuterByFlow,
 }
 
 /// Milliseconds rounded to the microsecond.
@@ -150,6 +152,7 @@ pub fn write_flow(
     f: &FlowSummary,
     label: &FlowLabel,
     flow_events: &[&StallEvent],
+    outer: Option<&crate::decode::Outer>,
 ) -> io::Result<()> {
     let mut number = CompactFormatter;
     buf.extend_from_slice(b"{\"flow\":");
@@ -206,7 +209,18 @@ pub fn write_flow(
     write_name(buf, Some(f.mss_source[0].name()));
     buf.push(b',');
     write_name(buf, Some(f.mss_source[1].name()));
-    buf.extend_from_slice(b"],\"patterns\":[");
+    if let Some(outer) = outer {
+        // Only for tunnelled flows: other flows' JSON is as it was.
+        buf.extend_from_slice(b"],\"outer\":{\"kind\":");
+        write_name(buf, Some(outer.kind.name()));
+        buf.extend_from_slice(b",\"src\":");
+        write_str(buf, &outer.src.to_string())?;
+        buf.extend_from_slice(b",\"dst\":");
+        write_str(buf, &outer.dst.to_string())?;
+        buf.extend_from_slice(b"},\"patterns\":[");
+    } else {
+        buf.extend_from_slice(b"],\"patterns\":[");
+    }
     for (i, p) in patterns(flow_events).into_iter().enumerate() {
         if i > 0 {
             buf.push(b',');
@@ -264,9 +278,13 @@ pub fn write(out: &mut impl Write, a: &Analysis, input: &InputFacts) -> io::Resu
     let by_flow = events_by_flow(&a.events);
     write_lines(out, &a.flows, threads, |buf, f| {
         let events = by_flow.get(&f.id).map(Vec::as_slice).unwrap_or_default();
+        let outer = input.outers.get(
+            (f.client.addr, f.client.port),
+            (f.server.addr, f.server.port),
+        );
         match labels.get(&f.id) {
-            Some(label) => write_flow(buf, f, label, events),
-            None => write_flow(buf, f, &FlowLabel::of(f), events),
+            Some(label) => write_flow(buf, f, label, events, outer),
+            None => write_flow(buf, f, &FlowLabel::of(f), events, outer),
         }
         .map_err(serde_json::Error::io)
     })?;

@@ -1,10 +1,16 @@
 //! Rendering results: terminal tables and stable JSON.
 
+pub mod charts;
+pub mod html;
 pub mod json;
 pub mod lab;
+pub mod ladder;
+pub mod probe;
 pub mod sockets;
+pub mod style;
 pub mod text;
 pub mod trace;
+pub mod watch;
 
 use std::io::{self, Write};
 

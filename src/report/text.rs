@@ -184,6 +184,12 @@ fn guess_notes(flows: &[FlowSummary]) -> String {
 
 /// `--flows`: one line per flow.
 pub fn flow_table(a: &Analysis) -> String {
+    flow_table_with_tunnels(a, &crate::decode::OuterByFlow::default())
+}
+
+/// [`flow_table`], naming the outer tunnel of flows that came in one after their capture
+/// position.
+pub fn flow_table_with_tunnels(a: &Analysis, outers: &crate::decode::OuterByFlow) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -211,10 +217,16 @@ pub fn flow_table(a: &Analysis) -> String {
                 )
             })
             .unwrap_or(("-".into(), "-".into()));
-        let guess = match f.client_guess {
+        let mut guess = match f.client_guess {
             ClientGuess::Syn => String::new(),
             g => format!(", client by {}", g.name()),
         };
+        if let Some(outer) = outers.get(
+            (f.client.addr, f.client.port),
+            (f.server.addr, f.server.port),
+        ) {
+            let _ = write!(guess, ", in {outer}");
+        }
         let _ = writeln!(
             out,
             "{:<47} {:>7} {:>6} {:>5} {:>4} {:>4} {:>4} {:>5} {:>10.1} {:>9} {:>9} {:>7}  {}{guess}",

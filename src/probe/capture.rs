@@ -1,0 +1,191 @@
+//! The probe watching its own traffic: a live capture ([`crate::capture::live`]) on the
+//! interface the route to the target leaves by (`lo` for loopback), keeping only the probe's
+//! own local ports, each segment fed to the same [`Detector`] `analyze` uses and kept in a
+//! small log for the evidence of a stalled turn.
+
+use std::collections::HashSet;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::sync::{Arc, Mutex};
+
+use crate::capture::live::{
+    CaptureOptions, LiveCapture, OpenError, PacketSocket, PortFilter, SegmentConsumer,
+};
+use crate::decode::Segment;
+use crate::detect::{Analysis, Detector, DetectorConfig};
+
+/// Most segments kept for evidence (a bounded run makes far fewer).
+const MAX_LOGGED: usize = 1 << 20;
+
+/// One segment of the probe's connections, as the capture saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WireSegment {
+    /// Capture time, ns since the Unix epoch.
+    pub ts_ns: u64,
+    /// The probe's local port (names the connection).
+    pub local_port: u16,
+    /// Sent by the probe (client → server).
+    pub outgoing: bool,
+    /// Payload bytes.
+    pub payload: u32,
+    /// TCP flags ([`crate::decode::flags`]).
+    pub flags: u8,
+}
+
+/// The capture's consumer: the detector and the log.
+struct Recorder {
+    detector: Detector,
+    segments: Vec<WireSegment>,
+    ports: Arc<Mutex<HashSet<u16>>>,
+}
+
+impl SegmentConsumer for Recorder {
+    fn segment(&mut self, seg: &Segment) {
+        let (outgoing, local_port) = match self.ports.lock() {
+            Ok(ports) if ports.contains(&seg.src_port) => (true, seg.src_port),
+            Ok(ports) if ports.contains(&seg.dst_port) => (false, seg.dst_port),
+            _ => return,
+        };
+        self.detector.push(seg);
+        if self.segments.len() < MAX_LOGGED {
+            self.segments.push(WireSegment {
+                ts_ns: seg.ts_ns.as_nanos(),
+                local_port,
+                outgoing,
+                payload: seg.payload_len,
+                flags: seg.flags,
+            });
+        }
+    }
+}
+
+/// A running capture of the probe's traffic.
+pub struct OwnCapture {
+    capture: LiveCapture<Recorder>,
+    ports: Arc<Mutex<HashSet<u16>>>,
+    interface: String,
+}
+
+/// What the capture saw.
+#[derive(Debug, Clone)]
+pub struct Captured {
+    /// The detector's findings.
+    pub analysis: Analysis,
+    /// Every segment of the probe's connections, in capture order.
+    pub segments: Vec<WireSegment>,
+    /// The interface captured on.
+    pub interface: String,
+    /// Packets the kernel dropped from the capture's buffer.
+    pub dropped: u64,
+}
+
+/// Why the probe cannot capture.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NoCapture {
+    /// No CAP_NET_RAW: the usual case for an unprivileged user.
+    NoPermission,
+    /// Anything else, in words.
+    Failed(String),
+}
+
+impl OwnCapture {
+    /// Starts capturing on the interface the route to `remote` leaves by.
+    pub fn start(remote: SocketAddr) -> Result<OwnCapture, NoCapture> {
+        let interface = route_interface(remote.ip()).map_err(NoCapture::Failed)?;
+        let socket = PacketSocket::open(&interface).map_err(|err| match err {
+            OpenError::NoPermission { .. } => NoCapture::NoPermission,
+            other => NoCapture::Failed(other.to_string()),
+        })?;
+        let ports = Arc::new(Mutex::new(HashSet::new()));
+        let recorder = Recorder {
+            detector: Detector::new(DetectorConfig {
+                keep_minor_events: true,
+                keep_turns: false,
+            }),
+            segments: Vec::new(),
+            ports: ports.clone(),
+        };
+        let options = CaptureOptions {
+            ports: PortFilter::Only(Vec::new()),
+            pcap: None,
+        };
+        let capture = LiveCapture::start(socket, options, recorder)
+            .map_err(|err| NoCapture::Failed(format!("{err:#}")))?;
+        Ok(OwnCapture {
+            capture,
+            ports,
+            interface,
+        })
+    }
+
+    /// Keeps the traffic of local port `port` from now on (before its SYN leaves).
+    pub fn watch(&self, port: u16) {
+        if let Ok(mut ports) = self.ports.lock() {
+            ports.insert(port);
+        }
+        self.capture.watch_port(port);
+    }
+
+    /// Waits for the connections' last FINs (bounded), then hands over what was seen.
+    pub fn finish(self) -> anyhow::Result<Captured> {
+        let finished = self.capture.finish()?;
+        let recorder = finished.consumer;
+        Ok(Captured {
+            analysis: recorder.detector.finish(),
+            segments: recorder.segments,
+            interface: self.interface,
+            dropped: finished.summary.dropped,
+        })
+    }
+}
+
+/// The interface whose address the kernel picks to reach `remote`: a UDP socket connected to
+/// it sends nothing but learns the route's source address, and the interface holding that
+/// address is the one the probe's packets leave by.
+pub fn route_interface(remote: IpAddr) -> Result<String, String> {
+    if remote.is_loopback() {
+        return Ok("lo".to_string());
+    }
+    let any: SocketAddr = match remote {
+        IpAddr::V4(_) => (std::net::Ipv4Addr::UNSPECIFIED, 0).into(),
+        IpAddr::V6(_) => (std::net::Ipv6Addr::UNSPECIFIED, 0).into(),
+    };
+    let local = UdpSocket::bind(any)
+        .and_then(|udp| udp.connect((remote, 9)).and_then(|()| udp.local_addr()))
+        .map_err(|err| format!("no route to {remote}: {err}"))?
+        .ip();
+    if local.is_loopback() {
+        return Ok("lo".to_string());
+    }
+    let addrs =
+        nix::ifaddrs::getifaddrs().map_err(|err| format!("cannot list interfaces: {err}"))?;
+    for ifaddr in addrs {
+        let Some(address) = ifaddr.address else {
+            continue;
+        };
+        let ip = match (address.as_sockaddr_in(), address.as_sockaddr_in6()) {
+            (Some(v4), _) => IpAddr::V4(v4.ip()),
+            (_, Some(v6)) => IpAddr::V6(v6.ip()),
+            _ => continue,
+        };
+        if ip == local {
+            return Ok(ifaddr.interface_name);
+        }
+    }
+    Err(format!(
+        "no interface holds {local}, the source address of the route to {remote}"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_routes_by_lo() {
+        assert_eq!(
+            route_interface("127.0.0.1".parse().unwrap()).as_deref(),
+            Ok("lo")
+        );
+        assert_eq!(route_interface("::1".parse().unwrap()).as_deref(), Ok("lo"));
+    }
+}

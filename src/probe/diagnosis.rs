@@ -1,0 +1,370 @@
+//! From the stalls of a run to what the user needs: the verdict, who holds the write (the
+//! culprit), one stalled turn as evidence, at which hop the held write sits, and what to change.
+
+use crate::detect::verdict::{explain, fixes};
+use crate::detect::StallKind;
+use crate::flow::Side;
+use crate::tcp_rules;
+
+use super::capture::{Captured, WireSegment};
+use super::client::RunLog;
+use super::stalls::{Stall, StallCounts};
+
+/// Most segments shown for one stalled turn.
+const EVIDENCE_LINES: usize = 12;
+
+/// Where the evidence comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// A capture of the probe's own traffic on this interface, through the detector.
+    Capture {
+        /// The interface.
+        interface: String,
+        /// Packets the kernel dropped from the capture's buffer.
+        dropped: u64,
+    },
+    /// The probe's own socket only; the reason the capture was not possible.
+    Socket {
+        /// Why no capture.
+        reason: String,
+    },
+}
+
+/// One line of a stalled turn: a segment (capture) or a read/write (socket).
+#[derive(Debug, Clone, PartialEq)]
+pub struct EvidenceLine {
+    /// Milliseconds since the first line.
+    pub offset_ms: f64,
+    /// Who sent it.
+    pub from: Side,
+    /// Payload bytes (0 for a pure ACK).
+    pub bytes: u32,
+    /// What it is, in words.
+    pub what: String,
+}
+
+/// The diagnosis of a run.
+#[derive(Debug, Clone)]
+pub struct Diagnosis {
+    /// Evidence source.
+    pub source: Source,
+    /// Stalls per kind.
+    pub counts: StallCounts,
+    /// The pattern that explains the run: the latest stall of the commonest kind and side.
+    pub example: Option<Stall>,
+    /// The side that holds the write; `None` when clean or when the network is to blame.
+    pub culprit: Option<Side>,
+    /// One sentence naming the pattern.
+    pub explanation: Option<String>,
+    /// The stalled turn, segment by segment.
+    pub evidence: Vec<EvidenceLine>,
+    /// Where the held write sits, as far as the evidence tells.
+    pub hop: Option<String>,
+    /// What to change, best first.
+    pub advice: Vec<String>,
+}
+
+impl Diagnosis {
+    /// `clean` or `stall`.
+    pub fn verdict(&self) -> &'static str {
+        if self.counts.stalls() > 0 {
+            "stall"
+        } else {
+            "clean"
+        }
+    }
+}
+
+/// Diagnoses `stalls` of the run `log`; `captured` holds the segment log when there was a
+/// capture.
+pub fn diagnose(
+    stalls: Vec<Stall>,
+    log: &RunLog,
+    source: Source,
+    captured: Option<&Captured>,
+) -> Diagnosis {
+    let counts = StallCounts::of(&stalls);
+    let example = dominant(&stalls);
+    let culprit = example.as_ref().and_then(|s| culprit_of(s.kind, s.held));
+    let explanation = example.as_ref().map(|s| match &s.event {
+        Some(event) => explain(event),
+        None => explain_from_socket(s),
+    });
+    let evidence = match (&example, captured) {
+        (Some(stall), Some(cap)) => wire_evidence(stall, &cap.segments),
+        (Some(stall), None) => socket_evidence(stall, log),
+        _ => Vec::new(),
+    };
+    let hop = match (&example, captured) {
+        (Some(stall), Some(cap)) => hop_from_capture(stall, &cap.segments, log),
+        (Some(_), None) => Some(
+            "without a capture the probe cannot see ACKs, so it cannot place the held write; \
+             run it with CAP_NET_RAW to compare the hold with the path's round trip"
+                .to_string(),
+        ),
+        (None, Some(cap)) => upstream_pauses(&cap.segments),
+        (None, None) => None,
+    };
+    let advice = example
+        .as_ref()
+        .map(|s| fixes(s.kind, s.held))
+        .unwrap_or_default();
+    Diagnosis {
+        source,
+        counts,
+        example,
+        culprit,
+        explanation,
+        evidence,
+        hop,
+        advice,
+    }
+}
+
+/// The side to change for a stall of `kind` holding `held`: the writer for Nagle and cork
+/// holds, the reader that let its window close for a zero window, nobody for losses.
+fn culprit_of(kind: StallKind, held: Side) -> Option<Side> {
+    match kind {
+        StallKind::NagleDelayedAck | StallKind::NagleMinor | StallKind::CorkTimer => Some(held),
+        StallKind::ZeroWindow => Some(held.peer()),
+        StallKind::Rto => None,
+    }
+}
+
+/// The latest stall of the commonest (kind, held side): the steady state of the run.
+fn dominant(stalls: &[Stall]) -> Option<Stall> {
+    let real: Vec<&Stall> = stalls.iter().filter(|s| s.kind.is_stall()).collect();
+    let count = |s: &Stall| {
+        real.iter()
+            .filter(|o| o.kind == s.kind && o.held == s.held)
+            .count()
+    };
+    real.iter()
+        .enumerate()
+        .max_by_key(|(i, s)| (count(s), *i))
+        .map(|(_, s)| (*s).clone())
+}
+
+/// The socket-only sentence for a stall.
+fn explain_from_socket(stall: &Stall) -> String {
+    let ms = stall.delay_ns as f64 / 1e6;
+    match (stall.kind, stall.held) {
+        (StallKind::NagleDelayedAck, Side::Client) => format!(
+            "our request's last write was held by the kernel (TCP_INFO: bytes not sent) and the \
+             answer took {ms:.1} ms: Nagle held it until the server's delayed ACK"
+        ),
+        (StallKind::NagleDelayedAck, Side::Server) => format!(
+            "the reply reached our socket in parts, the last {ms:.1} ms after the one before: \
+             the server writes it in several writes and the last waited, for our delayed ACK as \
+             far as the socket can tell"
+        ),
+        _ => format!(
+            "the whole reply came {ms:.1} ms after the request: the server's TCP_CORK/MSG_MORE \
+             timer (~200 ms) or as long spent by the server"
+        ),
+    }
+}
+
+/// The segments of the stalled turn, from the request that started it to the released
+/// segment.
+fn wire_evidence(stall: &Stall, segments: &[WireSegment]) -> Vec<EvidenceLine> {
+    let conn: Vec<&WireSegment> = segments
+        .iter()
+        .filter(|s| s.local_port == stall.local_port)
+        .collect();
+    let Some(release) = conn
+        .iter()
+        .rposition(|s| s.ts_ns == stall.ts_ns && s.payload > 0)
+    else {
+        return Vec::new();
+    };
+    // The turn starts after the previous reply (data from the server before our request;
+    // before the held write itself when we are the held side), leading pure ACKs skipped.
+    let last_before = |end: usize, outgoing: bool| {
+        conn[..end]
+            .iter()
+            .rposition(|s| s.payload > 0 && s.outgoing == outgoing)
+    };
+    let request_end = match stall.held {
+        Side::Server => last_before(release, true).unwrap_or(0),
+        Side::Client => release,
+    };
+    let mut start = last_before(request_end, false).map_or(0, |p| p + 1);
+    while start < release && conn[start].payload == 0 {
+        start += 1;
+    }
+    let start = start.max((release + 1).saturating_sub(EVIDENCE_LINES));
+    let t0 = conn[start].ts_ns;
+    conn[start..=release]
+        .iter()
+        .enumerate()
+        .map(|(i, s)| EvidenceLine {
+            offset_ms: s.ts_ns.saturating_sub(t0) as f64 / 1e6,
+            from: if s.outgoing {
+                Side::Client
+            } else {
+                Side::Server
+            },
+            bytes: s.payload,
+            what: if start + i == release {
+                "released (the held write)".to_string()
+            } else if s.payload == 0 {
+                "ACK".to_string()
+            } else {
+                "data".to_string()
+            },
+        })
+        .collect()
+}
+
+/// The stalled turn as the socket saw it: our writes and the reads of the reply.
+fn socket_evidence(stall: &Stall, log: &RunLog) -> Vec<EvidenceLine> {
+    let Some(turn) = log.turns.iter().find(|t| {
+        log.connections.get(t.connection).map(|c| c.local_port) == Some(stall.local_port)
+            && (t.sent.iter().any(|s| s.ts_ns == stall.ts_ns)
+                || t.arrivals.iter().any(|a| a.ts_ns == stall.ts_ns))
+    }) else {
+        return Vec::new();
+    };
+    let t0 = turn.start_ns;
+    let mut lines: Vec<(u64, EvidenceLine)> = turn
+        .sent
+        .iter()
+        .map(|s| {
+            let what = match s.held {
+                Some(held) if held > 0 => format!("write; {held} B still unsent after it"),
+                _ => "write".to_string(),
+            };
+            (s.ts_ns, Side::Client, s.bytes, what)
+        })
+        .chain(turn.arrivals.iter().map(|a| {
+            (
+                a.ts_ns,
+                Side::Server,
+                a.bytes,
+                "read (kernel receive time)".to_string(),
+            )
+        }))
+        .map(|(ts, from, bytes, what)| {
+            (
+                ts,
+                EvidenceLine {
+                    offset_ms: ts.saturating_sub(t0) as f64 / 1e6,
+                    from,
+                    bytes: u32::try_from(bytes).unwrap_or(u32::MAX),
+                    what,
+                },
+            )
+        })
+        .collect();
+    lines.sort_by_key(|(ts, _)| *ts);
+    lines
+        .into_iter()
+        .take(EVIDENCE_LINES)
+        .map(|(_, l)| l)
+        .collect()
+}
+
+/// The connection's handshake round trip as the capture saw it: our SYN to the SYN-ACK.
+fn handshake_rtt(conn: &[&WireSegment]) -> Option<u64> {
+    use crate::decode::flags::{ACK, SYN};
+    let syn = conn
+        .iter()
+        .find(|s| s.outgoing && s.flags & SYN != 0 && s.flags & ACK == 0)?;
+    let syn_ack = conn
+        .iter()
+        .find(|s| !s.outgoing && s.flags & (SYN | ACK) == SYN | ACK)?;
+    Some(syn_ack.ts_ns.saturating_sub(syn.ts_ns))
+}
+
+/// Where the held write sits, from the gap between our ACK and the release against the
+/// handshake's round trip.
+fn hop_from_capture(stall: &Stall, segments: &[WireSegment], log: &RunLog) -> Option<String> {
+    let conn: Vec<&WireSegment> = segments
+        .iter()
+        .filter(|s| s.local_port == stall.local_port)
+        .collect();
+    let rtt = handshake_rtt(&conn);
+    let rtt_text = rtt.map_or("?".to_string(), |r| format!("{:.3} ms", r as f64 / 1e6));
+    let remote = log
+        .connections
+        .iter()
+        .find(|c| c.local_port == stall.local_port)
+        .and_then(|c| c.remote);
+    let on_this_host = remote.is_some_and(|r| r.ip().is_loopback());
+    let port = remote.map_or(0, |r| r.port());
+    if stall.held == Side::Client {
+        return Some(
+            "the held write is the probe's own: this host, this process (its request pattern)"
+                .to_string(),
+        );
+    }
+    if !matches!(
+        stall.kind,
+        StallKind::NagleDelayedAck | StallKind::NagleMinor
+    ) {
+        return None;
+    }
+    let release = conn
+        .iter()
+        .rposition(|s| s.ts_ns == stall.ts_ns && s.payload > 0)?;
+    let our_ack = conn[..release]
+        .iter()
+        .rev()
+        .find(|s| s.outgoing && s.payload == 0)?;
+    let gap = stall.ts_ns.saturating_sub(our_ack.ts_ns);
+    let gap_text = format!("{:.3} ms", gap as f64 / 1e6);
+    // The release answers our ACK within a round trip (plus a little scheduling) when the
+    // holder is the far end of this TCP connection.
+    let within_rtt = rtt.is_some_and(|r| gap <= 2 * r + 1_000_000);
+    Some(if !within_rtt {
+        format!(
+            "the released segment came {gap_text} after our ACK, more than the handshake's \
+             round trip ({rtt_text}): the far end did not send it in answer to our ACK alone, \
+             so the hold may sit behind it (a proxy's upstream connection)"
+        )
+    } else if on_this_host {
+        format!(
+            "the held write is on this host (loopback): the process listening on port {port} \
+             wrote it; its segment left {gap_text} after our ACK reached it. `tcpstall sockets \
+             PID` shows its sockets' TCP_NODELAY and `tcpstall fix PID --port {port}` sets it live"
+        )
+    } else {
+        format!(
+            "the released segment came {gap_text} after our ACK left, within the handshake's \
+             round trip ({rtt_text}): the write was held at the far end of this TCP connection, \
+             the server or a proxy/load balancer that ends TCP in front of it. The capture cannot \
+             see past that hop; `tcpstall watch` on that host names the process"
+        )
+    })
+}
+
+/// Replies that paused a delayed-ACK time in the middle with no ACK of ours releasing them
+/// (the detector found nothing): the wait is behind the server.
+fn upstream_pauses(segments: &[WireSegment]) -> Option<String> {
+    let threshold = tcp_rules::nanos(tcp_rules::STALL_THRESHOLD);
+    let mut pauses = 0;
+    let mut last_in: std::collections::HashMap<u16, u64> = Default::default();
+    for s in segments.iter().filter(|s| s.payload > 0) {
+        if s.outgoing {
+            // A new request: the next reply starts afresh.
+            last_in.remove(&s.local_port);
+            continue;
+        }
+        if let Some(prev) = last_in.get(&s.local_port) {
+            if s.ts_ns.saturating_sub(*prev) >= threshold {
+                pauses += 1;
+            }
+        }
+        last_in.insert(s.local_port, s.ts_ns);
+    }
+    (pauses > 0).then(|| {
+        format!(
+            "{pauses} replies paused at least {} ms in the middle with no ACK of ours releasing \
+             them: the wait is behind the server (a proxy waiting on its upstream connection, \
+             where that hop's delayed ACK may release a held write, or the server pausing \
+             between writes); `tcpstall watch` on that host sees that hop",
+            tcp_rules::STALL_THRESHOLD.as_millis()
+        )
+    })
+}

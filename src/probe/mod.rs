@@ -1,0 +1,394 @@
+//! `tcpstall probe URL`: drives a real server the way a typical client does (Nagle on, the
+//! kernel's delayed ACK, connections kept alive) and says whether it stalls, who causes it
+//! and what to change.
+//!
+//! The probe watches its own traffic: with CAP_NET_RAW a live capture of its ports on the
+//! route's interface feeds the detector `analyze` uses ([`capture`]); without it, the kernel's
+//! receive timestamps on its own socket and TCP_INFO ([`socket`], [`stalls::from_turn`]), a
+//! weaker view the report owns up to. A stall it can blame on Nagle × delayed ACK is then
+//! re-run with the client-side remedy ([`confirm`]): it must vanish.
+
+pub mod capture;
+pub mod client;
+pub mod confirm;
+pub mod diagnosis;
+pub mod dialogue;
+pub mod http;
+pub mod line;
+pub mod memcached;
+pub mod redis;
+pub mod reply;
+pub mod socket;
+pub mod stalls;
+pub mod target;
+pub mod tls;
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Context};
+use clap::Args;
+
+use self::capture::{Captured, NoCapture, OwnCapture};
+use self::client::{Plan, RunLog};
+use self::confirm::{Confirmation, Remedy};
+use self::diagnosis::{Diagnosis, Source};
+use self::dialogue::{Dialogue, Shape};
+use self::socket::SocketMode;
+use self::target::Target;
+use crate::lab::measure::LatencySummary;
+use crate::report;
+use crate::Outcome;
+
+/// Most requests a run may make.
+pub const MAX_REQUESTS: usize = 10_000;
+
+/// Arguments of `tcpstall probe`.
+#[derive(Args, Debug, Clone)]
+#[command(after_help = "Examples:\n  \
+    tcpstall probe http://127.0.0.1:8000/\n  \
+    tcpstall probe --insecure https://127.0.0.1:8443/\n  \
+    tcpstall probe memcached://127.0.0.1:11211 --size 4000\n  \
+    tcpstall probe redis://127.0.0.1:6379 --size 100\n  \
+    tcpstall probe tcp://127.0.0.1:7000 --send 'PING\\r\\n' --until '\\r\\n'\n\n\
+    With CAP_NET_RAW (root) the probe captures its own packets and runs the same detector as \
+    `analyze`; without it, it judges from its socket's receive times and TCP_INFO, which \
+    cannot see ACKs. Exit status: 0 done, 1 stall found with --fail-on-stall, 2 error \
+    (the results measured before it are still printed).")]
+pub struct ProbeArgs {
+    /// The target: http://HOST:PORT/PATH, https://…, memcached://HOST:PORT, redis://HOST:PORT,
+    /// tcp://HOST:PORT (with --send and --until).
+    pub url: String,
+    /// Timed requests (1-10000).
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=MAX_REQUESTS as i64))]
+    pub requests: u32,
+    /// Connections in parallel, each kept alive (1-64).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub connections: u16,
+    /// Seconds allowed for each connect, TLS handshake and request.
+    #[arg(long, default_value_t = 2.0, value_parser = positive_seconds)]
+    pub timeout: f64,
+    /// Seconds allowed for the whole run (the confirmation re-run gets as long again).
+    #[arg(long, default_value_t = 60.0, value_parser = positive_seconds)]
+    pub max_time: f64,
+    /// HTTP method.
+    #[arg(long, default_value = "GET")]
+    pub method: String,
+    /// HTTP request body bytes (POST, PUT), up to 16 MiB.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=16 << 20))]
+    pub body_size: u32,
+    /// HTTP: write the request head and body in two calls, as many clients do (the probe's
+    /// own Nagle hold can then be the culprit).
+    #[arg(long)]
+    pub split_request: bool,
+    /// memcached/redis value bytes (1 B - 1 MiB).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=1 << 20))]
+    pub size: u32,
+    /// tcp://: the request, with escapes \r \n \t \0 \\ \xHH.
+    #[arg(long)]
+    pub send: Option<String>,
+    /// tcp://: the bytes that end a reply, with the same escapes.
+    #[arg(long)]
+    pub until: Option<String>,
+    /// https://: accept any certificate (self-signed, wrong name); signatures are still checked.
+    #[arg(long)]
+    pub insecure: bool,
+    /// Print JSON (stable keys: target, requests, p50_ms, p99_ms, max_ms, verdict, culprit,
+    /// stalls, advice, confirmed).
+    #[arg(long)]
+    pub json: bool,
+    /// Exit 1 when the verdict is `stall`.
+    #[arg(long)]
+    pub fail_on_stall: bool,
+}
+
+fn positive_seconds(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(s) if s > 0.0 && s <= 3600.0 => Ok(s),
+        _ => Err(format!("{text:?} is not a number of seconds in (0, 3600]")),
+    }
+}
+
+/// Everything a probe found, for the renderers.
+#[derive(Debug, Clone)]
+pub struct ProbeReport {
+    /// The target, as a URL.
+    pub target: String,
+    /// Timed requests answered.
+    pub requests: usize,
+    /// Requests asked for.
+    pub requests_asked: usize,
+    /// Connections opened.
+    pub connections: usize,
+    /// Latency of the answered requests.
+    pub latency: LatencySummary,
+    /// The diagnosis.
+    pub diagnosis: Diagnosis,
+    /// The confirmation re-run, when the diagnosis has a client-side remedy.
+    pub confirmation: Option<Confirmation>,
+    /// Handshake time of the first connection (the connect call), ms.
+    pub connect_ms: Option<f64>,
+    /// The first connection's lowest RTT (TCP_INFO `tcpi_min_rtt`), ms: the path without timers.
+    pub min_rtt_ms: Option<f64>,
+    /// Retransmissions over all connections (TCP_INFO).
+    pub retransmissions: u64,
+    /// Remarks that qualify the result.
+    pub notes: Vec<String>,
+    /// What went wrong; the results above are what was measured before.
+    pub errors: Vec<String>,
+}
+
+/// Runs the probe and prints its report; errors after some requests were answered are
+/// reported with the results, then returned (exit 2).
+pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
+    let target = target::parse(&args.url)?;
+    let shape = Shape {
+        method: args.method.clone(),
+        body_size: args.body_size as usize,
+        split_request: args.split_request,
+        value_size: args.size as usize,
+        send: args.send.as_deref().map(target::unescape).transpose()?,
+        until: args.until.as_deref().map(target::unescape).transpose()?,
+    };
+    let dialogue = dialogue::build(&target, &shape)?;
+    let addrs = resolve(&target)?;
+    let tls = if target.protocol.is_tls() {
+        Some((tls::client_config(args.insecure)?, args.insecure))
+    } else {
+        None
+    };
+    let timeout = Duration::from_secs_f64(args.timeout);
+    let max_time = Duration::from_secs_f64(args.max_time);
+    let plan = Plan {
+        addrs,
+        host: target.host.clone(),
+        tls,
+        timeout,
+        deadline: Instant::now() + max_time,
+        mode: SocketMode::default(),
+    };
+    let requests = args.requests as usize;
+    let (log, stalls, source, captured) =
+        observed_run(&plan, &dialogue, requests, usize::from(args.connections));
+    let answered = log.requests().count();
+    if answered == 0 {
+        let first = log
+            .errors
+            .first()
+            .cloned()
+            .unwrap_or_else(|| "no request was answered".to_string());
+        return Err(anyhow!("probe of {}: {first}", target.display()));
+    }
+    let diagnosis = diagnosis::diagnose(stalls, &log, source, captured.as_ref());
+    let mut diagnosis = diagnosis;
+    let confirmation = diagnosis.example.as_ref().and_then(|example| {
+        let remedy = Remedy::for_stall(example)?;
+        Some(confirm_with(
+            &plan, &dialogue, &log, example, remedy, max_time,
+        ))
+    });
+    if let Some(hop) = confirmation.as_ref().and_then(held_behind_the_server) {
+        diagnosis.hop = Some(hop);
+    }
+    let report = assemble(&target, requests, &log, diagnosis, confirmation);
+    let text = if args.json {
+        report::probe::json(&report)
+    } else {
+        report::probe::text(&report)
+    };
+    report::print_stdout(&text)?;
+    if let Some(first) = report.errors.first() {
+        return Err(anyhow!(
+            "probe of {} ended early ({} of {} requests answered): {first}",
+            report.target,
+            report.requests,
+            requests
+        ));
+    }
+    Ok(if report.diagnosis.counts.stalls() > 0 {
+        Outcome::StallsFound
+    } else {
+        Outcome::Done
+    })
+}
+
+/// Re-runs a few requests with `remedy` on a fresh connection and judges whether the stall of
+/// `example` vanished.
+fn confirm_with(
+    plan: &Plan,
+    dialogue: &Dialogue,
+    first: &RunLog,
+    example: &stalls::Stall,
+    remedy: Remedy,
+    max_time: Duration,
+) -> Confirmation {
+    let plan = Plan {
+        mode: remedy.mode(),
+        deadline: Instant::now() + max_time,
+        ..plan.clone()
+    };
+    let (rerun, stalls, source, _) = observed_run(&plan, dialogue, confirm::REQUESTS, 1);
+    let latencies: Vec<Duration> = rerun.requests().map(|t| t.latency).collect();
+    // The quickest request of either run: the path and the server's own time, no timer (a new
+    // connection's first request is never held).
+    let baseline = first
+        .requests()
+        .chain(rerun.requests())
+        .map(|t| t.latency)
+        .min()
+        .unwrap_or_default();
+    confirm::judge(
+        remedy,
+        example,
+        baseline,
+        confirm::Rerun {
+            stalls: &stalls,
+            latencies: &latencies,
+            errors: &rerun.errors,
+            captured: matches!(source, Source::Capture { .. }),
+        },
+    )
+}
+
+/// Where the held write is when QUICKACK re-armed did not remove the stall: not waiting for
+/// our ACK, so behind the server.
+fn held_behind_the_server(conf: &Confirmation) -> Option<String> {
+    (conf.confirmed == Some(false) && conf.remedy == Remedy::QuickAck).then(|| {
+        format!(
+            "with our ACKs sent at once the replies still paused ({} of {} requests a stall \
+             slower): the held write does not wait for our ACK but sits behind the server. The \
+             server is a proxy or sidecar whose own connection upstream holds it (that hop's \
+             delayed ACK releases it), or it pauses between writes; this probe's connection \
+             ends at that server, and `tcpstall watch` on its host sees the next hop",
+            conf.slow.max(conf.stalls),
+            conf.requests
+        )
+    })
+}
+
+/// The target's addresses.
+fn resolve(target: &Target) -> anyhow::Result<Vec<SocketAddr>> {
+    let addrs: Vec<SocketAddr> = (target.host.as_str(), target.port)
+        .to_socket_addrs()
+        .with_context(|| format!("cannot resolve {} (check the host name)", target.host))?
+        .collect();
+    if addrs.is_empty() {
+        return Err(anyhow!("{} resolved to no address", target.host));
+    }
+    Ok(addrs)
+}
+
+/// One run of requests, watched: captured when the probe may, else from its socket.
+fn observed_run(
+    plan: &Plan,
+    dialogue: &Dialogue,
+    requests: usize,
+    connections: usize,
+) -> (RunLog, Vec<stalls::Stall>, Source, Option<Captured>) {
+    let capture = OwnCapture::start(plan.addrs[0]);
+    let log = match &capture {
+        Ok(cap) => client::run(plan, dialogue, requests, connections, &|port| {
+            cap.watch(port)
+        }),
+        Err(_) => client::run(plan, dialogue, requests, connections, &|_| {}),
+    };
+    let reason = match capture.map(OwnCapture::finish) {
+        Ok(Ok(captured)) => {
+            let stalls = stalls::from_capture(&captured.analysis.events, &log);
+            let source = Source::Capture {
+                interface: captured.interface.clone(),
+                dropped: captured.dropped,
+            };
+            return (log, stalls, source, Some(captured));
+        }
+        Ok(Err(err)) => format!("the capture failed: {err:#}"),
+        Err(NoCapture::NoPermission) => "no CAP_NET_RAW to capture its own packets".to_string(),
+        Err(NoCapture::Failed(why)) => format!("no capture: {why}"),
+    };
+    let stalls = stalls::from_socket(&log);
+    (log, stalls, Source::Socket { reason }, None)
+}
+
+/// Gathers the figures of the run into the report.
+fn assemble(
+    target: &Target,
+    requests_asked: usize,
+    log: &RunLog,
+    diagnosis: Diagnosis,
+    confirmation: Option<Confirmation>,
+) -> ProbeReport {
+    let latencies: Vec<Duration> = log.requests().map(|t| t.latency).collect();
+    let latency = LatencySummary::of(&latencies);
+    let infos: Vec<_> = log
+        .connections
+        .iter()
+        .filter_map(|c| c.info_at_end)
+        .collect();
+    let mut notes = Vec::new();
+    if let Source::Socket { reason } = &diagnosis.source {
+        notes.push(format!(
+            "weaker diagnosis ({reason}): the probe saw only when bytes reached its own socket \
+             (kernel receive timestamps) and TCP_INFO, not the packets: no ACKs, no segment \
+             sizes, no retransmissions or window updates. A reply arriving in parts 40 ms apart \
+             is taken for a Nagle hold released by our delayed ACK, though a server pausing \
+             between writes looks the same. Run as root, or grant the capability once: sudo \
+             setcap cap_net_raw+ep $(command -v tcpstall)"
+        ));
+    }
+    if let Source::Capture { dropped, .. } = &diagnosis.source {
+        if *dropped > 0 {
+            notes.push(format!(
+                "the kernel dropped {dropped} packets (of any port on the interface) from the \
+                 capture's buffer: if some were the probe's, stalls may be missed"
+            ));
+        }
+    }
+    if diagnosis.counts.stalls() == 0 && latency.p50_ms >= crate::lab::measure::STALL_THRESHOLD_MS {
+        let whose = if diagnosis.hop.is_some() {
+            "the time is spent at or behind the server (see where)"
+        } else {
+            "the server's own time"
+        };
+        notes.push(format!(
+            "requests are slow (p50 {:.1} ms) but show no stall on this connection: {whose}",
+            latency.p50_ms
+        ));
+    }
+    let failed_status: Vec<u16> = log
+        .requests()
+        .filter_map(|t| t.http_status)
+        .filter(|code| *code >= 400)
+        .collect();
+    if let Some(code) = failed_status.first() {
+        notes.push(format!(
+            "the server answered {} of the requests with an error status (first: {code}): the \
+             figures are those of its error answer; check the URL and --method",
+            failed_status.len()
+        ));
+    }
+    if log.connections.len() > log.requests().count().max(1) / 2 && log.requests().count() > 2 {
+        notes.push(format!(
+            "the server closed the connection after most answers ({} connections for {} \
+             requests): a new connection starts in quick-ACK mode, so a Nagle stall may not show",
+            log.connections.len(),
+            log.requests().count()
+        ));
+    }
+    ProbeReport {
+        target: target.display(),
+        requests: latencies.len(),
+        requests_asked,
+        connections: log.connections.len(),
+        latency,
+        diagnosis,
+        confirmation,
+        connect_ms: log
+            .connections
+            .first()
+            .map(|c| c.connect.as_secs_f64() * 1e3),
+        min_rtt_ms: infos.first().map(|i| f64::from(i.min_rtt) / 1e3),
+        retransmissions: infos.iter().map(|i| u64::from(i.total_retrans)).sum(),
+        notes,
+        errors: log.errors.clone(),
+    }
+}

@@ -1,0 +1,72 @@
+//! The answer a request waits for, and whether the bytes read so far hold all of it. Each
+//! protocol's parser lives in its own file; this is what the request loop asks.
+
+use super::{http, line, memcached, redis};
+
+/// How far the bytes read so far go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Parsed {
+    /// More bytes are needed.
+    Incomplete,
+    /// A whole answer of `len` bytes; `close` when the server said it closes the connection
+    /// after it (HTTP `Connection: close`).
+    Complete {
+        /// Bytes of the answer.
+        len: usize,
+        /// The server closes after this answer.
+        close: bool,
+    },
+    /// The answer ends when the server closes the connection (HTTP without a length).
+    UntilClose,
+}
+
+/// What a reply must look like (each variant parsed by its protocol's file).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// An HTTP/1.x response; `head` when the request was HEAD (no body follows).
+    Http {
+        /// The request was HEAD.
+        head: bool,
+    },
+    /// memcached's `STORED` after a `set`.
+    MemcachedStored,
+    /// memcached's `VALUE … END` after a `get` of one key.
+    MemcachedValue,
+    /// RESP `+OK` (redis `SET`).
+    RedisOk,
+    /// A RESP bulk string (redis `GET`).
+    RedisBulk,
+    /// Everything up to and including these bytes (a line protocol).
+    Until(Vec<u8>),
+}
+
+impl Reply {
+    /// Judges `buf`, the bytes read since the request: complete, incomplete, or an error
+    /// saying what was wrong with it.
+    pub fn parse(&self, buf: &[u8]) -> Result<Parsed, String> {
+        match self {
+            Reply::Http { head } => http::parse_response(buf, *head),
+            Reply::MemcachedStored => memcached::parse_stored(buf),
+            Reply::MemcachedValue => memcached::parse_value(buf),
+            Reply::RedisOk => redis::parse_ok(buf),
+            Reply::RedisBulk => redis::parse_bulk(buf),
+            Reply::Until(end) => Ok(line::parse_until(buf, end)),
+        }
+    }
+}
+
+/// The first bytes of `buf`, escaped, for error messages.
+pub fn excerpt(buf: &[u8]) -> String {
+    const SHOWN: usize = 48;
+    let shown: String = buf[..buf.len().min(SHOWN)].escape_ascii().to_string();
+    if buf.len() > SHOWN {
+        format!("\"{shown}…\"")
+    } else {
+        format!("\"{shown}\"")
+    }
+}
+
+/// The position just past the first CRLF of `buf`, if it holds one.
+pub fn line_end(buf: &[u8]) -> Option<usize> {
+    buf.windows(2).position(|w| w == b"\r\n").map(|i| i + 2)
+}

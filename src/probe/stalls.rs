@@ -1,0 +1,204 @@
+//! The stalls of a run, from either source of evidence, in one shape: the detector's events
+//! when the probe captured its traffic, or what its own socket saw (kernel receive
+//! timestamps, TCP_INFO after each write) when it could not.
+
+use crate::detect::{StallEvent, StallKind};
+use crate::flow::Side;
+use crate::tcp_rules;
+
+use super::client::{RunLog, Turn};
+
+/// One stall of a request.
+#[derive(Debug, Clone)]
+pub struct Stall {
+    /// The cause.
+    pub kind: StallKind,
+    /// The side whose data waited.
+    pub held: Side,
+    /// How long it waited, ns.
+    pub delay_ns: u64,
+    /// The probe's local port (the connection).
+    pub local_port: u16,
+    /// When the held data was released (capture) or reached the socket, ns since the epoch.
+    pub ts_ns: u64,
+    /// The detector's event, when a capture found it.
+    pub event: Option<StallEvent>,
+}
+
+/// Counts per kind: the four stable JSON keys plus minor Nagle holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StallCounts {
+    /// Nagle hold released by a delayed ACK.
+    pub nagle_delayed_ack: u64,
+    /// TCP_CORK / MSG_MORE timer.
+    pub cork_timer: u64,
+    /// Retransmission timeout.
+    pub rto: u64,
+    /// Zero window.
+    pub zero_window: u64,
+    /// Nagle hold released by an ordinary ACK (one RTT; not a stall).
+    pub nagle_minor: u64,
+}
+
+impl StallCounts {
+    /// Counts of `stalls`.
+    pub fn of(stalls: &[Stall]) -> StallCounts {
+        let mut counts = StallCounts::default();
+        for stall in stalls {
+            *match stall.kind {
+                StallKind::NagleDelayedAck => &mut counts.nagle_delayed_ack,
+                StallKind::CorkTimer => &mut counts.cork_timer,
+                StallKind::Rto => &mut counts.rto,
+                StallKind::ZeroWindow => &mut counts.zero_window,
+                StallKind::NagleMinor => &mut counts.nagle_minor,
+            } += 1;
+        }
+        counts
+    }
+
+    /// Stalls (minor holds left out).
+    pub fn stalls(&self) -> u64 {
+        self.nagle_delayed_ack + self.cork_timer + self.rto + self.zero_window
+    }
+}
+
+/// The detector's events, for the connections of `log` only.
+pub fn from_capture(events: &[StallEvent], log: &RunLog) -> Vec<Stall> {
+    events
+        .iter()
+        .filter(|e| {
+            log.connections
+                .iter()
+                .any(|c| c.local_port == e.client.port)
+        })
+        .map(|e| Stall {
+            kind: e.finding.kind,
+            held: e.finding.held_side,
+            delay_ns: e.finding.delay_ns.as_nanos(),
+            local_port: e.client.port,
+            ts_ns: e.ts_ns.as_nanos(),
+            event: Some(e.clone()),
+        })
+        .collect()
+}
+
+/// What the socket alone shows, turn by turn (see [`from_turn`]).
+pub fn from_socket(log: &RunLog) -> Vec<Stall> {
+    log.turns
+        .iter()
+        .filter_map(|turn| {
+            let port = log.connections.get(turn.connection)?.local_port;
+            from_turn(turn, port)
+        })
+        .collect()
+}
+
+/// A turn's stall as the probe's own socket can judge it, weaker than a capture:
+/// - our request's later write was still unsent right after it (`tcpi_notsent_bytes` > 0)
+///   and the turn took a delayed-ACK time: Nagle held our own write (`tcp_nagle_check`);
+/// - the reply reached the socket in parts, the last at least a delayed-ACK time after the
+///   one before: the server's last write waited, for our delayed ACK as far as the socket
+///   can tell (a server pausing between its writes looks the same);
+/// - the whole reply came in the cork timer's window after the request: TCP_CORK/MSG_MORE
+///   on the server, or as long spent by it (a capture cannot tell them apart either).
+pub fn from_turn(turn: &Turn, local_port: u16) -> Option<Stall> {
+    let threshold = tcp_rules::nanos(tcp_rules::STALL_THRESHOLD);
+    let latency = turn.latency.as_nanos() as u64;
+    let stall = |kind, held, delay_ns, ts_ns| Stall {
+        kind,
+        held,
+        delay_ns,
+        local_port,
+        ts_ns,
+        event: None,
+    };
+    let last_write = turn.sent.last()?;
+    let our_hold = turn
+        .sent
+        .iter()
+        .skip(1)
+        .any(|s| s.held.is_some_and(|b| b > 0));
+    if our_hold && latency >= threshold {
+        return Some(stall(
+            StallKind::NagleDelayedAck,
+            Side::Client,
+            latency,
+            last_write.ts_ns,
+        ));
+    }
+    let widest_gap = turn
+        .arrivals
+        .windows(2)
+        .map(|w| (w[1].ts_ns.saturating_sub(w[0].ts_ns), w[1].ts_ns))
+        .max();
+    if let Some((gap, ts)) = widest_gap.filter(|(gap, _)| *gap >= threshold) {
+        return Some(stall(StallKind::NagleDelayedAck, Side::Server, gap, ts));
+    }
+    let first = turn.arrivals.first()?;
+    let wait = first.ts_ns.saturating_sub(last_write.ts_ns);
+    let cork =
+        tcp_rules::nanos(tcp_rules::CORK_TIMER_MIN)..=tcp_rules::nanos(tcp_rules::CORK_TIMER_MAX);
+    cork.contains(&wait)
+        .then(|| stall(StallKind::CorkTimer, Side::Server, wait, first.ts_ns))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::probe::socket::{Arrival, Sent};
+    use std::time::Duration;
+
+    const MS: u64 = 1_000_000;
+
+    fn turn(sent: &[(u64, Option<u32>)], arrivals: &[u64], latency_ms: u64) -> Turn {
+        Turn {
+            connection: 0,
+            setup: false,
+            start_ns: 0,
+            latency: Duration::from_millis(latency_ms),
+            sent: sent
+                .iter()
+                .map(|&(ts_ns, held)| Sent {
+                    ts_ns,
+                    bytes: 100,
+                    held,
+                })
+                .collect(),
+            arrivals: arrivals
+                .iter()
+                .map(|&ts_ns| Arrival { ts_ns, bytes: 50 })
+                .collect(),
+            http_status: None,
+        }
+    }
+
+    #[test]
+    fn a_reply_in_two_parts_a_delayed_ack_apart_is_the_servers_hold() {
+        let s = from_turn(&turn(&[(0, Some(0))], &[MS / 10, 44 * MS], 44), 7).unwrap();
+        assert_eq!(
+            (s.kind, s.held, s.local_port),
+            (StallKind::NagleDelayedAck, Side::Server, 7)
+        );
+        assert!(s.delay_ns >= 43 * MS);
+        // The same parts a millisecond apart: no stall.
+        assert!(from_turn(&turn(&[(0, Some(0))], &[MS / 10, MS], 1), 7).is_none());
+    }
+
+    #[test]
+    fn our_later_write_left_unsent_is_our_hold() {
+        let t = turn(&[(0, Some(0)), (MS / 100, Some(2000))], &[45 * MS], 45);
+        let s = from_turn(&t, 7).unwrap();
+        assert_eq!((s.kind, s.held), (StallKind::NagleDelayedAck, Side::Client));
+        // Unsent but answered at once: Nagle released it by an ordinary ACK.
+        let quick = turn(&[(0, Some(0)), (MS / 100, Some(2000))], &[MS / 5], 0);
+        assert!(from_turn(&quick, 7).is_none());
+    }
+
+    #[test]
+    fn a_whole_reply_on_the_cork_timer() {
+        let s = from_turn(&turn(&[(0, Some(0))], &[205 * MS], 205), 7).unwrap();
+        assert_eq!((s.kind, s.held), (StallKind::CorkTimer, Side::Server));
+        // 100 ms of the server's own time is neither.
+        assert!(from_turn(&turn(&[(0, Some(0))], &[100 * MS], 100), 7).is_none());
+    }
+}

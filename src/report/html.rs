@@ -1,0 +1,394 @@
+//! One self-contained HTML page (no network: styles, script and SVG charts inline) for
+//! `analyze --html` and `lab --html`: a summary read in ten seconds, a sortable table, latency
+//! histograms and timelines, and the ladder of one example of each kind of stall.
+//!
+//! The page is a minijinja template (`templates/page.html`, autoescaped); the charts are SVG
+//! strings from [`super::charts`]. It stays small on big inputs: the table keeps the
+//! [`TABLE_ROWS`] flows that lost most, charts are drawn for [`CHARTED_FLOWS`] flows, each
+//! timeline at most [`TIMELINE_POINTS`] turns.
+
+use std::path::Path;
+
+use anyhow::Context;
+use minijinja::Environment;
+use serde::Serialize;
+
+use super::charts::{self, LabBar};
+use super::json::InputFacts;
+use super::ms;
+use crate::detect::verdict::{events_by_flow, explain, fixes, patterns, FlowSummary};
+use crate::detect::{Analysis, StallKind};
+use crate::flow::{Span, Timestamp};
+use crate::ladder::Ladder;
+
+/// Flows listed in the table (those that lost most time first).
+pub const TABLE_ROWS: usize = 500;
+/// Flows with a histogram and a timeline.
+pub const CHARTED_FLOWS: usize = 8;
+/// Turns drawn on one timeline (evenly sampled beyond that; stalled turns always kept).
+pub const TIMELINE_POINTS: usize = 2000;
+
+const TEMPLATE: &str = include_str!("templates/page.html");
+
+/// A table cell: what is shown and the value it sorts by.
+#[derive(Debug, Clone, Serialize)]
+pub struct Cell {
+    /// Shown text.
+    pub text: String,
+    /// Sort key (a number as text for numeric columns).
+    pub sort: String,
+    /// Long text that wraps (the lab's explanations).
+    pub wide: bool,
+}
+
+impl Cell {
+    fn text(text: impl Into<String>) -> Cell {
+        let text = text.into();
+        Cell {
+            sort: text.clone(),
+            text,
+            wide: false,
+        }
+    }
+
+    fn wide(text: impl Into<String>) -> Cell {
+        Cell {
+            wide: true,
+            ..Cell::text(text)
+        }
+    }
+
+    fn number(text: impl Into<String>, value: f64) -> Cell {
+        Cell {
+            text: text.into(),
+            sort: format!("{value}"),
+            wide: false,
+        }
+    }
+}
+
+/// A table row.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// Cells, in header order.
+    pub cells: Vec<Cell>,
+    /// Drawn as stalled.
+    pub stalled: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct FlowCharts {
+    label: String,
+    histogram: String,
+    timeline: String,
+}
+
+#[derive(Debug, Serialize)]
+struct LadderView {
+    kind: &'static str,
+    flow: String,
+    explanation: String,
+    svg: String,
+    fixes: Vec<String>,
+}
+
+/// Everything a page shows.
+#[derive(Debug, Default, Serialize)]
+pub struct Page {
+    /// Title and first heading.
+    pub title: String,
+    /// The one sentence: what stalls, how much time it cost, who holds.
+    pub headline: String,
+    /// Nothing stalled.
+    pub clean: bool,
+    /// Further facts, one line each.
+    pub facts: Vec<String>,
+    /// The fixes of the main pattern.
+    pub fixes: Vec<String>,
+    /// The table's heading.
+    pub table_title: String,
+    /// Column headings.
+    pub headers: Vec<String>,
+    /// Rows.
+    pub rows: Vec<Row>,
+    /// Under the table (rows left out).
+    pub table_note: Option<String>,
+    /// The lab catalogue's chart (SVG).
+    pub lab_chart: Option<String>,
+    flow_charts: Vec<FlowCharts>,
+    ladders: Vec<LadderView>,
+    version: &'static str,
+}
+
+impl Page {
+    /// Renders the page.
+    pub fn render(&self) -> anyhow::Result<String> {
+        let mut env = Environment::new();
+        env.add_template("page.html", TEMPLATE)
+            .context("the report template does not parse")?;
+        let template = env.get_template("page.html")?;
+        Ok(template.render(minijinja::value::Serde(self))?)
+    }
+
+    /// Renders the page into `path`.
+    pub fn write_to(&self, path: &Path) -> anyhow::Result<()> {
+        let html = self.render()?;
+        std::fs::write(path, html)
+            .with_context(|| format!("cannot write the HTML report to {}", path.display()))
+    }
+
+    /// Adds the ladder diagrams, each titled by its flow.
+    pub fn add_ladders(&mut self, ladders: &[Ladder]) {
+        for l in ladders {
+            self.add_ladder(format!("{}-{}", l.client, l.server), l);
+        }
+    }
+
+    /// Adds one ladder diagram under `title`.
+    pub fn add_ladder(&mut self, title: String, l: &Ladder) {
+        self.ladders.push(LadderView {
+            kind: l.kind.name(),
+            flow: title,
+            explanation: l.explanation.clone(),
+            svg: charts::ladder_svg(l),
+            fixes: l.fixes.clone(),
+        });
+    }
+}
+
+fn ms_cell(us: Option<u32>) -> Cell {
+    match us {
+        Some(us) => Cell::number(format!("{:.1}", f64::from(us) / 1e3), f64::from(us) / 1e3),
+        None => Cell::number("-", -1.0),
+    }
+}
+
+/// The page of an analysis: `title` names the input.
+pub fn analysis_page(a: &Analysis, input: &InputFacts, title: &str) -> anyhow::Result<Page> {
+    let stalls = a.stall_count();
+    let mut flows: Vec<&FlowSummary> = a.flows.iter().collect();
+    flows.sort_by(|x, y| y.time_lost_ns.cmp(&x.time_lost_ns).then(x.id.cmp(&y.id)));
+    let stalled_flows = flows.iter().filter(|f| f.counts.stalls() > 0).count();
+    let lost: Span = a.flows.iter().map(|f| f.time_lost_ns).sum();
+
+    let mut page = Page {
+        title: format!("tcpstall analyze: {title}"),
+        clean: stalls == 0,
+        table_title: "Flows".to_string(),
+        version: env!("CARGO_PKG_VERSION"),
+        ..Page::default()
+    };
+    let by_flow = events_by_flow(&a.events);
+    // The main pattern: the one that cost most in the flow that lost most.
+    let main = flows
+        .first()
+        .filter(|f| f.counts.stalls() > 0)
+        .and_then(|f| by_flow.get(&f.id))
+        .and_then(|events| {
+            patterns(events)
+                .into_iter()
+                .filter(|p| p.kind.is_stall())
+                .max_by_key(|p| p.count)
+        });
+    page.headline = match &main {
+        Some(p) => {
+            let kinds: Vec<String> = StallKind::ALL
+                .iter()
+                .filter(|k| k.is_stall() && a.counts.get(**k) > 0)
+                .map(|k| format!("{} {}", a.counts.get(*k), k.name()))
+                .collect();
+            format!(
+                "{} stalls cost {} in {stalled_flows} of {} flows; the {} holds: {}",
+                kinds.join(", "),
+                ms(lost),
+                a.flows.len(),
+                p.held_side.name(),
+                explain(p.example)
+            )
+        }
+        None => format!(
+            "no stalls in {} flows ({} TCP packets)",
+            a.flows.len(),
+            a.packets
+        ),
+    };
+    if let Some(p) = &main {
+        page.fixes = fixes(p.kind, p.held_side);
+    }
+    let span = a.span_ns.map_or(Span::ZERO, |(f, l)| l.since(f));
+    page.facts.push(format!(
+        "{} packets ({} TCP), {} flows, {:.3} s of traffic",
+        input.records.max(a.packets),
+        a.packets,
+        a.flows.len(),
+        span.as_secs_f64()
+    ));
+    let minor = a.counts.get(StallKind::NagleMinor);
+    if minor > 0 {
+        page.facts.push(format!(
+            "{minor} minor Nagle holds released by an ordinary ACK (one RTT each)"
+        ));
+    }
+    if let Some(worst) = flows.first().filter(|f| f.worst_stall_ns > Span::ZERO) {
+        page.facts.push(format!(
+            "longest stall {} (flow {})",
+            ms(worst.worst_stall_ns),
+            worst.label()
+        ));
+    }
+
+    page.headers = [
+        "flow",
+        "requests",
+        "nagle×delack",
+        "cork",
+        "rto",
+        "zero win",
+        "lost (ms)",
+        "p50 (ms)",
+        "p99 (ms)",
+        "packets",
+    ]
+    .map(String::from)
+    .to_vec();
+    for f in flows.iter().take(TABLE_ROWS) {
+        let count = |k: StallKind| {
+            let n = f.counts.get(k);
+            Cell::number(n.to_string(), n as f64)
+        };
+        page.rows.push(Row {
+            stalled: f.counts.stalls() > 0,
+            cells: vec![
+                Cell::text(f.label()),
+                Cell::number(f.requests.to_string(), f.requests as f64),
+                count(StallKind::NagleDelayedAck),
+                count(StallKind::CorkTimer),
+                count(StallKind::Rto),
+                count(StallKind::ZeroWindow),
+                Cell::number(
+                    format!("{:.1}", f.time_lost_ns.as_millis_f64()),
+                    f.time_lost_ns.as_millis_f64(),
+                ),
+                ms_cell(f.latency_us.map(|l| l.0)),
+                ms_cell(f.latency_us.map(|l| l.1)),
+                Cell::number(f.packets.to_string(), f.packets as f64),
+            ],
+        });
+    }
+    if flows.len() > TABLE_ROWS {
+        page.table_note = Some(format!(
+            "{} more flows with less time lost are left out (`tcpstall analyze --json` lists all)",
+            flows.len() - TABLE_ROWS
+        ));
+    }
+
+    let first = a.span_ns.map_or(Timestamp::default(), |(f, _)| f);
+    for f in flows
+        .iter()
+        .filter(|f| !f.turns.is_empty())
+        .take(CHARTED_FLOWS)
+    {
+        let events = by_flow.get(&f.id).map(Vec::as_slice).unwrap_or_default();
+        // A turn stalled when a stall's released segment left inside it.
+        let stalled = |start: Timestamp, us: u32| {
+            let end = start + Span::from_micros(u64::from(us));
+            events
+                .iter()
+                .any(|e| e.finding.kind.is_stall() && e.ts_ns >= start && e.ts_ns <= end)
+        };
+        let all_ms: Vec<f64> = f.turns.iter().map(|&(_, us)| f64::from(us) / 1e3).collect();
+        let stalled_ms: Vec<f64> = f
+            .turns
+            .iter()
+            .filter(|&&(s, us)| stalled(s, us))
+            .map(|&(_, us)| f64::from(us) / 1e3)
+            .collect();
+        let every = f.turns.len().div_ceil(TIMELINE_POINTS).max(1);
+        let points: Vec<(f64, f64, bool)> = f
+            .turns
+            .iter()
+            .enumerate()
+            .filter_map(|(i, &(s, us))| {
+                let st = stalled(s, us);
+                (st || i % every == 0)
+                    .then(|| (s.since(first).as_secs_f64(), f64::from(us) / 1e3, st))
+            })
+            .collect();
+        page.flow_charts.push(FlowCharts {
+            label: f.label(),
+            histogram: charts::latency_histogram(&all_ms, &stalled_ms)?,
+            timeline: charts::turn_timeline(&points, span.as_secs_f64())?,
+        });
+    }
+    Ok(page)
+}
+
+/// The page of a lab run: the catalogue as a chart (each row's p50 and p99, stalled rows
+/// against their fixes), the table of rows, the ladders of the stalled rows.
+pub(crate) fn lab_page(report: &crate::lab::LabReport) -> anyhow::Result<Page> {
+    let rows = &report.rows;
+    let stalled = rows.iter().filter(|r| r.stalled).count();
+    let unexpected = rows
+        .iter()
+        .filter(|r| r.stalled != r.expected_stall)
+        .count();
+    let mut page = Page {
+        title: "tcpstall lab".to_string(),
+        clean: stalled == 0,
+        table_title: "Rows".to_string(),
+        version: env!("CARGO_PKG_VERSION"),
+        ..Page::default()
+    };
+    page.headline = format!(
+        "{stalled} of {} rows stalled{}",
+        rows.len(),
+        if unexpected == 0 {
+            ", each as the kernel's rules predict".to_string()
+        } else {
+            format!("; {unexpected} rows did not do what the kernel's rules predict")
+        }
+    );
+    page.facts.push(report.kernel_summary.clone());
+    if let Some(path) = &report.path {
+        page.facts.push(format!(
+            "over an emulated path: RTT {} ms between two network namespaces",
+            path.rtt_ms
+        ));
+    }
+    let bars: Vec<LabBar> = rows
+        .iter()
+        .map(|r| LabBar {
+            label: format!("{}/{}", r.scenario, r.variant),
+            p50_ms: r.p50_ms,
+            p99_ms: r.p99_ms,
+            stalled: r.stalled,
+        })
+        .collect();
+    page.lab_chart = Some(charts::lab_chart(&bars)?);
+    page.headers = [
+        "scenario", "variant", "requests", "p50 (ms)", "p99 (ms)", "max (ms)", "seg/req",
+        "stalled", "expected", "why",
+    ]
+    .map(String::from)
+    .to_vec();
+    let yes_no = |b: bool| Cell::text(if b { "yes" } else { "no" });
+    for r in rows {
+        let number = |v: f64| Cell::number(format!("{v:.2}"), v);
+        page.rows.push(Row {
+            stalled: r.stalled,
+            cells: vec![
+                Cell::text(r.scenario),
+                Cell::text(r.variant.clone()),
+                Cell::number(r.requests.to_string(), r.requests as f64),
+                number(r.p50_ms),
+                number(r.p99_ms),
+                number(r.max_ms),
+                number(r.segments_per_request),
+                yes_no(r.stalled),
+                yes_no(r.expected_stall),
+                Cell::wide(r.explanation.clone()),
+            ],
+        });
+    }
+    Ok(page)
+}

@@ -1,0 +1,215 @@
+//! `probe`'s report: the text for people and the JSON with the stable keys of
+//! docs/ARCHITECTURE.md (`target`, `requests`, `p50_ms`, `p99_ms`, `max_ms`, `verdict`,
+//! `culprit`, `stalls.{nagle_delayed_ack,cork_timer,rto,zero_window}`, `advice`, `confirmed`).
+
+use std::fmt::Write as _;
+
+use serde_json::{json, Value};
+
+use crate::probe::diagnosis::Source;
+use crate::probe::ProbeReport;
+
+fn round3(x: f64) -> f64 {
+    (x * 1e3).round() / 1e3
+}
+
+/// The report as text.
+pub fn text(r: &ProbeReport) -> String {
+    let d = &r.diagnosis;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "probe {}: {} of {} requests answered on {} connection{}; verdict: {}",
+        r.target,
+        r.requests,
+        r.requests_asked,
+        r.connections,
+        if r.connections == 1 { "" } else { "s" },
+        d.verdict()
+    );
+    let mut link = Vec::new();
+    if let Some(ms) = r.connect_ms {
+        link.push(format!("connect {ms:.3} ms"));
+    }
+    if let Some(ms) = r.min_rtt_ms {
+        link.push(format!("min RTT {ms:.3} ms"));
+    }
+    if r.retransmissions > 0 {
+        link.push(format!("{} retransmissions", r.retransmissions));
+    }
+    let _ = writeln!(
+        out,
+        "latency: p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms ({})",
+        r.latency.p50_ms,
+        r.latency.p99_ms,
+        r.latency.max_ms,
+        link.join(", ")
+    );
+    let c = &d.counts;
+    let _ = writeln!(
+        out,
+        "stalls: nagle_delayed_ack {}, cork_timer {}, rto {}, zero_window {} (minor Nagle holds {}); seen by {}",
+        c.nagle_delayed_ack,
+        c.cork_timer,
+        c.rto,
+        c.zero_window,
+        c.nagle_minor,
+        source_text(&d.source)
+    );
+    if d.verdict() == "stall" {
+        let _ = writeln!(
+            out,
+            "culprit: {}",
+            d.culprit.map_or("none (the network)", |s| s.name())
+        );
+    }
+    if let Some(why) = &d.explanation {
+        let _ = writeln!(out, "why: {why}");
+    }
+    if !d.evidence.is_empty() {
+        let _ = writeln!(out, "evidence (one stalled turn):");
+        for line in &d.evidence {
+            let arrow = match line.from {
+                crate::Side::Client => "client -> server",
+                crate::Side::Server => "server -> client",
+            };
+            let _ = writeln!(
+                out,
+                "  {:>+10.3} ms  {arrow}  {:>6} B  {}",
+                line.offset_ms, line.bytes, line.what
+            );
+        }
+    }
+    if let Some(hop) = &d.hop {
+        let _ = writeln!(out, "where: {hop}");
+    }
+    if !d.advice.is_empty() {
+        let _ = writeln!(out, "advice:");
+        for (i, a) in d.advice.iter().enumerate() {
+            let _ = writeln!(out, "  {}. {a}", i + 1);
+        }
+    }
+    if let Some(conf) = &r.confirmation {
+        let verdict = match conf.confirmed {
+            Some(true) if conf.stalls + conf.slow > 0 => format!(
+                "confirmed: the stall vanished but for {} request(s), as few as a socket-only \
+                 view cannot tell from the server pausing",
+                conf.stalls.max(conf.slow)
+            ),
+            Some(true) => "confirmed: the stall vanished".to_string(),
+            Some(false) => {
+                "NOT confirmed: the stall stayed, so the diagnosis is in doubt".to_string()
+            }
+            None => format!(
+                "undecided: {}",
+                conf.undecided.as_deref().unwrap_or("no answer")
+            ),
+        };
+        let _ = writeln!(
+            out,
+            "confirmation: {} requests with {}: {} stalls, {} a stall slower than the quickest \
+             before, p50 {:.3} ms; {verdict}",
+            conf.requests,
+            conf.remedy.describe(),
+            conf.stalls,
+            conf.slow,
+            conf.p50_ms
+        );
+    }
+    if r.confirmation.is_none() && d.verdict() == "stall" {
+        let _ = writeln!(
+            out,
+            "confirmation: none (the client-side re-run tests a Nagle hold released by a delayed \
+             ACK; this stall is another kind)"
+        );
+    }
+    for note in &r.notes {
+        let _ = writeln!(out, "note: {note}");
+    }
+    for err in &r.errors {
+        let _ = writeln!(out, "error: {err}");
+    }
+    out
+}
+
+fn source_text(source: &Source) -> String {
+    match source {
+        Source::Capture { interface, .. } => format!("a capture on {interface}"),
+        Source::Socket { .. } => "the probe's socket only (weaker, see the note)".to_string(),
+    }
+}
+
+/// The report as JSON (one object, one line).
+pub fn json(r: &ProbeReport) -> String {
+    let d = &r.diagnosis;
+    let c = &d.counts;
+    let (source, interface, dropped, reason) = match &d.source {
+        Source::Capture { interface, dropped } => {
+            ("capture", Some(interface.as_str()), Some(*dropped), None)
+        }
+        Source::Socket { reason } => ("socket", None, None, Some(reason.as_str())),
+    };
+    let example = d.example.as_ref();
+    let event = example.and_then(|s| s.event.as_ref());
+    let evidence = example.map(|s| {
+        json!({
+            "kind": s.kind.name(),
+            "held_side": s.held.name(),
+            "delay_ms": round3(s.delay_ns as f64 / 1e6),
+            "ack_delay_ms": event.and_then(|e| e.finding.ack_delay_ns).map(|span| round3(span.as_millis_f64())),
+            "held_writes": event.map(|e| e.writes.clone()),
+            "mss": event.map(|e| e.mss),
+            "peer_stack": event.and_then(|e| e.peer_stack).map(|p| p.name()),
+            "segments": d.evidence.iter().map(|l| json!({
+                "t_ms": round3(l.offset_ms),
+                "from": l.from.name(),
+                "bytes": l.bytes,
+                "what": l.what,
+            })).collect::<Vec<Value>>(),
+        })
+    });
+    let confirmation = r.confirmation.as_ref().map(|conf| {
+        json!({
+            "remedy": conf.remedy.name(),
+            "requests": conf.requests,
+            "stalls": conf.stalls,
+            "slow_requests": conf.slow,
+            "p50_ms": round3(conf.p50_ms),
+            "undecided": conf.undecided,
+        })
+    });
+    let value = json!({
+        "target": r.target,
+        "requests": r.requests,
+        "requests_asked": r.requests_asked,
+        "connections": r.connections,
+        "p50_ms": round3(r.latency.p50_ms),
+        "p99_ms": round3(r.latency.p99_ms),
+        "max_ms": round3(r.latency.max_ms),
+        "verdict": d.verdict(),
+        "culprit": d.culprit.map(|s| s.name()),
+        "stalls": {
+            "nagle_delayed_ack": c.nagle_delayed_ack,
+            "cork_timer": c.cork_timer,
+            "rto": c.rto,
+            "zero_window": c.zero_window,
+            "nagle_minor": c.nagle_minor,
+        },
+        "advice": d.advice,
+        "confirmed": r.confirmation.as_ref().and_then(|conf| conf.confirmed),
+        "confirmation": confirmation,
+        "explanation": d.explanation,
+        "evidence": evidence,
+        "hop": d.hop,
+        "evidence_source": source,
+        "interface": interface,
+        "capture_dropped": dropped,
+        "no_capture_reason": reason,
+        "connect_ms": r.connect_ms.map(round3),
+        "min_rtt_ms": r.min_rtt_ms.map(round3),
+        "retransmissions": r.retransmissions,
+        "notes": r.notes,
+        "errors": r.errors,
+    });
+    format!("{value}\n")
+}

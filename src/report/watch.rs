@@ -1,0 +1,424 @@
+//! `watch` output: one block (text) or one line (`--json`) per stall as it is found, with the
+//! local process that owns the socket, and the closing summary.
+//!
+//! JSON events carry the keys of `analyze`'s events (written by the same
+//! [`super::json::write_event`]) plus `pid`, `command`, `fd`, `owner_side`, `owner_listening`,
+//! `owner_hidden`, `nodelay`, `cork`, `cork_confirmed` and `fix`; the summary is one line `{"summary":{...}}`.
+
+use std::fmt::Write as _;
+use std::io;
+
+use serde::Serialize;
+
+use super::json::write_event;
+use super::ms;
+use crate::detect::verdict::{explain, fixes};
+use crate::detect::{StallEvent, StallKind};
+use crate::flow::Endpoint;
+use crate::watch::owner::{NoOwner, Owner};
+use crate::watch::summary::{OwnerStalls, WatchSummary};
+
+/// Seconds in a day, for the time of day.
+const DAY_S: u64 = 86_400;
+
+/// `HH:MM:SS.uuuuuu` (UTC) of a capture time.
+pub fn clock(ts_ns: u64) -> String {
+    let s = ts_ns / 1_000_000_000 % DAY_S;
+    let us = ts_ns / 1_000 % 1_000_000;
+    format!("{:02}:{:02}:{:02}.{us:06}", s / 3600, s / 60 % 60, s % 60)
+}
+
+/// `client-server`, as `analyze` names a flow.
+pub fn flow_label(client: Endpoint, server: Endpoint) -> String {
+    let mut label = String::with_capacity(48);
+    client.push_to(&mut label);
+    label.push('-');
+    server.push_to(&mut label);
+    label
+}
+
+/// The command that switches Nagle off for the held socket: for Nagle stalls whose held side
+/// is the owner's socket.
+pub fn fix_command(event: &StallEvent, owner: &Owner) -> Option<String> {
+    let nagle = matches!(
+        event.finding.kind,
+        StallKind::NagleDelayedAck | StallKind::NagleMinor
+    );
+    (nagle && owner.side == event.finding.held_side).then(|| fix_for(owner.pid, owner.port))
+}
+
+/// `tcpstall fix PID --port N`.
+fn fix_for(pid: u32, port: u16) -> String {
+    format!("tcpstall fix {pid} --port {port}")
+}
+
+/// For a 200 ms-class cork-timer stall, what the owning socket's TCP_CORK says: `Some(true)`
+/// when it is set (the kernel held the data: the cork timer), `Some(false)` when it is clear
+/// (the application took that time, or sent with MSG_MORE, which leaves no mark on the
+/// socket); `None` when not a cork event of the held socket, or TCP_CORK was unreadable.
+pub fn cork_confirmed(event: &StallEvent, owner: Option<&Owner>) -> Option<bool> {
+    let owner = owner?;
+    (event.finding.kind == StallKind::CorkTimer && owner.side == event.finding.held_side)
+        .then_some(owner.cork)
+        .flatten()
+}
+
+fn on_off(value: Option<bool>) -> &'static str {
+    match value {
+        Some(true) => "on",
+        Some(false) => "off",
+        None => "?",
+    }
+}
+
+/// One stall as text: a line of facts, the owner, the explanation and the fix.
+pub fn event_text(event: &StallEvent, found: Result<&Owner, &NoOwner>) -> String {
+    let f = &event.finding;
+    let owner = found.ok();
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{}  {}  {}  held: {}  {}",
+        clock(event.ts_ns.as_nanos()),
+        f.kind.name(),
+        ms(f.delay_ns),
+        f.held_side.name(),
+        flow_label(event.client, event.server),
+    );
+    match owner {
+        Some(o) => {
+            let whose = if o.side == f.held_side {
+                format!("the held {}", o.side.name())
+            } else {
+                format!(
+                    "the {} (no socket of the held {} found on this host)",
+                    o.side.name(),
+                    f.held_side.name()
+                )
+            };
+            let options = match &o.unreadable {
+                Some(why) => format!("options unknown: {why}"),
+                None => format!(
+                    "TCP_NODELAY {}, TCP_CORK {} now",
+                    on_off(o.nodelay),
+                    on_off(o.cork)
+                ),
+            };
+            let socket = if o.listener {
+                " (its listening socket: the connection has closed)"
+            } else {
+                ""
+            };
+            let _ = writeln!(
+                out,
+                "  process: pid {} ({}) fd {}{socket}, port {}, {whose}; {options}",
+                o.pid, o.command, o.fd, o.port
+            );
+        }
+        None if found == Err(&NoOwner::Hidden) => {
+            let _ = writeln!(
+                out,
+                "  process: a socket of this host, held by a process tcpstall may not inspect \
+                 (another user's; run as root or with CAP_SYS_PTRACE)"
+            );
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "  process: none found (no endpoint is a socket in this host's network namespace \
+                 now: traffic passing through, another namespace, or a connection already closed)"
+            );
+        }
+    }
+    let _ = writeln!(out, "  {}", explain(event));
+    match cork_confirmed(event, owner) {
+        Some(true) => {
+            let _ = writeln!(
+                out,
+                "  settled by the socket: TCP_CORK is set on it, so the kernel held the data: the \
+                 cork timer"
+            );
+            for fix in fixes(f.kind, f.held_side) {
+                let _ = writeln!(out, "  fix: {fix}");
+            }
+        }
+        Some(false) => {
+            let _ = writeln!(
+                out,
+                "  settled by the socket: TCP_CORK is clear on it, so the {} took that time before \
+                 writing (or sent with MSG_MORE, which leaves no mark on the socket: `tcpstall \
+                 trace -p {}` follows its sends)",
+                f.held_side.name(),
+                owner.map_or(0, |o| o.pid)
+            );
+        }
+        None => {}
+    }
+    if let Some(o) = owner {
+        if matches!(f.kind, StallKind::NagleDelayedAck) && o.side == f.held_side {
+            if o.nodelay == Some(true) {
+                let _ = writeln!(
+                    out,
+                    "  TCP_NODELAY is on now: Nagle no longer holds this socket"
+                );
+            } else if let Some(fix) = fix_command(event, o) {
+                let _ = writeln!(out, "  fix: {fix}");
+            }
+        }
+    }
+    out
+}
+
+/// One stall as a JSON object, without a newline: `analyze`'s event keys plus the owner's.
+pub fn write_event_json(
+    buf: &mut Vec<u8>,
+    event: &StallEvent,
+    found: Result<&Owner, &NoOwner>,
+) -> io::Result<()> {
+    let owner = found.ok();
+    write_event(buf, event, &flow_label(event.client, event.server))?;
+    // Reopen the object to add the owner's keys.
+    if buf.last() == Some(&b'}') {
+        buf.pop();
+    }
+    #[derive(Serialize)]
+    struct OwnerKeys<'a> {
+        pid: Option<u32>,
+        command: Option<&'a str>,
+        fd: Option<i32>,
+        owner_side: Option<&'static str>,
+        owner_listening: Option<bool>,
+        owner_hidden: bool,
+        nodelay: Option<bool>,
+        cork: Option<bool>,
+        cork_confirmed: Option<bool>,
+        fix: Option<String>,
+    }
+    let keys = OwnerKeys {
+        pid: owner.map(|o| o.pid),
+        command: owner.map(|o| o.command.as_str()),
+        fd: owner.map(|o| o.fd),
+        owner_side: owner.map(|o| o.side.name()),
+        owner_listening: owner.map(|o| o.listener),
+        owner_hidden: found == Err(&NoOwner::Hidden),
+        nodelay: owner.and_then(|o| o.nodelay),
+        cork: owner.and_then(|o| o.cork),
+        cork_confirmed: cork_confirmed(event, owner),
+        fix: owner.and_then(|o| fix_command(event, o)),
+    };
+    let object = serde_json::to_vec(&keys).map_err(io::Error::from)?;
+    // `{"pid":...}` → `,"pid":...}` after the event's last key.
+    buf.push(b',');
+    buf.extend_from_slice(object.get(1..).unwrap_or_default());
+    Ok(())
+}
+
+/// The fix of a process whose own sockets were held by Nagle.
+fn summary_fix(o: &OwnerStalls) -> Option<String> {
+    (o.held && o.count(StallKind::NagleDelayedAck) > 0).then(|| fix_for(o.pid, o.port))
+}
+
+/// Counts by kind as `N kind, N kind`, stalls only; `no stalls` when none.
+fn kinds_text(count: impl Fn(StallKind) -> u64) -> String {
+    let parts: Vec<String> = StallKind::ALL
+        .iter()
+        .filter(|k| k.is_stall() && count(**k) > 0)
+        .map(|k| format!("{} {}", count(*k), k.name()))
+        .collect();
+    if parts.is_empty() {
+        "no stalls".to_string()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// The closing summary as text.
+pub fn summary_text(s: &WatchSummary) -> String {
+    let mut out = String::new();
+    let filter = if s.filter.trim().is_empty() {
+        "all TCP".to_string()
+    } else {
+        format!("filter `{}`", s.filter)
+    };
+    let _ = writeln!(
+        out,
+        "watched {} ({filter}) for {:.1} s: {} packets, {} TCP segments; dropped: {} by the \
+         kernel, {} by the interface",
+        s.interface,
+        s.duration_s,
+        s.packets.packets,
+        s.packets.tcp_segments,
+        s.drops.dropped,
+        s.drops.if_dropped
+    );
+    if s.drops.dropped > 0 {
+        let _ = writeln!(
+            out,
+            "note: the kernel dropped packets: stalls in them go unseen; a narrower filter or a \
+             larger --buffer-mib helps"
+        );
+    }
+    let _ = writeln!(out, "flows: {} ({} active)", s.flows, s.active_flows);
+    let _ = write!(out, "stalls: {}", kinds_text(|k| s.counts.get(k)));
+    if s.counts.stalls() > 0 {
+        let _ = write!(
+            out,
+            "; data held on the {}",
+            [("client", s.held[0]), ("server", s.held[1])]
+                .iter()
+                .filter(|(_, n)| *n > 0)
+                .map(|(side, n)| format!("{side} {n} times"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    let minor = s.counts.get(StallKind::NagleMinor);
+    if minor > 0 {
+        let _ = write!(out, " (and {minor} minor Nagle holds)");
+    }
+    out.push('\n');
+    if !s.owners.is_empty() {
+        let _ = writeln!(out, "processes:");
+        for o in &s.owners {
+            let fix = summary_fix(o).map_or(String::new(), |fix| format!("; fix: {fix}"));
+            let _ = writeln!(
+                out,
+                "  pid {} ({}) port {}, {}{}: {}{fix}",
+                o.pid,
+                o.command,
+                o.port,
+                o.side.name(),
+                if o.held {
+                    " (held)"
+                } else {
+                    " (peer of the held side)"
+                },
+                kinds_text(|k| o.count(k)),
+            );
+        }
+    }
+    if s.owners_unlisted > 0 {
+        let _ = writeln!(
+            out,
+            "  ... and {} stalls of further processes (not listed)",
+            s.owners_unlisted
+        );
+    }
+    if s.without_owner > 0 {
+        let _ = writeln!(
+            out,
+            "{} stalls on flows without a local socket found (traffic passing through, another \
+             network namespace, or a client connection closed before it was looked up)",
+            s.without_owner
+        );
+    }
+    out
+}
+
+/// Counts by kind under their stable names, in `analyze`'s order.
+#[derive(Serialize)]
+struct KindKeys {
+    nagle_delayed_ack: u64,
+    cork_timer: u64,
+    rto: u64,
+    zero_window: u64,
+    nagle_minor: u64,
+}
+
+impl KindKeys {
+    fn of(count: impl Fn(StallKind) -> u64) -> KindKeys {
+        KindKeys {
+            nagle_delayed_ack: count(StallKind::NagleDelayedAck),
+            cork_timer: count(StallKind::CorkTimer),
+            rto: count(StallKind::Rto),
+            zero_window: count(StallKind::ZeroWindow),
+            nagle_minor: count(StallKind::NagleMinor),
+        }
+    }
+}
+
+/// The closing summary as one JSON line: `{"summary":{...}}`.
+pub fn summary_json(s: &WatchSummary) -> String {
+    #[derive(Serialize)]
+    struct Held {
+        client: u64,
+        server: u64,
+    }
+    #[derive(Serialize)]
+    struct OwnerJson<'a> {
+        pid: u32,
+        command: &'a str,
+        port: u16,
+        side: &'static str,
+        held: bool,
+        stalls: KindKeys,
+        fix: Option<String>,
+    }
+    #[derive(Serialize)]
+    struct SummaryJson<'a> {
+        interface: &'a str,
+        filter: &'a str,
+        duration_s: f64,
+        packets: u64,
+        tcp_segments: u64,
+        dropped: u64,
+        if_dropped: u64,
+        flows: u64,
+        active_flows: u64,
+        stalls: KindKeys,
+        held_side: Held,
+        without_owner: u64,
+        owners: Vec<OwnerJson<'a>>,
+        owners_unlisted: u64,
+    }
+    #[derive(Serialize)]
+    struct Line<'a> {
+        summary: SummaryJson<'a>,
+    }
+    let line = Line {
+        summary: SummaryJson {
+            interface: &s.interface,
+            filter: &s.filter,
+            duration_s: (s.duration_s * 1e3).round() / 1e3,
+            packets: s.packets.packets,
+            tcp_segments: s.packets.tcp_segments,
+            dropped: s.drops.dropped,
+            if_dropped: s.drops.if_dropped,
+            flows: s.flows,
+            active_flows: s.active_flows,
+            stalls: KindKeys::of(|k| s.counts.get(k)),
+            held_side: Held {
+                client: s.held[0],
+                server: s.held[1],
+            },
+            without_owner: s.without_owner,
+            owners: s
+                .owners
+                .iter()
+                .map(|o| OwnerJson {
+                    pid: o.pid,
+                    command: &o.command,
+                    port: o.port,
+                    side: o.side.name(),
+                    held: o.held,
+                    stalls: KindKeys::of(|k| o.count(k)),
+                    fix: summary_fix(o),
+                })
+                .collect(),
+            owners_unlisted: s.owners_unlisted,
+        },
+    };
+    // Serialising plain structs of numbers and strings cannot fail.
+    serde_json::to_string(&line).unwrap_or_default() + "\n"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clock_is_utc_time_of_day() {
+        // 2024-01-02 03:04:05.678901 UTC.
+        assert_eq!(clock(1_704_164_645_678_901_000), "03:04:05.678901");
+    }
+}

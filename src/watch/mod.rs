@@ -1,0 +1,212 @@
+//! `tcpstall watch`: live traffic, as it happens. A libpcap capture ([`source`]) feeds the
+//! detector `analyze` uses; each stall is printed when it is found ([`printer`]) with the local
+//! process that owns the socket and that socket's TCP_NODELAY/TCP_CORK now ([`owner`]); the
+//! counters are a Prometheus scrape target on request ([`metrics`]); Ctrl-C, SIGTERM or
+//! `--duration` ends the run with a summary ([`summary`]).
+//!
+//! It can run for days: events and retired flows are taken from the detector as they come,
+//! and the detector retires closed and idle flows, so memory follows the active flows.
+
+pub mod metrics;
+pub mod owner;
+pub mod printer;
+pub mod source;
+pub mod summary;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use clap::Args;
+
+use self::metrics::{Metrics, Totals};
+use self::printer::ToPrinter;
+use self::source::{LiveSource, PacketCounts};
+use self::summary::WatchSummary;
+use crate::decode::Segment;
+use crate::detect::{Detector, DetectorConfig};
+use crate::report::watch::{summary_json, summary_text};
+use crate::Outcome;
+
+/// How often retired flows are collected and the kernel's drop counters read.
+const TICK: Duration = Duration::from_millis(500);
+
+/// Arguments of `tcpstall watch`.
+#[derive(Args, Debug, Clone)]
+pub struct WatchArgs {
+    /// Interface to capture on; `any` captures on all of them.
+    #[arg(short = 'i', long, value_name = "IFACE", default_value = "any")]
+    pub interface: String,
+    /// Capture filter in tcpdump's syntax (pcap-filter(7)), e.g. `port 8080`; only TCP is
+    /// captured whatever the filter.
+    #[arg(value_name = "FILTER")]
+    pub filter: Vec<String>,
+    /// Stop after this many seconds (default: until Ctrl-C or SIGTERM).
+    #[arg(long, value_name = "SECONDS")]
+    pub duration: Option<f64>,
+    /// Print one JSON object per stall, one per line, and a `{"summary":...}` line at the end.
+    #[arg(long)]
+    pub json: bool,
+    /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9465), at /metrics.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics: Option<SocketAddr>,
+    /// Kernel capture buffer, MiB: a larger one absorbs longer bursts without drops.
+    #[arg(long, value_name = "MIB", default_value_t = 64,
+          value_parser = clap::value_parser!(u32).range(1..=2047))]
+    pub buffer_mib: u32,
+    /// Let the kernel hand packets over in blocks (up to 100 ms late) instead of one by one
+    /// (immediate mode): less CPU per packet on a busy host, stalls printed up to 100 ms later.
+    #[arg(long)]
+    pub buffered: bool,
+    /// Also print minor Nagle holds (released by an ordinary ACK, about one RTT).
+    #[arg(long)]
+    pub minor: bool,
+    /// Exit 1 when a stall was found.
+    #[arg(long)]
+    pub fail_on_stall: bool,
+}
+
+/// Runs `tcpstall watch`.
+pub fn run(args: &WatchArgs) -> anyhow::Result<Outcome> {
+    if let Some(d) = args.duration {
+        if !(d.is_finite() && d > 0.0) {
+            bail!("--duration {d} is not a positive number of seconds");
+        }
+    }
+    let filter = args.filter.join(" ");
+    let buffer_bytes = i32::try_from(u64::from(args.buffer_mib) << 20).unwrap_or(i32::MAX);
+    let mut source = LiveSource::open(&args.interface, &filter, buffer_bytes, !args.buffered)?;
+
+    let metrics = Arc::new(Metrics::new().context("cannot set up the metrics")?);
+    if let Some(addr) = args.metrics {
+        let bound = metrics::serve(addr, Arc::clone(&metrics))?;
+        eprintln!("tcpstall: metrics at http://{bound}/metrics");
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut handlers = Vec::new();
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        handlers.push(
+            signal_hook::flag::register(signal, Arc::clone(&stop))
+                .context("cannot install the Ctrl-C handler")?,
+        );
+    }
+    eprintln!(
+        "tcpstall: watching {} ({}); {} ends it with a summary",
+        source.interface(),
+        if filter.trim().is_empty() {
+            "all TCP".to_string()
+        } else {
+            format!("filter `{filter}`")
+        },
+        match args.duration {
+            Some(d) => format!("{d} s or Ctrl-C"),
+            None => "Ctrl-C".to_string(),
+        }
+    );
+
+    let started = Instant::now();
+    let result = capture_loop(args, &mut source, &metrics, &stop, started);
+    for id in handlers {
+        signal_hook::low_level::unregister(id);
+    }
+    let mut summary = result?;
+    summary.interface = args.interface.clone();
+    summary.filter = filter;
+    summary.duration_s = started.elapsed().as_secs_f64();
+    let text = if args.json {
+        summary_json(&summary)
+    } else {
+        format!("\n{}", summary_text(&summary))
+    };
+    crate::report::print_stdout(&text)?;
+    Ok(if summary.counts.stalls() > 0 {
+        Outcome::StallsFound
+    } else {
+        Outcome::Done
+    })
+}
+
+/// Captures until a signal, the deadline, or an error, and returns the summary so far.
+fn capture_loop(
+    args: &WatchArgs,
+    source: &mut LiveSource,
+    metrics: &Metrics,
+    stop: &AtomicBool,
+    started: Instant,
+) -> anyhow::Result<WatchSummary> {
+    let deadline = args
+        .duration
+        .map(|d| started + Duration::from_secs_f64(d.min(1e9)));
+    let (tx, printer) = printer::spawn(args.json).context("cannot start the printing thread")?;
+    let mut detector = Detector::new(DetectorConfig {
+        keep_minor_events: args.minor,
+        keep_turns: false,
+    });
+    let mut summary = WatchSummary::default();
+    let mut packets = PacketCounts::default();
+    let mut segment = Segment::UNSET;
+    let mut last_tick = Instant::now();
+    let mut printer_gone = false;
+    let mut failure = None;
+    while !stop.load(Ordering::Relaxed) && deadline.map_or(true, |d| Instant::now() < d) {
+        match source.read_batch(&mut segment, |seg| detector.push(seg)) {
+            Ok(counts) => packets.add(counts),
+            Err(err) => {
+                failure = Some(err);
+                break;
+            }
+        }
+        for event in detector.take_events() {
+            metrics.record_stall(&event);
+            if event.finding.kind.is_stall() {
+                summary.held[event.finding.held_side.index()] += 1;
+            }
+            printer_gone |= tx.send(ToPrinter::Stall(Box::new(event))).is_err();
+        }
+        if last_tick.elapsed() >= TICK {
+            last_tick = Instant::now();
+            let retired: Vec<u64> = detector.take_flows().iter().map(|f| f.id).collect();
+            summary.flows += retired.len() as u64;
+            metrics.flows_ended(retired.len() as u64);
+            if !retired.is_empty() {
+                printer_gone |= tx.send(ToPrinter::Retired(retired)).is_err();
+            }
+            let drops = source.drops();
+            metrics.update(Totals {
+                packets: packets.packets,
+                tcp_segments: packets.tcp_segments,
+                kernel_dropped: drops.dropped,
+                interface_dropped: drops.if_dropped,
+                active_flows: detector.active_flows() as u64,
+            });
+        }
+        if printer_gone {
+            break; // the printer failed (standard output closed): its error says why
+        }
+    }
+    summary.drops = source.drops();
+    summary.packets = packets;
+    summary.active_flows = detector.active_flows() as u64;
+    let last = detector.finish();
+    summary.flows += last.flows.len() as u64;
+    summary.counts = last.counts;
+    for event in last.events {
+        // A printer that has gone returns its error from `join`.
+        if tx.send(ToPrinter::Stall(Box::new(event))).is_err() {
+            break;
+        }
+    }
+    drop(tx);
+    let printed = printer
+        .join()
+        .map_err(|_| anyhow::anyhow!("the printing thread panicked"))??;
+    if let Some(err) = failure {
+        return Err(err.into());
+    }
+    summary.owners = printed.owners.sorted();
+    summary.owners_unlisted = printed.owners.unlisted;
+    summary.without_owner = printed.without_owner;
+    Ok(summary)
+}

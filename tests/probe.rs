@@ -1,0 +1,559 @@
+//! `tcpstall probe` against real servers started here and stopped after (even when a test
+//! fails): CPython's http.server with keep-alive (header and body in two writes: a stall,
+//! the server to blame, and QUICKACK re-armed removes it), the same behind TLS, nginx,
+//! memcached and redis-server (clean), a line server, and servers that misbehave. Verdicts,
+//! culprits and confirmations are asserted, not timings. Every target is on loopback.
+//!
+//! Run as root the probe captures its own packets; the `*_without_capture` tests drop
+//! CAP_NET_RAW with setpriv to cover the socket-only diagnosis.
+
+mod support;
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::{first_line_within, KillOnDrop};
+
+const BIN: &str = env!("CARGO_BIN_EXE_tcpstall");
+
+fn fixture(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(path)
+}
+
+/// A directory removed when the test ends.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let dir =
+            std::env::temp_dir().join(format!("tcpstall-probe-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create a temporary directory");
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A server child and its port.
+struct Server {
+    _child: KillOnDrop,
+    port: u16,
+}
+
+/// Starts a Python server that prints its port on its first line.
+fn python_server(script: &str, args: &[&str]) -> Server {
+    let mut child = Command::new("python3")
+        .arg(fixture(script))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("python3 runs (scripts/install-deps)");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let child = KillOnDrop(child);
+    let line = first_line_within(stdout, Duration::from_secs(10)).expect("server prints its port");
+    let port = line.trim().parse().expect("a port number");
+    Server {
+        _child: child,
+        port,
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// Starts a server that takes its port on the command line (`make` builds the command for a
+/// port), and waits until it accepts; a port taken meanwhile by another program is retried.
+fn listening_server(make: impl Fn(u16) -> Command) -> Server {
+    for _ in 0..3 {
+        let port = free_port();
+        let mut child = KillOnDrop(
+            make(port)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("the server program is installed (scripts/install-deps)"),
+        );
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(10) {
+            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Server {
+                    _child: child,
+                    port,
+                };
+            }
+            if child.0.try_wait().ok().flatten().is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    panic!("the server did not start listening");
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// How the probe is run.
+#[derive(Clone, Copy, PartialEq)]
+enum Privilege {
+    /// As the test runs (root: with a capture).
+    AsIs,
+    /// Without CAP_NET_RAW, so without a capture.
+    NoNetRaw,
+}
+
+fn run_probe(privilege: Privilege, args: &[&str]) -> Output {
+    let mut command = match privilege {
+        // A user other than root has no CAP_NET_RAW to drop (and may not call setpriv's
+        // --bounding-set).
+        Privilege::AsIs => Command::new(BIN),
+        Privilege::NoNetRaw if !is_root() => Command::new(BIN),
+        Privilege::NoNetRaw => {
+            let mut c = Command::new("setpriv");
+            c.args(["--inh-caps=-net_raw", "--bounding-set=-net_raw", BIN]);
+            c
+        }
+    };
+    command
+        .arg("probe")
+        .args(args)
+        .output()
+        .expect("tcpstall runs")
+}
+
+/// `probe --json ARGS`: exit status, the JSON (null when none was printed), stderr.
+fn probe_json(privilege: Privilege, args: &[&str]) -> (i32, Value, String) {
+    let mut all = vec!["--json"];
+    all.extend_from_slice(args);
+    let out = run_probe(privilege, &all);
+    let json = if out.stdout.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|err| {
+            panic!(
+                "probe --json prints JSON ({err}): {}",
+                String::from_utf8_lossy(&out.stdout)
+            )
+        })
+    };
+    (
+        out.status.code().unwrap_or(-1),
+        json,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn url(scheme: &str, port: u16) -> String {
+    match scheme {
+        "http" | "https" => format!("{scheme}://127.0.0.1:{port}/index.html"),
+        _ => format!("{scheme}://127.0.0.1:{port}"),
+    }
+}
+
+/// A directory with a small file for http.server to serve.
+fn web_root() -> TempDir {
+    let dir = TempDir::new(&format!("www-{}", free_port()));
+    std::fs::write(dir.0.join("index.html"), "hello from http.server\n").expect("write a file");
+    dir
+}
+
+/// The evidence source the run must have used: a capture as root, the socket otherwise.
+fn expected_source(privilege: Privilege) -> &'static str {
+    if privilege == Privilege::AsIs && is_root() {
+        "capture"
+    } else {
+        "socket"
+    }
+}
+
+fn assert_server_stall_confirmed(v: &Value, privilege: Privilege) {
+    assert_eq!(v["verdict"], "stall", "{v}");
+    assert_eq!(v["culprit"], "server", "{v}");
+    assert!(v["stalls"]["nagle_delayed_ack"].as_u64() >= Some(1), "{v}");
+    assert!(v["evidence"]["delay_ms"].as_f64() >= Some(30.0), "{v}");
+    assert_eq!(v["evidence"]["held_side"], "server", "{v}");
+    assert_eq!(
+        v["confirmed"], true,
+        "QUICKACK re-armed must remove the stall: {v}"
+    );
+    assert_eq!(v["confirmation"]["remedy"], "quickack", "{v}");
+    assert_eq!(v["evidence_source"], expected_source(privilege), "{v}");
+    assert!(!v["advice"].as_array().expect("advice").is_empty(), "{v}");
+}
+
+fn assert_clean(v: &Value) {
+    assert_eq!(v["verdict"], "clean", "{v}");
+    assert_eq!(v["culprit"], Value::Null, "{v}");
+    assert_eq!(v["confirmed"], Value::Null, "{v}");
+    assert_eq!(v["stalls"]["nagle_delayed_ack"], 0, "{v}");
+    assert_eq!(v["requests"], 20, "{v}");
+}
+
+/// Probes CPython's keep-alive http.server: a stall, the server to blame, confirmed.
+fn probe_http_server(privilege: Privilege) -> Value {
+    let root = web_root();
+    let server = python_server("probe/http_server.py", &[root.0.to_str().unwrap()]);
+    let (code, v, err) = probe_json(privilege, &[&url("http", server.port)]);
+    assert_eq!(code, 0, "{err}");
+    assert_server_stall_confirmed(&v, privilege);
+    v
+}
+
+#[test]
+fn http_server_keep_alive_stalls_and_quickack_removes_it() {
+    let v = probe_http_server(Privilege::AsIs);
+    assert_eq!(v["requests"], 20, "{v}");
+    if is_root() {
+        // The detector saw the header and body as two writes of the server.
+        assert!(
+            v["evidence"]["held_writes"].as_array().map_or(0, Vec::len) >= 2,
+            "{v}"
+        );
+        assert!(v["hop"].as_str().unwrap_or("").contains("this host"), "{v}");
+        // The stalled turn: our request, the server's first part, our delayed ACK, the release.
+        let segments = v["evidence"]["segments"].as_array().expect("segments");
+        let last = segments.last().expect("a segment");
+        assert_eq!(last["from"], "server", "{v}");
+        assert!(
+            last["what"].as_str().unwrap_or("").starts_with("released"),
+            "{v}"
+        );
+        assert!(
+            segments
+                .iter()
+                .any(|s| s["from"] == "client" && s["bytes"] == 0),
+            "{v}"
+        );
+    }
+}
+
+#[test]
+fn http_server_stall_without_capture() {
+    let v = probe_http_server(Privilege::NoNetRaw);
+    let notes = v["notes"].to_string();
+    assert!(notes.contains("weaker diagnosis"), "{v}");
+}
+
+#[test]
+fn fail_on_stall_exits_1_and_text_names_the_culprit() {
+    let server = python_server("process/split_server.py", &[]);
+    let out = run_probe(
+        Privilege::AsIs,
+        &[
+            "--fail-on-stall",
+            "--requests",
+            "8",
+            &url("http", server.port),
+        ],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("verdict: stall"), "{text}");
+    assert!(text.contains("culprit: server"), "{text}");
+    assert!(text.contains("confirmed: the stall vanished"), "{text}");
+    let single = python_server("process/split_server.py", &["--single-write"]);
+    let (code, v, err) = probe_json(
+        Privilege::AsIs,
+        &["--fail-on-stall", &url("http", single.port)],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_clean(&v);
+}
+
+#[test]
+fn split_server_without_capture() {
+    let server = python_server("process/split_server.py", &[]);
+    let (code, v, err) = probe_json(Privilege::NoNetRaw, &[&url("http", server.port)]);
+    assert_eq!(code, 0, "{err}");
+    assert_server_stall_confirmed(&v, Privilege::NoNetRaw);
+    let single = python_server("process/split_server.py", &["--single-write"]);
+    let (code, v, err) = probe_json(Privilege::NoNetRaw, &[&url("http", single.port)]);
+    assert_eq!(code, 0, "{err}");
+    assert_clean(&v);
+}
+
+/// A self-signed certificate for 127.0.0.1, made by openssl in `dir`.
+fn self_signed(dir: &Path) -> (PathBuf, PathBuf) {
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let status = Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+        ])
+        .args([
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("openssl runs (scripts/install-deps)");
+    assert!(status.success(), "openssl made a certificate");
+    (cert, key)
+}
+
+#[test]
+fn https_stalls_the_same_way_and_an_untrusted_certificate_is_a_clear_error() {
+    let root = web_root();
+    let (cert, key) = self_signed(&root.0);
+    let server = python_server(
+        "probe/http_server.py",
+        &[
+            root.0.to_str().unwrap(),
+            "--tls",
+            cert.to_str().unwrap(),
+            key.to_str().unwrap(),
+        ],
+    );
+    let (code, v, err) = probe_json(Privilege::AsIs, &["--insecure", &url("https", server.port)]);
+    assert_eq!(code, 0, "{err}");
+    assert_server_stall_confirmed(&v, Privilege::AsIs);
+
+    let (code, v, err) = probe_json(Privilege::AsIs, &[&url("https", server.port)]);
+    assert_eq!(code, 2, "{v}");
+    assert!(
+        err.contains("certificate") && err.contains("--insecure"),
+        "{err}"
+    );
+}
+
+#[test]
+fn nginx_is_clean() {
+    let dir = TempDir::new(&format!("nginx-{}", free_port()));
+    let prefix = dir.0.clone();
+    // One process (master_process off): killing it at the end leaves no worker behind.
+    let server = listening_server(|port| {
+        let conf = prefix.join(format!("nginx-{port}.conf"));
+        let p = prefix.display();
+        std::fs::write(
+            &conf,
+            format!(
+                "daemon off; master_process off; worker_processes 1; pid {p}/nginx.pid; error_log {p}/error.log;\n\
+                 events {{ worker_connections 64; }}\n\
+                 http {{ access_log off; client_body_temp_path {p}/body; proxy_temp_path {p}/proxy;\n\
+                 fastcgi_temp_path {p}/fastcgi; uwsgi_temp_path {p}/uwsgi; scgi_temp_path {p}/scgi;\n\
+                 server {{ listen 127.0.0.1:{port}; location / {{ return 200 \"hello from nginx\\n\"; }} }} }}\n"
+            ),
+        )
+        .expect("write the nginx configuration");
+        let mut c = Command::new("nginx");
+        c.arg("-c").arg(&conf).arg("-p").arg(&prefix);
+        c
+    });
+    let (code, v, err) = probe_json(Privilege::AsIs, &[&url("http", server.port)]);
+    assert_eq!(code, 0, "{err}");
+    assert_clean(&v);
+}
+
+#[test]
+fn a_split_request_is_the_clients_own_stall() {
+    // The server answers in one write once the whole request is in; our head and body go in
+    // two writes, and Nagle holds the body until the server's delayed ACK of the head.
+    let server = python_server("process/split_server.py", &["--single-write"]);
+    for privilege in [Privilege::AsIs, Privilege::NoNetRaw] {
+        let (code, v, err) = probe_json(
+            privilege,
+            &[
+                "--method",
+                "POST",
+                "--body-size",
+                "2000",
+                "--split-request",
+                &url("http", server.port),
+            ],
+        );
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(v["verdict"], "stall", "{v}");
+        assert_eq!(v["culprit"], "client", "{v}");
+        assert_eq!(v["evidence_source"], expected_source(privilege), "{v}");
+        assert_eq!(v["confirmation"]["remedy"], "nodelay", "{v}");
+        assert_eq!(v["confirmed"], true, "{v}");
+    }
+}
+
+#[test]
+fn memcached_is_clean() {
+    let server = listening_server(|port| {
+        let mut c = Command::new("memcached");
+        c.args([
+            "-l",
+            "127.0.0.1",
+            "-U",
+            "0",
+            "-u",
+            "nobody",
+            "-p",
+            &port.to_string(),
+        ]);
+        c
+    });
+    let (code, v, err) = probe_json(
+        Privilege::AsIs,
+        &["--size", "4000", &url("memcached", server.port)],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_clean(&v);
+}
+
+#[test]
+fn redis_is_clean() {
+    let server = listening_server(|port| {
+        let mut c = Command::new("redis-server");
+        c.args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ]);
+        c
+    });
+    let (code, v, err) = probe_json(Privilege::AsIs, &[&url("redis", server.port)]);
+    assert_eq!(code, 0, "{err}");
+    assert_clean(&v);
+    let (code, v, err) = probe_json(Privilege::NoNetRaw, &[&url("redis", server.port)]);
+    assert_eq!(code, 0, "{err}");
+    assert_clean(&v);
+    assert_eq!(v["evidence_source"], "socket", "{v}");
+}
+
+#[test]
+fn line_protocol_is_clean_and_needs_send_and_until() {
+    let server = python_server("probe/bad_server.py", &["pong"]);
+    let target = url("tcp", server.port);
+    let (code, v, err) = probe_json(
+        Privilege::AsIs,
+        &["--send", "PING\\n", "--until", "\\r\\n", &target],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_clean(&v);
+    let (code, _, err) = probe_json(Privilege::AsIs, &[&target]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--send") && err.contains("--until"), "{err}");
+    let (code, _, err) = probe_json(Privilege::AsIs, &["--send", "\\q", "--until", "x", &target]);
+    assert_eq!(code, 2);
+    assert!(err.contains("unknown escape"), "{err}");
+}
+
+#[test]
+fn refused_connection_is_a_clear_error() {
+    let port = free_port();
+    let (code, v, err) = probe_json(Privilege::AsIs, &[&url("http", port)]);
+    assert_eq!(code, 2);
+    assert_eq!(v, Value::Null);
+    assert!(
+        err.contains("refused") && err.contains("nothing listens"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_host_that_drops_the_syn_times_out_within_the_timeout() {
+    // A listener whose accept queue is full drops further SYNs (`tcp_conn_request`), as an
+    // unreachable host or a firewall does.
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket
+        .bind(
+            &"127.0.0.1:0"
+                .parse::<std::net::SocketAddr>()
+                .unwrap()
+                .into(),
+        )
+        .unwrap();
+    socket.listen(0).unwrap();
+    let port = socket.local_addr().unwrap().as_socket().unwrap().port();
+    let _queued: Vec<TcpStream> = (0..2)
+        .filter_map(|_| {
+            TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(300))
+                .ok()
+        })
+        .collect();
+    let started = Instant::now();
+    let (code, _, err) = probe_json(Privilege::AsIs, &["--timeout", "0.5", &url("http", port)]);
+    assert_eq!(code, 2);
+    assert!(err.contains("no answer to the connection attempt"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn a_server_closing_mid_reply_keeps_the_partial_results() {
+    let server = python_server("probe/bad_server.py", &["close-mid", "3"]);
+    let (code, v, err) = probe_json(Privilege::AsIs, &[&url("http", server.port)]);
+    assert_eq!(code, 2, "{v}");
+    assert_eq!(v["requests"], 3, "the answered requests are reported: {v}");
+    assert!(err.contains("middle of the reply"), "{err}");
+    assert!(
+        v["errors"][0].as_str().unwrap_or("").contains("request 4"),
+        "{v}"
+    );
+}
+
+#[test]
+fn a_malformed_reply_is_a_clear_error() {
+    let server = python_server("probe/bad_server.py", &["garbage"]);
+    let (code, _, err) = probe_json(Privilege::AsIs, &[&url("http", server.port)]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("malformed reply") && err.contains("SSH-2.0"),
+        "{err}"
+    );
+    let (code, _, err) = probe_json(Privilege::AsIs, &[&url("redis", server.port)]);
+    assert_eq!(code, 2);
+    assert!(err.contains("malformed reply"), "{err}");
+}
+
+#[test]
+fn a_server_that_never_answers_times_out() {
+    let server = python_server("probe/bad_server.py", &["silent"]);
+    let started = Instant::now();
+    let (code, _, err) = probe_json(
+        Privilege::AsIs,
+        &["--timeout", "0.5", &url("http", server.port)],
+    );
+    assert_eq!(code, 2);
+    assert!(err.contains("no complete answer within 0.5 s"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn a_hold_behind_a_relay_is_placed_behind_the_server() {
+    // The split server's body waits for the relay's delayed ACK on the relay's own connection:
+    // our ACKs, however quick, cannot release it.
+    let upstream = python_server("process/split_server.py", &[]);
+    let relay = python_server("probe/relay.py", &[&upstream.port.to_string()]);
+    for privilege in [Privilege::AsIs, Privilege::NoNetRaw] {
+        let (code, v, err) = probe_json(privilege, &[&url("http", relay.port)]);
+        assert_eq!(code, 0, "{err}");
+        assert_ne!(
+            v["confirmed"], true,
+            "QUICKACK cannot remove a hold upstream: {v}"
+        );
+        let hop = v["hop"].as_str().unwrap_or("");
+        assert!(hop.contains("behind the server"), "{v}");
+    }
+}

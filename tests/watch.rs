@@ -1,0 +1,681 @@
+//! `tcpstall watch` on loopback during real stalls: Python's http.server with HTTP/1.1
+//! keep-alive (header and body written apart, CPython issue 108736) driven by a keep-alive
+//! client here, and the lab's own split-writing server; bad input; the Prometheus endpoint
+//! scraped by curl and checked by promtool.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Command, ExitStatus, Output, Stdio};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::{first_line_within, KillOnDrop};
+
+const BIN: &str = env!("CARGO_BIN_EXE_tcpstall");
+
+/// Keep-alive requests per run: the first is never held (a new connection starts in quick-ACK
+/// mode), the later ones are, ~40 ms each.
+const REQUESTS: usize = 8;
+
+fn require_root(what: &str) {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(
+        euid, 0,
+        "{what} needs root (CAP_NET_RAW); run the tests as root"
+    );
+}
+
+/// A running `tcpstall watch`, its standard output collected by a thread.
+struct Watch {
+    child: KillOnDrop,
+    stderr: mpsc::Receiver<String>,
+    stdout: JoinHandle<String>,
+    /// The metrics address it announced, if any.
+    metrics: Option<String>,
+}
+
+impl Watch {
+    /// Starts `watch` with `args` and waits until it says the capture is open.
+    fn start(args: &[&str]) -> Watch {
+        Watch::start_under(&[], args)
+    }
+
+    /// [`Watch::start`] under `wrapper` (e.g. setpriv and its options) when not empty.
+    fn start_under(wrapper: &[&str], args: &[&str]) -> Watch {
+        let mut command = match wrapper.split_first() {
+            Some((program, options)) => {
+                let mut c = Command::new(program);
+                c.args(options).arg(BIN);
+                c
+            }
+            None => Command::new(BIN),
+        };
+        let mut child = command
+            .arg("watch")
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the tcpstall binary runs");
+        let mut stdout = child.stdout.take().expect("piped stdout");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let child = KillOnDrop(child);
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stdout = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = stdout.read_to_string(&mut text);
+            text
+        });
+        let mut metrics = None;
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = rx
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("watch {args:?} did not start within 15 s"));
+            if let Some(rest) = line.strip_prefix("tcpstall: metrics at http://") {
+                metrics = rest.strip_suffix("/metrics").map(str::to_string);
+            }
+            if line.starts_with("tcpstall: watching") {
+                break;
+            }
+            assert!(!line.contains("error"), "watch {args:?}: {line}");
+        }
+        Watch {
+            child,
+            stderr: rx,
+            stdout,
+            metrics,
+        }
+    }
+
+    /// Waits up to `limit` for the run to end by itself; its status, stdout and stderr.
+    fn wait(mut self, limit: Duration) -> (ExitStatus, String, String) {
+        let deadline = Instant::now() + limit;
+        let status = loop {
+            if let Some(status) = self.child.0.try_wait().expect("wait for watch") {
+                break status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "watch did not end within {limit:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let stdout = self.stdout.join().expect("stdout reader");
+        let stderr: Vec<String> = self.stderr.try_iter().collect();
+        (status, stdout, stderr.join("\n"))
+    }
+
+    /// Sends SIGTERM, as a service manager stops it.
+    fn terminate(&self) {
+        self.signal(libc::SIGTERM);
+    }
+
+    /// Sends `signal` (SIGINT: Ctrl-C).
+    fn signal(&self, signal: libc::c_int) {
+        let pid = libc::pid_t::try_from(self.child.0.id()).expect("pid fits");
+        // SAFETY: kill has no memory preconditions; the child has not been reaped yet.
+        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+    }
+}
+
+/// Python's http.server, HTTP/1.1 keep-alive, serving a 200-byte file from a directory of
+/// its own, on a port it picks.
+struct PythonServer {
+    child: KillOnDrop,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl PythonServer {
+    fn start() -> PythonServer {
+        let dir = std::env::temp_dir().join(format!(
+            "tcpstall-watch-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos())
+        ));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        std::fs::write(dir.join("index.html"), [b'x'; 200]).expect("file");
+        let mut child = Command::new("python3")
+            .args(["-u", "-m", "http.server", "--protocol", "HTTP/1.1"])
+            .args(["--bind", "127.0.0.1", "--directory"])
+            .arg(&dir)
+            .arg("0")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python3 runs");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let child = KillOnDrop(child);
+        // "Serving HTTP on 127.0.0.1 port 41234 (http://127.0.0.1:41234/) ..."
+        let line = first_line_within(stdout, Duration::from_secs(10))
+            .expect("http.server announces its port");
+        let port = line
+            .split(" port ")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("no port in {line:?}"));
+        PythonServer { child, port, dir }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.0.id()
+    }
+
+    /// `n` GETs on one keep-alive connection, each answer read whole before the next request.
+    fn requests(&self, n: usize) {
+        let stream = TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let mut writer = stream.try_clone().expect("clone");
+        let mut reader = BufReader::new(stream);
+        for i in 0..n {
+            writer
+                .write_all(b"GET /index.html HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                .expect("request");
+            let mut length = None;
+            loop {
+                let mut line = String::new();
+                let read = reader.read_line(&mut line).expect("response header");
+                assert!(read > 0, "server closed during request {i}");
+                if line == "\r\n" {
+                    break;
+                }
+                if let Some((name, value)) = line.split_once(':') {
+                    if name.eq_ignore_ascii_case("content-length") {
+                        length = value.trim().parse::<usize>().ok();
+                    }
+                }
+            }
+            let mut body = vec![0u8; length.expect("Content-Length")];
+            reader.read_exact(&mut body).expect("body");
+        }
+    }
+}
+
+impl Drop for PythonServer {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn watch_output(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .arg("watch")
+        .args(args)
+        .output()
+        .expect("the tcpstall binary runs")
+}
+
+#[test]
+fn a_python_server_stall_is_printed_with_its_process_and_fix() {
+    require_root("live capture");
+    let server = PythonServer::start();
+    let filter = format!("tcp port {}", server.port);
+    let watch = Watch::start(&["-i", "lo", "--duration", "4", &filter]);
+    server.requests(REQUESTS);
+    // --duration ends the run by itself.
+    let (status, stdout, stderr) = watch.wait(Duration::from_secs(20));
+    assert!(status.success(), "{status}: {stderr}\n{stdout}");
+    let pid = server.pid();
+    let owner = format!("pid {pid} (python3)");
+    let stall = stdout
+        .split("\n\n")
+        .next()
+        .unwrap_or_default()
+        .lines()
+        .collect::<Vec<_>>();
+    let first = stall
+        .iter()
+        .position(|l| l.contains("nagle_delayed_ack"))
+        .unwrap_or_else(|| panic!("no stall printed:\n{stdout}"));
+    assert!(stall[first].contains("held: server"), "{stdout}");
+    let block = stall[first..].join("\n");
+    assert!(block.contains(&owner), "owner {owner} not named:\n{stdout}");
+    assert!(block.contains("TCP_NODELAY off"), "{stdout}");
+    assert!(
+        block.contains(&format!("fix: tcpstall fix {pid} --port {}", server.port)),
+        "{stdout}"
+    );
+    // The summary names the process too.
+    assert!(stdout.contains("processes:"), "{stdout}");
+    assert!(stdout.contains("dropped: 0 by the kernel"), "{stdout}");
+}
+
+#[test]
+fn json_lines_carry_analyze_keys_and_the_owner() {
+    require_root("live capture");
+    let server = PythonServer::start();
+    let filter = format!("port {}", server.port);
+    let watch = Watch::start(&["-i", "lo", "--json", "--duration", "4", &filter]);
+    server.requests(REQUESTS);
+    let (status, stdout, stderr) = watch.wait(Duration::from_secs(20));
+    assert!(status.success(), "{status}: {stderr}");
+    let lines: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let (summary, events) = lines.split_last().expect("a summary line");
+    assert!(!events.is_empty(), "no events:\n{stdout}");
+    for e in events {
+        for key in [
+            "kind",
+            "flow",
+            "time",
+            "delay_ms",
+            "held_side",
+            "ack_side",
+            "pid",
+            "command",
+        ] {
+            assert!(e.get(key).is_some(), "{key} missing in {e}");
+        }
+    }
+    let pid = u64::from(server.pid());
+    let held = events
+        .iter()
+        .filter(|e| e["kind"] == "nagle_delayed_ack" && e["held_side"] == "server")
+        .collect::<Vec<_>>();
+    assert!(!held.is_empty(), "{stdout}");
+    for e in &held {
+        assert_eq!(e["pid"].as_u64(), Some(pid), "{e}");
+        assert_eq!(e["command"], "python3", "{e}");
+        assert_eq!(e["ack_side"], "client", "{e}");
+        assert!(e["delay_ms"].as_f64().is_some_and(|d| d >= 30.0), "{e}");
+    }
+    let s = &summary["summary"];
+    assert!(s["packets"].as_u64().is_some_and(|p| p > 0), "{summary}");
+    assert_eq!(s["dropped"].as_u64(), Some(0), "{summary}");
+    assert_eq!(
+        s["stalls"]["nagle_delayed_ack"].as_u64(),
+        Some(
+            events
+                .iter()
+                .filter(|e| e["kind"] == "nagle_delayed_ack")
+                .count() as u64
+        ),
+        "{summary}"
+    );
+    assert_eq!(s["owners"][0]["pid"].as_u64(), Some(pid), "{summary}");
+}
+
+#[test]
+fn metrics_are_scraped_by_curl_and_pass_promtool() {
+    require_root("live capture");
+    let server = PythonServer::start();
+    let filter = format!("port {}", server.port);
+    let watch = Watch::start(&["-i", "lo", "--metrics", "127.0.0.1:0", &filter]);
+    let addr = watch
+        .metrics
+        .clone()
+        .expect("the metrics address is announced");
+    server.requests(REQUESTS);
+    // The counters are brought up to date every half second.
+    std::thread::sleep(Duration::from_millis(1200));
+    let scrape = Command::new("curl")
+        .args(["-sS", "--max-time", "10", "-i"])
+        .arg(format!("http://{addr}/metrics"))
+        .output()
+        .expect("curl runs");
+    assert!(scrape.status.success(), "{scrape:?}");
+    let response = String::from_utf8(scrape.stdout).expect("UTF-8");
+    let (head, body) = response.split_once("\r\n\r\n").expect("HTTP response");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let stalls = body
+        .lines()
+        .find(|l| {
+            l.starts_with(
+                "tcpstall_watch_stalls_total{held_side=\"server\",kind=\"nagle_delayed_ack\"}",
+            )
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no stall counter:\n{body}"));
+    assert!(stalls >= 1, "{body}");
+    assert!(
+        body.contains("tcpstall_watch_stall_delay_seconds_bucket{kind=\"nagle_delayed_ack\""),
+        "{body}"
+    );
+    for name in [
+        "tcpstall_watch_packets_total",
+        "tcpstall_watch_kernel_dropped_packets_total",
+        "tcpstall_watch_active_flows",
+    ] {
+        assert!(body.contains(name), "{name} missing:\n{body}");
+    }
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian package prometheus) runs");
+    promtool
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(body.as_bytes())
+        .expect("to promtool");
+    let checked = promtool.wait_with_output().expect("promtool ends");
+    assert!(
+        checked.status.success(),
+        "promtool: {}{}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
+    // Only /metrics is served.
+    let other = Command::new("curl")
+        .args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--max-time",
+            "10",
+        ])
+        .arg(format!("http://{addr}/other"))
+        .output()
+        .expect("curl runs");
+    assert_eq!(String::from_utf8_lossy(&other.stdout), "404");
+    watch.terminate();
+    let (status, _, stderr) = watch.wait(Duration::from_secs(10));
+    assert!(status.success(), "SIGTERM ends it with a summary: {stderr}");
+}
+
+/// The value of an unlabelled metric in a scrape.
+fn metric(body: &str, name: &str) -> u64 {
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("{name} missing:\n{body}"))
+}
+
+fn scrape(addr: &str) -> String {
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "10"])
+        .arg(format!("http://{addr}/metrics"))
+        .output()
+        .expect("curl runs");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout).expect("UTF-8")
+}
+
+#[test]
+fn closed_flows_leave_the_detector() {
+    require_root("live capture");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let filter = format!("port {port}");
+    let watch = Watch::start(&["-i", "lo", "--metrics", "127.0.0.1:0", &filter]);
+    let addr = watch
+        .metrics
+        .clone()
+        .expect("the metrics address is announced");
+    let connect_all = |n: usize| {
+        for _ in 0..n {
+            let client = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+            let (server, _) = listener.accept().expect("accept");
+            drop(client);
+            drop(server);
+        }
+    };
+    connect_all(40);
+    // Closed flows are retired 2 s after they close, at the next packet's sweep.
+    std::thread::sleep(Duration::from_millis(3000));
+    connect_all(1);
+    std::thread::sleep(Duration::from_millis(1200));
+    let body = scrape(&addr);
+    let ended = metric(&body, "tcpstall_watch_flows_ended_total");
+    let active = metric(&body, "tcpstall_watch_active_flows");
+    assert!(ended >= 40, "{ended} flows retired of 41:\n{body}");
+    assert!(active <= 1, "{active} flows still followed:\n{body}");
+    watch.terminate();
+    let (status, stdout, _) = watch.wait(Duration::from_secs(10));
+    assert!(status.success());
+    assert!(stdout.contains("flows: 41 ("), "{stdout}");
+}
+
+#[test]
+fn the_lab_server_is_named_during_a_lab_run() {
+    require_root("live capture");
+    let watch = Watch::start(&["-i", "lo", "--json"]);
+    let lab = Command::new(BIN)
+        .args(["lab", "--scenario", "http", "--variant", "split", "--json"])
+        .args(["--requests", "10"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the tcpstall binary runs");
+    let lab_pid = u64::from(lab.id());
+    let lab = lab.wait_with_output().expect("lab ends");
+    assert!(lab.status.success(), "{lab:?}");
+    let table: Value = serde_json::from_slice(&lab.stdout).expect("lab JSON");
+    assert_eq!(table["rows"][0]["stalled"], true, "{table}");
+    // The last stall is printed at most one read timeout after it happened.
+    std::thread::sleep(Duration::from_millis(500));
+    // Ctrl-C ends it with the summary line.
+    watch.signal(libc::SIGINT);
+    let (status, stdout, stderr) = watch.wait(Duration::from_secs(20));
+    assert!(status.success(), "{status}: {stderr}");
+    assert!(
+        stdout
+            .lines()
+            .last()
+            .is_some_and(|l| l.starts_with("{\"summary\":")),
+        "{stdout}"
+    );
+    let lab_events: Vec<Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["pid"].as_u64() == Some(lab_pid))
+        .collect();
+    assert!(
+        !lab_events.is_empty(),
+        "no stall named pid {lab_pid}:\n{stdout}"
+    );
+    for e in &lab_events {
+        assert_eq!(e["command"], "tcpstall", "{e}");
+        assert_eq!(e["kind"], "nagle_delayed_ack", "{e}");
+        assert_eq!(e["held_side"], "server", "{e}");
+    }
+    // The same count as the lab's own, from its latencies, on the lab's server port.
+    let row = &table["rows"][0];
+    let on_port = lab_events
+        .iter()
+        .filter(|e| e["server_port"] == row["server_port"])
+        .count();
+    assert_eq!(
+        Some(on_port as u64),
+        row["stalled_requests"].as_u64(),
+        "watch and lab disagree: {row}\n{stdout}"
+    );
+}
+
+/// A line server that answers each `q` line with 100 bytes ~200 ms later: `cork` sets
+/// TCP_CORK on the connection and never clears it (the kernel's probe timer sends each
+/// answer), `sleep` waits 200 ms before writing. The wire looks the same.
+const TIMER_SERVER: &str = r#"
+import socket, sys, time
+mode = sys.argv[1]
+srv = socket.socket()
+srv.bind(("127.0.0.1", 0))
+srv.listen(1)
+print(srv.getsockname()[1], flush=True)
+conn, _ = srv.accept()
+if mode == "cork":
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+buf = b""
+while True:
+    data = conn.recv(100)
+    if not data:
+        break
+    buf += data
+    while b"\n" in buf:
+        _, buf = buf.split(b"\n", 1)
+        if mode == "sleep":
+            time.sleep(0.2)
+        conn.send(b"a" * 99 + b"\n")
+"#;
+
+/// Runs the timer server in `mode` under `watch --json` and returns the server's pid and the
+/// cork-timer events.
+fn cork_timer_events(mode: &str) -> (u64, Vec<Value>) {
+    require_root("live capture");
+    let mut child = Command::new("python3")
+        .args(["-c", TIMER_SERVER, mode])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("python3 runs");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let server = KillOnDrop(child);
+    let port: u16 = first_line_within(stdout, Duration::from_secs(10))
+        .and_then(|l| l.trim().parse().ok())
+        .expect("the server prints its port");
+    let filter = format!("port {port}");
+    let watch = Watch::start(&["-i", "lo", "--json", &filter]);
+    let stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let mut writer = stream.try_clone().expect("clone");
+    let mut reader = BufReader::new(stream);
+    for _ in 0..4 {
+        writer.write_all(b"q\n").expect("request");
+        let mut line = String::new();
+        reader.read_line(&mut line).expect("answer");
+        assert_eq!(line.len(), 100);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    watch.terminate();
+    let (status, stdout, stderr) = watch.wait(Duration::from_secs(20));
+    assert!(status.success(), "{status}: {stderr}");
+    let events = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["kind"] == "cork_timer")
+        .collect();
+    (u64::from(server.0.id()), events)
+}
+
+#[test]
+fn a_cork_timer_gap_is_settled_by_tcp_cork_on_the_socket() {
+    let (pid, events) = cork_timer_events("cork");
+    assert!(!events.is_empty(), "no cork_timer event");
+    for e in &events {
+        assert_eq!(e["held_side"], "server", "{e}");
+        assert_eq!(e["pid"].as_u64(), Some(pid), "{e}");
+        assert_eq!(e["cork"], true, "{e}");
+        assert_eq!(e["cork_confirmed"], true, "{e}");
+    }
+}
+
+#[test]
+fn a_server_pausing_200ms_is_told_apart_by_tcp_cork_clear() {
+    let (pid, events) = cork_timer_events("sleep");
+    assert!(!events.is_empty(), "no 200 ms-class event");
+    for e in &events {
+        assert_eq!(e["pid"].as_u64(), Some(pid), "{e}");
+        assert_eq!(e["cork"], false, "{e}");
+        assert_eq!(e["cork_confirmed"], false, "{e}");
+    }
+}
+
+#[test]
+fn a_bad_filter_is_refused_with_exit_2() {
+    let out = watch_output(&["-i", "lo", "--duration", "1", "port", "eighty"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("bad capture filter `port eighty`") && stderr.contains("pcap-filter"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn a_missing_interface_is_refused_with_exit_2() {
+    let out = watch_output(&["-i", "nosuch0", "--duration", "1"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("no network interface named `nosuch0`"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn without_cap_net_raw_the_error_names_it() {
+    require_root("switching to nobody with setpriv");
+    let out = Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", BIN])
+        .args(["watch", "-i", "lo", "--duration", "1"])
+        .output()
+        .expect("setpriv (util-linux) runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("CAP_NET_RAW") && stderr.contains("setcap"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn another_users_socket_is_reported_as_hidden_not_absent() {
+    require_root("switching to nobody with setpriv");
+    let server = PythonServer::start();
+    let filter = format!("port {}", server.port);
+    // nobody with CAP_NET_RAW only: it captures, but root's /proc/PID/fd is closed to it.
+    let watch = Watch::start_under(
+        &[
+            "setpriv",
+            "--reuid=nobody",
+            "--regid=nogroup",
+            "--clear-groups",
+            "--inh-caps=+net_raw",
+            "--ambient-caps=+net_raw",
+        ],
+        &["-i", "lo", "--json", "--duration", "3", &filter],
+    );
+    server.requests(4);
+    let (status, stdout, stderr) = watch.wait(Duration::from_secs(20));
+    assert!(status.success(), "{status}: {stderr}");
+    let events: Vec<Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e.get("kind").is_some())
+        .collect();
+    assert!(!events.is_empty(), "{stdout}");
+    for e in &events {
+        assert_eq!(e["pid"], Value::Null, "{e}");
+        assert_eq!(e["owner_hidden"], true, "{e}");
+    }
+}
+
+#[test]
+fn a_bad_duration_is_refused() {
+    let out = watch_output(&["-i", "lo", "--duration", "-3"]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = watch_output(&["-i", "lo", "--duration", "0"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--duration"), "{stderr}");
+}
