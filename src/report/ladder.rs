@@ -190,8 +190,9 @@ mod tests {
         let pen = Pen::of(Style::PLAIN);
         let right = arrow(&pen, "P. 78 B seq 1 ack 1", Side::Client);
         let left = arrow(&pen, "P. 78 B seq 1 ack 1", Side::Server);
-        assert_eq!(right.chars().count(), LANE_WIDTH - 1);
-        assert_eq!(left.chars().count(), LANE_WIDTH - 1);
+        // Between the two lifelines of a LANE_WIDTH-wide lane.
+        assert_eq!(right.chars().count(), LANE_WIDTH - 2);
+        assert_eq!(left.chars().count(), LANE_WIDTH - 2);
         assert!(right.ends_with('>') && left.starts_with('<'));
     }
 }
