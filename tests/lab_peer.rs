@@ -97,7 +97,7 @@ fn windows_client_waits_200_ms_for_memcached_value_1400_and_its_ack_fix_does_not
 #[test]
 fn linux_profile_agrees_with_the_kernel_on_every_echo_and_http_row_on_either_side() {
     require_root();
-    let args = ["--scenario", "echo,http", "--requests", "6"];
+    let args = ["--scenario", "echo,http", "--requests", "10"];
     let kernel = lab_rows(&args);
     for side in ["client", "server"] {
         let mut with_peer = vec!["--peer", "linux", "--peer-side", side];
