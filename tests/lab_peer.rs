@@ -95,6 +95,36 @@ fn windows_client_waits_200_ms_for_memcached_value_1400_and_its_ack_fix_does_not
 }
 
 #[test]
+fn windows_server_holds_the_echo_ack_200_ms_and_client_nodelay_avoids_it() {
+    require_root();
+    // Document 000 on Windows: the server is the side that delays its ACK.
+    let rows = lab_rows(&[
+        "--peer",
+        "windows",
+        "--peer-side",
+        "server",
+        "--scenario",
+        "echo",
+        "--variant",
+        "split,nodelay",
+        "--requests",
+        "4",
+    ]);
+    let split = row(&rows, "echo", "split");
+    assert!(
+        wait_beyond_path(split) >= 150.0,
+        "echo split against a Windows server: p50 {} ms",
+        p50(split)
+    );
+    let nodelay = row(&rows, "echo", "nodelay");
+    assert!(
+        wait_beyond_path(nodelay) < 10.0,
+        "echo nodelay against a Windows server: p50 {} ms",
+        p50(nodelay)
+    );
+}
+
+#[test]
 fn linux_profile_agrees_with_the_kernel_on_every_echo_and_http_row_on_either_side() {
     require_root();
     let args = ["--scenario", "echo,http", "--requests", "10"];
