@@ -44,6 +44,30 @@ struct MinshallSend {
     small_end: u64,
 }
 
+impl MinshallSend {
+    /// Bytes of `pending` that may go to the socket now, `acked` bytes of the stream being
+    /// acknowledged: full segments always; the partial tail only when no earlier partial
+    /// segment is unacknowledged (`tcp_nagle_check` -> `tcp_minshall_check`).
+    fn releasable(&self, acked: u64, mss: u64) -> usize {
+        if acked >= self.small_end {
+            self.pending.len()
+        } else {
+            let mss = mss.max(1) as usize;
+            self.pending.len() / mss * mss
+        }
+    }
+
+    /// `sent` bytes went to the socket: one ending in a partial segment becomes `snd_sml`
+    /// (`tcp_minshall_update`).
+    fn handed_over(&mut self, sent: usize, mss: u64) {
+        self.pending.drain(..sent);
+        self.pushed += sent as u64;
+        if tcp_rules::is_sub_mss(sent as u64, mss) {
+            self.small_end = self.pushed;
+        }
+    }
+}
+
 /// Options of one connection.
 #[derive(Debug, Clone, Copy)]
 pub struct ConnOptions {
@@ -144,15 +168,7 @@ impl PeerStack {
             }
             let socket = self.sockets.get_mut::<tcp::Socket>(*handle);
             let acked = send.pushed - socket.send_queue() as u64;
-            let full = (send.pending.len() as u64 / mss) * mss;
-            // A partial segment leaves only when no earlier partial one is unacknowledged
-            // (`tcp_minshall_check`); full segments always may.
-            let may_send_partial = acked >= send.small_end;
-            let take = if may_send_partial {
-                send.pending.len()
-            } else {
-                full as usize
-            };
+            let take = send.releasable(acked, mss);
             if take == 0 {
                 continue;
             }
@@ -162,11 +178,7 @@ impl PeerStack {
             if sent == 0 {
                 continue;
             }
-            send.pending.drain(..sent);
-            send.pushed += sent as u64;
-            if tcp_rules::is_sub_mss(sent as u64, mss) {
-                send.small_end = send.pushed;
-            }
+            send.handed_over(sent, mss);
             moved = true;
         }
         moved
@@ -436,5 +448,31 @@ impl PeerStack {
             self.poll();
             self.wait(until);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn minshall_holds_a_partial_segment_only_behind_an_unacknowledged_partial_one() {
+        let mss = 1448;
+        let mut send = MinshallSend::default();
+        send.pending.extend_from_slice(&[0; 1200]);
+        // Nothing in flight: the 1200 B write leaves.
+        assert_eq!(send.releasable(0, mss), 1200);
+        send.handed_over(1200, mss);
+        // Two more writes while it is unacknowledged: one full segment may go, the
+        // 952 B tail waits.
+        send.pending.extend_from_slice(&[0; 2400]);
+        assert_eq!(send.releasable(0, mss), 1448);
+        send.handed_over(1448, mss);
+        assert_eq!(send.releasable(0, mss), 0);
+        // The partial segment is acknowledged: the tail goes although the full one is
+        // still in flight (the classic rule would hold it).
+        assert_eq!(send.releasable(1200, mss), 952);
+        send.handed_over(952, mss);
+        assert_eq!(send.small_end, 3600);
     }
 }
