@@ -141,6 +141,50 @@ struct Gathered<'e> {
     released_seen: bool,
 }
 
+impl<'e> Gathered<'e> {
+    fn new(event: &'e StallEvent) -> Gathered<'e> {
+        Gathered {
+            event,
+            before: VecDeque::with_capacity(RUNGS_BEFORE + 2),
+            after: Vec::with_capacity(RUNGS_AFTER),
+            released_seen: false,
+        }
+    }
+
+    /// Keeps `seg` if it is of the example's flow and in its window.
+    fn offer(&mut self, seg: &Segment) {
+        let e = self.event;
+        if !same_ends(seg, e.client, e.server) {
+            return;
+        }
+        let lead = e.finding.delay_ns + LEAD;
+        let from = Timestamp::from_nanos(e.ts_ns.as_nanos().saturating_sub(lead.as_nanos()));
+        if seg.ts_ns < from || seg.ts_ns > e.ts_ns + LEAD {
+            return;
+        }
+        if self.released_seen {
+            if self.after.len() < RUNGS_AFTER {
+                self.after.push(*seg);
+            }
+        } else {
+            if self.before.len() > RUNGS_BEFORE {
+                self.before.pop_front();
+            }
+            self.before.push_back(*seg);
+            self.released_seen = is_released(seg, e);
+        }
+    }
+
+    /// The ladder of what was kept, if the released segment was seen.
+    fn ladder(self) -> Option<Ladder> {
+        self.released_seen.then(|| {
+            let mut segs: Vec<Segment> = self.before.into_iter().collect();
+            segs.extend(self.after);
+            build(self.event, &segs)
+        })
+    }
+}
+
 fn same_ends(seg: &Segment, a: Endpoint, b: Endpoint) -> bool {
     let is = |addr: IpAddr, port: u16, e: Endpoint| addr == e.addr && port == e.port;
     (is(seg.src, seg.src_port, a) && is(seg.dst, seg.dst_port, b))
@@ -158,57 +202,33 @@ pub fn collect<R: Read>(
     inputs: impl IntoIterator<Item = R>,
     events: &[&StallEvent],
 ) -> Result<Vec<Option<Ladder>>, CaptureError> {
-    let mut gathered: Vec<Gathered<'_>> = events
-        .iter()
-        .map(|event| Gathered {
-            event,
-            before: VecDeque::with_capacity(RUNGS_BEFORE + 2),
-            after: Vec::with_capacity(RUNGS_AFTER),
-            released_seen: false,
-        })
-        .collect();
+    let mut gathered: Vec<Gathered<'_>> = events.iter().map(|e| Gathered::new(e)).collect();
     for input in inputs {
         for_each_segment(
             input,
             |seg| {
                 for g in gathered.iter_mut() {
-                    let e = g.event;
-                    if !same_ends(seg, e.client, e.server) {
-                        continue;
-                    }
-                    let lead = e.finding.delay_ns + LEAD;
-                    let from =
-                        Timestamp::from_nanos(e.ts_ns.as_nanos().saturating_sub(lead.as_nanos()));
-                    if seg.ts_ns < from || seg.ts_ns > e.ts_ns + LEAD {
-                        continue;
-                    }
-                    if g.released_seen {
-                        if g.after.len() < RUNGS_AFTER {
-                            g.after.push(*seg);
-                        }
-                    } else {
-                        if g.before.len() > RUNGS_BEFORE {
-                            g.before.pop_front();
-                        }
-                        g.before.push_back(*seg);
-                        g.released_seen = is_released(seg, e);
-                    }
+                    g.offer(seg);
                 }
             },
             // The first pass already reported the input's damage.
             |_| {},
         )?;
     }
-    Ok(gathered
-        .into_iter()
-        .map(|g| {
-            g.released_seen.then(|| {
-                let mut segs: Vec<Segment> = g.before.into_iter().collect();
-                segs.extend(g.after);
-                build(g.event, &segs)
-            })
-        })
-        .collect())
+    Ok(gathered.into_iter().map(Gathered::ladder).collect())
+}
+
+/// The ladder of `event` from segments already in memory (a live capture's), in capture
+/// order; `None` when the released segment is not among them.
+pub fn around<'s>(
+    event: &StallEvent,
+    segments: impl IntoIterator<Item = &'s Segment>,
+) -> Option<Ladder> {
+    let mut g = Gathered::new(event);
+    for seg in segments {
+        g.offer(seg);
+    }
+    g.ladder()
 }
 
 /// The ladder of `event` from its flow's segments around it (the released one included).

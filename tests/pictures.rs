@@ -540,3 +540,77 @@ fn lab_ladders_draw_each_stalled_row_with_its_held_side() {
         }
     }
 }
+
+/// Python's http.server (header and body written apart) on a free port, killed on drop.
+struct PythonServer(std::process::Child, u16);
+
+impl Drop for PythonServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn python_http_server(root: &Path) -> PythonServer {
+    use std::io::BufRead;
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/probe/http_server.py"
+    );
+    let mut child = Command::new("python3")
+        .arg(script)
+        .arg(root)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut line = String::new();
+    let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+    let port = line.trim().parse().unwrap_or_else(|_| {
+        let _ = child.kill();
+        panic!("the server printed no port: {line:?}")
+    });
+    PythonServer(child, port)
+}
+
+#[test]
+fn probe_draws_the_stalled_turn_and_its_page() {
+    let dir = Scratch::new("probe-page");
+    fs::write(dir.0.join("index.html"), "hello\n").expect("page to serve");
+    let server = python_http_server(&dir.0);
+    let url = format!("http://127.0.0.1:{}/index.html", server.1);
+    let page = dir.0.join("probe.html");
+    let out = run(&[
+        "probe",
+        &url,
+        "--requests",
+        "8",
+        "--ladder",
+        "--html",
+        page.to_str().expect("utf-8 path"),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    // As root the probe captures its own traffic: the server's split answer is drawn.
+    let ladder = ladder_part(&out.stdout);
+    assert!(
+        ladder.starts_with("nagle_delayed_ack: server held "),
+        "no ladder:\n{text}"
+    );
+    assert!(ladder.contains("| delayed ACK") && ladder.contains("| held"));
+    let late_ack = ladder
+        .lines()
+        .find(|l| l.ends_with("| delayed ACK"))
+        .unwrap_or_default();
+    assert!(
+        late_ack.contains("-->|"),
+        "our delayed ACK goes to the server: {late_ack}"
+    );
+
+    let (dom, log) = chromium(&page, None);
+    assert!(page_errors(&log).is_empty(), "{:?}", page_errors(&log));
+    assert!(dom.contains("the server holds"), "headline:\n{dom}");
+    assert!(dom.contains("class=\"chart histogram\""));
+    assert!(dom.contains("class=\"ladder\" data-kind=\"nagle_delayed_ack\""));
+    assert!(dom.contains("confirmed: re-run with the remedy, the stall vanished"));
+}

@@ -8,7 +8,10 @@ use serde::Serialize;
 use super::expect::{Geometry, WireOutcome};
 use super::explain::Explanation;
 use super::runner::RunSettings;
-use super::scenarios::{Variant, SCENARIOS};
+use super::scenarios::{ConnectionMode, Expectation, Variant, SCENARIOS};
+use super::server::Protocol;
+use super::write::WriteStrategy;
+use crate::Side;
 
 /// The catalogue as a run with these settings would use it.
 #[derive(Debug)]
@@ -44,6 +47,17 @@ pub(crate) struct ListedRow {
     pub expected_stall: bool,
     /// Round trips the exchange needs without a timer (1, or 2 when Nagle holds a tail).
     pub round_trips: u32,
+    /// Which end's write Nagle holds when the row stalls as expected (`client`, `server`), as
+    /// in `lab --json`; absent when no stall is expected.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_side: Option<&'static str>,
+    /// What the row's server speaks (`echo`, `http`, `memcached`, `sink`), for a client of
+    /// `lab --serve`.
+    pub protocol: &'static str,
+    /// Whether the row's server stalls a typical client (each request in one write, Nagle
+    /// and delayed ACKs left on, connections kept alive), as `tcpstall probe` is: a row
+    /// fixed on the client's side meets such a client as its stalling row does.
+    pub typical_client_stall: bool,
     /// Why.
     pub explanation: String,
 }
@@ -81,6 +95,38 @@ fn listed_row(variant: &Variant, settings: &RunSettings) -> ListedRow {
         mss: sizes.mss,
         expected_stall: outcome.stalls(),
         round_trips: outcome.round_trips(),
+        held_side: outcome.held_side().map(|side| side.name()),
+        protocol: protocol_name((variant.workload.protocol)(sizes.size)),
+        typical_client_stall: WireOutcome::of(&with_typical_client(variant), &sizes).stalls(),
         explanation: Explanation::of(variant, Geometry::of(variant, &sizes)).to_string(),
+    }
+}
+
+/// `variant` with its client side as a typical client's: one write per request, Nagle on,
+/// no TCP_QUICKACK, keep-alive. The server side is the row's own.
+fn with_typical_client(variant: &Variant) -> Variant {
+    // Such a client delays its ACKs once the connection is in ping-pong mode (after its first
+    // turn, `tcp_event_data_sent`), so a server's held write waits for its timer; when the
+    // client writes the message, the row's server decides the ACKs as in the row.
+    let expected = match variant.workload.writer {
+        Side::Server => Expectation::Stall,
+        Side::Client => variant.expected,
+    };
+    Variant {
+        expected,
+        client_write: WriteStrategy::Single,
+        client_nodelay: false,
+        client_quickack: false,
+        connections: ConnectionMode::KeepAlive,
+        ..*variant
+    }
+}
+
+fn protocol_name(protocol: Protocol) -> &'static str {
+    match protocol {
+        Protocol::Echo => "echo",
+        Protocol::Http { .. } => "http",
+        Protocol::Memcached { .. } => "memcached",
+        Protocol::Sink { .. } => "sink",
     }
 }

@@ -21,6 +21,7 @@ pub(crate) mod own_traffic;
 pub(crate) mod path;
 pub(crate) mod runner;
 pub(crate) mod scenarios;
+pub(crate) mod serve;
 pub(crate) mod server;
 pub(crate) mod workload;
 pub(crate) mod write;
@@ -116,6 +117,14 @@ pub struct LabArgs {
         value_parser = in_range("--rtt", RTT_RANGE_MS.0, RTT_RANGE_MS.1, " milliseconds")
     )]
     pub rtt: Option<u64>,
+    /// Start the server of the one row selected by --scenario and --variant, set up as the
+    /// row's run sets it up, on 127.0.0.1; print `serving S/V on ADDRESS` and serve until
+    /// Ctrl-C, SIGTERM or --row-timeout, for any client to meet (e.g. `tcpstall probe`).
+    #[arg(long, conflicts_with_all = ["list", "json", "rtt", "capture", "html", "ladder", "fail_on_stall"])]
+    pub serve: bool,
+    /// With --serve: the port to listen on (default: a free one the kernel picks).
+    #[arg(long, requires = "serve", value_parser = in_range("--port", 1_u16, u16::MAX, ""))]
+    pub port: Option<u16>,
     /// With --rtt: bottleneck rate of the path in Mbit/s (0.1-10000), both directions.
     #[arg(
         long,
@@ -238,6 +247,9 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
     }
     if let Some(size) = args.size {
         check_size(&selected, size)?;
+    }
+    if args.serve {
+        return serve::serve(&selected, &settings, args.port.unwrap_or(0));
     }
     if args.list {
         let listing = listing::Listing::of(&selected, &settings, shape.map(|s| s.rtt));

@@ -146,12 +146,11 @@ pub(crate) fn run_variant(
         .sizes_of(variant, settings.size, settings.mss);
     let (size, mss) = (sizes.size, sizes.mss);
     let deadline = Instant::now() + settings.row_timeout;
-    let protocol = (variant.workload.protocol)(size);
     let path = settings.path.as_ref();
     let server = match settings.peer.as_deref() {
         Some(peer) if peer.side == crate::peer::PeerSide::Server => {
             let job = crate::peer::server::ServerJob {
-                protocol,
+                protocol: (variant.workload.protocol)(size),
                 reply: variant.server_reply,
                 options: crate::peer::stack::ConnOptions {
                     nodelay: variant.server_nodelay != ServerNodelay::Off,
@@ -164,17 +163,8 @@ pub(crate) fn run_variant(
             )
         }
         _ => RowServer::Kernel(
-            Server::start(ServerConfig {
-                bind: path.map_or(Ipv4Addr::LOCALHOST, |p| p.server_addr),
-                namespace: path.map(|p| p.server.clone()),
-                reply: variant.server_reply,
-                mss,
-                nodelay: variant.server_nodelay,
-                listener_quickack: variant.listener_quickack,
-                quickack_rearm: variant.server_quickack,
-                ..ServerConfig::new(protocol, deadline)
-            })
-            .context("cannot start the lab server")?,
+            Server::start(server_config(variant, size, mss, deadline, path))
+                .context("cannot start the lab server")?,
         ),
     };
     let addr = server.addr();
@@ -277,6 +267,27 @@ pub(crate) fn run_variant(
         inherited,
         errors: outcome.errors.lines(),
     })
+}
+
+/// The server of `variant` with a `size`-byte payload and TCP_MAXSEG `mss`, as its row runs
+/// it: its protocol, its write strategy and socket options (on the emulated `path`, if any).
+pub(crate) fn server_config(
+    variant: &Variant,
+    size: usize,
+    mss: Option<u32>,
+    deadline: Instant,
+    path: Option<&PathEnds>,
+) -> ServerConfig {
+    ServerConfig {
+        bind: path.map_or(Ipv4Addr::LOCALHOST, |p| p.server_addr),
+        namespace: path.map(|p| p.server.clone()),
+        reply: variant.server_reply,
+        mss,
+        nodelay: variant.server_nodelay,
+        listener_quickack: variant.listener_quickack,
+        quickack_rearm: variant.server_quickack,
+        ..ServerConfig::new((variant.workload.protocol)(size), deadline)
+    }
 }
 
 /// TcpExt TCPAutoCorking of the clients' network namespace: counters are per namespace, so on

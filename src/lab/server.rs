@@ -4,7 +4,7 @@
 //! Dropping a [`Server`] stops it, so a failing test never leaves one running.
 
 use std::collections::HashMap;
-use std::io;
+use std::io::{self, Write as _};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -111,8 +111,10 @@ pub struct ServerConfig {
     pub read_timeout: Duration,
     /// Nothing runs past this instant.
     pub deadline: Instant,
-    /// The address to listen on (port 0: the kernel picks a free one).
+    /// The address to listen on.
     pub bind: Ipv4Addr,
+    /// The port to listen on (0: the kernel picks a free one).
+    pub port: u16,
     /// The namespace of an emulated path (`lab --rtt`) to listen in; `None`: this process's.
     pub namespace: Option<NetNs>,
 }
@@ -130,6 +132,7 @@ impl ServerConfig {
             read_timeout: Duration::from_secs(2),
             deadline,
             bind: Ipv4Addr::LOCALHOST,
+            port: 0,
             namespace: None,
         }
     }
@@ -178,7 +181,7 @@ impl Server {
         if let Some(on) = config.listener_quickack {
             sockopt::set_quickack(socket.as_fd(), on)?;
         }
-        socket.bind(&SocketAddrV4::new(config.bind, 0).into())?;
+        socket.bind(&SocketAddrV4::new(config.bind, config.port).into())?;
         socket.listen(128)?;
         socket.set_nonblocking(true)?;
         let listener: TcpListener = socket.into();
@@ -388,11 +391,42 @@ fn serve_connection(
             Err(err) if is_timeout(&err) => return Ok(()),
             Err(err) => return Err(err),
         };
-        let (parts, close) = reply_to(config.protocol, &request);
-        let parts: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
-        config.reply.write_message(stream, &parts)?;
-        if close {
-            return Ok(());
+        match config.protocol {
+            Protocol::Memcached { .. } if request.starts_with(b"set ") => {
+                // A client that stores its value first (`tcpstall probe memcached://`): take
+                // the data block, answer as memcached does, in one write.
+                skip_data_block(&mut reader, stream, &request)?;
+                stream.write_all(b"STORED\r\n")?;
+            }
+            _ => {
+                let (parts, close) = reply_to(config.protocol, &request);
+                let parts: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+                config.reply.write_message(stream, &parts)?;
+                if close {
+                    return Ok(());
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Reads the data block of a memcached `set <key> <flags> <exptime> <bytes>` command: its
+/// `<bytes>` and the `\r\n` after them.
+fn skip_data_block(
+    reader: &mut MessageReader,
+    stream: &mut TcpStream,
+    command: &[u8],
+) -> io::Result<()> {
+    let bytes = std::str::from_utf8(command)
+        .ok()
+        .and_then(|line| line.split_whitespace().nth(4)?.parse::<usize>().ok())
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "set without a byte count"))?;
+    let mut read = 0;
+    while read < bytes + 2 {
+        match reader.read_message(stream, framing::line_end)? {
+            Some(line) => read += line.len(),
+            None => return Err(io::ErrorKind::UnexpectedEof.into()),
         }
     }
     Ok(())

@@ -3,7 +3,7 @@
 //! own local ports, each segment fed to the same [`Detector`] `analyze` uses and kept in a
 //! small log for the evidence of a stalled turn.
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::{Arc, Mutex};
 
@@ -15,6 +15,8 @@ use crate::detect::{Analysis, Detector, DetectorConfig};
 
 /// Most segments kept for evidence (a bounded run makes far fewer).
 const MAX_LOGGED: usize = 1 << 20;
+/// Whole segments kept for the ladder: the latest ones, where the example stall is.
+const MAX_RAW: usize = 1 << 16;
 
 /// One segment of the probe's connections, as the capture saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,6 +37,7 @@ pub struct WireSegment {
 struct Recorder {
     detector: Detector,
     segments: Vec<WireSegment>,
+    raw: VecDeque<Segment>,
     ports: Arc<Mutex<HashSet<u16>>>,
 }
 
@@ -46,6 +49,10 @@ impl SegmentConsumer for Recorder {
             _ => return,
         };
         self.detector.push(seg);
+        if self.raw.len() == MAX_RAW {
+            self.raw.pop_front();
+        }
+        self.raw.push_back(*seg);
         if self.segments.len() < MAX_LOGGED {
             self.segments.push(WireSegment {
                 ts_ns: seg.ts_ns.as_nanos(),
@@ -72,6 +79,8 @@ pub struct Captured {
     pub analysis: Analysis,
     /// Every segment of the probe's connections, in capture order.
     pub segments: Vec<WireSegment>,
+    /// The latest segments whole (at most 65,536), in capture order, for the ladder.
+    pub raw: Vec<Segment>,
     /// The interface captured on.
     pub interface: String,
     /// Packets the kernel dropped from the capture's buffer.
@@ -102,6 +111,7 @@ impl OwnCapture {
                 keep_turns: false,
             }),
             segments: Vec::new(),
+            raw: VecDeque::new(),
             ports: ports.clone(),
         };
         let options = CaptureOptions {
@@ -132,6 +142,7 @@ impl OwnCapture {
         Ok(Captured {
             analysis: recorder.detector.finish(),
             segments: recorder.segments,
+            raw: recorder.raw.into(),
             interface: self.interface,
             dropped: finished.summary.dropped,
         })

@@ -23,7 +23,9 @@ pub mod stalls;
 pub mod target;
 pub mod tls;
 
+use std::io::Write as _;
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context};
@@ -100,6 +102,14 @@ pub struct ProbeArgs {
     /// Exit 1 when the verdict is `stall`.
     #[arg(long)]
     pub fail_on_stall: bool,
+    /// Draw the ladder diagram of the stalled turn the diagnosis names (needs the capture of
+    /// the probe's own traffic: CAP_NET_RAW).
+    #[arg(long, conflicts_with = "json")]
+    pub ladder: bool,
+    /// Also write a self-contained HTML report to FILE: the verdict, the latency histogram of
+    /// the requests with the delayed-ACK modes marked, the ladder of the stalled turn.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
 }
 
 fn positive_seconds(text: &str) -> Result<f64, String> {
@@ -190,6 +200,16 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
     if let Some(hop) = confirmation.as_ref().and_then(held_behind_the_server) {
         diagnosis.hop = Some(hop);
     }
+    let ladder = diagnosis
+        .example
+        .as_ref()
+        .and_then(|s| s.event.as_ref())
+        .zip(captured.as_ref())
+        .and_then(|(event, captured)| crate::ladder::around(event, &captured.raw));
+    let latencies_ms: Vec<f64> = log
+        .requests()
+        .map(|t| t.latency.as_secs_f64() * 1e3)
+        .collect();
     let report = assemble(&target, requests, &log, diagnosis, confirmation);
     let text = if args.json {
         report::probe::json(&report)
@@ -197,6 +217,28 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
         report::probe::text(&report)
     };
     report::print_stdout(&text)?;
+    if args.ladder {
+        let mut out = std::io::stdout().lock();
+        match &ladder {
+            Some(ladder) => {
+                writeln!(out)?;
+                report::ladder::write(&mut out, ladder, report::style::Style::stdout())?;
+            }
+            None if captured.is_none() => writeln!(
+                out,
+                "\nno ladder: drawing it needs the capture of the probe's own traffic (CAP_NET_RAW)"
+            )?,
+            None => {}
+        }
+    }
+    if let Some(path) = &args.html {
+        let mut page = report::html::probe_page(&report, &latencies_ms)?;
+        if let Some(ladder) = &ladder {
+            page.add_ladder(format!("{}-{}", ladder.client, ladder.server), ladder);
+        }
+        page.write_to(path)?;
+        eprintln!("tcpstall: HTML report written to {}", path.display());
+    }
     if let Some(first) = report.errors.first() {
         return Err(anyhow!(
             "probe of {} ended early ({} of {} requests answered): {first}",

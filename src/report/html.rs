@@ -115,6 +115,8 @@ pub struct Page {
     pub table_note: Option<String>,
     /// The lab catalogue's chart (SVG).
     pub lab_chart: Option<String>,
+    /// Heading of the latency charts.
+    pub charts_title: String,
     flow_charts: Vec<FlowCharts>,
     ladders: Vec<LadderView>,
     version: &'static str,
@@ -175,6 +177,7 @@ pub fn analysis_page(a: &Analysis, input: &InputFacts, title: &str) -> anyhow::R
         title: format!("tcpstall analyze: {title}"),
         clean: stalls == 0,
         table_title: "Flows".to_string(),
+        charts_title: "Latency of the worst flows".to_string(),
         version: env!("CARGO_PKG_VERSION"),
         ..Page::default()
     };
@@ -390,5 +393,95 @@ pub(crate) fn lab_page(report: &crate::lab::LabReport) -> anyhow::Result<Page> {
             ],
         });
     }
+    Ok(page)
+}
+
+/// The page of a probe: the verdict, the culprit and what to change, the confirmation, the
+/// latency histogram of the requests (`latencies_ms`) with the delayed-ACK modes marked.
+pub fn probe_page(
+    report: &crate::probe::ProbeReport,
+    latencies_ms: &[f64],
+) -> anyhow::Result<Page> {
+    let d = &report.diagnosis;
+    let stalled = d.counts.stalls() > 0;
+    let mut page = Page {
+        title: format!("tcpstall probe: {}", report.target),
+        clean: !stalled,
+        table_title: "Requests".to_string(),
+        charts_title: "Latency of the requests".to_string(),
+        version: env!("CARGO_PKG_VERSION"),
+        fixes: d.advice.clone(),
+        ..Page::default()
+    };
+    page.headline = match (&d.explanation, d.culprit) {
+        (Some(why), Some(culprit)) if stalled => {
+            format!(
+                "stall: {} of {} requests; the {} holds: {why}",
+                d.counts.stalls(),
+                report.requests,
+                culprit.name()
+            )
+        }
+        _ if stalled => format!(
+            "stall: {} of {} requests",
+            d.counts.stalls(),
+            report.requests
+        ),
+        _ => format!("clean: {} requests, no stall", report.requests),
+    };
+    if let Some(c) = &report.confirmation {
+        page.facts.push(match c.confirmed {
+            Some(true) => format!(
+                "confirmed: re-run with the remedy, the stall vanished (p50 {:.2} ms)",
+                c.p50_ms
+            ),
+            Some(false) => format!(
+                "not confirmed: re-run with the remedy, the stall stayed (p50 {:.2} ms)",
+                c.p50_ms
+            ),
+            None => "the confirming re-run could not tell".to_string(),
+        });
+    }
+    if let Some(hop) = &d.hop {
+        page.facts.push(hop.clone());
+    }
+    page.facts.extend(report.notes.iter().cloned());
+    page.headers = [
+        "requests",
+        "p50 (ms)",
+        "p99 (ms)",
+        "max (ms)",
+        "nagle×delack",
+        "cork",
+        "rto",
+        "zero win",
+    ]
+    .map(String::from)
+    .to_vec();
+    let number = |v: f64| Cell::number(format!("{v:.2}"), v);
+    let count = |n: u64| Cell::number(n.to_string(), n as f64);
+    page.rows.push(Row {
+        stalled,
+        cells: vec![
+            count(report.requests as u64),
+            number(report.latency.p50_ms),
+            number(report.latency.p99_ms),
+            number(report.latency.max_ms),
+            count(d.counts.nagle_delayed_ack),
+            count(d.counts.cork_timer),
+            count(d.counts.rto),
+            count(d.counts.zero_window),
+        ],
+    });
+    let slow: Vec<f64> = latencies_ms
+        .iter()
+        .copied()
+        .filter(|&ms| stalled && ms >= crate::tcp_rules::STALL_THRESHOLD.as_secs_f64() * 1e3)
+        .collect();
+    page.flow_charts.push(FlowCharts {
+        label: report.target.clone(),
+        histogram: charts::latency_histogram(latencies_ms, &slow)?,
+        timeline: String::new(),
+    });
     Ok(page)
 }
