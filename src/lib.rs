@@ -14,6 +14,7 @@ pub mod flow;
 pub mod kernel;
 pub mod lab;
 pub mod ladder;
+pub mod peer;
 pub mod probe;
 pub mod process;
 pub mod report;

@@ -133,6 +133,13 @@ pub struct LabArgs {
         value_parser = in_range("--rate", 0.1, 10_000.0, " Mbit/s")
     )]
     pub rate: Option<f64>,
+    /// With --rtt: one end of every row is a user-space TCP stack behaving like this system's
+    /// (its delayed ACK, ACK frequency, Nagle); the other end stays this kernel.
+    #[arg(long, value_enum, requires = "rtt")]
+    pub peer: Option<crate::peer::profile::Profile>,
+    /// With --peer: the end the peer plays.
+    #[arg(long, value_enum, requires = "peer", default_value = "client")]
+    pub peer_side: crate::peer::PeerSide,
 }
 
 /// The stall rule and what `--rtt` sets up, with the figures of `crate::tcp_rules`.
@@ -210,6 +217,9 @@ pub(crate) struct PathReport {
     pub client_namespace: String,
     /// The server's namespace (deleted when the run ended).
     pub server_namespace: String,
+    /// `--peer`: the user-space stack playing one end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peer: Option<crate::peer::PeerReport>,
 }
 
 /// What `--capture` wrote.
@@ -231,7 +241,10 @@ pub(crate) struct CaptureReport {
 pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
     let mut settings = settings_of(args);
     let shape = path_shape_of(args);
-    let selected = select(args)?;
+    let mut selected = select(args)?;
+    if args.peer.is_some() && args.peer_side == crate::peer::PeerSide::Server {
+        selected = peer_server_rows(selected, !args.scenario.is_empty())?;
+    }
     if let Some(size) = args.size {
         check_size(&selected, size)?;
     }
@@ -264,6 +277,10 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
         None => None,
     };
     settings.path = emulated.as_ref().map(|p| p.ends().clone());
+    if let (Some(profile), Some(ends)) = (args.peer, &settings.path) {
+        let peer = crate::peer::Peer::attach(profile, args.peer_side, ends)?;
+        settings.peer = Some(Arc::new(peer));
+    }
     // The rows' own traffic through the detector; with --capture also to the file. The
     // ladders read a capture back: the user's, or one of the lab's own.
     let pictures = args.ladder || args.html.is_some();
@@ -364,6 +381,7 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
             rate_mbit: ends.shape.rate_bps.map(|bps| bps as f64 / 1e6),
             client_namespace: ends.client.name().to_string(),
             server_namespace: ends.server.name().to_string(),
+            peer: settings.peer.as_deref().map(crate::peer::Peer::report),
         }),
     };
     drop(emulated);
@@ -462,6 +480,7 @@ fn settings_of(args: &LabArgs) -> RunSettings {
         path: None,
         segments: SegmentRules::read(),
         delack_cap: None,
+        peer: None,
     }
 }
 
@@ -470,6 +489,31 @@ fn path_shape_of(args: &LabArgs) -> Option<PathShape> {
         rtt: Duration::from_millis(args.rtt?),
         rate_bps: args.rate.map(|mbit| (mbit * 1_000_000.0) as u64),
     })
+}
+
+/// The rows a peer server can serve: request/response rows. The stream's sink counts arrivals
+/// on kernel sockets, and the inherit rows ask what this kernel's listener passes on. Named
+/// explicitly, they are an error; in the whole catalogue they are left out, saying so.
+fn peer_server_rows(selected: Vec<Variant>, named: bool) -> anyhow::Result<Vec<Variant>> {
+    let (served, left_out): (Vec<Variant>, Vec<Variant>) = selected
+        .into_iter()
+        .partition(|v| !v.workload.is_one_way() && v.scenario != Scenario::Inherit);
+    if !left_out.is_empty() {
+        let mut names: Vec<&str> = left_out.iter().map(|v| v.scenario.name()).collect();
+        names.dedup();
+        let names = names.join(" and ");
+        if named || served.is_empty() {
+            bail!(
+                "--peer-side server serves the echo, http and memcached rows only; the {names} rows \
+                 need the kernel's server: run them with --peer-side client"
+            );
+        }
+        eprintln!(
+            "tcpstall: --peer-side server: the {names} rows are left out (they need the \
+             kernel's server)"
+        );
+    }
+    Ok(served)
 }
 
 /// Fewest requests that let a keep-alive row show a stall: the first data a connection

@@ -382,7 +382,7 @@ fn check_capabilities() -> anyhow::Result<()> {
 }
 
 /// Runs `program` (`ip` or `tc`, from iproute2) with `args`, saying what failed.
-fn run(program: &str, args: &[&str]) -> anyhow::Result<()> {
+pub(crate) fn run(program: &str, args: &[&str]) -> anyhow::Result<()> {
     let out = Command::new(program).args(args).output().map_err(|err| {
         anyhow!("cannot run `{program}` (install iproute2: apt-get install iproute2): {err}")
     })?;
@@ -463,7 +463,7 @@ fn configure(
 
 /// Opens a TUN device (raw IP packets, no packet-information header) in the calling thread's
 /// namespace (`tun_set_iff` in drivers/net/tun.c).
-fn open_tun(name: &str) -> io::Result<OwnedFd> {
+pub(crate) fn open_tun(name: &str) -> io::Result<OwnedFd> {
     let file = OpenOptions::new()
         .read(true)
         .write(true)

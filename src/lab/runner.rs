@@ -45,6 +45,8 @@ pub(crate) struct RunSettings {
     /// The delayed-ACK cap of the `delack-max` rows ([`lab_delack_cap`]); `None` when the
     /// kernel lacks TCP_DELACK_MAX_US, and those rows are left out.
     pub delack_cap: Option<Duration>,
+    /// `lab --peer`: a user-space stack plays one end of every row.
+    pub peer: Option<std::sync::Arc<crate::peer::Peer>>,
 }
 
 /// The cap the `delack-max` rows set: the smallest this kernel accepts (probed on a scratch
@@ -159,10 +161,28 @@ pub(crate) fn run_variant(
     let deadline = Instant::now() + settings.row_timeout;
     let path = settings.path.as_ref();
     let server_cap = delack_max_on(variant, settings, Side::Server)?;
-    let server = Server::start(server_config(
-        variant, size, mss, deadline, path, server_cap,
-    ))
-    .context("cannot start the lab server")?;
+    let server = match settings.peer.as_deref() {
+        Some(peer) if peer.side == crate::peer::PeerSide::Server => {
+            let job = crate::peer::server::ServerJob {
+                protocol: (variant.workload.protocol)(size),
+                reply: variant.server_reply,
+                options: crate::peer::stack::ConnOptions {
+                    nodelay: variant.server_nodelay != ServerNodelay::Off,
+                },
+                deadline,
+            };
+            RowServer::Peer(
+                peer.start_server(job, variant.server_quickack, mss)
+                    .context("cannot start the peer's server")?,
+            )
+        }
+        _ => RowServer::Kernel(
+            Server::start(server_config(
+                variant, size, mss, deadline, path, server_cap,
+            ))
+            .context("cannot start the lab server")?,
+        ),
+    };
     let addr = server.addr();
     watch_port(addr.port());
     let client = ClientConfig {
@@ -182,7 +202,10 @@ pub(crate) fn run_variant(
         client: &client,
         deadline,
     };
-    let mut outcome = run_client(&row);
+    let mut outcome = match settings.peer.as_deref() {
+        Some(peer) if peer.side == crate::peer::PeerSide::Client => peer_client(peer, &row),
+        _ => run_client(&row),
+    };
     let corking_after = autocorking_count(path);
     let report = server.stop();
     let mut latencies = outcome.latencies;
@@ -395,6 +418,89 @@ fn run_client(row: &RowContext<'_>) -> ClientOutcome {
         row.settings.requests,
         row.settings.row_timeout,
     );
+    outcome
+}
+
+/// The server of a row: the kernel's, or the peer's (`lab --peer-side server`).
+enum RowServer {
+    Kernel(Server),
+    Peer(crate::peer::server::PeerServer),
+}
+
+impl RowServer {
+    fn addr(&self) -> std::net::SocketAddr {
+        match self {
+            RowServer::Kernel(server) => server.addr(),
+            RowServer::Peer(server) => server.addr(),
+        }
+    }
+
+    fn stop(self) -> super::server::ServerReport {
+        match self {
+            RowServer::Kernel(server) => server.stop(),
+            RowServer::Peer(server) => server.stop(),
+        }
+    }
+}
+
+/// Runs the client side of a row on the peer's user-space stack (`lab --peer`).
+fn peer_client(peer: &crate::peer::Peer, row: &RowContext<'_>) -> ClientOutcome {
+    use crate::peer::client::{RequestJob, StreamJob};
+    use crate::peer::stack::ConnOptions;
+    use crate::peer::ClientJob;
+    let mut outcome = ClientOutcome::default();
+    let std::net::SocketAddr::V4(server) = row.addr else {
+        outcome.errors.push("the peer speaks IPv4 only");
+        return outcome;
+    };
+    let options = ConnOptions {
+        nodelay: row.variant.client_nodelay,
+    };
+    let workload = row.variant.workload;
+    let per_request = row.variant.per_request();
+    let parts = (workload.request)(row.size, &row.addr.to_string(), per_request);
+    let job = match workload.exchange {
+        Exchange::Turns { reply_end } => ClientJob::Requests(RequestJob {
+            server,
+            parts,
+            write: row.variant.client_write,
+            reply_end,
+            requests: row.settings.requests,
+            per_request,
+            options,
+            deadline: row.deadline,
+        }),
+        Exchange::OneWay => ClientJob::Stream(StreamJob {
+            server,
+            payload: parts.concat(),
+            connections: row.settings.stream_connections,
+            writes: row.settings.stream_writes,
+            pause: Duration::from_millis(row.variant.pause_ms),
+            options,
+            deadline: row.deadline,
+        }),
+    };
+    let mss = row.settings.mss.or(row.variant.mss);
+    match peer.run_client(job, row.variant.client_quickack, mss) {
+        Ok(run) => {
+            outcome.requests = run.requests;
+            outcome.connections = run.connections;
+            outcome.client_segments = run.data_segments;
+            outcome.latencies = run.latencies;
+            outcome.stream_writes = run.stream_writes;
+            for error in run.errors {
+                outcome.errors.push(error);
+            }
+            if !workload.is_one_way() {
+                note_timeout(
+                    &mut outcome,
+                    row.settings.requests,
+                    row.settings.row_timeout,
+                );
+            }
+        }
+        Err(err) => outcome.errors.push(format!("the peer: {err}")),
+    }
     outcome
 }
 

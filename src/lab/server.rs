@@ -341,6 +341,32 @@ fn note_error(report: &Mutex<ServerReport>, message: String) {
     }
 }
 
+/// The reply to one request, in the parts the server writes, and whether the connection
+/// closes after it: the echoed line; HTTP's header block and body (closing when the request
+/// says `Connection: close`); memcached's reply cut like 1.4.4's. A sink answers nothing.
+pub(crate) fn reply_to(protocol: Protocol, request: &[u8]) -> (Vec<Vec<u8>>, bool) {
+    match protocol {
+        Protocol::Echo => (vec![request.to_vec()], false),
+        Protocol::Http { body_len } => {
+            let close = framing::header_value(request, "connection")
+                .is_some_and(|v| v.trim().eq_ignore_ascii_case("close"));
+            let head = http_response_head(body_len, close).into_bytes();
+            (vec![head, vec![b'x'; body_len]], close)
+        }
+        Protocol::Memcached { value_len } => {
+            let mut first = memcached_reply(&vec![b'v'; value_len]);
+            let rest = first.split_off(memcached_first_write(first.len()));
+            let parts = if rest.is_empty() {
+                vec![first]
+            } else {
+                vec![first, rest]
+            };
+            (parts, false)
+        }
+        Protocol::Sink { .. } => (Vec::new(), false),
+    }
+}
+
 fn serve_connection(
     stream: &mut TcpStream,
     config: &ServerConfig,
@@ -363,11 +389,6 @@ fn serve_connection(
         Protocol::Http { .. } => framing::http_head_end,
         _ => framing::line_end,
     };
-    let body = match config.protocol {
-        Protocol::Http { body_len } => vec![b'x'; body_len],
-        Protocol::Memcached { value_len } => vec![b'v'; value_len],
-        _ => Vec::new(),
-    };
     while Instant::now() < config.deadline {
         let request = match reader.read_message(stream, frame_end) {
             Ok(Some(request)) => request,
@@ -377,37 +398,20 @@ fn serve_connection(
             Err(err) => return Err(err),
         };
         match config.protocol {
-            Protocol::Echo => config.reply.write_message(stream, &[&request])?,
-            Protocol::Http { .. } => {
-                let close = framing::header_value(&request, "connection")
-                    .is_some_and(|v| v.trim().eq_ignore_ascii_case("close"));
-                let head = http_response_head(body.len(), close);
-                config
-                    .reply
-                    .write_message(stream, &[head.as_bytes(), &body])?;
-                if close {
-                    return Ok(());
-                }
-            }
             Protocol::Memcached { .. } if request.starts_with(b"set ") => {
                 // A client that stores its value first (`tcpstall probe memcached://`): take
                 // the data block, answer as memcached does, in one write.
                 skip_data_block(&mut reader, stream, &request)?;
                 stream.write_all(b"STORED\r\n")?;
             }
-            Protocol::Memcached { .. } => {
-                let reply = memcached_reply(&body);
-                let cut = memcached_first_write(reply.len());
-                let (first, rest) = reply.split_at(cut);
-                let parts: &[&[u8]] = if rest.is_empty() {
-                    &[first]
-                } else {
-                    &[first, rest]
-                };
-                config.reply.write_message(stream, parts)?;
+            _ => {
+                let (parts, close) = reply_to(config.protocol, &request);
+                let parts: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+                config.reply.write_message(stream, &parts)?;
+                if close {
+                    return Ok(());
+                }
             }
-            // Served by `sink` above; nothing to answer.
-            Protocol::Sink { .. } => return Ok(()),
         }
     }
     Ok(())

@@ -121,6 +121,13 @@ pub(crate) fn write_table(out: &mut impl Write, report: &LabReport) -> io::Resul
             path.client_namespace,
             path.server_namespace
         )?;
+        if let Some(peer) = &path.peer {
+            writeln!(
+                out,
+                "peer: the {} is a {}-like user-space stack (smoltcp): {}; the other end is this kernel",
+                peer.side, peer.profile, peer.rules
+            )?;
+        }
     }
     writeln!(
         out,
