@@ -16,7 +16,7 @@ use serde::Serialize;
 use super::charts::{self, LabBar};
 use super::json::InputFacts;
 use super::ms;
-use crate::detect::verdict::{events_by_flow, explain, fixes, patterns, FlowSummary};
+use crate::detect::verdict::{events_by_flow, explain, fixes, FlowSummary};
 use crate::detect::{Analysis, StallKind};
 use crate::flow::{Span, Timestamp};
 use crate::ladder::Ladder;
@@ -182,17 +182,23 @@ pub fn analysis_page(a: &Analysis, input: &InputFacts, title: &str) -> anyhow::R
         ..Page::default()
     };
     let by_flow = events_by_flow(&a.events);
-    // The main pattern: the one that cost most in the flow that lost most.
-    let main = flows
-        .first()
-        .filter(|f| f.counts.stalls() > 0)
-        .and_then(|f| by_flow.get(&f.id))
-        .and_then(|events| {
-            patterns(events)
-                .into_iter()
-                .filter(|p| p.kind.is_stall())
-                .max_by_key(|p| p.count)
-        });
+    // The main pattern: the kind and held side that cost most time over all flows; its latest
+    // event names it (the steady state, as the text report's examples).
+    let mut cost: Vec<((StallKind, crate::Side), Span, &crate::detect::StallEvent)> = Vec::new();
+    for e in a.events.iter().filter(|e| e.finding.kind.is_stall()) {
+        let key = (e.finding.kind, e.finding.held_side);
+        match cost.iter_mut().find(|(k, _, _)| *k == key) {
+            Some((_, total, latest)) => {
+                *total += e.finding.delay_ns;
+                *latest = e;
+            }
+            None => cost.push((key, e.finding.delay_ns, e)),
+        }
+    }
+    let main = cost
+        .iter()
+        .max_by_key(|(_, total, _)| *total)
+        .map(|&((kind, held_side), _, example)| (kind, held_side, example));
     page.headline = match &main {
         Some(p) => {
             let kinds: Vec<String> = StallKind::ALL
@@ -205,8 +211,8 @@ pub fn analysis_page(a: &Analysis, input: &InputFacts, title: &str) -> anyhow::R
                 kinds.join(", "),
                 ms(lost),
                 a.flows.len(),
-                p.held_side.name(),
-                explain(p.example)
+                p.1.name(),
+                explain(p.2)
             )
         }
         None => format!(
@@ -216,7 +222,7 @@ pub fn analysis_page(a: &Analysis, input: &InputFacts, title: &str) -> anyhow::R
         ),
     };
     if let Some(p) = &main {
-        page.fixes = fixes(p.kind, p.held_side, p.example.peer_stack);
+        page.fixes = fixes(p.0, p.1, p.2.peer_stack);
     }
     let span = a.span_ns.map_or(Span::ZERO, |(f, l)| l.since(f));
     page.facts.push(format!(
