@@ -267,6 +267,7 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
     check_requests(&selected, args.requests)?;
     let kernel = KernelFacts::read();
     let selected = without_delack_rows_unless_capped(selected, &mut settings, &kernel);
+    let selected = without_rows_the_peer_cannot_cap(selected, args);
     // Owns the namespaces: dropped (deleted) when this function returns, also on error.
     let emulated = match shape {
         Some(shape) => {
@@ -489,6 +490,30 @@ fn path_shape_of(args: &LabArgs) -> Option<PathShape> {
         rtt: Duration::from_millis(args.rtt?),
         rate_bps: args.rate.map(|mbit| (mbit * 1_000_000.0) as u64),
     })
+}
+
+/// Without the `delack-max` rows whose cap a Windows or macOS peer would have to set: those
+/// systems have no TCP_DELACK_MAX_US (the Linux profile honours it).
+fn without_rows_the_peer_cannot_cap(selected: Vec<Variant>, args: &LabArgs) -> Vec<Variant> {
+    let peer_side = match (args.peer, args.peer_side) {
+        (Some(crate::peer::profile::Profile::Linux) | None, _) => return selected,
+        (Some(_), crate::peer::PeerSide::Client) => crate::Side::Client,
+        (Some(_), crate::peer::PeerSide::Server) => crate::Side::Server,
+    };
+    let (kept, left): (Vec<Variant>, Vec<Variant>) = selected
+        .into_iter()
+        .partition(|v| v.delack_cap != Some(peer_side));
+    if !left.is_empty() {
+        let names: Vec<String> = left
+            .iter()
+            .map(|v| format!("{}/{}", v.scenario.name(), v.name()))
+            .collect();
+        eprintln!(
+            "tcpstall: note: {} left out: the peer's system has no TCP_DELACK_MAX_US to cap",
+            names.join(", ")
+        );
+    }
+    kept
 }
 
 /// The rows a peer server can serve: request/response rows. The stream's sink counts arrivals

@@ -172,7 +172,7 @@ pub(crate) fn run_variant(
                 deadline,
             };
             RowServer::Peer(
-                peer.start_server(job, variant.server_quickack, mss)
+                peer.start_server(job, variant.server_quickack, server_cap, mss)
                     .context("cannot start the peer's server")?,
             )
         }
@@ -481,7 +481,8 @@ fn peer_client(peer: &crate::peer::Peer, row: &RowContext<'_>) -> ClientOutcome 
         }),
     };
     let mss = row.settings.mss.or(row.variant.mss);
-    match peer.run_client(job, row.variant.client_quickack, mss) {
+    let cap = delack_max_on(row.variant, row.settings, Side::Client).unwrap_or(None);
+    match peer.run_client(job, row.variant.client_quickack, cap, mss) {
         Ok(run) => {
             outcome.requests = run.requests;
             outcome.connections = run.connections;

@@ -246,7 +246,7 @@ mod tests {
     #[test]
     fn windows_holds_one_segment_for_its_timer_and_acks_the_second_at_once() {
         let t0 = Instant::now();
-        let mut policy = AckPolicy::new(Profile::Windows.rules(false), t0);
+        let mut policy = AckPolicy::new(Profile::Windows.rules(false, None), t0);
         policy.on_received(FLOW, DATA, t0);
         assert_eq!(policy.on_send(FLOW, ACK, b"a1", t0), Verdict::Hold);
         assert_eq!(policy.next_due(), Some(t0 + Duration::from_millis(200)));
@@ -267,7 +267,7 @@ mod tests {
     #[test]
     fn the_client_fix_acks_every_segment() {
         let t0 = Instant::now();
-        let mut policy = AckPolicy::new(Profile::Windows.rules(true), t0);
+        let mut policy = AckPolicy::new(Profile::Windows.rules(true, None), t0);
         policy.on_received(FLOW, DATA, t0);
         assert_eq!(policy.on_send(FLOW, ACK, b"a", t0), Verdict::Send);
     }
@@ -275,7 +275,7 @@ mod tests {
     #[test]
     fn macos_fires_on_the_second_tick() {
         let t0 = Instant::now();
-        let mut policy = AckPolicy::new(Profile::Macos.rules(false), t0);
+        let mut policy = AckPolicy::new(Profile::Macos.rules(false, None), t0);
         let first = t0 + Duration::from_millis(30);
         policy.on_received(FLOW, DATA, first);
         assert_eq!(policy.on_send(FLOW, ACK, b"a", first), Verdict::Hold);
@@ -285,7 +285,7 @@ mod tests {
     #[test]
     fn linux_quick_acks_until_ping_pong_then_delays() {
         let t0 = Instant::now();
-        let mut policy = AckPolicy::new(Profile::Linux.rules(false), t0);
+        let mut policy = AckPolicy::new(Profile::Linux.rules(false, None), t0);
         // Request 1 goes out before any data arrived: no ping-pong yet.
         policy.on_send(FLOW, SegmentShape { payload: 7, ..ACK }, b"req", t0);
         policy.on_received(FLOW, DATA, t0);
@@ -303,7 +303,7 @@ mod tests {
     #[test]
     fn handshake_acks_are_never_held() {
         let t0 = Instant::now();
-        let mut policy = AckPolicy::new(Profile::Windows.rules(false), t0);
+        let mut policy = AckPolicy::new(Profile::Windows.rules(false, None), t0);
         assert_eq!(policy.on_send(FLOW, ACK, b"a", t0), Verdict::Send);
     }
 }

@@ -98,15 +98,16 @@ impl Peer {
     }
 
     /// Runs a client job on a fresh stack; `ack_every_segment` is the row's client-side
-    /// ACK fix, `mss` the kernel end's TCP_MAXSEG.
+    /// ACK fix, `delack_max` its delayed-ACK cap, `mss` the kernel end's TCP_MAXSEG.
     pub fn run_client(
         &self,
         job: ClientJob,
         ack_every_segment: bool,
+        delack_max: Option<std::time::Duration>,
         mss: Option<u32>,
     ) -> std::io::Result<ClientRun> {
         let tun = self.tun.try_clone()?;
-        let rules = self.profile.rules(ack_every_segment);
+        let rules = self.profile.rules(ack_every_segment, delack_max);
         let addr = self.addr;
         self.namespace.run(move || {
             let mut stack = PeerStack::new(tun, addr, rules, mss)?;
@@ -124,16 +125,17 @@ impl Peer {
     }
 
     /// Starts the row's server on a fresh stack, on a thread in the peer's namespace;
-    /// `ack_every_segment` is the row's server-side ACK fix, `mss` the kernel end's
-    /// TCP_MAXSEG.
+    /// `ack_every_segment` is the row's server-side ACK fix, `delack_max` its delayed-ACK
+    /// cap, `mss` the kernel end's TCP_MAXSEG.
     pub fn start_server(
         &self,
         job: ServerJob,
         ack_every_segment: bool,
+        delack_max: Option<std::time::Duration>,
         mss: Option<u32>,
     ) -> std::io::Result<PeerServer> {
         let tun = self.tun.try_clone()?;
-        let rules = self.profile.rules(ack_every_segment);
+        let rules = self.profile.rules(ack_every_segment, delack_max);
         let (addr, namespace) = (self.addr, self.namespace.clone());
         let at = SocketAddrV4::new(addr, server::PEER_SERVER_PORT);
         PeerServer::start(at, job, move |serve| {

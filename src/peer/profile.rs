@@ -81,7 +81,7 @@ impl Profile {
     /// The rules it follows; `ack_every_segment` is the client-side fix of document 002
     /// (Windows `TcpAckFrequency`=1, Linux TCP_QUICKACK re-armed after every read, macOS
     /// `net.inet.tcp.delayed_ack`=0): every data segment is ACKed at once.
-    pub fn rules(self, ack_every_segment: bool) -> StackRules {
+    pub fn rules(self, ack_every_segment: bool, delack_max: Option<Duration>) -> StackRules {
         let mut rules = match self {
             Profile::Windows => StackRules {
                 ack_timer: AckTimer::After(tcp_rules::WINDOWS_DELACK),
@@ -113,6 +113,13 @@ impl Profile {
         };
         if ack_every_segment {
             rules.ack_every_segments = Some(1);
+        }
+        // TCP_DELACK_MAX_US (`tcp_delack_max()` in tcp_output.c) caps Linux's timer; Windows
+        // and macOS have no such option, and the lab leaves their capped rows out.
+        if let (Profile::Linux, Some(cap), AckTimer::After(timer)) =
+            (self, delack_max, rules.ack_timer)
+        {
+            rules.ack_timer = AckTimer::After(timer.min(cap));
         }
         rules
     }
