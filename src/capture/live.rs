@@ -664,18 +664,7 @@ impl<C: SegmentConsumer> Tap<C> {
         if outgoing && self.socket.loopback {
             return Ok(Received::Skipped);
         }
-        let ts_ns = msg
-            .cmsgs()
-            .ok()
-            .and_then(|mut cmsgs| {
-                cmsgs.find_map(|c| match c {
-                    ControlMessageOwned::ScmTimestampns(ts) => {
-                        Some(ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64)
-                    }
-                    _ => None,
-                })
-            })
-            .unwrap_or_else(now_ns);
+        let ts_ns = kernel_timestamp_ns(&msg).unwrap_or_else(now_ns);
         Ok(Received::Frame {
             len: msg.bytes.min(SNAPLEN as usize),
             wire_len: u32::try_from(msg.bytes).unwrap_or(u32::MAX),
@@ -691,9 +680,23 @@ impl<C: SegmentConsumer> Tap<C> {
     }
 }
 
-fn now_ns() -> u64 {
+/// Realtime clock now, ns since the Unix epoch: the clock of the kernel's packet timestamps.
+pub(crate) fn now_ns() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0)
+}
+
+/// The kernel's receive time of a message read with SO_TIMESTAMPNS on (`SCM_TIMESTAMPNS`, ns
+/// since the Unix epoch), if it came with one.
+pub(crate) fn kernel_timestamp_ns<S>(msg: &nix::sys::socket::RecvMsg<'_, '_, S>) -> Option<u64> {
+    msg.cmsgs().ok().and_then(|mut cmsgs| {
+        cmsgs.find_map(|c| match c {
+            ControlMessageOwned::ScmTimestampns(ts) => {
+                Some(ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64)
+            }
+            _ => None,
+        })
+    })
 }

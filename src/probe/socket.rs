@@ -6,9 +6,9 @@
 use std::io::{self, IoSliceMut, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsFd, AsRawFd};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use nix::sys::socket::{self, sockopt, ControlMessageOwned, MsgFlags};
+use nix::sys::socket::{self, sockopt, MsgFlags};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use crate::sockopt as tcp;
@@ -58,12 +58,8 @@ pub struct ProbeSocket {
     deadline: Option<Instant>,
 }
 
-/// Realtime clock now, ns since the Unix epoch: the clock of the kernel's receive timestamps.
-pub fn now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
-}
+use crate::capture::live::kernel_timestamp_ns;
+pub(crate) use crate::capture::live::now_ns;
 
 impl ProbeSocket {
     /// Binds a socket for `addr`'s family to an ephemeral local port, tells `on_bound` the
@@ -172,18 +168,7 @@ impl Read for ProbeSocket {
             }
         };
         let bytes = msg.bytes;
-        let ts_ns = msg
-            .cmsgs()
-            .ok()
-            .and_then(|mut cmsgs| {
-                cmsgs.find_map(|c| match c {
-                    ControlMessageOwned::ScmTimestampns(ts) => {
-                        Some(ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64)
-                    }
-                    _ => None,
-                })
-            })
-            .unwrap_or_else(now_ns);
+        let ts_ns = kernel_timestamp_ns(&msg).unwrap_or_else(now_ns);
         if bytes > 0 {
             self.arrivals.push(Arrival { ts_ns, bytes });
             if self.mode.quickack {
