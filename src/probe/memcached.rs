@@ -1,7 +1,7 @@
 //! `memcached://` targets in the text protocol: one `set` of `--size` bytes per connection,
 //! then `get`s of that key, each command written in one call.
 
-use super::reply::{excerpt, line_end, Parsed};
+use super::reply::{excerpt, line_end, sized_body, Parsed};
 
 /// The key the probe sets and reads.
 pub const KEY: &str = "tcpstall-probe";
@@ -53,21 +53,7 @@ pub fn parse_value(buf: &[u8]) -> Result<Parsed, String> {
         _ => None,
     }
     .ok_or_else(|| format!("not a memcached reply to get: {}", excerpt(buf)))?;
-    const TRAILER: &[u8] = b"\r\nEND\r\n";
-    let total = end + size + TRAILER.len();
-    if buf.len() < total {
-        return Ok(Parsed::Incomplete);
-    }
-    if &buf[end + size..total] != TRAILER {
-        return Err(format!(
-            "memcached value of {size} B not followed by END: {}",
-            excerpt(&buf[end + size..])
-        ));
-    }
-    Ok(Parsed::Complete {
-        len: total,
-        close: false,
-    })
+    sized_body(buf, end, size, b"\r\nEND\r\n", "memcached value", "END")
 }
 
 #[cfg(test)]

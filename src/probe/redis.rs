@@ -1,7 +1,7 @@
 //! `redis://` targets in RESP (the redis serialization protocol): one `SET` of `--size` bytes
 //! per connection, then `GET`s of it, each written in one call as redis clients do.
 
-use super::reply::{excerpt, line_end, Parsed};
+use super::reply::{excerpt, line_end, sized_body, Parsed};
 
 /// The key the probe sets and reads.
 pub const KEY: &str = "tcpstall:probe";
@@ -65,20 +65,7 @@ pub fn parse_bulk(buf: &[u8]) -> Result<Parsed, String> {
         .ok_or_else(|| format!("bad RESP bulk length: {}", excerpt(&buf[..end])))?;
     let size = usize::try_from(size)
         .map_err(|_| format!("redis has no value under {KEY} (nil reply): was it evicted?"))?;
-    let total = end + size + 2;
-    if buf.len() < total {
-        return Ok(Parsed::Incomplete);
-    }
-    if &buf[total - 2..total] != b"\r\n" {
-        return Err(format!(
-            "RESP bulk string of {size} B not followed by CRLF: {}",
-            excerpt(&buf[end + size..])
-        ));
-    }
-    Ok(Parsed::Complete {
-        len: total,
-        close: false,
-    })
+    sized_body(buf, end, size, b"\r\n", "RESP bulk string", "CRLF")
 }
 
 #[cfg(test)]

@@ -66,6 +66,34 @@ pub fn excerpt(buf: &[u8]) -> String {
     }
 }
 
+/// A reply whose header (ending at `start`) announced a body of `size` bytes followed by
+/// `trailer`: complete once all of it is in `buf`, an error naming `what` and `trailer_name`
+/// when something else follows the body.
+pub fn sized_body(
+    buf: &[u8],
+    start: usize,
+    size: usize,
+    trailer: &[u8],
+    what: &str,
+    trailer_name: &str,
+) -> Result<Parsed, String> {
+    let body_end = start + size;
+    let total = body_end + trailer.len();
+    if buf.len() < total {
+        return Ok(Parsed::Incomplete);
+    }
+    if &buf[body_end..total] != trailer {
+        return Err(format!(
+            "{what} of {size} B not followed by {trailer_name}: {}",
+            excerpt(&buf[body_end..])
+        ));
+    }
+    Ok(Parsed::Complete {
+        len: total,
+        close: false,
+    })
+}
+
 /// The position just past the first CRLF of `buf`, if it holds one.
 pub fn line_end(buf: &[u8]) -> Option<usize> {
     buf.windows(2).position(|w| w == b"\r\n").map(|i| i + 2)
