@@ -24,15 +24,7 @@ fn lab(args: &[&str]) -> Output {
 }
 
 fn lab_json(args: &[&str]) -> Value {
-    let mut all = vec!["--json"];
-    all.extend_from_slice(args);
-    let out = lab(&all);
-    assert!(
-        out.status.success(),
-        "tcpstall lab {all:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("lab --json prints JSON")
+    support::lab_report(args)
 }
 
 fn rows(report: &Value) -> Vec<Value> {
@@ -232,12 +224,7 @@ fn payload_mss(mss: Option<u64>) -> u64 {
 }
 
 fn require_root(what: &str) {
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
-    assert_eq!(
-        euid, 0,
-        "{what} needs root (CAP_NET_RAW); run the tests as root"
-    );
+    support::require_root(&format!("{what} needs root (CAP_NET_RAW)"));
 }
 
 fn temp_path(file: &str) -> PathBuf {

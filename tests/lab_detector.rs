@@ -9,6 +9,8 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+mod support;
+
 const BIN: &str = env!("CARGO_BIN_EXE_tcpstall");
 
 /// `LINKTYPE_ETHERNET` (`lo` frames) and `LINKTYPE_RAW` (TUN packets), as the pcap header
@@ -17,12 +19,9 @@ const LINKTYPE_ETHERNET: u32 = 1;
 const LINKTYPE_RAW: u32 = 101;
 
 fn require_root() {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let euid = unsafe { libc::geteuid() };
-    assert_eq!(
-        euid, 0,
+    support::require_root(
         "tests/lab_detector.rs needs root (CAP_NET_RAW to capture, CAP_NET_ADMIN and \
-         CAP_SYS_ADMIN for --rtt): run `sudo cargo test --test lab_detector`"
+         CAP_SYS_ADMIN for --rtt)",
     );
 }
 
@@ -36,17 +35,9 @@ fn lab(args: &[&str]) -> Output {
 
 /// `lab --json ARGS`, which must succeed; its rows, each without errors.
 fn lab_rows(args: &[&str]) -> Vec<Value> {
-    let mut all = vec!["--json"];
-    all.extend_from_slice(args);
-    let out = lab(&all);
-    assert!(
-        out.status.success(),
-        "tcpstall lab {all:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: Value = serde_json::from_slice(&out.stdout).expect("lab --json prints JSON");
+    let report = support::lab_report(args);
     let rows = report["rows"].as_array().expect("rows").clone();
-    assert!(!rows.is_empty(), "lab {all:?} ran no row");
+    assert!(!rows.is_empty(), "lab {args:?} ran no row");
     for row in &rows {
         assert!(row["errors"].is_null(), "{}: {}", name(row), row["errors"]);
     }

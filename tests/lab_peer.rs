@@ -3,9 +3,11 @@
 //! These tests need root (CAP_NET_ADMIN and CAP_SYS_ADMIN) and say so without it.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use serde_json::Value;
+
+mod support;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tcpstall");
 
@@ -13,30 +15,14 @@ const BIN: &str = env!("CARGO_BIN_EXE_tcpstall");
 const RTT_MS: f64 = 20.0;
 
 fn require_root() {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let euid = unsafe { libc::geteuid() };
-    assert_eq!(
-        euid, 0,
-        "tests/lab_peer.rs needs root (network namespaces and TUN devices): run \
-         `sudo cargo test --test lab_peer`"
-    );
+    support::require_root("tests/lab_peer.rs needs root (network namespaces and TUN devices)");
 }
 
 /// Runs `tcpstall lab --json --rtt 20 ARGS`; returns its rows, each checked error-free.
 fn lab_rows(args: &[&str]) -> Vec<Value> {
-    let mut all = vec!["lab", "--json", "--rtt", "20"];
+    let mut all = vec!["--rtt", "20"];
     all.extend_from_slice(args);
-    let out = Command::new(BIN)
-        .args(&all)
-        .stdin(Stdio::null())
-        .output()
-        .expect("the tcpstall binary runs");
-    assert!(
-        out.status.success(),
-        "tcpstall {all:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: Value = serde_json::from_slice(&out.stdout).expect("lab --json prints JSON");
+    let report = support::lab_report(&all);
     let rows = report["rows"].as_array().expect("rows").clone();
     for row in &rows {
         assert!(row["errors"].is_null(), "{}: {}", name(row), row["errors"]);

@@ -13,13 +13,10 @@ use tcpstall::decode::{flags, Segment};
 use tcpstall::detect::{Detector, DetectorConfig, StallKind};
 use tcpstall::Side;
 
+mod support;
+
 fn require_root() {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let euid = unsafe { libc::geteuid() };
-    assert_eq!(
-        euid, 0,
-        "tests/live_capture.rs needs root (CAP_NET_RAW): run `sudo cargo test --test live_capture`"
-    );
+    support::require_root("tests/live_capture.rs needs root (CAP_NET_RAW)");
 }
 
 fn temp_path(file: &str) -> PathBuf {

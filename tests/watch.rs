@@ -23,12 +23,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_tcpstall");
 const REQUESTS: usize = 8;
 
 fn require_root(what: &str) {
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
-    assert_eq!(
-        euid, 0,
-        "{what} needs root (CAP_NET_RAW); run the tests as root"
-    );
+    support::require_root(&format!("{what} needs root (CAP_NET_RAW)"));
 }
 
 /// A running `tcpstall watch`, its standard output collected by a thread.

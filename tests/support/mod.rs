@@ -1,5 +1,5 @@
-//! Plumbing shared by the integration tests: child processes that never outlive a test, and
-//! the first line a server prints (its port) read with a time bound.
+//! Plumbing shared by the integration tests: child processes that never outlive a test, the
+//! first line a server prints (its port) read with a time bound, root required, the lab run.
 
 #![allow(dead_code)] // each test binary uses its own part of this module
 
@@ -28,4 +28,31 @@ pub fn first_line_within(output: impl Read + Send + 'static, limit: Duration) ->
         let _ = tx.send(line);
     });
     rx.recv_timeout(limit).ok()
+}
+
+/// Fails the test unless it runs as root; `needs` says what for (capabilities), in words.
+pub fn require_root(needs: &str) {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(
+        euid, 0,
+        "{needs}: run the tests as root (`sudo scripts/test`)"
+    );
+}
+
+/// `tcpstall lab --json ARGS`, which must succeed: the whole report.
+pub fn lab_report(args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["lab", "--json"];
+    all.extend_from_slice(args);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tcpstall"))
+        .args(&all)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("the tcpstall binary runs");
+    assert!(
+        out.status.success(),
+        "tcpstall {all:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("lab --json prints JSON")
 }
