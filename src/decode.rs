@@ -11,6 +11,7 @@ use crate::flow::{SeqNumber, Timestamp};
 pub mod tunnel;
 
 pub use tunnel::{Decap, DecapConfig, Outer, OuterByFlow, TunnelKind};
+pub(crate) use tunnel::{ETHERTYPE_IPV4, ETHERTYPE_IPV6};
 
 /// TCP header flag bits, as in the header's 13th byte (RFC 9293 §3.1, RFC 3168 for ECE/CWR).
 pub mod flags {

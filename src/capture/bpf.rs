@@ -15,6 +15,7 @@ use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
 use super::pcap_writer::LINKTYPE_ETHERNET;
+use crate::decode::{ETHERTYPE_IPV4, ETHERTYPE_IPV6};
 
 /// Where a frame's IP header starts, and how its version is told.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,8 +37,6 @@ impl Framing {
     }
 }
 
-const ETHERTYPE_IPV4: u32 = 0x0800;
-const ETHERTYPE_IPV6: u32 = 0x86dd;
 const ETHERTYPE_VLAN: u32 = 0x8100;
 const ETHERTYPE_QINQ: u32 = 0x88a8;
 const IPPROTO_TCP: u32 = 6;
@@ -131,8 +130,8 @@ pub(crate) fn port_filter(
     let (to_v4, to_v6, ip) = match framing {
         Framing::Ethernet => {
             p.op(abs(libc::BPF_H), 12);
-            let to_v4 = p.if_equal_jump(ETHERTYPE_IPV4);
-            let to_v6 = p.if_equal_jump(ETHERTYPE_IPV6);
+            let to_v4 = p.if_equal_jump(u32::from(ETHERTYPE_IPV4));
+            let to_v6 = p.if_equal_jump(u32::from(ETHERTYPE_IPV6));
             p.if_equal_return(ETHERTYPE_VLAN, KEEP);
             p.if_equal_return(ETHERTYPE_QINQ, KEEP);
             (to_v4, to_v6, 14)
@@ -183,22 +182,32 @@ pub(crate) fn attach(fd: BorrowedFd<'_>, program: &mut [libc::sock_filter]) -> i
         filter: program.as_mut_ptr(),
     };
     // `fprog` points into `program`, alive for the whole call; the kernel copies it.
-    set_socket_option(fd, libc::SO_ATTACH_FILTER, &fprog)
+    set_socket_option(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &fprog)
 }
 
 /// Removes the socket's filter (`SO_DETACH_FILTER`): every packet is queued again.
 pub(crate) fn detach(fd: BorrowedFd<'_>) -> io::Result<()> {
     // The kernel ignores the value.
-    set_socket_option(fd, libc::SO_DETACH_FILTER, &0 as &libc::c_int)
+    set_socket_option(
+        fd,
+        libc::SOL_SOCKET,
+        libc::SO_DETACH_FILTER,
+        &0 as &libc::c_int,
+    )
 }
 
-/// `setsockopt(SOL_SOCKET, name, value)` for the options nix does not wrap.
-fn set_socket_option<T>(fd: BorrowedFd<'_>, name: libc::c_int, value: &T) -> io::Result<()> {
+/// `setsockopt(level, name, value)` for the options nix does not wrap.
+pub(super) fn set_socket_option<T>(
+    fd: BorrowedFd<'_>,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: &T,
+) -> io::Result<()> {
     // SAFETY: value is a live reference of the length given, read by the kernel only.
     let rc = unsafe {
         libc::setsockopt(
             fd.as_raw_fd(),
-            libc::SOL_SOCKET,
+            level,
             name,
             (value as *const T).cast(),
             std::mem::size_of::<T>() as libc::socklen_t,

@@ -4,7 +4,10 @@
 //! which pcap and pcapng files carry.
 
 use crate::decode::tunnel::ethernet_payload;
-use crate::decode::{decode_ip, decode_ipv4, decode_ipv6, Decap, Decoded, PacketMeta, Segment};
+use crate::decode::{
+    decode_ip, decode_ipv4, decode_ipv6, Decap, Decoded, PacketMeta, Segment, ETHERTYPE_IPV4,
+    ETHERTYPE_IPV6,
+};
 
 /// A link layer this crate decodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -364,9 +367,6 @@ enum Network {
     /// ARP, LLDP, or anything else without TCP.
     Other,
 }
-
-const ETHERTYPE_IPV4: u16 = 0x0800;
-const ETHERTYPE_IPV6: u16 = 0x86dd;
 
 impl Network {
     #[inline(always)]

@@ -55,7 +55,7 @@ pub const LINKTYPE_RAW: u32 = 101;
 
 /// `ARPHRD_RAWIP` (include/uapi/linux/if_arp.h): raw IP devices (e.g. cellular modems),
 /// missing from the libc crate.
-const ARPHRD_RAWIP: u16 = 519;
+pub(super) const ARPHRD_RAWIP: u16 = 519;
 
 /// Largest frame on `lo` (MTU 65536 plus the Ethernet header), so nothing is cut.
 const SNAPLEN: u32 = 65_536 + 14;
@@ -233,7 +233,7 @@ impl PacketSocket {
 
 /// Binds a packet socket to interface `ifindex` for `protocol` (an `ETH_P_*`, host order; 0
 /// receives nothing).
-fn bind_packet_socket(fd: &OwnedFd, ifindex: i32, protocol: u16) -> Result<(), Errno> {
+pub(super) fn bind_packet_socket(fd: &OwnedFd, ifindex: i32, protocol: u16) -> Result<(), Errno> {
     // SAFETY: sockaddr_ll is plain data; zeroed is a valid value before the fields are set.
     let mut raw: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
     raw.sll_family = libc::AF_PACKET as u16;
@@ -253,7 +253,7 @@ fn bind_packet_socket(fd: &OwnedFd, ifindex: i32, protocol: u16) -> Result<(), E
 /// The `ARPHRD_*` type of the device a bound packet socket is on: `packet_getname` fills
 /// `sll_hatype`. (Read with libc: the address is shorter than a whole `sockaddr_ll`, which
 /// nix's `LinkAddr` refuses.)
-fn hardware_type(fd: &OwnedFd) -> Result<u16, Errno> {
+pub(super) fn hardware_type(fd: &OwnedFd) -> Result<u16, Errno> {
     // SAFETY: sockaddr_ll is plain data; zeroed is a valid value for the kernel to fill.
     let mut bound: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;

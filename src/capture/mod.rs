@@ -5,9 +5,11 @@
 
 mod bpf;
 pub mod file;
+pub mod filter;
 pub mod link;
 pub mod live;
 pub mod pcap_writer;
+pub mod ring;
 
 use std::fmt;
 use std::fs::File;

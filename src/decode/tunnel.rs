@@ -37,8 +37,10 @@ const IPPROTO_GRE: u8 = 47;
 /// MPLS in IP (RFC 4023 §3).
 const IPPROTO_MPLS: u8 = 137;
 
-const ETHERTYPE_IPV4: u16 = 0x0800;
-const ETHERTYPE_IPV6: u16 = 0x86dd;
+/// EtherType of IPv4 (IEEE 802 numbers; also GRE's protocol type and SLL's protocol).
+pub(crate) const ETHERTYPE_IPV4: u16 = 0x0800;
+/// EtherType of IPv6.
+pub(crate) const ETHERTYPE_IPV6: u16 = 0x86dd;
 const ETHERTYPE_VLAN: u16 = 0x8100;
 const ETHERTYPE_QINQ: u16 = 0x88a8;
 const ETHERTYPE_QINQ_OLD: u16 = 0x9100;

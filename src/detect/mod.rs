@@ -314,6 +314,22 @@ impl Detector {
         // ahead (a damaged timestamp) must not retire every other flow as idle.
         let now = seg.ts_ns.min(self.prev_ts);
         self.prev_ts = seg.ts_ns;
+        self.sweep(now);
+    }
+
+    /// Tells the detector that a live capture's clock (the kernel's realtime clock, which
+    /// stamps its packets) reads `now_ns` and nothing arrived since the latest packet: flows
+    /// that closed or went idle then retire on time, not at the next packet. A time before
+    /// the latest packet changes nothing.
+    pub fn advance_clock(&mut self, now_ns: u64) {
+        let now = Timestamp::from_nanos(now_ns);
+        if self.analysis.packets > 0 && now > self.prev_ts {
+            self.sweep(now);
+        }
+    }
+
+    /// Retires the flows closed or idle at `now`, at most once per [`SWEEP_EVERY`].
+    fn sweep(&mut self, now: Timestamp) {
         if now.since(self.last_sweep) >= SWEEP_EVERY {
             self.last_sweep = now;
             let keep_turns = self.config.keep_turns;

@@ -10,7 +10,6 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 use std::sync::Mutex;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use serde::ser::{Serialize, SerializeMap, SerializeStruct, Serializer};
@@ -73,7 +72,7 @@ impl OwnTraffic {
     /// until the next one starts: rows run one after the other.
     pub fn row_started(&self, port: u16) {
         if let Ok(mut rows) = self.rows.lock() {
-            rows.push((port, now_ns()));
+            rows.push((port, crate::capture::live::now_ns()));
         }
         self.capture.watch_port(port);
     }
@@ -153,12 +152,6 @@ impl RowVerdicts {
                 && e.server.addr == self.server_addr
         })
     }
-}
-
-fn now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// Opens the packet socket the lab captures with: `lo`, or the server's TUN device when the

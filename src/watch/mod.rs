@@ -1,4 +1,4 @@
-//! `tcpstall watch`: live traffic, as it happens. A libpcap capture ([`source`]) feeds the
+//! `tcpstall watch`: live traffic, as it happens. A ring capture ([`source`]) feeds the
 //! detector `analyze` uses; each stall is printed when it is found ([`printer`]) with the local
 //! process that owns the socket and that socket's TCP_NODELAY/TCP_CORK now ([`owner`]); the
 //! counters are a Prometheus scrape target on request ([`metrics`]); Ctrl-C, SIGTERM or
@@ -23,7 +23,7 @@ use clap::Args;
 
 use self::metrics::{Metrics, Totals};
 use self::printer::ToPrinter;
-use self::source::{LiveSource, PacketCounts};
+use self::source::{LiveSource, PacketCounts, SourceError, SourceNotice};
 use self::summary::WatchSummary;
 use crate::decode::Segment;
 use crate::detect::{Detector, DetectorConfig};
@@ -33,12 +33,20 @@ use crate::Outcome;
 /// How often retired flows are collected and the kernel's drop counters read.
 const TICK: Duration = Duration::from_millis(500);
 
+/// The most a packet waits in the kernel's ring before it is read: a stall is printed at most
+/// this late, and a quiet host wakes tcpstall at most 100 times a second.
+const BLOCK_TIMEOUT: Duration = Duration::from_millis(10);
+
+/// The same with `--buffered`.
+const BUFFERED_BLOCK_TIMEOUT: Duration = Duration::from_millis(100);
+
 /// Arguments of `tcpstall watch`.
 #[derive(Args, Debug, Clone)]
 pub struct WatchArgs {
-    /// Interface to capture on; `any` captures on all of them.
+    /// Interface to capture on; `any` captures on all of them. Repeat it to watch several:
+    /// one that goes away ends its capture, not the watch.
     #[arg(short = 'i', long, value_name = "IFACE", default_value = "any")]
-    pub interface: String,
+    pub interface: Vec<String>,
     /// Capture filter in tcpdump's syntax (pcap-filter(7)), e.g. `port 8080`; only TCP is
     /// captured whatever the filter.
     #[arg(value_name = "FILTER")]
@@ -56,8 +64,8 @@ pub struct WatchArgs {
     #[arg(long, value_name = "MIB", default_value_t = 64,
           value_parser = clap::value_parser!(u32).range(1..=2047))]
     pub buffer_mib: u32,
-    /// Let the kernel hand packets over in blocks (up to 100 ms late) instead of one by one
-    /// (immediate mode): less CPU per packet on a busy host, stalls printed up to 100 ms later.
+    /// Let the kernel hand packets over in blocks up to 100 ms old instead of 10 ms: fewer
+    /// wake-ups on a quiet host kept as a metrics exporter, stalls printed up to 100 ms later.
     #[arg(long)]
     pub buffered: bool,
     /// Also print minor Nagle holds (released by an ordinary ACK, about one RTT).
@@ -76,8 +84,13 @@ pub fn run(args: &WatchArgs) -> anyhow::Result<Outcome> {
         }
     }
     let filter = args.filter.join(" ");
-    let buffer_bytes = i32::try_from(u64::from(args.buffer_mib) << 20).unwrap_or(i32::MAX);
-    let mut source = LiveSource::open(&args.interface, &filter, buffer_bytes, !args.buffered)?;
+    let buffer_bytes = (args.buffer_mib as usize) << 20;
+    let block_timeout = if args.buffered {
+        BUFFERED_BLOCK_TIMEOUT
+    } else {
+        BLOCK_TIMEOUT
+    };
+    let mut source = LiveSource::open(&args.interface, &filter, buffer_bytes, block_timeout)?;
 
     let metrics = Arc::new(Metrics::new().context("cannot set up the metrics")?);
     if let Some(addr) = args.metrics {
@@ -92,9 +105,9 @@ pub fn run(args: &WatchArgs) -> anyhow::Result<Outcome> {
                 .context("cannot install the Ctrl-C handler")?,
         );
     }
+    let interfaces = args.interface.join(", ");
     eprintln!(
-        "tcpstall: watching {} ({}); {} ends it with a summary",
-        source.interface(),
+        "tcpstall: watching {interfaces} ({}); {} ends it with a summary",
         if filter.trim().is_empty() {
             "all TCP".to_string()
         } else {
@@ -111,8 +124,9 @@ pub fn run(args: &WatchArgs) -> anyhow::Result<Outcome> {
     for id in handlers {
         signal_hook::low_level::unregister(id);
     }
-    let mut summary = result?;
-    summary.interface = args.interface.clone();
+    // A capture that failed part-way still reports what it watched until then.
+    let (mut summary, failure) = result?;
+    summary.interface = interfaces;
     summary.filter = filter;
     summary.duration_s = started.elapsed().as_secs_f64();
     let text = if args.json {
@@ -121,6 +135,9 @@ pub fn run(args: &WatchArgs) -> anyhow::Result<Outcome> {
         format!("\n{}", summary_text(&summary))
     };
     crate::report::print_stdout(&text)?;
+    if let Some(err) = failure {
+        return Err(err.into());
+    }
     Ok(if summary.counts.stalls() > 0 {
         Outcome::StallsFound
     } else {
@@ -128,14 +145,15 @@ pub fn run(args: &WatchArgs) -> anyhow::Result<Outcome> {
     })
 }
 
-/// Captures until a signal, the deadline, or an error, and returns the summary so far.
+/// Captures until a signal, the deadline, or an error, and returns the summary so far with
+/// the capture's error, if it ended in one.
 fn capture_loop(
     args: &WatchArgs,
     source: &mut LiveSource,
     metrics: &Metrics,
     stop: &AtomicBool,
     started: Instant,
-) -> anyhow::Result<WatchSummary> {
+) -> anyhow::Result<(WatchSummary, Option<SourceError>)> {
     let deadline = args
         .duration
         .map(|d| started + Duration::from_secs_f64(d.min(1e9)));
@@ -158,6 +176,18 @@ fn capture_loop(
                 break;
             }
         }
+        for notice in source.take_notices() {
+            match notice {
+                SourceNotice::Down(name) => eprintln!(
+                    "tcpstall: interface {name} went down; watching resumes when it is up"
+                ),
+                SourceNotice::Gone(name) => {
+                    eprintln!(
+                        "tcpstall: interface {name} disappeared; the others are still watched"
+                    )
+                }
+            }
+        }
         for event in detector.take_events() {
             metrics.record_stall(&event);
             if event.finding.kind.is_stall() {
@@ -167,6 +197,8 @@ fn capture_loop(
         }
         if last_tick.elapsed() >= TICK {
             last_tick = Instant::now();
+            // Closed and idle flows retire by the clock, also when no packet comes.
+            detector.advance_clock(crate::capture::live::now_ns());
             let retired: Vec<u64> = detector.take_flows().iter().map(|f| f.id).collect();
             summary.flows += retired.len() as u64;
             metrics.flows_ended(retired.len() as u64);
@@ -202,11 +234,8 @@ fn capture_loop(
     let printed = printer
         .join()
         .map_err(|_| anyhow::anyhow!("the printing thread panicked"))??;
-    if let Some(err) = failure {
-        return Err(err.into());
-    }
     summary.owners = printed.owners.sorted();
     summary.owners_unlisted = printed.owners.unlisted;
     summary.without_owner = printed.without_owner;
-    Ok(summary)
+    Ok((summary, failure))
 }
