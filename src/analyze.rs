@@ -16,7 +16,9 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rustc_hash::FxHasher;
 
-use crate::capture::{open_input, stream_segments_decap, CaptureStats, SegmentSink};
+use crate::capture::{
+    decompressed, open_input, open_raw, stream_segments_decap, CaptureStats, SegmentSink,
+};
 use crate::decode::{Decap, DecapConfig, Outer, OuterByFlow, Segment};
 use crate::detect::{Analysis, Detector, DetectorConfig};
 use crate::flow::FlowKey;
@@ -376,15 +378,16 @@ fn analyse_one(
     decap: &mut Decap,
     warnings: &mut u64,
 ) -> anyhow::Result<CaptureStats> {
-    let input = open_input(path)?;
     let size = std::fs::metadata(path)
         .ok()
         .filter(|m| m.is_file())
         .map(|m| m.len());
-    let input = ProgressRead::new(input, size);
+    // The bar counts the file's own bytes, before any decompression, against its size.
+    let input = ProgressRead::new(open_raw(path)?, size);
     // Warnings go through the bar, which clears itself for them and redraws after, so the two
     // do not garble each other on the terminal.
     let bar = input.bar.clone();
+    let input = decompressed(input)?;
     let name = display(path);
     let stats = stream_segments_decap(
         input,

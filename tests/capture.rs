@@ -682,3 +682,48 @@ fn ipv6_extension_headers_before_tcp() {
     assert_eq!(stats.undecodable, 0);
     assert!(stats.tcp_segments >= 20);
 }
+
+/// A capture compressed by the real tools (gzip, zstd, lz4) reads as the plain file does:
+/// the same report, from a file and from standard input.
+#[test]
+fn compressed_captures_read_as_they_are() {
+    let plain =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/analyze/split_response.pcap");
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let analyze = |path: &Path, stdin: Option<&Path>| -> String {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tcpstall"));
+        cmd.args(["analyze", "--json"]);
+        match stdin {
+            Some(file) => cmd.arg("-").stdin(fs::File::open(file).expect("open")),
+            None => cmd.arg(path).stdin(Stdio::null()),
+        };
+        let out = cmd.output().expect("tcpstall runs");
+        assert!(out.status.success(), "{}: {out:?}", path.display());
+        // The report names the file it read; the rest must be the same.
+        let mut report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        report["summary"]["files"] = serde_json::Value::Null;
+        report.to_string()
+    };
+    let expected = analyze(&plain, None);
+    assert!(expected.contains("nagle_delayed_ack"), "{expected}");
+    for (tool, args, ext) in [
+        ("gzip", &["-c"][..], "gz"),
+        ("zstd", &["-q", "-c"][..], "zst"),
+        ("lz4", &["-q", "-c"][..], "lz4"),
+    ] {
+        let packed = dir.path().join(format!("split_response.pcap.{ext}"));
+        let out = Command::new(tool)
+            .args(args)
+            .arg(&plain)
+            .output()
+            .unwrap_or_else(|e| panic!("{tool} runs (scripts/install-deps installs it): {e}"));
+        assert!(out.status.success(), "{tool}: {out:?}");
+        fs::write(&packed, &out.stdout).expect("write");
+        assert_eq!(analyze(&packed, None), expected, "{tool} file");
+        assert_eq!(
+            analyze(&packed, Some(&packed)),
+            expected,
+            "{tool} on standard input"
+        );
+    }
+}

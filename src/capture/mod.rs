@@ -4,6 +4,7 @@
 //! decoded by [`crate::decode`]; memory stays bounded by the largest record, never by the file.
 
 mod bpf;
+pub mod compressed;
 pub mod file;
 pub mod filter;
 pub mod link;
@@ -51,7 +52,7 @@ pub enum CaptureError {
     /// The magic number is neither pcap's nor pcapng's.
     #[error(
         "not a pcap or pcapng file (starts with {first_bytes}); give a file written by \
-         tcpdump -w, tshark -w, dumpcap or Wireshark"
+         tcpdump -w, tshark -w, dumpcap or Wireshark (gzip, zstd or LZ4 compressed, or not)"
     )]
     NotCapture {
         /// The first bytes, in hex and as text.
@@ -167,8 +168,14 @@ pub struct CaptureStats {
     pub last_ts_ns: Option<u64>,
 }
 
-/// Opens a capture file, or standard input for `-`.
+/// Opens a capture file, or standard input for `-`, decompressed when it is compressed
+/// (gzip, zstd, LZ4: see [`compressed`]).
 pub fn open_input(path: &Path) -> Result<Box<dyn Read + Send>, CaptureError> {
+    decompressed(open_raw(path)?)
+}
+
+/// Opens a capture file, or standard input for `-`, as its bytes are.
+pub fn open_raw(path: &Path) -> Result<Box<dyn Read + Send>, CaptureError> {
     if path == Path::new("-") {
         return Ok(Box::new(io::stdin()));
     }
@@ -184,6 +191,15 @@ pub fn open_input(path: &Path) -> Result<Box<dyn Read + Send>, CaptureError> {
         }),
         _ => Ok(Box::new(file)),
     }
+}
+
+/// `input` decompressed when it starts with a compression format's magic number.
+pub fn decompressed<R: Read + Send + 'static>(
+    input: R,
+) -> Result<Box<dyn Read + Send>, CaptureError> {
+    compressed::decompress(input)
+        .map(|(reader, _)| reader)
+        .map_err(|error| CaptureError::Read { error })
 }
 
 /// Streams a pcap or pcapng capture and calls `on_segment` for every TCP segment in it, in
