@@ -248,6 +248,7 @@ pub fn analyse_files_decap(
             let stats = analyse_one(path, &mut router, &mut decap, &mut facts.warnings)
                 .with_context(|| format!("cannot analyse {}", display(path)))?;
             facts.records += stats.packets;
+            facts.skipped.add(&stats.skipped);
             facts.files.push(display(path));
         }
         facts.outers = std::mem::take(&mut router.outers);

@@ -7,19 +7,20 @@ mod bpf;
 pub mod compressed;
 pub mod file;
 pub mod filter;
-pub mod link;
+
 pub mod live;
 pub mod pcap_writer;
 pub mod ring;
+pub mod skipped;
 
 use std::fmt;
 use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
+use crate::decode::link::link_type_name;
 use crate::decode::{Decap, Decoded, Outer, PacketMeta, Segment};
 use file::FrameReader;
-use link::link_type_name;
 
 /// Why a capture could not be read at all. Damage after the first packets is a
 /// [`CaptureWarning`] instead: what was read before it is still used.
@@ -146,18 +147,14 @@ impl fmt::Display for CaptureWarning {
 }
 
 /// What a pass over a capture read.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CaptureStats {
     /// Packet records in the capture (tshark's frame count).
     pub packets: u64,
     /// TCP segments handed to the caller.
     pub tcp_segments: u64,
-    /// Packets of other protocols (UDP, ICMP, ARP...).
-    pub non_tcp: u64,
-    /// Non-first IP fragments, skipped (no reassembly).
-    pub fragments: u64,
-    /// Packets that could not be decoded (cut short, malformed, on an unsupported interface).
-    pub undecodable: u64,
+    /// The frames not read as TCP, by reason.
+    pub skipped: skipped::SkippedFrames,
     /// Warnings reported.
     pub warnings: u64,
     /// Bytes read from the input.
@@ -280,8 +277,9 @@ pub fn stream_segments_decap<R: Read>(
         let link = match frame.link {
             Ok(link) => link,
             Err(code) => {
-                stats.undecodable += 1;
-                if unsupported_link.replace(code).is_none() {
+                let name = format!("link type {code}, {}", link_type_name(code));
+                if stats.skipped.unsupported(name) {
+                    unsupported_link.get_or_insert(code);
                     warn(&CaptureWarning {
                         packet_number: frame.packet_number,
                         message: format!(
@@ -311,25 +309,49 @@ pub fn stream_segments_decap<R: Read>(
             }
             Decoded::NotTcp => {
                 decap.take_outer();
-                stats.non_tcp += 1;
+                stats.skipped.not_tcp += 1;
             }
             Decoded::Fragment => {
                 decap.take_outer();
-                stats.fragments += 1;
+                stats.skipped.fragments += 1;
                 fragment_warnings.report(&mut warn, frame.packet_number, || {
                     "non-first IP fragment skipped (fragments are not reassembled)".to_string()
                 });
             }
             Decoded::Undecodable(reason) => {
                 decap.take_outer();
-                stats.undecodable += 1;
+                stats.skipped.undecodable += 1;
                 undecodable_warnings.report(&mut warn, frame.packet_number, || {
                     format!("undecodable packet: {reason}")
                 });
             }
+            Decoded::Opaque(what) => {
+                decap.take_outer();
+                if stats.skipped.opaque(what) {
+                    warn(&CaptureWarning {
+                        packet_number: frame.packet_number,
+                        message: format!(
+                            "{what}: such packets may hold TCP that cannot be read; they are \
+                             counted, not analysed"
+                        ),
+                    });
+                }
+            }
+            Decoded::Unsupported(what) => {
+                decap.take_outer();
+                if stats.skipped.unsupported(what) {
+                    warn(&CaptureWarning {
+                        packet_number: frame.packet_number,
+                        message: format!(
+                            "{what} is not read: such packets may hold TCP; they are counted, \
+                             not analysed"
+                        ),
+                    });
+                }
+            }
         }
     }
-    stats.undecodable += reader.skipped_packets();
+    stats.skipped.undecodable += reader.skipped_packets();
     stats.packets = reader.packets();
     stats.bytes = reader.bytes_read();
     // Every packet sat on interfaces of link types without IP: nothing was usable.

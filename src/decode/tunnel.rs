@@ -13,55 +13,14 @@
 
 use std::net::IpAddr;
 
-use super::{decode_ip, decode_ipv4, decode_ipv6, Decoded, PacketMeta, Segment};
+use super::{decode_ip, decode_ipv4, decode_ipv6, decode_tcp, Decoded, PacketMeta, Segment};
 
 /// Tunnels nested deeper than this are refused: a crafted capture (GRE in GRE in GRE...)
 /// must not make the decoder recurse without end. Real stacks are 2 or 3 deep.
 pub const MAX_NESTING: u8 = 8;
 
-/// UDP port of VXLAN (RFC 7348 §5; IANA `vxlan`).
-pub const VXLAN_PORT: u16 = 4789;
-/// UDP port of VXLAN-GPE (draft-ietf-nvo3-vxlan-gpe; IANA `vxlan-gpe`).
-pub const VXLAN_GPE_PORT: u16 = 4790;
-/// UDP port of Geneve (RFC 8926 §3.3; IANA `geneve`).
-pub const GENEVE_PORT: u16 = 6081;
-/// UDP port of MPLS-in-UDP (RFC 7510 §3; IANA `mpls-udp`).
-pub const MPLS_UDP_PORT: u16 = 6635;
-/// UDP port of GTP-U, the mobile core's user plane (3GPP TS 29.281; IANA `gtp-user`).
-pub const GTP_U_PORT: u16 = 2152;
-
-const IPPROTO_IPIP: u8 = 4;
-const IPPROTO_UDP: u8 = 17;
-const IPPROTO_IPV6: u8 = 41;
-const IPPROTO_GRE: u8 = 47;
-/// MPLS in IP (RFC 4023 §3).
-const IPPROTO_MPLS: u8 = 137;
-
-/// EtherType of IPv4 (IEEE 802 numbers; also GRE's protocol type and SLL's protocol).
-pub(crate) const ETHERTYPE_IPV4: u16 = 0x0800;
-/// EtherType of IPv6.
-pub(crate) const ETHERTYPE_IPV6: u16 = 0x86dd;
-const ETHERTYPE_VLAN: u16 = 0x8100;
-const ETHERTYPE_QINQ: u16 = 0x88a8;
-const ETHERTYPE_QINQ_OLD: u16 = 0x9100;
-const ETHERTYPE_MPLS: u16 = 0x8847;
-const ETHERTYPE_MPLS_MULTICAST: u16 = 0x8848;
-const ETHERTYPE_PPPOE_SESSION: u16 = 0x8864;
-/// Transparent Ethernet bridging: an Ethernet frame follows (GRE NVGRE, Geneve).
-const ETHERTYPE_TEB: u16 = 0x6558;
-/// ERSPAN type I and II (GRE protocol type).
-const ETHERTYPE_ERSPAN_I_II: u16 = 0x88be;
-/// ERSPAN type III.
-const ETHERTYPE_ERSPAN_III: u16 = 0x22eb;
-/// WCCP redirection over GRE.
-const ETHERTYPE_WCCP: u16 = 0x883e;
-/// PPP, as PPTP's enhanced GRE carries it (RFC 2637 §4.1).
-const ETHERTYPE_PPP: u16 = 0x880b;
-
-/// PPP protocol numbers of IP (RFC 1332, RFC 5072).
-const PPP_IPV4: u16 = 0x0021;
-const PPP_IPV6: u16 = 0x0057;
-const PPP_MPLS: u16 = 0x0281;
+use super::numbers::*;
+pub use super::numbers::{GENEVE_PORT, GTP_U_PORT, MPLS_UDP_PORT, VXLAN_GPE_PORT, VXLAN_PORT};
 
 /// The kind of tunnel a segment was carried in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -78,6 +37,10 @@ pub enum TunnelKind {
     Mpls,
     /// GTP-U (3GPP TS 29.281).
     GtpU,
+    /// AYIYA, "anything in anything" over UDP (IPv6 tunnel brokers).
+    Ayiya,
+    /// CAPWAP data, from a wireless access point to its controller (RFC 5415).
+    Capwap,
 }
 
 impl TunnelKind {
@@ -90,6 +53,8 @@ impl TunnelKind {
             TunnelKind::IpInIp => "ipip",
             TunnelKind::Mpls => "mpls",
             TunnelKind::GtpU => "gtpu",
+            TunnelKind::Ayiya => "ayiya",
+            TunnelKind::Capwap => "capwap",
         }
     }
 }
@@ -137,6 +102,9 @@ enum UdpOverlay {
     Geneve,
     Mpls,
     GtpU,
+    Gre,
+    Ayiya,
+    Capwap,
 }
 
 impl Decap {
@@ -258,6 +226,9 @@ impl Decap {
                     UdpOverlay::Geneve => TunnelKind::Geneve,
                     UdpOverlay::Mpls => TunnelKind::Mpls,
                     UdpOverlay::GtpU => TunnelKind::GtpU,
+                    UdpOverlay::Gre => TunnelKind::Gre,
+                    UdpOverlay::Ayiya => TunnelKind::Ayiya,
+                    UdpOverlay::Capwap => TunnelKind::Capwap,
                 };
                 self.nested(outer(kind), |d| match overlay {
                     UdpOverlay::Vxlan => d.vxlan(inner, inner_len, meta, out),
@@ -265,8 +236,18 @@ impl Decap {
                     UdpOverlay::Geneve => d.geneve(inner, inner_len, meta, out),
                     UdpOverlay::Mpls => d.mpls(inner, inner_len, meta, out),
                     UdpOverlay::GtpU => d.gtp_u(inner, inner_len, meta, out),
+                    UdpOverlay::Gre => d.gre(inner, inner_len, meta, out),
+                    UdpOverlay::Ayiya => d.ayiya(inner, inner_len, meta, out),
+                    UdpOverlay::Capwap => d.capwap(inner, inner_len, meta, out),
                 })
             }
+            IPPROTO_AH => self.nested(None, |d| {
+                d.authenticated(payload, payload_len, src, dst, meta, out)
+            }),
+            IPPROTO_ESP => Decoded::Opaque("encrypted (IPsec ESP)"),
+            IPPROTO_IPCOMP => self.nested(None, |d| {
+                d.ipcomp(payload, payload_len, src, dst, meta, out)
+            }),
             _ => Decoded::NotTcp,
         }
     }
@@ -284,10 +265,102 @@ impl Decap {
                     VXLAN_GPE_PORT => Some(UdpOverlay::VxlanGpe),
                     MPLS_UDP_PORT => Some(UdpOverlay::Mpls),
                     GTP_U_PORT => Some(UdpOverlay::GtpU),
+                    GRE_IN_UDP_PORT => Some(UdpOverlay::Gre),
+                    AYIYA_PORT => Some(UdpOverlay::Ayiya),
+                    CAPWAP_DATA_PORT => Some(UdpOverlay::Capwap),
                     _ => None,
                 }
             }
         })
+    }
+
+    /// The IPsec Authentication Header (RFC 4302 §2): its next header, its length in 4-byte
+    /// words minus 2, then the protected payload, readable.
+    #[allow(clippy::too_many_arguments)]
+    fn authenticated(
+        &mut self,
+        payload: &[u8],
+        payload_len: u32,
+        src: IpAddr,
+        dst: IpAddr,
+        meta: PacketMeta,
+        out: &mut Segment,
+    ) -> Decoded<()> {
+        let (Some(&next), Some(&units)) = (payload.first(), payload.get(1)) else {
+            return Decoded::Undecodable("IPsec authentication header cut short");
+        };
+        let len = (usize::from(units) + 2) * 4;
+        match (payload.get(len..), payload_len.checked_sub(len as u32)) {
+            (Some(inner), Some(inner_len)) if next == IPPROTO_TCP => {
+                decode_tcp(inner, inner_len, src, dst, meta, out)
+            }
+            (Some(inner), Some(inner_len)) => {
+                self.ip_payload(next, inner, inner_len, src, dst, meta, out)
+            }
+            _ => Decoded::Undecodable("IPsec authentication header cut short"),
+        }
+    }
+
+    /// IP payload compression (RFC 3173 §2.2): next header, flags, the compression parameter
+    /// index, then the compressed payload. The CPI names the algorithm only below 256
+    /// (RFC 3173 §3.3: 1 OUI, 2 DEFLATE, 3 LZS, 4 LZJH); above, the SA negotiated it, and DEFLATE
+    /// (RFC 2394: raw deflate, no zlib header), the common one, is tried, as Wireshark does.
+    #[allow(clippy::too_many_arguments)]
+    fn ipcomp(
+        &mut self,
+        payload: &[u8],
+        payload_len: u32,
+        src: IpAddr,
+        dst: IpAddr,
+        meta: PacketMeta,
+        out: &mut Segment,
+    ) -> Decoded<()> {
+        let Some(h) = payload.get(..4) else {
+            return Decoded::Undecodable("IPComp header cut short");
+        };
+        if matches!(u16::from_be_bytes([h[2], h[3]]), 1 | 3 | 4) {
+            return Decoded::Opaque("compressed (IPComp with LZS, LZJH or a private algorithm)");
+        }
+        let Some(compressed) = payload.get(4..payload_len as usize) else {
+            // Cut by the snap length: the compressed stream cannot be inflated.
+            return Decoded::Opaque("compressed (IPComp, cut by the snap length)");
+        };
+        let mut inflated = Vec::with_capacity(usize::from(u16::MAX));
+        let mut inflater = flate2::Decompress::new(false);
+        match inflater.decompress_vec(compressed, &mut inflated, flate2::FlushDecompress::Finish) {
+            Ok(flate2::Status::StreamEnd) => {}
+            _ => return Decoded::Opaque("compressed (IPComp without its algorithm)"),
+        }
+        let len = inflated.len() as u32;
+        if h[0] == IPPROTO_TCP {
+            decode_tcp(&inflated, len, src, dst, meta, out)
+        } else {
+            self.ip_payload(h[0], &inflated, len, src, dst, meta, out)
+        }
+    }
+
+    /// AYIYA: 8 bytes (identity length as a power of two, signature length in 4-byte words,
+    /// the next header, an epoch), the identity, the signature, then the packet.
+    fn ayiya(
+        &mut self,
+        data: &[u8],
+        wire_len: u32,
+        meta: PacketMeta,
+        out: &mut Segment,
+    ) -> Decoded<()> {
+        let Some(h) = data.get(..8) else {
+            return Decoded::Undecodable("AYIYA header cut short");
+        };
+        let len = 8 + (1usize << (h[0] >> 4)) + usize::from(h[1] >> 4) * 4;
+        let (Some(inner), Some(inner_len)) = (data.get(len..), wire_len.checked_sub(len as u32))
+        else {
+            return Decoded::Undecodable("AYIYA header cut short");
+        };
+        match h[3] {
+            IPPROTO_IPIP => decode_ipv4(inner, inner_len, meta, out, self),
+            IPPROTO_IPV6 => decode_ipv6(inner, inner_len, meta, out, self),
+            _ => Decoded::NotTcp,
+        }
     }
 
     /// VXLAN (RFC 7348 §5): 8 bytes (flags, 24-bit VNI), then an Ethernet frame.
@@ -483,6 +556,9 @@ impl Decap {
                 }
             }
             ETHERTYPE_PPP => self.ppp(inner, len, meta, out),
+            aruba if GRE_ARUBA.contains(&aruba) && aruba & 0xf == 0 => {
+                self.ieee80211(inner, len, meta, out)
+            }
             other => self.ethertype(other, inner, len, meta, out),
         }
     }
@@ -610,7 +686,10 @@ impl Decap {
 #[inline(always)]
 pub fn ethernet_payload(frame: &[u8]) -> Result<(u16, usize), Decoded<()>> {
     const TYPE_OFFSET: usize = 12;
+    /// Values up to 1500 are an 802.3 frame's length; 1536 and up are EtherTypes.
+    const MAX_LENGTH: u16 = 1500;
     let mut offset = TYPE_OFFSET;
+    // Bounded: each tag moves on by at least 4 bytes of the frame.
     loop {
         let Some(t) = frame.get(offset..offset + 2) else {
             return Err(Decoded::Undecodable("Ethernet header cut short"));
@@ -618,6 +697,19 @@ pub fn ethernet_payload(frame: &[u8]) -> Result<(u16, usize), Decoded<()>> {
         match u16::from_be_bytes([t[0], t[1]]) {
             // A tag is 2 bytes of TPID (just read) and 2 of TCI; the inner type follows.
             ETHERTYPE_VLAN | ETHERTYPE_QINQ | ETHERTYPE_QINQ_OLD => offset += 4,
+            // VN-Tag: 4 bytes of tag.
+            ETHERTYPE_VNTAG => offset += 6,
+            // 802.1ah: the I-TAG (4 bytes), then the customer's addresses.
+            ETHERTYPE_PBB => offset += 2 + 4 + 12,
+            // FabricPath: FTag and TTL (2 bytes), then the classic frame's addresses.
+            ETHERTYPE_FABRICPATH => offset += 2 + 2 + 12,
+            length if length <= MAX_LENGTH => {
+                let llc = frame.get(offset + 2..).unwrap_or_default();
+                return match super::llc::snap_ethertype(llc)? {
+                    Some(ethertype) => Ok((ethertype, offset + 2 + super::llc::LLC_SNAP_LEN)),
+                    None => Err(Decoded::NotTcp),
+                };
+            }
             ethertype => return Ok((ethertype, offset + 2)),
         }
     }

@@ -232,6 +232,10 @@ pub fn analysis_page(a: &Analysis, input: &InputFacts, title: &str) -> anyhow::R
         a.flows.len(),
         span.as_secs_f64()
     ));
+    if input.skipped.total() > 0 {
+        page.facts
+            .push(format!("skipped: {}", input.skipped.describe()));
+    }
     let minor = a.counts.get(StallKind::NagleMinor);
     if minor > 0 {
         page.facts.push(format!(

@@ -24,6 +24,24 @@ pub struct InputFacts {
     pub warnings: u64,
     /// The outer tunnel of connections that came in one: a flow's `outer`.
     pub outers: crate::decode::OuterByFlow,
+    /// The frames not read as TCP, by reason.
+    pub skipped: crate::capture::skipped::SkippedFrames,
+}
+
+/// `summary.skipped`: the frames not read as TCP, by reason.
+fn skipped(s: &crate::capture::skipped::SkippedFrames) -> serde_json::Value {
+    let named = |list: &[(std::borrow::Cow<'static, str>, u64)]| {
+        list.iter()
+            .map(|(what, frames)| json!({"what": what, "frames": frames}))
+            .collect::<Vec<_>>()
+    };
+    json!({
+        "not_tcp": s.not_tcp,
+        "fragments": s.fragments,
+        "undecodable": s.undecodable,
+        "opaque": named(&s.opaque),
+        "unsupported": named(&s.unsupported),
+    })
 }
 
 /// Milliseconds rounded to the microsecond.
@@ -261,6 +279,7 @@ pub fn write(out: &mut impl Write, a: &Analysis, input: &InputFacts) -> io::Resu
         "warnings": input.warnings,
         "flows_with_capture_gaps": a.flows.iter().filter(|f| f.capture_gaps > 0).count(),
         "files": input.files,
+        "skipped": skipped(&input.skipped),
     });
     write!(out, "{{\"summary\": {summary},\n\"events\": [")?;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());

@@ -39,6 +39,18 @@ pub fn summary(a: &Analysis, input: &InputFacts) -> String {
         a.flows.len(),
         span.as_secs_f64()
     );
+    if input.skipped.total() > 0 {
+        let _ = writeln!(out, "skipped: {}", input.skipped.describe());
+    }
+    if a.packets == 0 && input.skipped.may_hold_tcp() > 0 {
+        let _ = writeln!(
+            out,
+            "note: no TCP segment was read, and {} frames that may hold TCP were skipped (the \
+             warnings above say why): capture where the traffic is not encrypted or tunnelled, \
+             e.g. on the host itself",
+            input.skipped.may_hold_tcp()
+        );
+    }
     let minor = a.counts.get(StallKind::NagleMinor);
     let _ = write!(out, "stalls: {}", kinds_line(&a.counts));
     if minor > 0 {

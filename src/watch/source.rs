@@ -9,9 +9,9 @@ use std::time::Duration;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 use crate::capture::filter::{self, Compiler, FilterError, Framing};
-use crate::capture::link::LinkType;
 use crate::capture::live::OpenError;
 use crate::capture::ring::{Frame, Ring, RingError, RingOptions};
+use crate::decode::link::LinkType;
 use crate::decode::{Decap, Decoded, PacketMeta, Segment};
 
 /// Bytes kept of each packet: every header up to the end of TCP's options (link 20 + IPv6 40 +

@@ -57,6 +57,26 @@ pub enum LinkType {
     JuniperPppoe,
     /// Juniper pseudo-header, then PPP (`LINKTYPE_JUNIPER_PPP`, 179).
     JuniperPpp,
+    /// 802.11 frames (`LINKTYPE_IEEE802_11`, 105).
+    Ieee80211,
+    /// 802.11 behind a radiotap header (`LINKTYPE_IEEE802_11_RADIOTAP`, 127).
+    Radiotap,
+    /// 802.11 behind a PPI header (`LINKTYPE_PPI`, 192).
+    Ppi,
+    /// FDDI: frame control, two addresses, then LLC (`LINKTYPE_FDDI`, 10).
+    Fddi,
+    /// Linux netfilter's log (`LINKTYPE_NFLOG`, 239): TLVs, one of them the IP packet.
+    Nflog,
+    /// SLIP with libpcap's 16-byte pseudo-header (`LINKTYPE_SLIP`, 8).
+    Slip,
+    /// Ethernet with a Broadcom switch tag before the EtherType (`LINKTYPE_DSA_TAG_BRCM`, 281).
+    DsaBrcm,
+    /// A Broadcom switch tag before the Ethernet header (`LINKTYPE_DSA_TAG_BRCM_PREPEND`, 282).
+    DsaBrcmPrepend,
+    /// Ethernet with a Marvell DSA tag (`LINKTYPE_DSA_TAG_DSA`, 284).
+    DsaMarvell,
+    /// Ethernet with a Marvell EtherType DSA tag (`LINKTYPE_DSA_TAG_EDSA`, 285).
+    DsaMarvellEdsa,
     /// Juniper pseudo-header, then Cisco HDLC (`LINKTYPE_JUNIPER_CHDLC`, 183).
     JuniperCiscoHdlc,
 }
@@ -67,6 +87,16 @@ impl LinkType {
         Some(match code {
             0 => LinkType::Null,
             1 => LinkType::Ethernet,
+            8 => LinkType::Slip,
+            10 => LinkType::Fddi,
+            105 => LinkType::Ieee80211,
+            127 => LinkType::Radiotap,
+            192 => LinkType::Ppi,
+            239 => LinkType::Nflog,
+            281 => LinkType::DsaBrcm,
+            282 => LinkType::DsaBrcmPrepend,
+            284 => LinkType::DsaMarvell,
+            285 => LinkType::DsaMarvellEdsa,
             7 => LinkType::ArcnetBsd,
             9 => LinkType::Ppp,
             12 | 14 | 101 => LinkType::RawIp,
@@ -101,6 +131,8 @@ impl LinkType {
             Decoded::NotTcp => Decoded::NotTcp,
             Decoded::Fragment => Decoded::Fragment,
             Decoded::Undecodable(reason) => Decoded::Undecodable(reason),
+            Decoded::Opaque(what) => Decoded::Opaque(what),
+            Decoded::Unsupported(what) => Decoded::Unsupported(what),
         }
     }
 
@@ -174,10 +206,10 @@ impl LinkType {
         decap: &mut Decap,
     ) -> Decoded<()> {
         let (header_len, what) = match self {
-            LinkType::Ppp => return decap.ppp(frame, orig_len, meta, out),
             // Cisco HDLC's address byte is 0x0f (unicast) or 0x8f (broadcast); PPP's is 0xff
-            // or absent (tcpdump's ppp_hdlc_if_print tells them apart the same way).
-            LinkType::PppHdlc => match frame.first() {
+            // or absent (tcpdump's ppp_hdlc_if_print tells them apart the same way). Routers
+            // write either under both link types.
+            LinkType::Ppp | LinkType::PppHdlc => match frame.first() {
                 Some(0x0f | 0x8f) => return cisco_hdlc(frame, orig_len, meta, out, decap),
                 _ => return decap.ppp(frame, orig_len, meta, out),
             },
@@ -219,6 +251,21 @@ impl LinkType {
                     Err(decoded) => return decoded,
                 }
             }
+            LinkType::Ieee80211 => (0, Payload::Ieee80211),
+            LinkType::Radiotap => (0, Payload::Radiotap),
+            LinkType::Ppi => (0, Payload::Ppi),
+            LinkType::Fddi => (13, Payload::Llc),
+            LinkType::Nflog => return super::nflog::decode(frame, orig_len, meta, out, decap),
+            // libpcap's pseudo-header: direction, then 15 bytes of the compressed header.
+            LinkType::Slip => match frame.get(16) {
+                Some(b) if b >> 4 == 4 || b >> 4 == 6 => (16, Payload::IpByVersion),
+                Some(_) => return Decoded::Unsupported("Van Jacobson compressed SLIP"),
+                None => return Decoded::Undecodable("SLIP header cut short"),
+            },
+            // The switch's tag between the addresses and the EtherType: 4 bytes, 8 for EDSA.
+            LinkType::DsaBrcm | LinkType::DsaMarvell => (0, Payload::EthernetTagged(4)),
+            LinkType::DsaMarvellEdsa => (0, Payload::EthernetTagged(8)),
+            LinkType::DsaBrcmPrepend => (4, Payload::Ethernet),
             _ => return Decoded::NotTcp,
         };
         let Some(inner) = frame.get(header_len..) else {
@@ -232,6 +279,20 @@ impl LinkType {
             Payload::CiscoHdlc => cisco_hdlc(inner, wire_len, meta, out, decap),
             Payload::IpByVersion => decode_ip(inner, wire_len, meta, out, decap),
             Payload::LinkFragment => Decoded::Fragment,
+            Payload::Llc => decap.llc(inner, wire_len, meta, out),
+            Payload::Ieee80211 => decap.ieee80211(inner, wire_len, meta, out),
+            Payload::Radiotap => decap.radiotap(inner, wire_len, meta, out),
+            Payload::Ppi => decap.ppi(inner, wire_len, meta, out),
+            Payload::EthernetTagged(tag) => match inner.get(12 + tag..14 + tag) {
+                Some(t) => decap.ethertype(
+                    u16::from_be_bytes([t[0], t[1]]),
+                    &inner[14 + tag..],
+                    wire_len.saturating_sub((14 + tag) as u32),
+                    meta,
+                    out,
+                ),
+                None => Decoded::Undecodable("switch tag header cut short"),
+            },
         }
     }
 }
@@ -245,6 +306,14 @@ enum Payload {
     IpByVersion,
     /// A non-first piece of a frame the link layer fragmented (ARCnet, RFC 1201 §2.1).
     LinkFragment,
+    /// 802.2 LLC (SNAP for IP).
+    Llc,
+    /// An 802.11 frame, bare or behind a radio header.
+    Ieee80211,
+    Radiotap,
+    Ppi,
+    /// Ethernet addresses, a switch tag of this many bytes, then the EtherType.
+    EthernetTagged(usize),
 }
 
 /// Cisco HDLC: address, control, then an Ethertype.
