@@ -24,6 +24,23 @@ pub struct InputFacts {
     pub warnings: u64,
     /// The outer tunnel of connections that came in one: a flow's `outer`.
     pub outers: crate::decode::OuterByFlow,
+    /// Files that could not be read, left out of the report (`summary.unreadable`).
+    pub unreadable: Vec<Unreadable>,
+}
+
+/// A capture file that could not be read, and why.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Unreadable {
+    /// The file, as given.
+    pub file: String,
+    /// The reason, with what to check.
+    pub error: String,
+}
+
+impl std::fmt::Display for Unreadable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cannot analyse {}: {}", self.file, self.error)
+    }
 }
 
 /// Milliseconds rounded to the microsecond.
@@ -261,6 +278,7 @@ pub fn write(out: &mut impl Write, a: &Analysis, input: &InputFacts) -> io::Resu
         "warnings": input.warnings,
         "flows_with_capture_gaps": a.flows.iter().filter(|f| f.capture_gaps > 0).count(),
         "files": input.files,
+        "unreadable": input.unreadable,
     });
     write!(out, "{{\"summary\": {summary},\n\"events\": [")?;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
