@@ -181,12 +181,9 @@ impl Read for ProbeSocket {
     }
 }
 
-impl Write for ProbeSocket {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        // SO_SNDTIMEO stays what connect set (the per-request timeout): a request's writes
-        // fit the socket's buffer and do not block, so no system call is spent re-arming it.
-        self.time_left()?;
-        let bytes = self.stream.write(buf).map_err(timed_out)?;
+impl ProbeSocket {
+    /// Logs a write of `bytes` that just returned, with what the kernel still holds of it.
+    fn log_write(&mut self, bytes: usize) {
         // A turn's first write is never held by Nagle: the previous reply acknowledged our
         // last request, so nothing small is in flight (`tcp_nagle_check`). TCP_INFO is read
         // only after the later ones, which keeps the measured round trip lean.
@@ -202,6 +199,27 @@ impl Write for ProbeSocket {
             bytes,
             held,
         });
+    }
+}
+
+impl Write for ProbeSocket {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        // SO_SNDTIMEO stays what connect set (the per-request timeout): a request's writes
+        // fit the socket's buffer and do not block, so no system call is spent re-arming it.
+        self.time_left()?;
+        let bytes = self.stream.write(buf).map_err(timed_out)?;
+        self.log_write(bytes);
+        Ok(bytes)
+    }
+
+    /// One `writev` for all of `bufs`: rustls hands a TLS flight (key exchange, change
+    /// cipher spec, Finished) over as several records at once, and a client writes a flight
+    /// in one call; record by record, Nagle would hold the later records of our own
+    /// handshake until the server's delayed ACK.
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        self.time_left()?;
+        let bytes = self.stream.write_vectored(bufs).map_err(timed_out)?;
+        self.log_write(bytes);
         Ok(bytes)
     }
 
