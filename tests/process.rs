@@ -756,7 +756,7 @@ fn missing_process_and_missing_command_are_clear_errors() {
     let out = tcpstall(&["trace", "--", "/nonexistent/program"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr.contains("not found"), "{stderr}");
+    assert!(stderr.contains("no such file"), "{stderr}");
 }
 
 #[test]
