@@ -341,8 +341,9 @@ fn https_stalls_the_same_way_and_an_untrusted_certificate_is_a_clear_error() {
 
 /// nginx answering `hello from nginx` on a free port, keep-alive, in one process
 /// (master_process off: killing it at the end leaves no worker behind); `tls` serves https
-/// with that certificate and key and those protocols (`TLSv1.2`, `TLSv1.3`).
-fn nginx(dir: &TempDir, tls: Option<(&Path, &Path, &str)>) -> Server {
+/// with that certificate and key and those protocols (`TLSv1.2`, `TLSv1.3`); `directives` go
+/// into the server block.
+fn nginx(dir: &TempDir, tls: Option<(&Path, &Path, &str)>, directives: &str) -> Server {
     let prefix = dir.0.clone();
     let ssl = tls.map_or(String::new(), |(cert, key, protocols)| {
         format!(
@@ -361,7 +362,7 @@ fn nginx(dir: &TempDir, tls: Option<(&Path, &Path, &str)>) -> Server {
                  events {{ worker_connections 64; }}\n\
                  http {{ access_log off; client_body_temp_path {p}/body; proxy_temp_path {p}/proxy;\n\
                  fastcgi_temp_path {p}/fastcgi; uwsgi_temp_path {p}/uwsgi; scgi_temp_path {p}/scgi;\n\
-                 server {{ listen 127.0.0.1:{port}{ssl}; location / {{ return 200 \"hello from nginx\\n\"; }} }} }}\n"
+                 server {{ listen 127.0.0.1:{port}{ssl}; {directives} location / {{ return 200 \"hello from nginx\\n\"; }} }} }}\n"
             ),
         )
         .expect("write the nginx configuration");
@@ -374,7 +375,7 @@ fn nginx(dir: &TempDir, tls: Option<(&Path, &Path, &str)>) -> Server {
 #[test]
 fn nginx_is_clean() {
     let dir = TempDir::new(&format!("nginx-{}", free_port()));
-    let server = nginx(&dir, None);
+    let server = nginx(&dir, None, "");
     let (code, v, err) = probe_json(Privilege::AsIs, &[&url("http", server.port)]);
     assert_eq!(code, 0, "{err}");
     assert_clean(&v);
@@ -398,7 +399,7 @@ fn the_probes_own_tls_handshake_is_no_stall_of_nginx() {
     let dir = TempDir::new(&format!("nginx-tls-{}", free_port()));
     let (cert, key) = self_signed(&dir.0);
     for protocols in ["TLSv1.2", "TLSv1.3"] {
-        let server = nginx(&dir, Some((&cert, &key, protocols)));
+        let server = nginx(&dir, Some((&cert, &key, protocols)), "");
         let target = url("https", server.port);
         let (code, v, err) = probe_json(
             Privilege::AsIs,
@@ -427,6 +428,26 @@ fn the_probes_own_tls_handshake_is_no_stall_of_nginx() {
         assert_eq!(v["connections"], 4, "{v}");
         assert_clean_run(&v, 4, false);
     }
+    // A connection per request, each resuming the first one's TLS 1.2 session: our Finished
+    // is the last flight, and the request must not wait behind it for nginx's delayed ACK.
+    let server = nginx(
+        &dir,
+        Some((&cert, &key, "TLSv1.2")),
+        "keepalive_requests 1;",
+    );
+    let (code, v, err) = probe_json(
+        Privilege::AsIs,
+        &[
+            "--insecure",
+            "--requests",
+            "10",
+            "--fail-on-stall",
+            &url("https", server.port),
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(v["connections"], 10, "{v}");
+    assert_clean_run(&v, 10, true);
 }
 
 #[test]

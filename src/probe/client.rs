@@ -408,7 +408,7 @@ impl Write for Stream {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self {
             Stream::Plain(socket) => socket.write(buf),
-            Stream::Tls(tls) => tls.write(buf),
+            Stream::Tls(tls) => tls::write_carrying_handshake(tls, buf),
         }
     }
 
