@@ -381,15 +381,35 @@ fn nginx_is_clean() {
     assert_clean(&v);
 }
 
-/// Asserts a run whose every request was answered quickly: clean, nobody to blame, no note
-/// blaming the server's connection handling unless `closes` says it closes after answers.
-fn assert_clean_run(v: &Value, requests: u64, closes: bool) {
+/// `probe --insecure --connections C --requests R --fail-on-stall` of the https server on
+/// `port`, which must succeed with a run whose every request was answered quickly: clean,
+/// nobody to blame, and the note that the server closes its connections only when `closes`.
+fn assert_https_clean(port: u16, connections: u16, requests: u64, closes: bool) -> Value {
+    let (code, v, err) = probe_json(
+        Privilege::AsIs,
+        &[
+            "--insecure",
+            "--connections",
+            &connections.to_string(),
+            "--requests",
+            &requests.to_string(),
+            "--fail-on-stall",
+            &url("https", port),
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
     assert_eq!(v["verdict"], "clean", "{v}");
     assert_eq!(v["culprit"], Value::Null, "{v}");
     assert_eq!(v["stalls"]["nagle_delayed_ack"], 0, "{v}");
     assert_eq!(v["requests"], requests, "{v}");
+    assert_eq!(
+        v["evidence_source"],
+        expected_source(Privilege::AsIs),
+        "{v}"
+    );
     let notes = v["notes"].to_string();
     assert_eq!(notes.contains("closed the connection"), closes, "{v}");
+    v
 }
 
 #[test]
@@ -400,33 +420,10 @@ fn the_probes_own_tls_handshake_is_no_stall_of_nginx() {
     let (cert, key) = self_signed(&dir.0);
     for protocols in ["TLSv1.2", "TLSv1.3"] {
         let server = nginx(&dir, Some((&cert, &key, protocols)), "");
-        let target = url("https", server.port);
-        let (code, v, err) = probe_json(
-            Privilege::AsIs,
-            &["--insecure", "--requests", "10", "--fail-on-stall", &target],
-        );
-        assert_eq!(code, 0, "{protocols}: {err}");
-        assert_clean_run(&v, 10, false);
-        assert_eq!(
-            v["evidence_source"],
-            expected_source(Privilege::AsIs),
-            "{v}"
-        );
+        assert_https_clean(server.port, 1, 10, false);
         // Four connections the probe opened itself, kept alive: nothing the server forced.
-        let (code, v, err) = probe_json(
-            Privilege::AsIs,
-            &[
-                "--insecure",
-                "--connections",
-                "4",
-                "--requests",
-                "4",
-                &target,
-            ],
-        );
-        assert_eq!(code, 0, "{protocols}: {err}");
+        let v = assert_https_clean(server.port, 4, 4, false);
         assert_eq!(v["connections"], 4, "{v}");
-        assert_clean_run(&v, 4, false);
     }
     // A connection per request, each resuming the first one's TLS 1.2 session: our Finished
     // is the last flight, and the request must not wait behind it for nginx's delayed ACK.
@@ -435,19 +432,8 @@ fn the_probes_own_tls_handshake_is_no_stall_of_nginx() {
         Some((&cert, &key, "TLSv1.2")),
         "keepalive_requests 1;",
     );
-    let (code, v, err) = probe_json(
-        Privilege::AsIs,
-        &[
-            "--insecure",
-            "--requests",
-            "10",
-            "--fail-on-stall",
-            &url("https", server.port),
-        ],
-    );
-    assert_eq!(code, 0, "{err}");
+    let v = assert_https_clean(server.port, 1, 10, true);
     assert_eq!(v["connections"], 10, "{v}");
-    assert_clean_run(&v, 10, true);
 }
 
 #[test]
@@ -466,18 +452,7 @@ fn openssl_s_server_closing_after_each_answer_is_clean() {
             .arg(&key);
         c
     });
-    let (code, v, err) = probe_json(
-        Privilege::AsIs,
-        &[
-            "--insecure",
-            "--requests",
-            "5",
-            "--fail-on-stall",
-            &url("https", server.port),
-        ],
-    );
-    assert_eq!(code, 0, "{err}");
-    assert_clean_run(&v, 5, true);
+    let v = assert_https_clean(server.port, 1, 5, true);
     assert_eq!(v["connections"], 5, "{v}");
 }
 
