@@ -178,8 +178,13 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
         mode: SocketMode::default(),
     };
     let requests = args.requests as usize;
-    let (log, stalls, source, captured) =
-        observed_run(&plan, &dialogue, requests, usize::from(args.connections));
+    let Observed {
+        log,
+        stalls,
+        outside,
+        source,
+        captured,
+    } = observed_run(&plan, &dialogue, requests, usize::from(args.connections));
     let answered = log.requests().count();
     if answered == 0 {
         let first = log
@@ -210,7 +215,10 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
         .requests()
         .map(|t| t.latency.as_secs_f64() * 1e3)
         .collect();
-    let report = assemble(&target, requests, &log, diagnosis, confirmation);
+    let mut report = assemble(&target, requests, &log, diagnosis, confirmation);
+    if let Some(note) = outside_note(&outside, &log) {
+        report.notes.insert(0, note);
+    }
     let text = if args.json {
         report::probe::json(&report)
     } else {
@@ -269,7 +277,12 @@ fn confirm_with(
         deadline: Instant::now() + max_time,
         ..plan.clone()
     };
-    let (rerun, stalls, source, _) = observed_run(&plan, dialogue, confirm::REQUESTS, 1);
+    let Observed {
+        log: rerun,
+        stalls,
+        source,
+        ..
+    } = observed_run(&plan, dialogue, confirm::REQUESTS, 1);
     let latencies: Vec<Duration> = rerun.requests().map(|t| t.latency).collect();
     // The quickest request of either run: the path and the server's own time, no timer (a new
     // connection's first request is never held).
@@ -320,13 +333,19 @@ fn resolve(target: &Target) -> anyhow::Result<Vec<SocketAddr>> {
     Ok(addrs)
 }
 
+/// What one watched run gives.
+struct Observed {
+    log: RunLog,
+    /// Stalls inside the timed requests: the verdict's.
+    stalls: Vec<stalls::Stall>,
+    /// Stalls outside them (TLS handshake, setup exchange, close): left out of the verdict.
+    outside: Vec<stalls::Stall>,
+    source: Source,
+    captured: Option<Captured>,
+}
+
 /// One run of requests, watched: captured when the probe may, else from its socket.
-fn observed_run(
-    plan: &Plan,
-    dialogue: &Dialogue,
-    requests: usize,
-    connections: usize,
-) -> (RunLog, Vec<stalls::Stall>, Source, Option<Captured>) {
+fn observed_run(plan: &Plan, dialogue: &Dialogue, requests: usize, connections: usize) -> Observed {
     let capture = OwnCapture::start(plan.addrs[0]);
     let log = match &capture {
         Ok(cap) => client::run(plan, dialogue, requests, connections, &|port| {
@@ -334,21 +353,89 @@ fn observed_run(
         }),
         Err(_) => client::run(plan, dialogue, requests, connections, &|_| {}),
     };
-    let reason = match capture.map(OwnCapture::finish) {
-        Ok(Ok(captured)) => {
+    // A connection that ended in an error (a timeout, a reset) may never see the server's
+    // FIN: waiting for it would add the capture's grace period after the timeout, so the
+    // capture stops at once with what the kernel has queued.
+    let ended = |cap: OwnCapture| {
+        if log.errors.is_empty() {
+            cap.finish()
+        } else {
+            cap.stop()
+        }
+    };
+    let captured = match capture.map(ended) {
+        Ok(Ok(captured)) => Ok(captured),
+        Ok(Err(err)) => Err(format!("the capture failed: {err:#}")),
+        Err(NoCapture::NoPermission) => Err("no CAP_NET_RAW to capture its own packets".into()),
+        Err(NoCapture::Failed(why)) => Err(format!("no capture: {why}")),
+    };
+    let (stalls, source, captured) = match captured {
+        Ok(captured) => {
             let stalls = stalls::from_capture(&captured.analysis.events, &log);
             let source = Source::Capture {
                 interface: captured.interface.clone(),
                 dropped: captured.dropped,
             };
-            return (log, stalls, source, Some(captured));
+            (stalls, source, Some(captured))
         }
-        Ok(Err(err)) => format!("the capture failed: {err:#}"),
-        Err(NoCapture::NoPermission) => "no CAP_NET_RAW to capture its own packets".to_string(),
-        Err(NoCapture::Failed(why)) => format!("no capture: {why}"),
+        Err(reason) => (stalls::from_socket(&log), Source::Socket { reason }, None),
     };
-    let stalls = stalls::from_socket(&log);
-    (log, stalls, Source::Socket { reason }, None)
+    let (stalls, outside) = stalls::split_by_request(stalls, &log);
+    Observed {
+        log,
+        stalls,
+        outside,
+        source,
+        captured,
+    }
+}
+
+/// Most stalls outside the timed requests described one by one in the note.
+const OUTSIDE_SHOWN: usize = 3;
+
+/// The note naming the stalls left out of the verdict because no timed request was waiting
+/// on them.
+fn outside_note(outside: &[stalls::Stall], log: &RunLog) -> Option<String> {
+    use self::stalls::Position;
+    let real: Vec<&stalls::Stall> = outside.iter().filter(|s| s.kind.is_stall()).collect();
+    if real.is_empty() {
+        return None;
+    }
+    let described: Vec<String> = real
+        .iter()
+        .take(OUTSIDE_SHOWN)
+        .map(|s| {
+            let when = match stalls::position(s, log) {
+                Position::BeforeRequests => {
+                    "before its connection's first request (TCP or TLS handshake, setup exchange)"
+                }
+                Position::BetweenRequests => "between two requests",
+                Position::AfterRequests | Position::InRequest => {
+                    "after its connection's last answered request (closing)"
+                }
+            };
+            format!(
+                "{}: the {}'s data waited {:.1} ms (local port {}), {when}",
+                s.kind.name(),
+                s.held.name(),
+                s.delay_ns as f64 / 1e6,
+                s.local_port
+            )
+        })
+        .collect();
+    let more = match real.len().saturating_sub(OUTSIDE_SHOWN) {
+        0 => String::new(),
+        n => format!("; and {n} more"),
+    };
+    let count = match real.len() {
+        1 => "1 stall".to_string(),
+        n => format!("{n} stalls"),
+    };
+    Some(format!(
+        "{count} outside the timed requests, left out of the verdict (no request was waiting \
+         on the held write): {}{more}",
+        described.join("; ")
+    ))
 }
 
 /// Gathers the figures of the run into the report.
@@ -408,12 +495,12 @@ fn assemble(
             failed_status.len()
         ));
     }
-    if log.connections.len() > log.requests().count().max(1) / 2 && log.requests().count() > 2 {
+    let answered = log.requests().count();
+    if log.closed_by_server > answered / 2 && answered > 2 {
         notes.push(format!(
-            "the server closed the connection after most answers ({} connections for {} \
-             requests): a new connection starts in quick-ACK mode, so a Nagle stall may not show",
-            log.connections.len(),
-            log.requests().count()
+            "the server closed the connection after most answers ({} of {}): a new \
+             connection starts in quick-ACK mode, so a Nagle stall may not show",
+            log.closed_by_server, answered
         ));
     }
     ProbeReport {

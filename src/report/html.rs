@@ -242,6 +242,9 @@ pub fn analysis_page(a: &Analysis, input: &InputFacts, title: &str) -> anyhow::R
             "{minor} minor Nagle holds released by an ordinary ACK (one RTT each)"
         ));
     }
+    for unreadable in &input.unreadable {
+        page.facts.push(format!("not in this report: {unreadable}"));
+    }
     if let Some(worst) = flows.first().filter(|f| f.worst_stall_ns > Span::ZERO) {
         page.facts.push(format!(
             "longest stall {} (flow {})",

@@ -26,6 +26,23 @@ pub struct InputFacts {
     pub outers: crate::decode::OuterByFlow,
     /// The frames not read as TCP, by reason.
     pub skipped: crate::capture::skipped::SkippedFrames,
+    /// Files that could not be read, left out of the report (`summary.unreadable`).
+    pub unreadable: Vec<Unreadable>,
+}
+
+/// A capture file that could not be read, and why.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Unreadable {
+    /// The file, as given.
+    pub file: String,
+    /// The reason, with what to check.
+    pub error: String,
+}
+
+impl std::fmt::Display for Unreadable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cannot analyse {}: {}", self.file, self.error)
+    }
 }
 
 /// `summary.skipped`: the frames not read as TCP, by reason.
@@ -280,6 +297,7 @@ pub fn write(out: &mut impl Write, a: &Analysis, input: &InputFacts) -> io::Resu
         "flows_with_capture_gaps": a.flows.iter().filter(|f| f.capture_gaps > 0).count(),
         "files": input.files,
         "skipped": skipped(&input.skipped),
+        "unreadable": input.unreadable,
     });
     write!(out, "{{\"summary\": {summary},\n\"events\": [")?;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());

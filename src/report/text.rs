@@ -76,6 +76,9 @@ pub fn summary(a: &Analysis, input: &InputFacts) -> String {
             input.warnings
         );
     }
+    for unreadable in &input.unreadable {
+        let _ = writeln!(out, "not in this report: {unreadable}");
+    }
 
     let mut stalled: Vec<&FlowSummary> = a.flows.iter().filter(|f| f.counts.stalls() > 0).collect();
     stalled.sort_by(|x, y| y.time_lost_ns.cmp(&x.time_lost_ns).then(x.id.cmp(&y.id)));
