@@ -52,6 +52,8 @@ pub const ETHERTYPE_PBB: u16 = 0x88e7;
 pub const ETHERTYPE_VNTAG: u16 = 0x8926;
 /// Cisco FabricPath: a 2-byte FTag/TTL, then the classic Ethernet frame.
 pub const ETHERTYPE_FABRICPATH: u16 = 0x8903;
+/// MACsec (IEEE 802.1AE): the SecTAG, then the frame's EtherType, or its encryption.
+pub const ETHERTYPE_MACSEC: u16 = 0x88e5;
 /// MPLS unicast (RFC 3032).
 pub const ETHERTYPE_MPLS: u16 = 0x8847;
 /// MPLS multicast.

@@ -703,6 +703,18 @@ pub fn ethernet_payload(frame: &[u8]) -> Result<(u16, usize), Decoded<()>> {
             ETHERTYPE_PBB => offset += 2 + 4 + 12,
             // FabricPath: FTag and TTL (2 bytes), then the classic frame's addresses.
             ETHERTYPE_FABRICPATH => offset += 2 + 2 + 12,
+            // MACsec's SecTAG (802.1AE §9.3): TCI/AN, short length, packet number, and the
+            // secure channel identifier when the SC bit says so. Integrity-only frames are
+            // read; encrypted ones (the E bit) cannot be.
+            ETHERTYPE_MACSEC => {
+                let Some(&tci) = frame.get(offset + 2) else {
+                    return Err(Decoded::Undecodable("MACsec SecTAG cut short"));
+                };
+                if tci & 0x08 != 0 {
+                    return Err(Decoded::Opaque("encrypted (MACsec)"));
+                }
+                offset += 2 + 6 + if tci & 0x20 != 0 { 8 } else { 0 };
+            }
             length if length <= MAX_LENGTH => {
                 let llc = frame.get(offset + 2..).unwrap_or_default();
                 return match super::llc::snap_ethertype(llc)? {
