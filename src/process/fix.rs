@@ -84,7 +84,7 @@ fn route_request(args: &FixArgs) -> anyhow::Result<Option<RouteRequest>> {
         (_, Some(max), _) => RouteChange::DelackMax(max),
         (_, _, true) => RouteChange::Undo,
         _ => bail!(
-            "--route needs what to change: --quickack, --delack-max DURATION (e.g. 5ms), or              --undo"
+            "--route needs what to change: --quickack, --delack-max DURATION (e.g. 5ms), or --undo"
         ),
     };
     let namespace = match (&args.netns, args.netns_of) {
