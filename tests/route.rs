@@ -224,6 +224,33 @@ fn new_connection_ms(client: &Namespace, server: SocketAddr) -> f64 {
     client.run(|| median_ms(&mut connect(server)))
 }
 
+/// Undoes the change to `dest`'s route and checks that every route is back byte for byte.
+fn undo_restores(ns: &Namespace, dest: &str, before: &str) {
+    ns.fix_ok(dest, &["--undo", "--yes"]);
+    assert_eq!(
+        ns.routes(),
+        before,
+        "--undo restores the route byte for byte"
+    );
+}
+
+/// The median of one connection to `server` before and after `fix --route DEST --quickack`
+/// made while it stays open; the fix's output is checked to contain `shown`.
+fn open_connection_across_quickack(
+    ns: &Namespace,
+    server: SocketAddr,
+    dest: &str,
+    shown: &str,
+) -> (f64, f64) {
+    ns.run(|| {
+        let mut open = connect(server);
+        let first = median_ms(&mut open);
+        let out = ns.fix_ok(dest, &["--quickack", "--yes"]);
+        assert!(out.contains(shown), "{out}");
+        (first, median_ms(&mut open))
+    })
+}
+
 #[test]
 fn quickack_and_delack_max_on_the_route_used_for_loopback() {
     if !root_or_skip("quickack_and_delack_max_on_the_route_used_for_loopback") {
@@ -250,13 +277,8 @@ fn quickack_and_delack_max_on_the_route_used_for_loopback() {
     assert_eq!(ns.routes(), before, "a dry run changes nothing");
 
     // A connection open before the change takes it at its next packet.
-    let (open_before, open_after) = ns.run(|| {
-        let mut open = connect(server);
-        let first = median_ms(&mut open);
-        let out = ns.fix_ok("127.0.0.1", &["--quickack", "--yes"]);
-        assert!(out.contains("quickack 1"), "{out}");
-        (first, median_ms(&mut open))
-    });
+    let (open_before, open_after) =
+        open_connection_across_quickack(&ns, server, "127.0.0.1", "quickack 1");
     assert!(
         open_before >= 30.0,
         "open connection before: {open_before:.2} ms"
@@ -273,12 +295,7 @@ fn quickack_and_delack_max_on_the_route_used_for_loopback() {
     let quick = new_connection_ms(&ns, server);
     assert!(quick < 10.0, "quickack 1: p50 {quick:.2} ms");
 
-    ns.fix_ok("127.0.0.1", &["--undo", "--yes"]);
-    assert_eq!(
-        ns.routes(),
-        before,
-        "--undo restores the route byte for byte"
-    );
+    undo_restores(&ns, "127.0.0.1", &before);
 
     let json = ns.fix_ok("127.0.0.1", &["--delack-max", "5ms", "--yes", "--json"]);
     let report: serde_json::Value = serde_json::from_str(&json).expect("JSON");
@@ -291,12 +308,7 @@ fn quickack_and_delack_max_on_the_route_used_for_loopback() {
     let capped = new_connection_ms(&ns, server);
     assert!(capped < 30.0, "rto_min 5ms: p50 {capped:.2} ms");
 
-    ns.fix_ok("127.0.0.1", &["--undo", "--yes"]);
-    assert_eq!(
-        ns.routes(),
-        before,
-        "--undo restores the route byte for byte"
-    );
+    undo_restores(&ns, "127.0.0.1", &before);
     let again = new_connection_ms(&ns, server);
     assert!(
         again >= 30.0,
@@ -385,12 +397,7 @@ fn route_in_another_table_behind_a_policy_rule() {
     let quick = new_connection_ms(&client, server);
     assert!(quick < 10.0, "p50 {quick:.2} ms");
 
-    client.fix_ok("10.77.0.2", &["--undo", "--yes"]);
-    assert_eq!(
-        client.routes(),
-        before,
-        "--undo restores the route byte for byte"
-    );
+    undo_restores(&client, "10.77.0.2", &before);
     eprintln!("table 100 behind a rule: p50 {stalled:.2} ms -> quickack 1 {quick:.2} ms");
 }
 
@@ -408,13 +415,12 @@ fn ipv6_route_and_the_local_route_it_cannot_recreate() {
     let before = client.routes();
 
     // A connection open before the change takes it at its next packet, on IPv6 too.
-    let (stalled, open_after) = client.run(|| {
-        let mut open = connect(server);
-        let first = median_ms(&mut open);
-        let out = client.fix_ok("fd00:77::2", &["--quickack", "--yes"]);
-        assert!(out.contains("fd00:77::/64 dev veth-c table main"), "{out}");
-        (first, median_ms(&mut open))
-    });
+    let (stalled, open_after) = open_connection_across_quickack(
+        &client,
+        server,
+        "fd00:77::2",
+        "fd00:77::/64 dev veth-c table main",
+    );
     assert!(stalled >= 30.0, "p50 {stalled:.2} ms");
     assert!(
         open_after < 10.0,
@@ -422,22 +428,12 @@ fn ipv6_route_and_the_local_route_it_cannot_recreate() {
     );
     let quick = new_connection_ms(&client, server);
     assert!(quick < 10.0, "p50 {quick:.2} ms");
-    client.fix_ok("fd00:77::2", &["--undo", "--yes"]);
-    assert_eq!(
-        client.routes(),
-        before,
-        "--undo restores the route byte for byte"
-    );
+    undo_restores(&client, "fd00:77::2", &before);
 
     client.fix_ok("fd00:77::2", &["--delack-max", "5ms", "--yes"]);
     let capped = new_connection_ms(&client, server);
     assert!(capped < 30.0, "p50 {capped:.2} ms");
-    client.fix_ok("fd00:77::2", &["--undo", "--yes"]);
-    assert_eq!(
-        client.routes(),
-        before,
-        "--undo restores the route byte for byte"
-    );
+    undo_restores(&client, "fd00:77::2", &before);
     eprintln!("IPv6: p50 {stalled:.2} ms -> quickack 1 {quick:.2} ms, rto_min 5ms {capped:.2} ms");
 
     // ::1's route is the kernel's metric 0 route of a local address: refused, not half-done.
@@ -455,39 +451,29 @@ fn refused_without_cap_net_admin() {
     }
     let ns = Namespace::new("nocap");
     let before = ns.routes();
-    let out = Command::new("setpriv")
-        .args(["--inh-caps=-all", "--bounding-set=-net_admin", BIN])
-        .args([
-            "fix",
-            "--route",
-            "127.0.0.1",
-            "--netns",
-            &ns.0,
-            "--quickack",
-            "--yes",
-        ])
-        .stdin(Stdio::null())
-        .output()
-        .expect("setpriv runs (util-linux)");
+    let without_net_admin = |last: &str| {
+        Command::new("setpriv")
+            .args(["--inh-caps=-all", "--bounding-set=-net_admin", BIN])
+            .args([
+                "fix",
+                "--route",
+                "127.0.0.1",
+                "--netns",
+                &ns.0,
+                "--quickack",
+                last,
+            ])
+            .stdin(Stdio::null())
+            .output()
+            .expect("setpriv runs (util-linux)")
+    };
+    let out = without_net_admin("--yes");
     let said = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{said}");
     assert!(said.contains("CAP_NET_ADMIN"), "{said}");
     assert_eq!(ns.routes(), before, "nothing changed");
     // The dry run needs no CAP_NET_ADMIN: it only reads.
-    let dry = Command::new("setpriv")
-        .args(["--inh-caps=-all", "--bounding-set=-net_admin", BIN])
-        .args([
-            "fix",
-            "--route",
-            "127.0.0.1",
-            "--netns",
-            &ns.0,
-            "--quickack",
-            "--dry-run",
-        ])
-        .stdin(Stdio::null())
-        .output()
-        .expect("setpriv runs");
+    let dry = without_net_admin("--dry-run");
     assert!(
         dry.status.success(),
         "{}",
