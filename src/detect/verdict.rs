@@ -1,6 +1,8 @@
 //! Verdicts in people's terms: the peer's stack from its delayed-ACK timeout, the write pattern
 //! of a stalled turn, the fixes in order of preference, and per-flow summaries.
 
+use std::net::IpAddr;
+
 use rustc_hash::FxHashMap;
 
 use super::{KindCounts, StallEvent, StallKind};
@@ -140,9 +142,24 @@ pub(crate) fn delack_cap_fix(acker: &str) -> String {
     )
 }
 
-/// The fixes for a kind, in order of preference, for the side that was held; `peer` is the
-/// ACKing side's stack as its delay named it, if known.
-pub(crate) fn fixes(kind: StallKind, held: Side, peer: Option<PeerStack>) -> Vec<String> {
+/// The fix for when only the ACKing side's host is in reach, neither program: quick ACKs on
+/// the route it uses to reach `writer` (RTAX_QUICKACK, `tcp_in_quickack_mode`), for every
+/// connection of that route, or a delayed-ACK cap through its `rto_min` (`tcp_delack_max`,
+/// 6.7+). `writer_addr` is the held writer's address, when known.
+pub(crate) fn route_fix(acker: &str, writer: &str, writer_addr: Option<IpAddr>) -> String {
+    let dest = writer_addr.map_or_else(|| format!("<the {writer}'s address>"), |a| a.to_string());
+    format!(
+        "if neither end's program can be changed, on the {acker}'s host, for every connection \
+         of its route to the {writer}: tcpstall fix --route {dest} --quickack (or --delack-max \
+         5ms; more ACKs on that route)"
+    )
+}
+
+/// The fixes for a kind, in order of preference, for the side that was held; `example` is a
+/// stall of that kind, for the ACKing side's stack as its delay named it and the writer's
+/// address.
+pub(crate) fn fixes(kind: StallKind, held: Side, example: Option<&StallEvent>) -> Vec<String> {
+    let peer = example.and_then(|e| e.peer_stack);
     let h = held.name();
     let p = held.peer().name();
     match kind {
@@ -163,6 +180,15 @@ pub(crate) fn fixes(kind: StallKind, held: Side, peer: Option<PeerStack>) -> Vec
                     "if the {h} cannot be changed, {}",
                     delack_cap_fix(p)
                 ));
+                let writer = example.map(|e| match held {
+                    Side::Client => e.client.addr,
+                    Side::Server => e.server.addr,
+                });
+                // ::1's route is the kernel's metric 0 route, which rtnetlink cannot
+                // recreate (`fix --route` refuses it): no route fix to offer there.
+                if !writer.is_some_and(|a| a.is_ipv6() && a.is_loopback()) {
+                    fixes.push(route_fix(p, h, writer));
+                }
             }
             fixes
         }

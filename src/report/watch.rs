@@ -138,7 +138,7 @@ pub fn event_text(event: &StallEvent, found: Result<&Owner, &NoOwner>) -> String
                 "  settled by the socket: TCP_CORK is set on it, so the kernel held the data: the \
                  cork timer"
             );
-            for fix in fixes(f.kind, f.held_side, event.peer_stack) {
+            for fix in fixes(f.kind, f.held_side, Some(event)) {
                 let _ = writeln!(out, "  fix: {fix}");
             }
         }
