@@ -480,3 +480,65 @@ fn refused_without_cap_net_admin() {
         String::from_utf8_lossy(&dry.stderr)
     );
 }
+
+/// The host's routes, both families, every table.
+fn host_routes() -> String {
+    ip(&["-d", "route", "show", "table", "all"])
+        + &ip(&["-d", "-6", "route", "show", "table", "all"])
+}
+
+#[test]
+fn lab_route_rows_over_its_own_namespaces_and_never_on_the_host() {
+    if !root_or_skip("lab_route_rows_over_its_own_namespaces_and_never_on_the_host") {
+        return;
+    }
+    let before = host_routes();
+    let rows = support::lab_report(&[
+        "--rtt",
+        "20",
+        "--scenario",
+        "http",
+        "--variant",
+        "split,route-quickack,route-delack-max",
+        "--requests",
+        "8",
+    ]);
+    assert_eq!(
+        host_routes(),
+        before,
+        "the lab changes no route of the host"
+    );
+    let rows = rows["rows"].as_array().expect("rows");
+    let p50 = |variant: &str| {
+        let row = rows
+            .iter()
+            .find(|r| r["variant"] == variant)
+            .unwrap_or_else(|| panic!("no row {variant}: {rows:?}"));
+        assert_eq!(row["stalled"], row["expected_stall"], "{row}");
+        row["p50_ms"].as_f64().expect("p50_ms")
+    };
+    let (split, quick, capped) = (p50("split"), p50("route-quickack"), p50("route-delack-max"));
+    // Over a 20 ms path: the split row pays the timer on top of 2 RTT; quickack 1 only the
+    // 2 RTT; the capped ACK a few milliseconds more.
+    assert!(split >= 70.0, "split p50 {split:.2} ms");
+    assert!(quick < 50.0, "route-quickack p50 {quick:.2} ms");
+    assert!(capped < split - 20.0, "route-delack-max p50 {capped:.2} ms");
+
+    // On loopback they would change the host's routes: left out, saying so.
+    let out = Command::new(BIN)
+        .args([
+            "lab",
+            "--scenario",
+            "http",
+            "--variant",
+            "split,route-quickack",
+        ])
+        .args(["--requests", "3", "--json"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("the tcpstall binary runs");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("http/route-quickack left out"), "{said}");
+    assert!(said.contains("never the host's"), "{said}");
+    assert_eq!(host_routes(), before);
+}

@@ -284,6 +284,59 @@ fn apply(
     Ok(())
 }
 
+/// A route changed for a while in a namespace tcpstall made (the lab's `route-*` rows), put
+/// back as it was when dropped. Never for the host's own routes: no state file is kept.
+pub(crate) struct RouteOverride {
+    namespace: NetNs,
+    original: RouteMessage,
+}
+
+impl RouteOverride {
+    /// Changes the route `namespace` uses for `dest` (`change` is not [`RouteChange::Undo`]).
+    pub(crate) fn set(
+        namespace: &NetNs,
+        dest: IpAddr,
+        change: RouteChange,
+    ) -> anyhow::Result<RouteOverride> {
+        let original = in_namespace(Some(namespace), |socket| {
+            let route = rtnetlink::as_request(&socket.matching_route(dest)?);
+            let target = match change {
+                RouteChange::QuickAck => with_quickack(&route),
+                RouteChange::DelackMax(max) => {
+                    let ms = u32::try_from(max.as_micros().div_ceil(1000)).unwrap_or(u32::MAX);
+                    with_rto_min(&route, ms)
+                }
+                RouteChange::Undo => route.clone(),
+            };
+            socket.replace(&target)?;
+            Ok(route)
+        })
+        .with_context(|| {
+            format!(
+                "cannot change the route for {dest} in network namespace {}",
+                namespace.name()
+            )
+        })?;
+        Ok(RouteOverride {
+            namespace: namespace.clone(),
+            original,
+        })
+    }
+}
+
+impl Drop for RouteOverride {
+    fn drop(&mut self) {
+        let original = &self.original;
+        if let Err(err) = in_namespace(Some(&self.namespace), |socket| socket.replace(original)) {
+            eprintln!(
+                "tcpstall: note: the route changed in network namespace {} could not be put \
+                 back ({err:#}); the namespace is deleted when the run ends",
+                self.namespace.name()
+            );
+        }
+    }
+}
+
 /// The route with `quickack 1` (any other value replaced).
 fn with_quickack(route: &RouteMessage) -> RouteMessage {
     let mut metrics: Vec<RouteMetric> = rtnetlink::metrics(route)
