@@ -470,7 +470,15 @@ fn write_plan(out: &mut impl Write, report: &RouteFixReport) -> std::io::Result<
         writeln!(out, "cost: {cost}")?;
     }
     writeln!(out, "open connections: {}", report.open_connections)?;
-    writeln!(out, "kept for --undo in {}", report.state_file)?;
+    if report.change == "undo" {
+        writeln!(
+            out,
+            "record: {} (removed once the route is back)",
+            report.state_file
+        )?;
+    } else {
+        writeln!(out, "kept for --undo in {}", report.state_file)?;
+    }
     Ok(())
 }
 
