@@ -19,6 +19,8 @@ use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr as NetlinkAddr};
 /// Replies read for one request before giving up: a request gets its answer and, at most, an
 /// acknowledgement; anything past this bound is a kernel talking of something else.
 const MAX_REPLIES: usize = 16;
+/// Seconds to wait for each answer of the kernel.
+const REPLY_TIMEOUT_S: i64 = 5;
 /// Datagrams read for one route dump (each holds many routes): a bound far above a full
 /// Internet table's.
 const MAX_DUMP_DATAGRAMS: usize = 1 << 20;
@@ -36,6 +38,10 @@ impl RouteSocket {
         let mut socket = Socket::new(NETLINK_ROUTE)?;
         socket.bind_auto()?;
         socket.connect(&NetlinkAddr::new(0, 0))?;
+        // The kernel answers at once; a bound on each wait keeps a lost answer from hanging.
+        let timeout = nix::sys::time::TimeVal::new(REPLY_TIMEOUT_S, 0);
+        nix::sys::socket::setsockopt(&socket, nix::sys::socket::sockopt::ReceiveTimeout, &timeout)
+            .map_err(io::Error::from)?;
         Ok(RouteSocket {
             socket,
             sequence: 0,
