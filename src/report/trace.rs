@@ -135,8 +135,9 @@ pub(crate) fn write_text(report: &TraceReport, out: &mut impl Write) -> io::Resu
                 crate::detect::verdict::delack_cap_fix("peer")
             )?;
             let writer = s.local.map(|a| a.ip());
-            let route = crate::detect::verdict::route_fix("peer", "program", writer);
-            writeln!(out, "  {route}")?;
+            if let Some(route) = crate::detect::verdict::route_fix("peer", "program", writer) {
+                writeln!(out, "  {route}")?;
+            }
         }
     }
     for s in clean.iter().take(CLEAN_SHOWN) {
