@@ -107,13 +107,10 @@ impl Namespace {
 
     /// Like [`Namespace::fix`], which must succeed.
     fn fix_ok(&self, dest: &str, args: &[&str]) -> String {
-        let out = self.fix(dest, args);
-        assert!(
-            out.status.success(),
-            "fix --route {dest} {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        stdout_of(
+            self.fix(dest, args),
+            &format!("fix --route {dest} {args:?}"),
+        )
     }
 }
 
@@ -145,9 +142,14 @@ fn ip(args: &[&str]) -> String {
         .args(args)
         .output()
         .expect("ip runs (iproute2)");
+    stdout_of(out, &format!("ip {args:?}"))
+}
+
+/// The standard output of `what`, which must have succeeded.
+fn stdout_of(out: Output, what: &str) -> String {
     assert!(
         out.status.success(),
-        "ip {args:?} failed: {}",
+        "{what} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
