@@ -42,6 +42,17 @@ impl KernelFacts {
         (40.0, 40.0 + jiffy_ms)
     }
 
+    /// Whether the release is `major.minor` or later; `None` when `uname -r` does not start
+    /// with two numbers.
+    pub fn release_at_least(&self, (major, minor): (u32, u32)) -> Option<bool> {
+        let mut parts = self
+            .release
+            .split(|c: char| !c.is_ascii_digit())
+            .map(str::parse::<u32>);
+        let (have_major, have_minor) = (parts.next()?.ok()?, parts.next()?.ok()?);
+        Some((have_major, have_minor) >= (major, minor))
+    }
+
     /// One line for the head of a report.
     pub fn summary_line(&self) -> String {
         let hz = self
@@ -123,5 +134,19 @@ mod tests {
         assert_ne!(facts.release, "unknown");
         assert!(tcpext_counter("DelayedACKs").is_some());
         assert!(tcpext_counter("NoSuchCounter").is_none());
+    }
+
+    #[test]
+    fn compares_releases() {
+        let facts = |release: &str| KernelFacts {
+            release: release.into(),
+            hz: None,
+            tcp_autocorking: None,
+            delack_min_ms: 40,
+        };
+        assert_eq!(facts("6.18.44-fc").release_at_least((6, 7)), Some(true));
+        assert_eq!(facts("6.6.1").release_at_least((6, 7)), Some(false));
+        assert_eq!(facts("7.0").release_at_least((6, 7)), Some(true));
+        assert_eq!(facts("unknown").release_at_least((6, 7)), None);
     }
 }

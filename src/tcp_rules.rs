@@ -82,6 +82,50 @@ pub const RTO_MIN: Duration = Duration::from_millis(200);
 pub const MAX_QUICKACKS: u32 = 16;
 
 // ---------------------------------------------------------------------------------------------
+// Route metrics (Linux): the host-wide levers, set per route with rtnetlink (RTA_METRICS)
+// ---------------------------------------------------------------------------------------------
+
+/// `RTAX_QUICKACK`: a route with this metric non-zero keeps every connection on it in quick-ACK
+/// mode (`tcp_in_quickack_mode`: `dst_metric(dst, RTAX_QUICKACK)`), so each data segment is
+/// ACKed at once and no ACK waits for the delayed-ACK timer.
+pub const RTAX_QUICKACK: u16 = 15;
+/// `RTAX_RTO_MIN`: the route's floor of the retransmission timeout, in milliseconds
+/// (`dst_metric_rtt` converts it to jiffies). `tcp_rto_min` takes it only when its bit is set
+/// in `RTAX_LOCK` (`dst_metric_locked`), which is why `ip route ... rto_min` always locks it.
+pub const RTAX_RTO_MIN: u16 = 13;
+/// `RTAX_LOCK`: the metric whose value is a bit mask of the locked metrics (`1 << RTAX_*`).
+pub const RTAX_LOCK: u16 = 1;
+/// Since Linux 6.7 the delayed-ACK timeout is capped by the retransmission floor:
+/// `tcp_delack_max()` returns `min(icsk_delack_max, max(tcp_rto_min(sk), 2) - 1)` jiffies
+/// (commit "tcp: derive delack_max from rto_min"), so a route's locked `rto_min` caps the
+/// delayed ACK of every connection on it. Before 6.7 `rto_min` moves only the RTO.
+pub const DELACK_FOLLOWS_RTO_MIN_SINCE: (u32, u32) = (6, 7);
+
+/// Jiffies of `ms` milliseconds as `msecs_to_jiffies` counts them: rounded up.
+pub const fn msecs_to_jiffies(ms: u32, hz: u32) -> u32 {
+    (ms as u64 * hz as u64).div_ceil(1000) as u32
+}
+
+/// The delayed-ACK cap, in jiffies, that a route's locked `rto_min` of `rto_min_ms` gives on a
+/// kernel with [`DELACK_FOLLOWS_RTO_MIN_SINCE`]: `max(rto_min, 2) - 1` (`tcp_delack_max`).
+pub const fn route_delack_cap_jiffies(rto_min_ms: u32, hz: u32) -> u32 {
+    let rto = msecs_to_jiffies(rto_min_ms, hz);
+    (if rto > 2 { rto } else { 2 }) - 1
+}
+
+/// The smallest `rto_min` tcpstall sets on a route, in milliseconds: the first whole
+/// millisecond over one jiffy. It already gives the lowest cap `tcp_delack_max` allows (one
+/// jiffy); anything lower would only let the retransmission timer fire after a single jiffy.
+pub const fn route_rto_min_floor_ms(hz: u32) -> u32 {
+    1000 / hz + 1
+}
+
+/// The largest `rto_min` tcpstall sets on a route for `--delack-max`: below the default floor
+/// [`RTO_MIN`] (200 ms). A larger one would raise every retransmission timeout on the route and
+/// cap nothing the delayed-ACK ceiling ([`DELACK_MAX`], 200 ms) does not already.
+pub const ROUTE_RTO_MIN_CEILING_MS: u32 = RTO_MIN.as_millis() as u32 - 1;
+
+// ---------------------------------------------------------------------------------------------
 // Other systems' delayed ACKs (documentation; see docs/LAB.md for sources)
 // ---------------------------------------------------------------------------------------------
 
@@ -138,5 +182,18 @@ mod tests {
         assert_eq!(payload_mss(1460, true), 1448);
         assert_eq!(payload_mss(1460, false), 1460);
         assert_eq!(assumed_mss(false, true), LOOPBACK_MSS_V4);
+    }
+
+    #[test]
+    fn route_rto_min_caps_the_delayed_ack_in_jiffies() {
+        // HZ=250: 5 ms is 2 jiffies, so the cap is 1 jiffy (4 ms).
+        assert_eq!(msecs_to_jiffies(5, 250), 2);
+        assert_eq!(route_delack_cap_jiffies(5, 250), 1);
+        assert_eq!(route_delack_cap_jiffies(1, 1000), 1);
+        assert_eq!(route_delack_cap_jiffies(20, 1000), 19);
+        assert_eq!(route_rto_min_floor_ms(250), 5);
+        assert_eq!(route_rto_min_floor_ms(1000), 2);
+        assert_eq!(route_rto_min_floor_ms(100), 11);
+        assert_eq!(ROUTE_RTO_MIN_CEILING_MS, 199);
     }
 }

@@ -502,6 +502,14 @@ fn text_report_names_the_pattern_and_the_fixes() {
         ),
         "{text}"
     );
+    // Where neither program is in reach: the route the client's host uses to the server.
+    assert!(
+        text.contains(
+            "5. if neither end's program can be changed, on the client's host, for every \
+             connection of its route to the server: tcpstall fix --route 127.0.0.1 --quickack"
+        ),
+        "{text}"
+    );
     assert!(
         text.contains("loopback"),
         "--flows shows the capture position: {text}"

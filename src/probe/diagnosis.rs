@@ -107,7 +107,7 @@ pub fn diagnose(
     };
     let advice = example
         .as_ref()
-        .map(|s| fixes(s.kind, s.held, s.event.as_ref().and_then(|e| e.peer_stack)))
+        .map(|s| fixes(s.kind, s.held, s.event.as_ref()))
         .unwrap_or_default();
     Diagnosis {
         source,

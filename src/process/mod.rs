@@ -18,7 +18,7 @@ mod fd_probe;
 mod fd_table;
 mod launch;
 mod pattern;
-mod privilege;
+pub(crate) mod privilege;
 mod seccomp;
 mod signals;
 mod sock_diag;

@@ -222,7 +222,7 @@ pub fn analysis_page(a: &Analysis, input: &InputFacts, title: &str) -> anyhow::R
         ),
     };
     if let Some(p) = &main {
-        page.fixes = fixes(p.0, p.1, p.2.peer_stack);
+        page.fixes = fixes(p.0, p.1, Some(p.2));
     }
     let span = a.span_ns.map_or(Span::ZERO, |(f, l)| l.since(f));
     page.facts.push(format!(

@@ -269,7 +269,7 @@ pub fn write_flow(
         buf.extend_from_slice(b",\"explanation\":");
         write_str(buf, &explain(p.example))?;
         buf.extend_from_slice(b",\"fixes\":");
-        serde_json::to_writer(&mut *buf, &fixes(p.kind, p.held_side, p.example.peer_stack))?;
+        serde_json::to_writer(&mut *buf, &fixes(p.kind, p.held_side, Some(p.example)))?;
         buf.push(b'}');
     }
     buf.extend_from_slice(b"]}");

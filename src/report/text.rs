@@ -126,7 +126,7 @@ pub fn summary(a: &Analysis, input: &InputFacts) -> String {
         let events = by_flow.get(&f.id).map(Vec::as_slice).unwrap_or_default();
         for p in patterns(events) {
             let _ = writeln!(out, "  {} x {}", p.count, explain(p.example));
-            for (i, fix) in fixes(p.kind, p.held_side, p.example.peer_stack)
+            for (i, fix) in fixes(p.kind, p.held_side, Some(p.example))
                 .iter()
                 .enumerate()
             {
