@@ -22,6 +22,7 @@ pub mod socket;
 pub mod stalls;
 pub mod target;
 pub mod tls;
+pub mod upstream;
 
 use std::io::Write as _;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -38,6 +39,7 @@ use self::diagnosis::{Diagnosis, Source};
 use self::dialogue::{Dialogue, Shape};
 use self::socket::SocketMode;
 use self::target::Target;
+use self::upstream::Upstream;
 use crate::lab::measure::LatencySummary;
 use crate::report;
 use crate::Outcome;
@@ -178,8 +180,15 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
         mode: SocketMode::default(),
     };
     let requests = args.requests as usize;
+    // The hops behind a server on this host are watched while the requests run.
+    let proxy = upstream::listener_owner(plan.addrs[0]);
+    let hops = proxy
+        .as_ref()
+        .map_err(Clone::clone)
+        .and_then(upstream::HopWatch::start);
     let (log, stalls, source, captured) =
         observed_run(&plan, &dialogue, requests, usize::from(args.connections));
+    let hops = hops.and_then(|watch| watch.finish(&log));
     let answered = log.requests().count();
     if answered == 0 {
         let first = log
@@ -189,16 +198,65 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
             .unwrap_or_else(|| "no request was answered".to_string());
         return Err(anyhow!("probe of {}: {first}", target.display()));
     }
-    let diagnosis = diagnosis::diagnose(stalls, &log, source, captured.as_ref());
-    let mut diagnosis = diagnosis;
-    let confirmation = diagnosis.example.as_ref().and_then(|example| {
-        let remedy = Remedy::for_stall(example)?;
-        Some(confirm_with(
-            &plan, &dialogue, &log, example, remedy, max_time,
-        ))
-    });
-    if let Some(hop) = confirmation.as_ref().and_then(held_behind_the_server) {
-        diagnosis.hop = Some(hop);
+    let mut diagnosis = diagnosis::diagnose(stalls, &log, source, captured.as_ref());
+    let jiffy = upstream::jiffy();
+    let latencies: Vec<Duration> = log.requests().map(|t| t.latency).collect();
+    let behind = Upstream {
+        timer: upstream::timer_mode(&latencies, jiffy),
+        held: hops
+            .as_ref()
+            .ok()
+            .and_then(|h| upstream::held_behind(h, &log)),
+        proxy: proxy.ok(),
+        unwatched: match &hops {
+            Ok(_) => Some(
+                "no held write on the proxy's connections over lo: its upstream is on another \
+                 host or network namespace"
+                    .to_string(),
+            ),
+            Err(why) => Some(why.clone()),
+        },
+    };
+    let suspect_upstream = behind.timer.is_some() || behind.held.is_some();
+    // Without a stall of its own, a run shaped like a timer is re-run with our ACKs at once
+    // too: what that can test (that our delayed ACK is not what the answer waits for) is said.
+    let upstream_example = || stalls::Stall {
+        kind: crate::detect::StallKind::NagleDelayedAck,
+        held: crate::flow::Side::Server,
+        delay_ns: behind.delay_ms().map_or(0, |ms| (ms * 1e6) as u64),
+        local_port: 0,
+        ts_ns: 0,
+        event: None,
+    };
+    let mut confirmation = match &diagnosis.example {
+        Some(example) => Remedy::for_stall(example)
+            .map(|remedy| confirm_with(&plan, &dialogue, &log, example, remedy, max_time)),
+        None if suspect_upstream => Some(confirm_with(
+            &plan,
+            &dialogue,
+            &log,
+            &upstream_example(),
+            Remedy::QuickAck,
+            max_time,
+        )),
+        None => None,
+    };
+    let stayed = confirmation
+        .as_ref()
+        .is_some_and(|c| c.remedy == Remedy::QuickAck && c.confirmed == Some(false));
+    if suspect_upstream && stayed {
+        if let Some(conf) = confirmation.as_mut() {
+            conf.out_of_reach(&behind.hop_name());
+        }
+        diagnosis.blame_upstream(behind);
+    } else {
+        if diagnosis.example.is_none() {
+            // Our ACKs at once removed the wait: not behind the server after all.
+            confirmation = None;
+        }
+        if let Some(hop) = confirmation.as_ref().and_then(held_behind_the_server) {
+            diagnosis.hop = Some(hop);
+        }
     }
     let ladder = diagnosis
         .example
@@ -210,7 +268,7 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
         .requests()
         .map(|t| t.latency.as_secs_f64() * 1e3)
         .collect();
-    let report = assemble(&target, requests, &log, diagnosis, confirmation);
+    let report = assemble(&target, requests, &log, diagnosis, confirmation, jiffy);
     let text = if args.json {
         report::probe::json(&report)
     } else {
@@ -247,7 +305,7 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
             requests
         ));
     }
-    Ok(if report.diagnosis.counts.stalls() > 0 {
+    Ok(if report.diagnosis.verdict() == "stall" {
         Outcome::StallsFound
     } else {
         Outcome::Done
@@ -358,6 +416,7 @@ fn assemble(
     log: &RunLog,
     diagnosis: Diagnosis,
     confirmation: Option<Confirmation>,
+    jiffy: Duration,
 ) -> ProbeReport {
     let latencies: Vec<Duration> = log.requests().map(|t| t.latency).collect();
     let latency = LatencySummary::of(&latencies);
@@ -385,15 +444,26 @@ fn assemble(
             ));
         }
     }
-    if diagnosis.counts.stalls() == 0 && latency.p50_ms >= crate::lab::measure::STALL_THRESHOLD_MS {
+    let rule = upstream::rule_text(jiffy);
+    if diagnosis.verdict() == "clean" && latency.p50_ms >= crate::lab::measure::STALL_THRESHOLD_MS {
         let whose = if diagnosis.hop.is_some() {
             "the time is spent at or behind the server (see where)"
         } else {
             "the server's own time"
         };
         notes.push(format!(
-            "requests are slow (p50 {:.1} ms) but show no stall on this connection: {whose}",
+            "requests are slow (p50 {:.1} ms) but show no stall on this connection, and their \
+             waits are not shaped like a timer ({rule}): {whose}",
             latency.p50_ms
+        ));
+    }
+    if diagnosis
+        .upstream
+        .as_ref()
+        .is_some_and(|u| u.held.is_none())
+    {
+        notes.push(format!(
+            "the stall behind the server is judged from timing: {rule}"
         ));
     }
     let failed_status: Vec<u16> = log
