@@ -98,9 +98,12 @@ impl Confirmation {
     /// re-run tested that our delayed ACK is not what the answer waits for, and cannot tell
     /// whether the fix there works, so it neither confirms nor refutes.
     pub fn out_of_reach(&mut self, hop: &str) {
+        let what = match self.remedy {
+            Remedy::QuickAck => "whether the answer waits for our delayed ACK",
+            Remedy::NoDelay => "whether our own request's hold explains the wait",
+        };
         self.tested = Some(format!(
-            "whether the answer waits for our delayed ACK: with {} {} of {} requests still \
-             waited, so it does not",
+            "{what}: with {} {} of {} requests still waited, so it does not",
             self.remedy.describe(),
             self.slow.max(self.stalls),
             self.requests

@@ -202,7 +202,7 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
     let jiffy = upstream::jiffy();
     let latencies: Vec<Duration> = log.requests().map(|t| t.latency).collect();
     let behind = Upstream {
-        timer: upstream::timer_mode(&latencies, jiffy),
+        timer: upstream::timer_mode(&latencies, upstream::round_trip(&log), jiffy),
         held: hops
             .as_ref()
             .ok()
@@ -243,7 +243,7 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
     };
     let stayed = confirmation
         .as_ref()
-        .is_some_and(|c| c.remedy == Remedy::QuickAck && c.confirmed == Some(false));
+        .is_some_and(|c| c.confirmed == Some(false));
     if suspect_upstream && stayed {
         if let Some(conf) = confirmation.as_mut() {
             conf.out_of_reach(&behind.hop_name());
@@ -330,13 +330,18 @@ fn confirm_with(
     let (rerun, stalls, source, _) = observed_run(&plan, dialogue, confirm::REQUESTS, 1);
     let latencies: Vec<Duration> = rerun.requests().map(|t| t.latency).collect();
     // The quickest request of either run: the path and the server's own time, no timer (a new
-    // connection's first request is never held).
-    let baseline = first
+    // connection's first request is never held at this end); the round trip when even it
+    // waited (held behind the server, where the first request may wait too).
+    let both: Vec<Duration> = first
         .requests()
         .chain(rerun.requests())
         .map(|t| t.latency)
-        .min()
-        .unwrap_or_default();
+        .collect();
+    let round_trip = [first, &rerun]
+        .into_iter()
+        .filter_map(upstream::round_trip)
+        .min();
+    let baseline = upstream::baseline(&both, round_trip).map_or(Duration::ZERO, |(b, _)| b);
     confirm::judge(
         remedy,
         example,

@@ -51,8 +51,13 @@ pub struct TimerMode {
     pub slow: usize,
     /// Slow requests within the mode.
     pub in_mode: usize,
-    /// The quickest request, ms: the path and the server's own time, no timer.
+    /// The quickest request, ms: the path and the server's own time, no timer; the path's
+    /// round trip when every request waited ([`baseline`]).
     pub quickest_ms: f64,
+    /// `quickest_ms` is the round trip of the TCP handshake: no request was free of the wait.
+    pub from_round_trip: bool,
+    /// How much longer than the round trip the quickest request took, ms.
+    pub setup_ms: f64,
     /// The mode's median wait above the quickest, ms.
     pub mode_ms: f64,
     /// The mode's shortest and longest waits above the quickest, ms.
@@ -66,16 +71,25 @@ pub struct TimerMode {
 impl TimerMode {
     /// The evidence in words.
     pub fn describe(&self) -> String {
+        let reference = if self.from_round_trip {
+            format!(
+                "the path's round trip ({:.3} ms; even the quickest request took {:.1} ms more)",
+                self.quickest_ms, self.setup_ms
+            )
+        } else {
+            format!(
+                "the quickest ({:.3} ms: the path and the server's own time)",
+                self.quickest_ms
+            )
+        };
         format!(
-            "{} of {} requests waited {:.1} ms ({:.1}-{:.1} ms) more than the quickest ({:.3} ms: \
-             the path and the server's own time), {} of them within {:.1} ms of each other: the \
-             shape of the {}",
+            "{} of {} requests waited {:.1} ms ({:.1}-{:.1} ms) more than {reference}, {} of \
+             them within {:.1} ms of each other: the shape of the {}",
             self.slow,
             self.requests,
             self.mode_ms,
             self.low_ms,
             self.high_ms,
-            self.quickest_ms,
             self.in_mode,
             self.high_ms - self.low_ms,
             self.timer.name
@@ -96,10 +110,12 @@ impl TimerMode {
 pub fn rule_text(jiffy: Duration) -> String {
     format!(
         "a wait is taken for a timer behind the server when at least {MIN_REPEATS} requests, \
-         and at least half of them, are {} ms or more slower than the quickest, three quarters \
+         and at least half of them, are {} ms or more slower than the quickest (than the TCP \
+         handshake's round trip when none is quicker), three quarters \
          of those within {:.0} ms of each other (two jiffies: a timer's spread; a server's own \
-         time spreads wider), and that wait matches a delayed-ACK timer (Linux {}-{} ms at this \
-         HZ, Windows ~200 ms, macOS 100-200 ms)",
+         time spreads wider), and that wait (above the quickest, or above the round trip when the \
+         quickest paid for a connection's set-up) matches a delayed-ACK timer (Linux {}-{} ms at \
+         this HZ, Windows ~200 ms, macOS 100-200 ms)",
         tcp_rules::STALL_THRESHOLD.as_millis(),
         tcp_rules::timer_spread(jiffy).as_secs_f64() * 1e3,
         tcp_rules::delack_timers(jiffy)[0].low.as_millis(),
@@ -107,10 +123,45 @@ pub fn rule_text(jiffy: Duration) -> String {
     )
 }
 
-/// The timer the latencies are shaped like, if they are (see [`rule_text`]); `jiffy` is the
-/// running kernel's tick.
-pub fn timer_mode(latencies: &[Duration], jiffy: Duration) -> Option<TimerMode> {
+/// What a request costs without any timer: the quickest request (the path and the server's own
+/// time), unless even it took more than [`tcp_rules::CLEAN_BOUND`] above the path's
+/// `round_trip` (the TCP handshake): then it waited too (a proxy whose connection upstream is
+/// already in ping-pong mode, or one opening that connection for it on a busy host), and only
+/// the round trip is free of the timer. A server's own time of a few milliseconds stays in the
+/// baseline; one of more than ten is judged against a stall's worth anyway
+/// ([`tcp_rules::STALL_THRESHOLD`]) and the timer it must match.
+pub fn baseline(latencies: &[Duration], round_trip: Option<Duration>) -> Option<(Duration, bool)> {
     let quickest = *latencies.iter().min()?;
+    Some(match round_trip {
+        Some(rtt) if quickest > rtt + tcp_rules::CLEAN_BOUND => (rtt, true),
+        _ => (quickest, false),
+    })
+}
+
+/// The path's round trip as the probe measured it: the kernel's lowest RTT sample of its
+/// connections (TCP_INFO `tcpi_min_rtt`), else the quickest TCP handshake of `log` (which a
+/// busy host's scheduling may stretch).
+pub fn round_trip(log: &RunLog) -> Option<Duration> {
+    let kernel = log
+        .connections
+        .iter()
+        .filter_map(|c| c.info_at_end)
+        .map(|info| info.min_rtt)
+        .filter(|us| *us > 0)
+        .min()
+        .map(|us| Duration::from_micros(u64::from(us)));
+    kernel.or_else(|| log.connections.iter().map(|c| c.connect).min())
+}
+
+/// The timer the latencies are shaped like, if they are (see [`rule_text`]); `round_trip` is
+/// the path's ([`baseline`]), `jiffy` the running kernel's tick.
+pub fn timer_mode(
+    latencies: &[Duration],
+    round_trip: Option<Duration>,
+    jiffy: Duration,
+) -> Option<TimerMode> {
+    let (quickest, from_round_trip) = baseline(latencies, round_trip)?;
+    let fastest = *latencies.iter().min()?;
     let mut waits: Vec<Duration> = latencies
         .iter()
         .map(|l| l.saturating_sub(quickest))
@@ -137,9 +188,30 @@ pub fn timer_mode(latencies: &[Duration], jiffy: Duration) -> Option<TimerMode> 
         return None;
     }
     let median = mode[mode.len() / 2];
-    let timer = tcp_rules::delack_timer_of(median, jiffy)?;
+    // The quickest request may have cost more than the path (the proxy opening its connection
+    // upstream, an ARP resolution): the timer's wait lies between the wait above the quickest
+    // and the wait above the round trip.
+    let setup = round_trip.map_or(Duration::ZERO, |rtt| fastest.saturating_sub(rtt));
+    let (shortest, longest) = if from_round_trip {
+        (median.saturating_sub(setup), median)
+    } else {
+        (median, median + setup)
+    };
+    // The timer the mode itself is on first: the interval may reach more than one.
+    let timers = tcp_rules::delack_timers(jiffy);
+    let timer = timers
+        .iter()
+        .find(|t| (t.low..=t.high).contains(&median))
+        .or_else(|| {
+            timers
+                .iter()
+                .find(|t| shortest <= t.high && longest >= t.low)
+        })
+        .copied()?;
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     Some(TimerMode {
+        from_round_trip,
+        setup_ms: ms(setup),
         requests: latencies.len(),
         slow,
         in_mode: mode.len(),
@@ -391,8 +463,9 @@ fn capitalized(text: &str) -> String {
 
 /// Matches the held writes on the proxy's connections to the slow requests of `log`.
 pub fn held_behind(watched: &HopCapture, log: &RunLog) -> Option<HeldUpstream> {
-    let quickest = log.requests().map(|t| t.latency).min()?;
-    let slow_from = quickest + tcp_rules::STALL_THRESHOLD;
+    let latencies: Vec<Duration> = log.requests().map(|t| t.latency).collect();
+    let (base, _) = baseline(&latencies, round_trip(log))?;
+    let slow_from = base + tcp_rules::STALL_THRESHOLD;
     let slow: Vec<(u64, u64)> = log
         .requests()
         .filter(|t| t.latency >= slow_from)
@@ -401,23 +474,25 @@ pub fn held_behind(watched: &HopCapture, log: &RunLog) -> Option<HeldUpstream> {
             (t.start_ns, end)
         })
         .collect();
-    let mut matched = 0;
-    let mut example: Option<&StallEvent> = None;
-    for (start, end) in &slow {
-        let hold = watched
-            .events
-            .iter()
-            .rev()
-            .find(|e| (*start..=*end).contains(&e.ts_ns.as_nanos()));
-        if let Some(hold) = hold {
-            matched += 1;
-            example = Some(hold);
-        }
-    }
-    let example = example?.clone();
-    if matched < MIN_REPEATS.min(slow.len()) {
+    // Each slow request's latest hold released within its time.
+    let mut holds: Vec<&StallEvent> = slow
+        .iter()
+        .filter_map(|(start, end)| {
+            watched
+                .events
+                .iter()
+                .rev()
+                .find(|e| (*start..=*end).contains(&e.ts_ns.as_nanos()))
+        })
+        .collect();
+    let matched = holds.len();
+    if matched == 0 || matched < MIN_REPEATS.min(slow.len()) {
         return None;
     }
+    // The hold of median delay speaks for them: a busy host stretches one now and then, and
+    // its ACK delay would name the wrong stack.
+    holds.sort_by_key(|e| e.finding.delay_ns.as_nanos());
+    let example = holds[matched / 2].clone();
     let backend = OwnerLookup::new()
         .owner_of(&example)
         .ok()
@@ -638,7 +713,7 @@ mod tests {
     fn a_sharp_mode_a_delayed_ack_above_the_quickest_is_a_timer() {
         let mut l = vec![0.4];
         l.extend([44.1, 44.0, 43.9, 47.9, 44.2, 44.0, 44.1, 43.8, 44.0, 44.3]);
-        let mode = timer_mode(&ms(&l), JIFFY).expect("a timer");
+        let mode = timer_mode(&ms(&l), None, JIFFY).expect("a timer");
         assert_eq!(mode.timer.stack, "linux");
         assert_eq!((mode.slow, mode.requests), (10, 11));
         assert!(mode.in_mode >= 9, "{mode:?}");
@@ -649,23 +724,47 @@ mod tests {
     fn a_server_taking_its_own_time_is_not_a_timer() {
         // Once only.
         let once = ms(&[0.4, 0.5, 45.0, 0.4, 0.5, 0.4]);
-        assert!(timer_mode(&once, JIFFY).is_none());
+        assert!(timer_mode(&once, None, JIFFY).is_none());
         // Spread out over tens of milliseconds.
         let spread = ms(&[0.4, 35.0, 52.0, 41.0, 60.0, 38.0, 70.0, 47.0, 33.0, 55.0]);
-        assert!(timer_mode(&spread, JIFFY).is_none());
-        // Always slow: the quickest is as slow, so no wait above it.
+        assert!(timer_mode(&spread, None, JIFFY).is_none());
+        // Always slow, and no round trip known: the quickest is as slow, so no wait above it.
         let always = ms(&[45.0, 45.2, 44.9, 45.1, 45.0]);
-        assert!(timer_mode(&always, JIFFY).is_none());
+        assert!(timer_mode(&always, None, JIFFY).is_none());
         // Sharp, but on no timer.
         let odd = ms(&[0.4, 70.0, 70.2, 70.1, 70.3, 70.0]);
-        assert!(timer_mode(&odd, JIFFY).is_none());
+        assert!(timer_mode(&odd, None, JIFFY).is_none());
+        // A first request that paid for the proxy's connection upstream: the wait above it is
+        // short of the timer, the wait above the round trip is on it.
+        let setup = ms(&[9.0, 43.9, 44.0, 44.1, 47.9, 44.0]);
+        let rtt = Some(Duration::from_micros(200));
+        assert!(timer_mode(&setup, None, JIFFY).is_none());
+        assert!(timer_mode(&setup, rtt, JIFFY).is_some());
+    }
+
+    #[test]
+    fn every_request_waiting_is_measured_against_the_round_trip() {
+        let all = ms(&[44.0, 44.1, 43.9, 44.2, 44.0]);
+        let rtt = Some(Duration::from_micros(200));
+        let mode = timer_mode(&all, rtt, JIFFY).expect("a timer above the round trip");
+        assert!(mode.from_round_trip && mode.slow == 5, "{mode:?}");
+        // A first request that paid 14 ms for the proxy's connection upstream on a busy host.
+        let busy = ms(&[14.0, 44.0, 44.1, 43.9, 44.2]);
+        let mode = timer_mode(&busy, rtt, JIFFY).expect("a timer above the round trip");
+        assert!(mode.from_round_trip && mode.slow == 4, "{mode:?}");
+        // A quick request is the better reference when there is one.
+        let some_quick = ms(&[0.5, 44.0, 44.1, 43.9]);
+        assert_eq!(
+            baseline(&some_quick, rtt),
+            Some((Duration::from_micros(500), false))
+        );
     }
 
     #[test]
     fn a_windows_proxy_waits_200_ms() {
         let l = ms(&[1.0, 201.0, 202.0, 201.5, 201.0, 203.0]);
         assert_eq!(
-            timer_mode(&l, JIFFY).map(|m| m.peer_stack()),
+            timer_mode(&l, None, JIFFY).map(|m| m.peer_stack()),
             Some(PeerStack::Windows)
         );
     }

@@ -162,6 +162,7 @@ fn upstream_json(u: &Upstream) -> Value {
             "low_ms": round3(t.low_ms),
             "high_ms": round3(t.high_ms),
             "quickest_ms": round3(t.quickest_ms),
+            "reference": if t.from_round_trip { "round_trip" } else { "quickest" },
             "in_mode": t.in_mode,
             "slow": t.slow,
             "requests": t.requests,
