@@ -107,6 +107,17 @@ struct Backend {
 }
 
 fn backend(scratch: &Scratch, nodelay: bool, ns: Option<&str>, bind: &str) -> Backend {
+    backend_with(scratch, nodelay, ns, bind, &[])
+}
+
+/// [`backend`] with more arguments for the fixture (`--think`).
+fn backend_with(
+    scratch: &Scratch,
+    nodelay: bool,
+    ns: Option<&str>,
+    bind: &str,
+    more: &[&str],
+) -> Backend {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/probe/http_server.py");
     let mut command = command_in(ns, "python3");
     command.arg(script).arg(scratch.path("www"));
@@ -114,6 +125,7 @@ fn backend(scratch: &Scratch, nodelay: bool, ns: Option<&str>, bind: &str) -> Ba
     if nodelay {
         command.arg("--nodelay");
     }
+    command.args(more);
     let (child, port) = spawn_printing_port(&mut command, "the backend (python3 http_server.py)");
     Backend {
         child,
@@ -433,6 +445,28 @@ fn without_capture_the_timing_alone_tells() {
     assert_eq!(v["upstream"]["backend"], Value::Null, "{v}");
     assert_eq!(v["upstream"]["timer"]["stack"], "linux", "{v}");
     assert!(v["notes"].to_string().contains("judged from timing"), "{v}");
+}
+
+#[test]
+fn a_backend_taking_its_own_time_is_not_a_timer() {
+    // Slow answers, but spread over 33-70 ms like work, not on a delayed-ACK timer; and one
+    // 45 ms answer among quick ones. Neither is blamed behind the server.
+    if !ready("a_backend_taking_its_own_time_is_not_a_timer") {
+        return;
+    }
+    for think in [
+        "0,35,52,41,60,38,70,47,33,55,64,36",
+        "0,0,0,0,0,45,0,0,0,0,0,0",
+    ] {
+        let scratch = Scratch::new("think");
+        let app = backend_with(&scratch, true, None, "127.0.0.1", &["--think", think]);
+        let front = proxy(Proxy::Haproxy, &scratch, &app.address, false, None);
+        let (code, v) = probe(None, false, &["--fail-on-stall"], &url(false, front.port));
+        assert_eq!(code, 0, "{v}");
+        assert_eq!(v["verdict"], "clean", "{v}");
+        assert_eq!(v["culprit"], Value::Null, "{v}");
+        assert_eq!(v["upstream"], Value::Null, "{v}");
+    }
 }
 
 /// Two network namespaces joined by a veth pair (10.213.X.1 proxy side, .2 backend side),

@@ -244,6 +244,7 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
     let stayed = confirmation
         .as_ref()
         .is_some_and(|c| c.confirmed == Some(false));
+    let mut remarks = Vec::new();
     if suspect_upstream && stayed {
         if let Some(conf) = confirmation.as_mut() {
             conf.out_of_reach(&behind.hop_name());
@@ -251,8 +252,24 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
         diagnosis.blame_upstream(behind);
     } else {
         if diagnosis.example.is_none() {
-            // Our ACKs at once removed the wait: not behind the server after all.
-            confirmation = None;
+            if let Some(conf) = confirmation.take() {
+                // Our ACKs at once removed the wait (or the re-run could not tell): not a
+                // hold behind the server, and none this connection's evidence names.
+                remarks.push(format!(
+                    "requests waited in a delayed-ACK timer's shape, but a re-run with {} \
+                     {}: the wait is not placed behind the server; something on this \
+                     connection that the evidence does not name as a hold may wait for our \
+                     delayed ACK",
+                    conf.remedy.describe(),
+                    match conf.confirmed {
+                        Some(true) => "removed it".to_string(),
+                        _ => format!(
+                            "could not tell ({})",
+                            conf.undecided.as_deref().unwrap_or("no answer")
+                        ),
+                    }
+                ));
+            }
         }
         if let Some(hop) = confirmation.as_ref().and_then(held_behind_the_server) {
             diagnosis.hop = Some(hop);
@@ -268,7 +285,8 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
         .requests()
         .map(|t| t.latency.as_secs_f64() * 1e3)
         .collect();
-    let report = assemble(&target, requests, &log, diagnosis, confirmation, jiffy);
+    let mut report = assemble(&target, requests, &log, diagnosis, confirmation, jiffy);
+    report.notes.extend(remarks);
     let text = if args.json {
         report::probe::json(&report)
     } else {
@@ -457,8 +475,8 @@ fn assemble(
             "the server's own time"
         };
         notes.push(format!(
-            "requests are slow (p50 {:.1} ms) but show no stall on this connection, and their \
-             waits are not shaped like a timer ({rule}): {whose}",
+            "requests are slow (p50 {:.1} ms) but show no stall on this connection, nor one \
+             behind the server ({rule}): {whose}",
             latency.p50_ms
         ));
     }

@@ -110,13 +110,14 @@ impl TimerMode {
 pub fn rule_text(jiffy: Duration) -> String {
     format!(
         "a wait is taken for a timer behind the server when at least {MIN_REPEATS} requests, \
-         and at least half of them, are {} ms or more slower than the quickest (than the TCP \
-         handshake's round trip when none is quicker), three quarters \
+         and at least half of them, are {} ms or more slower than the quickest (than the \
+         path's round trip when even the quickest took over {} ms more), three quarters \
          of those within {:.0} ms of each other (two jiffies: a timer's spread; a server's own \
          time spreads wider), and that wait (above the quickest, or above the round trip when the \
          quickest paid for a connection's set-up) matches a delayed-ACK timer (Linux {}-{} ms at \
          this HZ, Windows ~200 ms, macOS 100-200 ms)",
         tcp_rules::STALL_THRESHOLD.as_millis(),
+        tcp_rules::CLEAN_BOUND.as_millis(),
         tcp_rules::timer_spread(jiffy).as_secs_f64() * 1e3,
         tcp_rules::delack_timers(jiffy)[0].low.as_millis(),
         tcp_rules::delack_timers(jiffy)[0].high.as_millis(),
