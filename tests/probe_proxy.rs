@@ -12,7 +12,7 @@
 
 mod support;
 
-use std::net::{TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -161,7 +161,13 @@ fn self_signed(scratch: &Scratch) -> (PathBuf, PathBuf, PathBuf) {
 }
 
 /// The proxy's configuration file for `port` in front of `upstream`.
-fn proxy_config(kind: Proxy, scratch: &Scratch, port: u16, upstream: &str, tls: bool) -> PathBuf {
+fn proxy_config(
+    kind: Proxy,
+    scratch: &Scratch,
+    listen: SocketAddr,
+    upstream: &str,
+    tls: bool,
+) -> PathBuf {
     let dir = scratch.0.display();
     let (cert, key, both) = if tls {
         self_signed(scratch)
@@ -186,7 +192,7 @@ fn proxy_config(kind: Proxy, scratch: &Scratch, port: u16, upstream: &str, tls: 
                     "global\n  maxconn 64\n\
                      defaults\n  mode http\n  timeout connect 2s\n  timeout client 10s\n  \
                      timeout server 10s\n\
-                     frontend front\n  bind 127.0.0.1:{port}{ssl}\n  default_backend app\n\
+                     frontend front\n  bind {listen}{ssl}\n  default_backend app\n\
                      backend app\n{option}  server app {upstream}\n"
                 ),
             )
@@ -194,12 +200,12 @@ fn proxy_config(kind: Proxy, scratch: &Scratch, port: u16, upstream: &str, tls: 
         Proxy::Nginx => {
             let listen = if tls {
                 format!(
-                    "listen 127.0.0.1:{port} ssl; ssl_certificate {}; ssl_certificate_key {};",
+                    "listen {listen} ssl; ssl_certificate {}; ssl_certificate_key {};",
                     cert.display(),
                     key.display()
                 )
             } else {
-                format!("listen 127.0.0.1:{port};")
+                format!("listen {listen};")
             };
             (
                 "nginx.conf",
@@ -242,7 +248,13 @@ fn proxy(
     ns: Option<&str>,
 ) -> RunningProxy {
     let port = free_port();
-    let config = proxy_config(kind, scratch, port, upstream, tls);
+    // In a namespace of its own the proxy is reached from the others too; here, only locally.
+    let address = if ns.is_some() {
+        [0, 0, 0, 0]
+    } else {
+        [127, 0, 0, 1]
+    };
+    let config = proxy_config(kind, scratch, (address, port).into(), upstream, tls);
     let mut command = match kind {
         Proxy::Haproxy | Proxy::HaproxyNoDelay => {
             let mut c = command_in(ns, "haproxy");
@@ -318,8 +330,9 @@ fn assert_upstream(v: &Value) {
     assert!(hop.contains("behind the server"), "{v}");
     let why = v["explanation"].as_str().unwrap_or("");
     assert!(!why.contains("client's delayed ACK"), "{v}");
+    // The proxy's delayed ACK (named when the proxy is on this host) releases it.
     assert!(
-        why.contains("delayed ACK of the proxy") || why.contains("that of the proxy"),
+        why.contains("delayed ACK of the proxy") || why.contains("that of the"),
         "{v}"
     );
     // Our quick ACKs cannot reach that hop: the confirmation says what it tested and what not.
@@ -469,19 +482,27 @@ fn a_backend_taking_its_own_time_is_not_a_timer() {
     }
 }
 
-/// Two network namespaces joined by a veth pair (10.213.X.1 proxy side, .2 backend side),
-/// deleted on drop.
+/// Three network namespaces in a row, deleted on drop: the client's, joined by a veth pair
+/// (10.213.8.1 and .2) to the proxy's, joined by another (10.213.7.1 and .2) to the backend's.
 struct Namespaces {
+    client: String,
     proxy: String,
     backend: String,
 }
 
+/// The proxy's address seen from the client's namespace.
+const PROXY_FROM_CLIENT: &str = "10.213.8.2";
+/// The backend's address in its namespace.
+const BACKEND_ADDRESS: &str = "10.213.7.2";
+
 impl Namespaces {
     fn create(tag: &str) -> Namespaces {
         let id = std::process::id();
+        let name = |role: &str| format!("tcpstall-px{role}-{tag}-{id}");
         let ns = Namespaces {
-            proxy: format!("tcpstall-pxp-{tag}-{id}"),
-            backend: format!("tcpstall-pxb-{tag}-{id}"),
+            client: name("c"),
+            proxy: name("p"),
+            backend: name("b"),
         };
         let run = |args: &[&str]| {
             let out = Command::new("ip")
@@ -494,18 +515,24 @@ impl Namespaces {
                 String::from_utf8_lossy(&out.stderr)
             );
         };
-        for name in [&ns.proxy, &ns.backend] {
+        // Each made before it is configured, so that a half-made set-up is removed too.
+        for name in [&ns.client, &ns.proxy, &ns.backend] {
             run(&["netns", "add", name]);
-        }
-        let (p, b) = (ns.proxy.as_str(), ns.backend.as_str());
-        run(&[
-            "-n", p, "link", "add", "veth0", "type", "veth", "peer", "name", "veth1", "netns", b,
-        ]);
-        for (name, veth, address) in [(p, "veth0", "10.213.7.1/24"), (b, "veth1", "10.213.7.2/24")]
-        {
             run(&["-n", name, "link", "set", "lo", "up"]);
-            run(&["-n", name, "addr", "add", address, "dev", veth]);
-            run(&["-n", name, "link", "set", veth, "up"]);
+        }
+        let (c, p, b) = (ns.client.as_str(), ns.proxy.as_str(), ns.backend.as_str());
+        for (near, near_veth, near_ip, far, far_veth, far_ip) in [
+            (c, "veth2", "10.213.8.1/24", p, "veth3", "10.213.8.2/24"),
+            (p, "veth0", "10.213.7.1/24", b, "veth1", "10.213.7.2/24"),
+        ] {
+            run(&[
+                "-n", near, "link", "add", near_veth, "type", "veth", "peer", "name", far_veth,
+                "netns", far,
+            ]);
+            for (name, veth, ip) in [(near, near_veth, near_ip), (far, far_veth, far_ip)] {
+                run(&["-n", name, "addr", "add", ip, "dev", veth]);
+                run(&["-n", name, "link", "set", veth, "up"]);
+            }
         }
         ns
     }
@@ -513,15 +540,15 @@ impl Namespaces {
 
 impl Drop for Namespaces {
     fn drop(&mut self) {
-        for name in [&self.proxy, &self.backend] {
+        for name in [&self.client, &self.proxy, &self.backend] {
             let _ = Command::new("ip").args(["netns", "delete", name]).output();
         }
     }
 }
 
 #[test]
-fn a_backend_in_another_namespace_is_found_by_its_timing() {
-    if !ready("a_backend_in_another_namespace_is_found_by_its_timing") {
+fn a_backend_in_another_namespace_seen_from_the_proxy_and_from_afar() {
+    if !ready("a_backend_in_another_namespace_seen_from_the_proxy_and_from_afar") {
         return;
     }
     for kind in [Proxy::Haproxy, Proxy::Nginx] {
@@ -529,21 +556,35 @@ fn a_backend_in_another_namespace_is_found_by_its_timing() {
         // Declared before the servers, so dropped after them: they stop before their
         // namespaces go.
         let ns = Namespaces::create(if kind == Proxy::Nginx { "n" } else { "h" });
-        let app = backend(&scratch, false, Some(&ns.backend), "10.213.7.2");
+        let app = backend(&scratch, false, Some(&ns.backend), BACKEND_ADDRESS);
         let front = proxy(kind, &scratch, &app.address, false, Some(&ns.proxy));
-        let (code, v) = probe(Some(&ns.proxy), false, &[], &url(false, front.port));
-        assert_eq!(code, 0, "{v}");
-        assert_upstream(&v);
-        // The backend is beyond this host's view of the proxy's connections: timing only.
-        assert_eq!(v["upstream"]["backend"], Value::Null, "{v}");
-        assert_eq!(v["upstream"]["timer"]["stack"], "linux", "{v}");
-        assert!(v["upstream"]["unwatched"].is_string(), "{v}");
         let proxy_command = if kind == Proxy::Nginx {
             "nginx"
         } else {
             "haproxy"
         };
-        assert_eq!(v["upstream"]["proxy"]["command"], proxy_command, "{v}");
+
+        // On the proxy's host: the hold is seen on the proxy's connection leaving by its
+        // interface, the backend named by its address (its process is not on this host).
+        let (code, v) = probe(Some(&ns.proxy), false, &[], &url(false, front.port));
+        assert_eq!(code, 0, "{v}");
+        assert_upstream(&v);
+        let up = &v["upstream"];
+        assert_eq!(up["proxy"]["command"], proxy_command, "{v}");
+        assert_eq!(up["address"], app.address.as_str(), "{v}");
+        assert_eq!(up["backend"], Value::Null, "{v}");
+        assert!(up["writes"].as_array().map_or(0, Vec::len) >= 2, "{v}");
+
+        // From another host: the proxy is remote too, only the timing tells.
+        let remote = format!("http://{PROXY_FROM_CLIENT}:{}/index.html", front.port);
+        let (code, v) = probe(Some(&ns.client), false, &[], &remote);
+        assert_eq!(code, 0, "{v}");
+        assert_upstream(&v);
+        let up = &v["upstream"];
+        assert_eq!(up["proxy"], Value::Null, "{v}");
+        assert_eq!(up["backend"], Value::Null, "{v}");
+        assert_eq!(up["timer"]["stack"], "linux", "{v}");
+        assert!(up["unwatched"].is_string(), "{v}");
         drop(front);
         drop(app);
     }

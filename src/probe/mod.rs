@@ -210,8 +210,7 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
         proxy: proxy.ok(),
         unwatched: match &hops {
             Ok(_) => Some(
-                "no held write on the proxy's connections over lo: its upstream is on another \
-                 host or network namespace"
+                "no held write seen on the proxy's connections through this host's interfaces"
                     .to_string(),
             ),
             Err(why) => Some(why.clone()),

@@ -10,10 +10,11 @@
 //!   ([`tcp_rules::timer_spread`]), that wait matching a delayed-ACK timer
 //!   ([`tcp_rules::delack_timers`]), is a timer, not a server's work: a server's own time
 //!   spreads wider, and one slow request is not a pattern.
-//! - [`HopWatch`]: a capture of every TCP segment on the interface while the probe runs, fed to
-//!   the detector `analyze` uses, keeping the holds on connections of the process that owns
-//!   the listening socket (the proxy); a hold released within a slow request's time names
-//!   the backend (its process, as `watch` finds it), its writes and whose ACK released them.
+//! - [`HopWatch`]: a capture of every TCP segment on `lo` and the other interfaces while the
+//!   probe runs, fed to the detector `analyze` uses, keeping the holds on connections of the
+//!   process that owns the listening socket (the proxy); a hold released within a slow
+//!   request's time names the backend (its process, as `watch` finds it, when it is on this
+//!   host; its address otherwise), its writes and whose ACK released them.
 
 use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
@@ -359,12 +360,24 @@ impl Upstream {
     pub fn hop(&self) -> String {
         let proxy = self.proxy_name();
         match &self.held {
-            Some(held) => format!(
-                "behind the server, on this host: the write is held by the backend at {} and \
-                 released by the delayed ACK of {proxy} on the proxy's connection to it; this \
-                 probe's connection ends at the proxy",
-                held.address
-            ),
+            Some(held) => {
+                let whose = match &held.backend {
+                    Some(b) => format!(
+                        "on this host: the write is held by the backend {} (pid {}) at {}",
+                        b.process.command, b.process.pid, held.address
+                    ),
+                    None => format!(
+                        "on the proxy's connection seen from this host: the write is held by the \
+                         backend at {}, not a process of this host (`tcpstall watch` on its host \
+                         names it)",
+                        held.address
+                    ),
+                };
+                format!(
+                    "behind the server, {whose}, and released by the delayed ACK of {proxy} on \
+                     the proxy's connection to it; this probe's connection ends at the proxy"
+                )
+            }
             None => {
                 let why = self
                     .unwatched
@@ -401,11 +414,18 @@ impl Upstream {
                     None => "",
                 }
             )),
-            None => advice.push(
-                "set TCP_NODELAY on the application server behind the proxy (tcpstall fix PID on \
-                 its host), or make it write each answer in one call"
-                    .to_string(),
-            ),
+            None => {
+                advice.push(match port {
+                    Some(port) => format!(
+                    "set TCP_NODELAY on the backend at {} (tcpstall fix PID --port {port} on its \
+                     host), or make it write each answer in one call",
+                    self.held.as_ref().map_or_else(String::new, |h| h.address.to_string())
+                ),
+                    None => "set TCP_NODELAY on the application server behind the proxy (tcpstall \
+                         fix PID on its host), or make it write each answer in one call"
+                        .to_string(),
+                })
+            }
         }
         let linux = matches!(self.peer_stack(), None | Some(PeerStack::Linux));
         if linux {
@@ -516,7 +536,8 @@ pub fn held_behind(watched: &HopCapture, log: &RunLog) -> Option<HeldUpstream> {
 
 /// A capture of the hops behind a server on this host while the probe runs.
 pub struct HopWatch {
-    capture: LiveCapture<Detector>,
+    /// `lo` first, then the other interfaces the proxy's connections upstream may leave by.
+    captures: Vec<LiveCapture<Detector>>,
     sockets: Arc<Mutex<HashSet<SocketAddr>>>,
     lister: Lister,
 }
@@ -546,25 +567,22 @@ pub struct HopCapture {
 
 impl HopWatch {
     /// Starts watching the connections of `proxy`, the owner of the target's listening socket
-    /// ([`listener_owner`]): captures every TCP segment on the interface they use, and lists
-    /// the proxy's sockets as it goes. `Err` says why not.
+    /// ([`listener_owner`]): captures every TCP segment on the interfaces they may use, and
+    /// lists the proxy's sockets as it goes. `Err` says why not.
     pub fn start(proxy: &Process) -> Result<HopWatch, String> {
         // A connection to an address of this host goes over `lo`, whatever interface holds
-        // the address; so does the proxy's to a backend on this host.
-        let socket = PacketSocket::open("lo").map_err(|err| match err {
+        // the address; so does the proxy's to a backend on this host. One to a backend on
+        // another host (or network namespace) leaves by another interface: each one up with an
+        // address is watched too, so that the hold is seen from the proxy's side.
+        let mut captures = vec![capture_all("lo").map_err(|err| match err {
             OpenError::NoPermission { .. } => "no CAP_NET_RAW to capture".to_string(),
             other => other.to_string(),
-        })?;
-        let detector = Detector::new(DetectorConfig {
-            keep_minor_events: false,
-            keep_turns: false,
-        });
-        let options = CaptureOptions {
-            ports: PortFilter::All,
-            pcap: None,
-        };
-        let capture =
-            LiveCapture::start(socket, options, detector).map_err(|err| format!("{err:#}"))?;
+        })?];
+        captures.extend(
+            other_interfaces()
+                .iter()
+                .filter_map(|name| capture_all(name).ok()),
+        );
         let sockets = Arc::new(Mutex::new(HashSet::new()));
         let stop = Arc::new(AtomicBool::new(false));
         let lister = {
@@ -587,7 +605,7 @@ impl HopWatch {
                 .map_err(|err| format!("cannot start a thread: {err}"))?
         };
         Ok(HopWatch {
-            capture,
+            captures,
             sockets,
             lister: Lister {
                 stop,
@@ -601,13 +619,16 @@ impl HopWatch {
     pub fn finish(self, log: &RunLog) -> Result<HopCapture, String> {
         // The last listing is made once the requests are done.
         drop(self.lister);
-        let finished = self.capture.stop().map_err(|err| format!("{err:#}"))?;
-        let analysis = finished.consumer.finish();
+        let mut found = Vec::new();
+        for capture in self.captures {
+            let finished = capture.stop().map_err(|err| format!("{err:#}"))?;
+            found.extend(finished.consumer.finish().events);
+        }
+        found.sort_by_key(|e| e.ts_ns.as_nanos());
         let sockets = self.sockets.lock().map(|s| s.clone()).unwrap_or_default();
         let ours: HashSet<u16> = log.connections.iter().map(|c| c.local_port).collect();
         let proxy_end = |e: Endpoint| sockets.contains(&plain(SocketAddr::new(e.addr, e.port)));
-        let events = analysis
-            .events
+        let events = found
             .into_iter()
             .filter(|e| {
                 e.finding.kind == StallKind::NagleDelayedAck
@@ -618,6 +639,47 @@ impl HopWatch {
             .collect();
         Ok(HopCapture { events })
     }
+}
+
+/// Most interfaces besides `lo` watched for the proxy's connections upstream.
+const MAX_INTERFACES: usize = 8;
+
+/// A capture of every TCP segment on `interface` into a detector of its own.
+fn capture_all(interface: &str) -> Result<LiveCapture<Detector>, OpenError> {
+    let socket = PacketSocket::open(interface)?;
+    let detector = Detector::new(DetectorConfig {
+        keep_minor_events: false,
+        keep_turns: false,
+    });
+    let options = CaptureOptions {
+        ports: PortFilter::All,
+        pcap: None,
+    };
+    LiveCapture::start(socket, options, detector).map_err(|err| OpenError::System {
+        interface: interface.to_string(),
+        what: "starting the capture",
+        error: std::io::Error::other(format!("{err:#}")),
+    })
+}
+
+/// The interfaces other than `lo` that are up and hold an address, in this network namespace
+/// (at most [`MAX_INTERFACES`]).
+fn other_interfaces() -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    let Ok(addrs) = nix::ifaddrs::getifaddrs() else {
+        return names;
+    };
+    for ifaddr in addrs {
+        let up = ifaddr.flags.contains(nix::net::if_::InterfaceFlags::IFF_UP);
+        let has_ip = ifaddr
+            .address
+            .is_some_and(|a| a.as_sockaddr_in().is_some() || a.as_sockaddr_in6().is_some());
+        let name = ifaddr.interface_name;
+        if up && has_ip && name != "lo" && !names.contains(&name) && names.len() < MAX_INTERFACES {
+            names.push(name);
+        }
+    }
+    names
 }
 
 /// IPv4-mapped IPv6 addresses as IPv4, as procfs and the capture may give either.
