@@ -200,80 +200,18 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
     }
     let mut diagnosis = diagnosis::diagnose(stalls, &log, source, captured.as_ref());
     let jiffy = upstream::jiffy();
-    let latencies: Vec<Duration> = log.requests().map(|t| t.latency).collect();
-    let behind = Upstream {
-        timer: upstream::timer_mode(&latencies, upstream::round_trip(&log), jiffy),
-        held: hops
-            .as_ref()
-            .ok()
-            .and_then(|h| upstream::held_behind(h, &log)),
-        proxy: proxy.ok(),
-        unwatched: match &hops {
-            Ok(_) => Some(
-                "no held write seen on the proxy's connections through this host's interfaces"
-                    .to_string(),
-            ),
-            Err(why) => Some(why.clone()),
+    let (confirmation, remarks) = confirm_and_place(
+        &plan,
+        &dialogue,
+        &log,
+        Behind {
+            proxy: proxy.ok(),
+            hops,
+            jiffy,
         },
-    };
-    let suspect_upstream = behind.timer.is_some() || behind.held.is_some();
-    // Without a stall of its own, a run shaped like a timer is re-run with our ACKs at once
-    // too: what that can test (that our delayed ACK is not what the answer waits for) is said.
-    let upstream_example = || stalls::Stall {
-        kind: crate::detect::StallKind::NagleDelayedAck,
-        held: crate::flow::Side::Server,
-        delay_ns: behind.delay_ms().map_or(0, |ms| (ms * 1e6) as u64),
-        local_port: 0,
-        ts_ns: 0,
-        event: None,
-    };
-    let mut confirmation = match &diagnosis.example {
-        Some(example) => Remedy::for_stall(example)
-            .map(|remedy| confirm_with(&plan, &dialogue, &log, example, remedy, max_time)),
-        None if suspect_upstream => Some(confirm_with(
-            &plan,
-            &dialogue,
-            &log,
-            &upstream_example(),
-            Remedy::QuickAck,
-            max_time,
-        )),
-        None => None,
-    };
-    let stayed = confirmation
-        .as_ref()
-        .is_some_and(|c| c.confirmed == Some(false));
-    let mut remarks = Vec::new();
-    if suspect_upstream && stayed {
-        if let Some(conf) = confirmation.as_mut() {
-            conf.out_of_reach(&behind.hop_name());
-        }
-        diagnosis.blame_upstream(behind);
-    } else {
-        if diagnosis.example.is_none() {
-            if let Some(conf) = confirmation.take() {
-                // Our ACKs at once removed the wait (or the re-run could not tell): not a
-                // hold behind the server, and none this connection's evidence names.
-                remarks.push(format!(
-                    "requests waited in a delayed-ACK timer's shape, but a re-run with {} \
-                     {}: the wait is not placed behind the server; something on this \
-                     connection that the evidence does not name as a hold may wait for our \
-                     delayed ACK",
-                    conf.remedy.describe(),
-                    match conf.confirmed {
-                        Some(true) => "removed it".to_string(),
-                        _ => format!(
-                            "could not tell ({})",
-                            conf.undecided.as_deref().unwrap_or("no answer")
-                        ),
-                    }
-                ));
-            }
-        }
-        if let Some(hop) = confirmation.as_ref().and_then(held_behind_the_server) {
-            diagnosis.hop = Some(hop);
-        }
-    }
+        &mut diagnosis,
+        max_time,
+    );
     let ladder = diagnosis
         .example
         .as_ref()
@@ -327,6 +265,106 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
     } else {
         Outcome::Done
     })
+}
+
+/// What is known of the hops behind the server before the diagnosis places the hold.
+struct Behind {
+    /// The owner of the target's listening socket, when it is on this host.
+    proxy: Option<upstream::Process>,
+    /// The capture of the proxy's connections, or why there is none.
+    hops: Result<upstream::HopCapture, String>,
+    /// The running kernel's tick.
+    jiffy: Duration,
+}
+
+/// Runs the confirmation the diagnosis calls for and decides whether the hold sits behind the
+/// server: the latencies shaped like a delayed-ACK timer, or a hold seen on the proxy's
+/// connection upstream, that our own remedy did not remove. Returns the confirmation and the
+/// remarks for the notes.
+fn confirm_and_place(
+    plan: &Plan,
+    dialogue: &Dialogue,
+    log: &RunLog,
+    seen: Behind,
+    diagnosis: &mut Diagnosis,
+    max_time: Duration,
+) -> (Option<Confirmation>, Vec<String>) {
+    let latencies: Vec<Duration> = log.requests().map(|t| t.latency).collect();
+    let hops = seen.hops;
+    let behind = Upstream {
+        timer: upstream::timer_mode(&latencies, upstream::round_trip(log), seen.jiffy),
+        held: hops
+            .as_ref()
+            .ok()
+            .and_then(|h| upstream::held_behind(h, log)),
+        proxy: seen.proxy,
+        unwatched: match &hops {
+            Ok(_) => Some(
+                "no held write seen on the proxy's connections through this host's interfaces"
+                    .to_string(),
+            ),
+            Err(why) => Some(why.clone()),
+        },
+    };
+    let suspect_upstream = behind.timer.is_some() || behind.held.is_some();
+    // Without a stall of its own, a run shaped like a timer is re-run with our ACKs at once
+    // too: what that can test (that our delayed ACK is not what the answer waits for) is said.
+    let upstream_example = || stalls::Stall {
+        kind: crate::detect::StallKind::NagleDelayedAck,
+        held: crate::flow::Side::Server,
+        delay_ns: behind.delay_ms().map_or(0, |ms| (ms * 1e6) as u64),
+        local_port: 0,
+        ts_ns: 0,
+        event: None,
+    };
+    let mut confirmation = match &diagnosis.example {
+        Some(example) => Remedy::for_stall(example)
+            .map(|remedy| confirm_with(plan, dialogue, log, example, remedy, max_time)),
+        None if suspect_upstream => Some(confirm_with(
+            plan,
+            dialogue,
+            log,
+            &upstream_example(),
+            Remedy::QuickAck,
+            max_time,
+        )),
+        None => None,
+    };
+    let stayed = confirmation
+        .as_ref()
+        .is_some_and(|c| c.confirmed == Some(false));
+    let mut remarks = Vec::new();
+    if suspect_upstream && stayed {
+        if let Some(conf) = confirmation.as_mut() {
+            conf.out_of_reach(&behind.hop_name());
+        }
+        diagnosis.blame_upstream(behind);
+    } else {
+        if diagnosis.example.is_none() {
+            if let Some(conf) = confirmation.take() {
+                // Our ACKs at once removed the wait (or the re-run could not tell): not a
+                // hold behind the server, and none this connection's evidence names.
+                remarks.push(format!(
+                    "requests waited in a delayed-ACK timer's shape, but a re-run with {} \
+                     {}: the wait is not placed behind the server; something on this \
+                     connection that the evidence does not name as a hold may wait for our \
+                     delayed ACK",
+                    conf.remedy.describe(),
+                    match conf.confirmed {
+                        Some(true) => "removed it".to_string(),
+                        _ => format!(
+                            "could not tell ({})",
+                            conf.undecided.as_deref().unwrap_or("no answer")
+                        ),
+                    }
+                ));
+            }
+        }
+        if let Some(hop) = confirmation.as_ref().and_then(held_behind_the_server) {
+            diagnosis.hop = Some(hop);
+        }
+    }
+    (confirmation, remarks)
 }
 
 /// Re-runs a few requests with `remedy` on a fresh connection and judges whether the stall of
