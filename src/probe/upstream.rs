@@ -6,7 +6,7 @@
 //!
 //! Two kinds of evidence, the second only when the server is on this host:
 //! - [`timer_mode`]: the request latencies against the quickest one (the path and the
-//!   server's own time). Most slow requests within a timer's spread of each other
+//!   server's own time; the path's round trip when even that one waited). Most slow requests within a timer's spread of each other
 //!   ([`tcp_rules::timer_spread`]), that wait matching a delayed-ACK timer
 //!   ([`tcp_rules::delack_timers`]), is a timer, not a server's work: a server's own time
 //!   spreads wider, and one slow request is not a pattern.
@@ -35,8 +35,9 @@ use super::client::RunLog;
 /// Fewest slow requests that make a pattern ("again and again"), not an accident.
 pub const MIN_REPEATS: usize = 3;
 
-/// How often the proxy's sockets are listed while the probe runs: a connection the proxy
-/// opens and closes within one request (no keep-alive upstream) lives at least that long.
+/// How often the proxy's sockets are listed while the probe runs: a connection with a hold on
+/// it lives at least the delayed ACK's 40 ms, so even one the proxy opens for a single request
+/// and closes after is listed.
 const SNAPSHOT_EVERY: Duration = Duration::from_millis(20);
 
 /// Slack after a request's end within which a release upstream still counts as its own: the
@@ -53,9 +54,9 @@ pub struct TimerMode {
     /// Slow requests within the mode.
     pub in_mode: usize,
     /// The quickest request, ms: the path and the server's own time, no timer; the path's
-    /// round trip when every request waited ([`baseline`]).
+    /// round trip when even the quickest request waited ([`baseline`]).
     pub quickest_ms: f64,
-    /// `quickest_ms` is the round trip of the TCP handshake: no request was free of the wait.
+    /// `quickest_ms` is the path's round trip ([`round_trip`]): no request was free of the wait.
     pub from_round_trip: bool,
     /// How much longer than the round trip the quickest request took, ms.
     pub setup_ms: f64,
@@ -250,7 +251,7 @@ pub struct HeldUpstream {
     pub address: SocketAddr,
     /// The backend process, when it is on this host and visible.
     pub backend: Option<Backend>,
-    /// The latest matching hold, as the detector saw it.
+    /// The matching hold of median delay, as the detector saw it: it speaks for the others.
     pub example: StallEvent,
     /// Slow requests with a hold upstream released within their time.
     pub matched: usize,
