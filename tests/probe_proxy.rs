@@ -4,8 +4,9 @@
 //! the probe the whole answer at once. The probe must blame the hop behind the server
 //! (`culprit: upstream`), name the backend process when it is on this host, and find the same
 //! proxy in front of a backend with TCP_NODELAY clean. Over plain HTTP and TLS at the proxy, on
-//! loopback and with the backend in a network namespace of its own (then only the timing
-//! tells). Every server is stopped when its test ends, failing or not.
+//! loopback and with the backend in a network namespace of its own (its address seen from the
+//! proxy's host; probed from a third namespace, only the timing tells); then the fixes it names,
+//! applied with `tcpstall fix`. Every server is stopped when its test ends, failing or not.
 //!
 //! Needs haproxy and nginx (`scripts/install-deps`) and root: the probe captures the proxy's
 //! connections, and the namespaces are created here. Without them the tests say so and skip.
@@ -441,6 +442,54 @@ fn haproxy_http_no_delay_blames_the_proxys_ack_not_ours() {
     if ready("haproxy_http_no_delay_blames_the_proxys_ack_not_ours") {
         stall_named_on_loopback(Proxy::HaproxyNoDelay, false);
     }
+}
+
+/// `tcpstall fix ARGS --yes`, which must succeed unless the kernel refuses the option: whether
+/// it was applied.
+fn fix(args: &[&str]) -> bool {
+    let out = Command::new(BIN)
+        .arg("fix")
+        .args(args)
+        .arg("--yes")
+        .output()
+        .expect("tcpstall runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() && stderr.contains("lacks TCP_DELACK_MAX_US") {
+        eprintln!("fix {args:?} not applied: this kernel has no TCP_DELACK_MAX_US ({stderr})");
+        return false;
+    }
+    assert!(out.status.success(), "fix {args:?}: {stderr}");
+    true
+}
+
+#[test]
+fn the_fixes_the_probe_names_remove_the_stall() {
+    if !ready("the_fixes_the_probe_names_remove_the_stall") {
+        return;
+    }
+    let scratch = Scratch::new("fixes");
+    let app = backend(&scratch, false, None, "127.0.0.1");
+    let front = proxy(Proxy::Haproxy, &scratch, &app.address, false, None);
+    let target = url(false, front.port);
+    let (_, v) = probe(None, false, &[], &target);
+    assert_upstream(&v);
+    let (proxy_pid, backend_pid) = (
+        v["upstream"]["proxy"]["pid"].to_string(),
+        v["upstream"]["backend"]["pid"].to_string(),
+    );
+    let port = app.address.rsplit(':').next().expect("a port").to_string();
+    // The proxy's upstream connections ACK within the cap (8 ms at HZ=250) instead of 40 ms.
+    if fix(&[&proxy_pid, "--port", &port, "--delack-max", "5ms"]) {
+        let (_, v) = probe(None, false, &[], &target);
+        assert_eq!(v["culprit"], Value::Null, "{v}");
+        assert!(v["p50_ms"].as_f64() < Some(30.0), "{v}");
+    }
+    // TCP_NODELAY on the backend: nothing waits.
+    assert!(fix(&[&backend_pid, "--port", &port]));
+    let (code, v) = probe(None, false, &["--fail-on-stall"], &target);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["verdict"], "clean", "{v}");
+    assert!(v["p50_ms"].as_f64() < Some(10.0), "{v}");
 }
 
 #[test]
