@@ -136,6 +136,70 @@ pub const WINDOWS_DELACK: Duration = Duration::from_millis(200);
 /// 200 ms (the fast timer ticks every 100 ms).
 pub const MACOS_DELACK: Duration = Duration::from_millis(100);
 
+/// The delayed-ACK timers of the systems above as a wait shows them once the path's round trip
+/// is taken off, each with the stack it names: a hold released by that timer lasts this long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DelackTimer {
+    /// The timer, in words (`Linux delayed ACK (40 ms + 1 jiffy)`).
+    pub name: &'static str,
+    /// The system whose timer it is.
+    pub stack: &'static str,
+    /// Shortest wait taken for it.
+    pub low: Duration,
+    /// Longest wait taken for it.
+    pub high: Duration,
+}
+
+/// The delayed-ACK timers a wait may match, for a Linux kernel ticking every `jiffy`: Linux's
+/// fires in (40 ms, 40 ms + 1 jiffy] (`TCP_DELACK_MIN`, rounded up by the timer wheel), with
+/// [`TIMER_SLACK`] either side for scheduling; Windows' 200 ms ([`WINDOWS_DELACK`]); macOS's
+/// between 100 and 200 ms ([`MACOS_DELACK`]). Windows is listed before macOS: a wait of 200 ms
+/// is the commoner Windows timer, or macOS at its upper end.
+pub fn delack_timers(jiffy: Duration) -> [DelackTimer; 3] {
+    [
+        DelackTimer {
+            name: "Linux delayed ACK (40 ms + 1 jiffy)",
+            stack: "linux",
+            low: DELACK_MIN.saturating_sub(TIMER_SLACK),
+            high: DELACK_MIN + jiffy + TIMER_SLACK,
+        },
+        DelackTimer {
+            name: "Windows delayed ACK (200 ms)",
+            stack: "windows",
+            low: WINDOWS_DELACK.saturating_sub(TIMER_SLACK),
+            high: WINDOWS_DELACK + 4 * TIMER_SLACK,
+        },
+        DelackTimer {
+            name: "macOS delayed ACK (100-200 ms)",
+            stack: "macos_bsd",
+            low: MACOS_DELACK.saturating_sub(TIMER_SLACK),
+            high: 2 * MACOS_DELACK,
+        },
+    ]
+}
+
+/// The timer `wait` (a wait above the path's round trip) matches, if any.
+pub fn delack_timer_of(wait: Duration, jiffy: Duration) -> Option<DelackTimer> {
+    delack_timers(jiffy)
+        .into_iter()
+        .find(|t| (t.low..=t.high).contains(&wait))
+}
+
+/// Scheduling and clock slack allowed around a timer's expiry when a wait is matched to it.
+pub const TIMER_SLACK: Duration = Duration::from_millis(4);
+
+/// A jiffy when the kernel's HZ is unknown: HZ=100's 10 ms, the coarsest Linux tick, so that
+/// no Linux timer falls outside the ranges built from it.
+pub const JIFFY_UNKNOWN_HZ: Duration = Duration::from_millis(10);
+
+/// Widest spread of the waits one timer produces, beside its jiffy: a timer wheel fires within
+/// a jiffy of its expiry, and each hold starts at a different point of the tick, so successive
+/// waits differ by up to two jiffies; [`TIMER_SLACK`] more for scheduling. A server's own time
+/// spreads wider.
+pub fn timer_spread(jiffy: Duration) -> Duration {
+    2 * jiffy.max(Duration::from_millis(2)) + TIMER_SLACK / 4
+}
+
 // ---------------------------------------------------------------------------------------------
 // The project's judgements, derived from the rules above
 // ---------------------------------------------------------------------------------------------
@@ -195,5 +259,18 @@ mod tests {
         assert_eq!(route_rto_min_floor_ms(1000), 2);
         assert_eq!(route_rto_min_floor_ms(100), 11);
         assert_eq!(ROUTE_RTO_MIN_CEILING_MS, 199);
+    }
+
+    #[test]
+    fn waits_match_the_timers_of_their_systems() {
+        let jiffy = Duration::from_millis(4);
+        let of = |ms| delack_timer_of(Duration::from_millis(ms), jiffy).map(|t| t.stack);
+        assert_eq!(of(44), Some("linux"));
+        assert_eq!(of(48), Some("linux"));
+        assert_eq!(of(60), None);
+        assert_eq!(of(200), Some("windows"));
+        assert_eq!(of(150), Some("macos_bsd"));
+        assert_eq!(of(25), None);
+        assert_eq!(timer_spread(jiffy), Duration::from_millis(9));
     }
 }

@@ -15,7 +15,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{first_line_within, KillOnDrop};
+use support::{self_signed, spawn_printing_port, KillOnDrop};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tcpstall");
 
@@ -52,17 +52,10 @@ struct Server {
 
 /// Starts a Python server that prints its port on its first line.
 fn python_server(script: &str, args: &[&str]) -> Server {
-    let mut child = Command::new("python3")
-        .arg(fixture(script))
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("python3 runs (scripts/install-deps)");
-    let stdout = child.stdout.take().expect("piped stdout");
-    let child = KillOnDrop(child);
-    let line = first_line_within(stdout, Duration::from_secs(10)).expect("server prints its port");
-    let port = line.trim().parse().expect("a port number");
+    let (child, port) = spawn_printing_port(
+        Command::new("python3").arg(fixture(script)).args(args),
+        script,
+    );
     Server {
         _child: child,
         port,
@@ -287,31 +280,6 @@ fn split_server_without_capture() {
     let (code, v, err) = probe_json(Privilege::NoNetRaw, &[&url("http", single.port)]);
     assert_eq!(code, 0, "{err}");
     assert_clean(&v);
-}
-
-/// A self-signed certificate for 127.0.0.1, made by openssl in `dir`.
-fn self_signed(dir: &Path) -> (PathBuf, PathBuf) {
-    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
-    let status = Command::new("openssl")
-        .args([
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-        ])
-        .args([
-            "-subj",
-            "/CN=127.0.0.1",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-        ])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .expect("openssl runs (scripts/install-deps)");
-    assert!(status.success(), "openssl made a certificate");
-    (cert, key)
 }
 
 #[test]

@@ -26,7 +26,7 @@ pub(crate) mod socket_model;
 mod syscalls;
 mod tracee_memory;
 mod tracer;
-mod tree;
+pub(crate) mod tree;
 
 /// Why another process's sockets could not be reached. Every message says what is missing.
 #[derive(Debug, thiserror::Error)]

@@ -20,6 +20,7 @@ use crate::detect::verdict::{events_by_flow, explain, fixes, FlowSummary};
 use crate::detect::{Analysis, StallKind};
 use crate::flow::{Span, Timestamp};
 use crate::ladder::Ladder;
+use crate::probe::diagnosis::Culprit;
 
 /// Flows listed in the table (those that lost most time first).
 pub const TABLE_ROWS: usize = 500;
@@ -416,7 +417,7 @@ pub fn probe_page(
     latencies_ms: &[f64],
 ) -> anyhow::Result<Page> {
     let d = &report.diagnosis;
-    let stalled = d.counts.stalls() > 0;
+    let stalled = d.verdict() == "stall";
     let mut page = Page {
         title: format!("tcpstall probe: {}", report.target),
         clean: !stalled,
@@ -427,6 +428,9 @@ pub fn probe_page(
         ..Page::default()
     };
     page.headline = match (&d.explanation, d.culprit) {
+        (Some(why), Some(Culprit::Upstream)) => {
+            format!("stall behind the server (upstream): {why}")
+        }
         (Some(why), Some(culprit)) if stalled => {
             format!(
                 "stall: {} of {} requests; the {} holds: {why}",
@@ -452,7 +456,12 @@ pub fn probe_page(
                 "not confirmed: re-run with the remedy, the stall stayed (p50 {:.2} ms)",
                 c.p50_ms
             ),
-            None => "the confirming re-run could not tell".to_string(),
+            None => match (&c.tested, &c.untested) {
+                (Some(tested), Some(untested)) => {
+                    format!("the confirming re-run tested {tested}; it could not test {untested}")
+                }
+                _ => "the confirming re-run could not tell".to_string(),
+            },
         });
     }
     if let Some(hop) = &d.hop {

@@ -1,10 +1,12 @@
 //! Plumbing shared by the integration tests: child processes that never outlive a test, the
-//! first line a server prints (its port) read with a time bound, root required, the lab run.
+//! first line a server prints (its port) read with a time bound, root required, the lab run, a
+//! self-signed certificate.
 
 #![allow(dead_code)] // each test binary uses its own part of this module
 
 use std::io::{BufRead, BufReader, Read};
-use std::process::Child;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -28,6 +30,25 @@ pub fn first_line_within(output: impl Read + Send + 'static, limit: Duration) ->
         let _ = tx.send(line);
     });
     rx.recv_timeout(limit).ok()
+}
+
+/// Starts `command` (a server that prints its port on its first line, standard error
+/// discarded) and reads that port within 10 s; `what` names the server in the failure.
+pub fn spawn_printing_port(command: &mut Command, what: &str) -> (KillOnDrop, u16) {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|err| panic!("{what} cannot start ({err}): see scripts/install-deps"));
+    let stdout = child.stdout.take().expect("piped stdout");
+    let child = KillOnDrop(child);
+    let line = first_line_within(stdout, Duration::from_secs(10))
+        .unwrap_or_else(|| panic!("{what} printed no port within 10 s"));
+    let port = line
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{what} printed {line:?}, not a port"));
+    (child, port)
 }
 
 /// Fails the test unless it runs as root; `needs` says what for (capabilities), in words.
@@ -55,4 +76,29 @@ pub fn lab_report(args: &[&str]) -> serde_json::Value {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).expect("lab --json prints JSON")
+}
+
+/// A self-signed certificate for 127.0.0.1, made by openssl in `dir`.
+pub fn self_signed(dir: &Path) -> (PathBuf, PathBuf) {
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let status = Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+        ])
+        .args([
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("openssl runs (scripts/install-deps)");
+    assert!(status.success(), "openssl made a certificate");
+    (cert, key)
 }
