@@ -9,6 +9,7 @@ pub mod file;
 pub mod filter;
 
 pub mod live;
+pub mod nflog;
 pub mod pcap_writer;
 pub mod ring;
 pub mod skipped;

@@ -11,8 +11,7 @@
 
 mod codegen;
 mod expr;
-#[cfg(test)]
-mod interpret;
+pub(crate) mod interpret;
 mod libpcap;
 
 use std::fmt;
