@@ -681,10 +681,23 @@ impl Decap {
     }
 }
 
-/// Finds the network header after an Ethernet header and its VLAN tags: the Ethertype and its
-/// offset in `frame`.
+/// Finds the network header after an Ethernet header and its tags (VLAN, VN-Tag, PBB,
+/// FabricPath, MACsec) or LLC/SNAP: the EtherType and its offset in `frame`.
 #[inline(always)]
 pub fn ethernet_payload(frame: &[u8]) -> Result<(u16, usize), Decoded<()>> {
+    const TYPE_OFFSET: usize = 12;
+    // The common frame first: IP right after the addresses, out of the tags' way.
+    match frame.get(TYPE_OFFSET..TYPE_OFFSET + 2) {
+        Some(&[0x08, 0x00]) => Ok((ETHERTYPE_IPV4, TYPE_OFFSET + 2)),
+        Some(&[0x86, 0xdd]) => Ok((ETHERTYPE_IPV6, TYPE_OFFSET + 2)),
+        _ => tagged_ethernet_payload(frame),
+    }
+}
+
+/// [`ethernet_payload`] past tags, bridging headers and LLC.
+#[cold]
+#[inline(never)]
+fn tagged_ethernet_payload(frame: &[u8]) -> Result<(u16, usize), Decoded<()>> {
     const TYPE_OFFSET: usize = 12;
     /// Values up to 1500 are an 802.3 frame's length; 1536 and up are EtherTypes.
     const MAX_LENGTH: u16 = 1500;
