@@ -347,6 +347,8 @@ impl LiveSource {
                     let link = match ring.framing() {
                         Framing::Ethernet => Some(LinkType::Ethernet),
                         Framing::RawIp => Some(LinkType::RawIp),
+                        Framing::Ieee80211 => Some(LinkType::Ieee80211),
+                        Framing::Radiotap => Some(LinkType::Radiotap),
                         Framing::Cooked => None,
                     };
                     ring.drain(|frame: &Frame<'_>| {
