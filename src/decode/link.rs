@@ -3,11 +3,12 @@
 //! Link-type numbers are the `LINKTYPE_*` values of <https://www.tcpdump.org/linktypes.html>,
 //! which pcap and pcapng files carry.
 
-use crate::decode::tunnel::ethernet_payload;
-use crate::decode::{
-    decode_ip, decode_ipv4, decode_ipv6, Decap, Decoded, PacketMeta, Segment, ETHERTYPE_IPV4,
-    ETHERTYPE_IPV6,
-};
+use super::arcnet::arcnet;
+use super::juniper::{juniper_header_len, Juniper};
+use super::numbers::{ETHERTYPE_IPV4, ETHERTYPE_IPV6};
+use super::ppp::cisco_hdlc;
+use super::{decode_ip, decode_ipv4, decode_ipv6, Decap, Decoded, PacketMeta, Segment};
+use crate::decode::ethernet_payload;
 
 /// A link layer this crate decodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -298,7 +299,7 @@ impl LinkType {
 }
 
 /// What follows an uncommon link header.
-enum Payload {
+pub(super) enum Payload {
     Ethertype(u16),
     Ethernet,
     Ppp,
@@ -314,114 +315,6 @@ enum Payload {
     Ppi,
     /// Ethernet addresses, a switch tag of this many bytes, then the EtherType.
     EthernetTagged(usize),
-}
-
-/// Cisco HDLC: address, control, then an Ethertype.
-fn cisco_hdlc(
-    frame: &[u8],
-    wire_len: u32,
-    meta: PacketMeta,
-    out: &mut Segment,
-    decap: &mut Decap,
-) -> Decoded<()> {
-    match frame.get(2..4) {
-        Some(t) => decap.ethertype(
-            u16::from_be_bytes([t[0], t[1]]),
-            &frame[4..],
-            wire_len.saturating_sub(4),
-            meta,
-            out,
-        ),
-        None => Decoded::Undecodable("Cisco HDLC header cut short"),
-    }
-}
-
-/// The ARCnet header's length and what follows it (tcpdump's print-arcnet.c). The BSD header
-/// is source, destination and type; Linux puts a 2-byte offset before the type. The old
-/// RFC 1051 types end there; the RFC 1201 ones add a split flag and a sequence number, and an
-/// exception frame (flag 0xff) repeats type, flag and sequence number.
-fn arcnet(link: LinkType, frame: &[u8]) -> Result<(usize, Payload), Decoded<()>> {
-    const IP_RFC1051: u8 = 240;
-    const ARP_RFC1051: u8 = 241;
-    const DIAGNOSE: u8 = 0x80;
-    const IP_RFC1201: u8 = 212;
-    const IPV6: u8 = 0xc4;
-    let type_at = if link == LinkType::ArcnetLinux { 4 } else { 2 };
-    let Some(&arc_type) = frame.get(type_at) else {
-        return Err(Decoded::Undecodable("ARCnet header cut short"));
-    };
-    let rfc1051 = matches!(arc_type, IP_RFC1051 | ARP_RFC1051 | DIAGNOSE);
-    let (header_len, split_flag) = if rfc1051 {
-        (type_at + 1, 0)
-    } else {
-        let Some(&flag) = frame.get(type_at + 1) else {
-            return Err(Decoded::Undecodable("ARCnet header cut short"));
-        };
-        match (link, flag) {
-            (LinkType::ArcnetBsd, 0xff) => match frame.get(type_at + 5) {
-                Some(&real_flag) => (type_at + 8, real_flag),
-                None => return Err(Decoded::Undecodable("ARCnet exception header cut short")),
-            },
-            _ => (type_at + 4, flag),
-        }
-    };
-    // Split packets (RFC 1201 §2.1): only the first piece (odd flag) holds the IP header.
-    if link == LinkType::ArcnetBsd && split_flag != 0 && split_flag & 1 == 0 {
-        return Ok((header_len, Payload::LinkFragment));
-    }
-    let payload = match arc_type {
-        IP_RFC1051 | IP_RFC1201 => Payload::Ethertype(ETHERTYPE_IPV4),
-        IPV6 => Payload::Ethertype(ETHERTYPE_IPV6),
-        _ => Payload::Ethertype(0),
-    };
-    Ok((header_len, payload))
-}
-
-/// Where a Juniper pseudo-header leaves the frame.
-enum Juniper {
-    /// The frame's own link header follows at this offset.
-    Frame(usize),
-    /// The router stripped the link header: IP follows at this offset.
-    NoL2(usize),
-}
-
-/// The Juniper pseudo-header's length, as tcpdump's `juniper_parse_header` reads it: the
-/// magic "MGC", a flags byte, and when the extension flag is set a 2-byte length of TLV
-/// extensions to skip. With the no-L2 flag, 4 more bytes precede the IP header. Of the link
-/// types decoded here only PPPoE's is in tcpdump's cookie table (`with_cookie`), with a base
-/// cookie of 0 bytes: 2 when the next byte is the LS cookie id (0x54), 8 for the AS one (0x47).
-fn juniper_header_len(frame: &[u8], with_cookie: bool) -> Result<Juniper, Decoded<()>> {
-    const LS_COOKIE_ID: u8 = 0x54;
-    const AS_COOKIE_ID: u8 = 0x47;
-    const EXTENSIONS: u8 = 0x80;
-    const NO_L2: u8 = 0x02;
-    let Some(fixed) = frame.get(..4) else {
-        return Err(Decoded::Undecodable("Juniper pseudo-header cut short"));
-    };
-    if fixed[..3] != *b"MGC" {
-        return Err(Decoded::Undecodable(
-            "Juniper pseudo-header without its magic number",
-        ));
-    }
-    let flags = fixed[3];
-    let mut len = 4;
-    if flags & EXTENSIONS != 0 {
-        let Some(ext) = frame.get(4..6) else {
-            return Err(Decoded::Undecodable("Juniper extension length cut short"));
-        };
-        len += 2 + usize::from(u16::from_be_bytes([ext[0], ext[1]]));
-    }
-    if flags & NO_L2 != 0 {
-        return Ok(Juniper::NoL2(len + 4));
-    }
-    if with_cookie {
-        len += match frame.get(len) {
-            Some(&LS_COOKIE_ID) => 2,
-            Some(&AS_COOKIE_ID) => 8,
-            _ => 0,
-        };
-    }
-    Ok(Juniper::Frame(len))
 }
 
 /// The protocol a link header announces.

@@ -8,16 +8,25 @@
 use std::net::IpAddr;
 
 use crate::flow::{SeqNumber, Timestamp};
+mod arcnet;
+mod decap;
+mod ethernet;
+mod gre;
+mod ip_payload;
+mod ipsec;
+mod juniper;
 pub mod link;
 mod llc;
+mod mpls;
 mod nflog;
 pub mod numbers;
-pub mod tunnel;
+mod ppp;
+mod udp_overlays;
 mod wireless;
 use numbers::IPPROTO_TCP;
 
-pub(crate) use numbers::{ETHERTYPE_IPV4, ETHERTYPE_IPV6};
-pub use tunnel::{Decap, DecapConfig, Outer, OuterByFlow, TunnelKind};
+pub use decap::{Decap, DecapConfig, Outer, OuterByFlow, TunnelKind, MAX_NESTING};
+pub use ethernet::ethernet_payload;
 
 /// TCP header flag bits, as in the header's 13th byte (RFC 9293 §3.1, RFC 3168 for ECE/CWR).
 pub mod flags {

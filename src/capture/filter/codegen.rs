@@ -12,7 +12,7 @@ use std::net::IpAddr;
 
 use super::expr::{Direction, Expr, Primitive, Transport};
 use super::Framing;
-use crate::decode::{ETHERTYPE_IPV4, ETHERTYPE_IPV6};
+use crate::decode::numbers::{ETHERTYPE_IPV4, ETHERTYPE_IPV6};
 
 /// A place in the program a jump goes to.
 type Label = usize;

@@ -299,7 +299,7 @@ pub fn drop_loopback_outgoing(
 mod tests {
     use super::interpret::{run, Packet};
     use super::*;
-    use crate::decode::{ETHERTYPE_IPV4, ETHERTYPE_IPV6};
+    use crate::decode::numbers::{ETHERTYPE_IPV4, ETHERTYPE_IPV6};
     use etherparse::PacketBuilder;
 
     const KEEP: u32 = 200;
