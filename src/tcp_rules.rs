@@ -23,6 +23,9 @@ pub const DEFAULT_MSS_V6: u32 = 1440;
 pub const LOOPBACK_MSS_V4: u32 = 65_495;
 /// MSS of a TCP connection over `lo` (IPv6): the 65536-byte MTU less 60 bytes of headers.
 pub const LOOPBACK_MSS_V6: u32 = 65_476;
+/// RFC 1122's smallest MSS (`TCP_MSS_DEFAULT`): what a receiver estimates the peer's segments
+/// to be before a larger one arrives (Linux starts `rcv_mss` there, `tcp_initialize_rcv_mss`).
+pub const MSS_DEFAULT: u32 = 536;
 /// Bytes the timestamp option takes in every segment once negotiated
 /// (`TCPOLEN_TSTAMP_ALIGNED`): `tcp_current_mss` subtracts them from the MSS.
 pub const TIMESTAMP_OPTION_LEN: u32 = 12;
@@ -62,6 +65,12 @@ pub fn is_sub_mss(payload: u64, payload_mss: u64) -> bool {
         return payload > 0;
     }
     payload % payload_mss.max(1) != 0
+}
+
+/// A receiver ACKs at once, not delayed, when more than one full-sized segment is unacknowledged
+/// (`__tcp_ack_snd_check`: `rcv_nxt - rcv_wup > icsk_ack.rcv_mss`).
+pub fn acks_at_once(unacked_bytes: u64, rcv_mss: u64) -> bool {
+    unacked_bytes > rcv_mss
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -215,9 +215,10 @@ fn check_fixture(name: &str, analysis: &Value, exact: bool) {
                 "{name}: header then body"
             );
             let d = e["delay_ms"].as_f64().unwrap_or(0.0);
+            let threshold = tcpstall::tcp_rules::STALL_THRESHOLD.as_secs_f64() * 1e3;
             assert!(
-                d >= 30.0,
-                "{name}: a delayed-ACK stall lasts >= 30 ms, got {d}"
+                d >= threshold,
+                "{name}: a delayed-ACK stall lasts >= {threshold} ms, got {d}"
             );
         }
         "split_request" | "split_request_v6" => {

@@ -14,7 +14,7 @@ use serde_json::Value;
 use tcpstall::lab::client::{ClientConfig, HttpClient};
 
 mod support;
-use support::{first_line_within, KillOnDrop};
+use support::KillOnDrop;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tcpstall");
 
@@ -41,17 +41,9 @@ struct Server {
 
 impl Server {
     fn start(args: &[&str]) -> Server {
-        let mut child = Command::new("python3")
-            .arg(fixture("split_server.py"))
-            .args(args)
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("python3 runs (scripts/install-deps installs it)");
-        let stdout = child.stdout.take().expect("stdout is piped");
-        let child = KillOnDrop(child);
-        let line = first_line_within(stdout, Duration::from_secs(10))
-            .expect("server prints its port within 10 s");
-        let port = line.trim().parse().expect("server prints a port number");
+        let mut command = Command::new("python3");
+        command.arg(fixture("split_server.py")).args(args);
+        let (child, port) = support::spawn_printing_port(&mut command, "the python3 split server");
         Server { child, port }
     }
 

@@ -61,18 +61,24 @@ pub fn require_root(needs: &str) {
     );
 }
 
+/// `tcpstall lab ARGS`, run to its end: its status and output, whatever they are.
+pub fn lab(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_tcpstall"))
+        .arg("lab")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("the tcpstall binary runs")
+}
+
 /// `tcpstall lab --json ARGS`, which must succeed: the whole report.
 pub fn lab_report(args: &[&str]) -> serde_json::Value {
-    let mut all = vec!["lab", "--json"];
+    let mut all = vec!["--json"];
     all.extend_from_slice(args);
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tcpstall"))
-        .args(&all)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("the tcpstall binary runs");
+    let out = lab(&all);
     assert!(
         out.status.success(),
-        "tcpstall {all:?} failed: {}",
+        "tcpstall lab {all:?} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).expect("lab --json prints JSON")
