@@ -417,26 +417,31 @@ fn split_then_nodelay(test: &str, kind: Proxy, tls: bool) {
 
 #[test]
 fn haproxy_in_front_of_a_splitting_backend_is_a_stall_upstream() {
+    let _serial = support::serial();
     split_then_nodelay("haproxy over http", Proxy::Haproxy, false);
 }
 
 #[test]
 fn haproxy_with_tls_at_the_proxy() {
+    let _serial = support::serial();
     split_then_nodelay("haproxy over https", Proxy::Haproxy, true);
 }
 
 #[test]
 fn nginx_keepalive_upstream_is_a_stall_upstream() {
+    let _serial = support::serial();
     split_then_nodelay("nginx over http", Proxy::Nginx, false);
 }
 
 #[test]
 fn nginx_with_tls_at_the_proxy() {
+    let _serial = support::serial();
     split_then_nodelay("nginx over https", Proxy::Nginx, true);
 }
 
 #[test]
 fn haproxy_http_no_delay_blames_the_proxys_ack_not_ours() {
+    let _serial = support::serial();
     // haproxy forwards the header at once: our connection sees the answer in two parts, our
     // delayed ACK between them. The release still waits for the proxy's ACK upstream.
     if ready("haproxy_http_no_delay_blames_the_proxys_ack_not_ours") {
@@ -464,6 +469,7 @@ fn fix(args: &[&str]) -> bool {
 
 #[test]
 fn the_fixes_the_probe_names_remove_the_stall() {
+    let _serial = support::serial();
     if !ready("the_fixes_the_probe_names_remove_the_stall") {
         return;
     }
@@ -494,6 +500,7 @@ fn the_fixes_the_probe_names_remove_the_stall() {
 
 #[test]
 fn without_capture_the_timing_alone_tells() {
+    let _serial = support::serial();
     if !ready("without_capture_the_timing_alone_tells") {
         return;
     }
@@ -511,6 +518,7 @@ fn without_capture_the_timing_alone_tells() {
 
 #[test]
 fn a_backend_taking_its_own_time_is_not_a_timer() {
+    let _serial = support::serial();
     // Slow answers, but spread over 33-70 ms like work, not on a delayed-ACK timer; and one
     // 45 ms answer among quick ones. Neither is blamed behind the server.
     if !ready("a_backend_taking_its_own_time_is_not_a_timer") {
@@ -597,6 +605,7 @@ impl Drop for Namespaces {
 
 #[test]
 fn a_backend_in_another_namespace_seen_from_the_proxy_and_from_afar() {
+    let _serial = support::serial();
     if !ready("a_backend_in_another_namespace_seen_from_the_proxy_and_from_afar") {
         return;
     }

@@ -7,25 +7,18 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tcpstall::lab::client::{ClientConfig, HttpClient};
 
 mod support;
+
+use support::serial;
 use support::KillOnDrop;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tcpstall");
-
-/// The tests measure latency and trace processes: one at a time, so they do not slow each other.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -108,3 +108,13 @@ pub fn self_signed(dir: &Path) -> (PathBuf, PathBuf) {
     assert!(status.success(), "openssl made a certificate");
     (cert, key)
 }
+
+/// One test of the binary at a time, for tests that measure latency: run side by side on two
+/// cores they would slow each other and measure the machine, not the rule. Hold the guard for
+/// the test's length.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
