@@ -11,7 +11,6 @@
 mod support;
 
 use std::ffi::CString;
-
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
