@@ -10,8 +10,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use tcpstall::capture::file::FrameReader;
-use tcpstall::capture::link::LinkType;
 use tcpstall::capture::{count_frames, for_each_segment, open_input};
+use tcpstall::decode::link::LinkType;
 
 fn best_of(
     rounds: u32,

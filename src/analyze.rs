@@ -16,12 +16,14 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rustc_hash::FxHasher;
 
-use crate::capture::{open_input, stream_segments_decap, CaptureStats, SegmentSink};
+use crate::capture::{
+    decompressed, open_input, open_raw, stream_segments_decap, CaptureStats, SegmentSink,
+};
 use crate::decode::{Decap, DecapConfig, Outer, OuterByFlow, Segment};
 use crate::detect::{Analysis, Detector, DetectorConfig};
 use crate::flow::FlowKey;
 use crate::ladder;
-use crate::report::json::InputFacts;
+use crate::report::json::{InputFacts, Unreadable};
 use crate::report::style::Style;
 use crate::report::{self, html, json, text};
 use crate::Outcome;
@@ -110,10 +112,13 @@ pub fn run(args: &AnalyzeArgs) -> anyhow::Result<Outcome> {
         geneve_ports: args.geneve_ports.clone(),
     };
     let (analysis, facts) = analyse_files_decap(&files, config, workers, &decap)?;
+    // The unreadable files are left out of the pictures' second read and of the title.
+    let readable = |f: &Path| !facts.unreadable.iter().any(|u| u.file == display(f));
     let ladders = if pictures {
         let examples = ladder::examples(&analysis.events);
         let inputs = files
             .iter()
+            .filter(|f| readable(f))
             .map(|f| open_input(f))
             .collect::<Result<Vec<_>, _>>()?;
         ladder::collect(inputs, &examples)?
@@ -146,11 +151,26 @@ pub fn run(args: &AnalyzeArgs) -> anyhow::Result<Outcome> {
     }
     out.flush()?;
     if let Some(path) = &args.html {
-        let title: Vec<String> = args.files.iter().map(|f| f.display().to_string()).collect();
+        let title: Vec<String> = args
+            .files
+            .iter()
+            .zip(&files)
+            .filter(|(_, read)| readable(read))
+            .map(|(given, _)| given.display().to_string())
+            .collect();
         let mut page = html::analysis_page(&analysis, &facts, &title.join(" "))?;
         page.add_ladders(&ladders);
         page.write_to(path)?;
         eprintln!("tcpstall: HTML report written to {}", path.display());
+    }
+    if !facts.unreadable.is_empty() {
+        let names: Vec<&str> = facts.unreadable.iter().map(|u| u.file.as_str()).collect();
+        anyhow::bail!(
+            "{} of {} capture files could not be read ({}); the report covers the others",
+            names.len(),
+            names.len() + facts.files.len(),
+            names.join(", ")
+        );
     }
     Ok(if analysis.stall_count() > 0 {
         Outcome::StallsFound
@@ -243,10 +263,20 @@ pub fn analyse_files_decap(
                 );
                 continue;
             }
-            let stats = analyse_one(path, &mut router, &mut decap, &mut facts.warnings)
-                .with_context(|| format!("cannot analyse {}", display(path)))?;
-            facts.records += stats.packets;
-            facts.files.push(display(path));
+            // One damaged file does not lose the others: it is named on stderr and in the
+            // report, and the run ends with an error once the rest is reported. Its readable
+            // packets (an I/O failure can come after some) stay in the analysis.
+            match analyse_one(path, &mut router, &mut decap, &mut facts.warnings) {
+                Ok(stats) => {
+                    facts.records += stats.packets;
+                    facts.skipped.add(&stats.skipped);
+                    facts.files.push(display(path));
+                }
+                Err(err) => facts.unreadable.push(Unreadable {
+                    file: display(path),
+                    error: format!("{err:#}"),
+                }),
+            }
         }
         facts.outers = std::mem::take(&mut router.outers);
         router.flush();
@@ -263,6 +293,16 @@ pub fn analyse_files_decap(
             "tcpstall: warning: {} more warnings not shown",
             facts.warnings - WARNINGS_SHOWN
         );
+    }
+    if let ([], [only]) = (facts.files.as_slice(), facts.unreadable.as_slice()) {
+        anyhow::bail!("{only}");
+    }
+    // Each unreadable file on stderr, with its reason; the caller reports the others.
+    for unreadable in &facts.unreadable {
+        eprintln!("tcpstall: error: {unreadable}");
+    }
+    if facts.files.is_empty() && !facts.unreadable.is_empty() {
+        anyhow::bail!("none of the {} capture files could be read", files.len());
     }
     Ok((Analysis::merge(parts), facts))
 }
@@ -376,15 +416,16 @@ fn analyse_one(
     decap: &mut Decap,
     warnings: &mut u64,
 ) -> anyhow::Result<CaptureStats> {
-    let input = open_input(path)?;
     let size = std::fs::metadata(path)
         .ok()
         .filter(|m| m.is_file())
         .map(|m| m.len());
-    let input = ProgressRead::new(input, size);
+    // The bar counts the file's own bytes, before any decompression, against its size.
+    let input = ProgressRead::new(open_raw(path)?, size);
     // Warnings go through the bar, which clears itself for them and redraws after, so the two
     // do not garble each other on the terminal.
     let bar = input.bar.clone();
+    let input = decompressed(input)?;
     let name = display(path);
     let stats = stream_segments_decap(
         input,

@@ -6,6 +6,8 @@ use std::fs;
 
 use serde::Serialize;
 
+use crate::tcp_rules;
+
 /// What the lab and the reports print at the top, so that "44 ms" reads as "40 ms + one jiffy".
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct KernelFacts {
@@ -31,15 +33,31 @@ impl KernelFacts {
             hz: config_hz(&release),
             release,
             tcp_autocorking,
-            delack_min_ms: 40,
+            delack_min_ms: tcp_rules::DELACK_MIN.as_millis() as u32,
         }
     }
 
     /// The delayed-ACK window this kernel fires in: (40 ms, 40 ms + 1 jiffy], from
     /// `TCP_DELACK_MIN` and the timer wheel's round-up (`__mod_timer` → `calc_wheel_index`).
     pub fn delack_window_ms(&self) -> (f64, f64) {
-        let jiffy_ms = self.hz.map(|hz| 1000.0 / hz as f64).unwrap_or(10.0);
-        (40.0, 40.0 + jiffy_ms)
+        let jiffy_ms = self
+            .hz
+            .map_or(tcp_rules::JIFFY_UNKNOWN_HZ.as_secs_f64() * 1e3, |hz| {
+                1000.0 / hz as f64
+            });
+        let min = tcp_rules::DELACK_MIN.as_secs_f64() * 1e3;
+        (min, min + jiffy_ms)
+    }
+
+    /// Whether the release is `major.minor` or later; `None` when `uname -r` does not start
+    /// with two numbers.
+    pub fn release_at_least(&self, (major, minor): (u32, u32)) -> Option<bool> {
+        let mut parts = self
+            .release
+            .split(|c: char| !c.is_ascii_digit())
+            .map(str::parse::<u32>);
+        let (have_major, have_minor) = (parts.next()?.ok()?, parts.next()?.ok()?);
+        Some((have_major, have_minor) >= (major, minor))
     }
 
     /// One line for the head of a report.
@@ -123,5 +141,19 @@ mod tests {
         assert_ne!(facts.release, "unknown");
         assert!(tcpext_counter("DelayedACKs").is_some());
         assert!(tcpext_counter("NoSuchCounter").is_none());
+    }
+
+    #[test]
+    fn compares_releases() {
+        let facts = |release: &str| KernelFacts {
+            release: release.into(),
+            hz: None,
+            tcp_autocorking: None,
+            delack_min_ms: tcp_rules::DELACK_MIN.as_millis() as u32,
+        };
+        assert_eq!(facts("6.18.44-fc").release_at_least((6, 7)), Some(true));
+        assert_eq!(facts("6.6.1").release_at_least((6, 7)), Some(false));
+        assert_eq!(facts("7.0").release_at_least((6, 7)), Some(true));
+        assert_eq!(facts("unknown").release_at_least((6, 7)), None);
     }
 }

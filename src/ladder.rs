@@ -282,11 +282,7 @@ pub fn build(event: &StallEvent, segs: &[Segment]) -> Ladder {
         rungs,
         gap_after,
         explanation: explain(event),
-        fixes: fixes(
-            event.finding.kind,
-            event.finding.held_side,
-            event.peer_stack,
-        ),
+        fixes: fixes(event.finding.kind, event.finding.held_side, Some(event)),
     }
 }
 

@@ -18,6 +18,7 @@ pub mod peer;
 pub mod probe;
 pub mod process;
 pub mod report;
+pub mod route;
 pub mod sockopt;
 pub mod tcp_rules;
 pub mod watch;

@@ -37,7 +37,8 @@ enum Verb {
     Analyze(tcpstall::analyze::AnalyzeArgs),
     /// Show Nagle, cork and quick-ACK state of a process's TCP sockets.
     Sockets(tcpstall::process::sockets::SocketsArgs),
-    /// Switch TCP_NODELAY on for a running process's TCP sockets.
+    /// Switch TCP_NODELAY on for a running process's TCP sockets (or, --route, quick ACKs
+    /// for a route's connections).
     Fix(tcpstall::process::fix::FixArgs),
     /// Follow a program's socket syscalls and name write-write-read patterns.
     Trace(tcpstall::process::trace::TraceArgs),

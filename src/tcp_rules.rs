@@ -23,6 +23,9 @@ pub const DEFAULT_MSS_V6: u32 = 1440;
 pub const LOOPBACK_MSS_V4: u32 = 65_495;
 /// MSS of a TCP connection over `lo` (IPv6): the 65536-byte MTU less 60 bytes of headers.
 pub const LOOPBACK_MSS_V6: u32 = 65_476;
+/// RFC 1122's smallest MSS (`TCP_MSS_DEFAULT`): what a receiver estimates the peer's segments
+/// to be before a larger one arrives (Linux starts `rcv_mss` there, `tcp_initialize_rcv_mss`).
+pub const MSS_DEFAULT: u32 = 536;
 /// Bytes the timestamp option takes in every segment once negotiated
 /// (`TCPOLEN_TSTAMP_ALIGNED`): `tcp_current_mss` subtracts them from the MSS.
 pub const TIMESTAMP_OPTION_LEN: u32 = 12;
@@ -64,6 +67,12 @@ pub fn is_sub_mss(payload: u64, payload_mss: u64) -> bool {
     payload % payload_mss.max(1) != 0
 }
 
+/// A receiver ACKs at once, not delayed, when more than one full-sized segment is unacknowledged
+/// (`__tcp_ack_snd_check`: `rcv_nxt - rcv_wup > icsk_ack.rcv_mss`).
+pub fn acks_at_once(unacked_bytes: u64, rcv_mss: u64) -> bool {
+    unacked_bytes > rcv_mss
+}
+
 // ---------------------------------------------------------------------------------------------
 // Timers (Linux)
 // ---------------------------------------------------------------------------------------------
@@ -82,6 +91,50 @@ pub const RTO_MIN: Duration = Duration::from_millis(200);
 pub const MAX_QUICKACKS: u32 = 16;
 
 // ---------------------------------------------------------------------------------------------
+// Route metrics (Linux): the host-wide levers, set per route with rtnetlink (RTA_METRICS)
+// ---------------------------------------------------------------------------------------------
+
+/// `RTAX_QUICKACK`: a route with this metric non-zero keeps every connection on it in quick-ACK
+/// mode (`tcp_in_quickack_mode`: `dst_metric(dst, RTAX_QUICKACK)`), so each data segment is
+/// ACKed at once and no ACK waits for the delayed-ACK timer.
+pub const RTAX_QUICKACK: u16 = 15;
+/// `RTAX_RTO_MIN`: the route's floor of the retransmission timeout, in milliseconds
+/// (`dst_metric_rtt` converts it to jiffies). `tcp_rto_min` takes it only when its bit is set
+/// in `RTAX_LOCK` (`dst_metric_locked`), which is why `ip route ... rto_min` always locks it.
+pub const RTAX_RTO_MIN: u16 = 13;
+/// `RTAX_LOCK`: the metric whose value is a bit mask of the locked metrics (`1 << RTAX_*`).
+pub const RTAX_LOCK: u16 = 1;
+/// Since Linux 6.7 the delayed-ACK timeout is capped by the retransmission floor:
+/// `tcp_delack_max()` returns `min(icsk_delack_max, max(tcp_rto_min(sk), 2) - 1)` jiffies
+/// (commit "tcp: derive delack_max from rto_min"), so a route's locked `rto_min` caps the
+/// delayed ACK of every connection on it. Before 6.7 `rto_min` moves only the RTO.
+pub const DELACK_FOLLOWS_RTO_MIN_SINCE: (u32, u32) = (6, 7);
+
+/// Jiffies of `ms` milliseconds as `msecs_to_jiffies` counts them: rounded up.
+pub const fn msecs_to_jiffies(ms: u32, hz: u32) -> u32 {
+    (ms as u64 * hz as u64).div_ceil(1000) as u32
+}
+
+/// The delayed-ACK cap, in jiffies, that a route's locked `rto_min` of `rto_min_ms` gives on a
+/// kernel with [`DELACK_FOLLOWS_RTO_MIN_SINCE`]: `max(rto_min, 2) - 1` (`tcp_delack_max`).
+pub const fn route_delack_cap_jiffies(rto_min_ms: u32, hz: u32) -> u32 {
+    let rto = msecs_to_jiffies(rto_min_ms, hz);
+    (if rto > 2 { rto } else { 2 }) - 1
+}
+
+/// The smallest `rto_min` tcpstall sets on a route, in milliseconds: the first whole
+/// millisecond over one jiffy. It already gives the lowest cap `tcp_delack_max` allows (one
+/// jiffy); anything lower would only let the retransmission timer fire after a single jiffy.
+pub const fn route_rto_min_floor_ms(hz: u32) -> u32 {
+    1000 / hz + 1
+}
+
+/// The largest `rto_min` tcpstall sets on a route for `--delack-max`: below the default floor
+/// [`RTO_MIN`] (200 ms). A larger one would raise every retransmission timeout on the route and
+/// cap nothing the delayed-ACK ceiling ([`DELACK_MAX`], 200 ms) does not already.
+pub const ROUTE_RTO_MIN_CEILING_MS: u32 = RTO_MIN.as_millis() as u32 - 1;
+
+// ---------------------------------------------------------------------------------------------
 // Other systems' delayed ACKs (documentation; see docs/LAB.md for sources)
 // ---------------------------------------------------------------------------------------------
 
@@ -91,6 +144,70 @@ pub const WINDOWS_DELACK: Duration = Duration::from_millis(200);
 /// macOS: `net.inet.tcp.delayed_ack` with a 100 ms nominal timer that fires between 100 and
 /// 200 ms (the fast timer ticks every 100 ms).
 pub const MACOS_DELACK: Duration = Duration::from_millis(100);
+
+/// The delayed-ACK timers of the systems above as a wait shows them once the path's round trip
+/// is taken off, each with the stack it names: a hold released by that timer lasts this long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DelackTimer {
+    /// The timer, in words (`Linux delayed ACK (40 ms + 1 jiffy)`).
+    pub name: &'static str,
+    /// The system whose timer it is.
+    pub stack: &'static str,
+    /// Shortest wait taken for it.
+    pub low: Duration,
+    /// Longest wait taken for it.
+    pub high: Duration,
+}
+
+/// The delayed-ACK timers a wait may match, for a Linux kernel ticking every `jiffy`: Linux's
+/// fires in (40 ms, 40 ms + 1 jiffy] (`TCP_DELACK_MIN`, rounded up by the timer wheel), with
+/// [`TIMER_SLACK`] either side for scheduling; Windows' 200 ms ([`WINDOWS_DELACK`]); macOS's
+/// between 100 and 200 ms ([`MACOS_DELACK`]). Windows is listed before macOS: a wait of 200 ms
+/// is the commoner Windows timer, or macOS at its upper end.
+pub fn delack_timers(jiffy: Duration) -> [DelackTimer; 3] {
+    [
+        DelackTimer {
+            name: "Linux delayed ACK (40 ms + 1 jiffy)",
+            stack: "linux",
+            low: DELACK_MIN.saturating_sub(TIMER_SLACK),
+            high: DELACK_MIN + jiffy + TIMER_SLACK,
+        },
+        DelackTimer {
+            name: "Windows delayed ACK (200 ms)",
+            stack: "windows",
+            low: WINDOWS_DELACK.saturating_sub(TIMER_SLACK),
+            high: WINDOWS_DELACK + 4 * TIMER_SLACK,
+        },
+        DelackTimer {
+            name: "macOS delayed ACK (100-200 ms)",
+            stack: "macos_bsd",
+            low: MACOS_DELACK.saturating_sub(TIMER_SLACK),
+            high: 2 * MACOS_DELACK,
+        },
+    ]
+}
+
+/// The timer `wait` (a wait above the path's round trip) matches, if any.
+pub fn delack_timer_of(wait: Duration, jiffy: Duration) -> Option<DelackTimer> {
+    delack_timers(jiffy)
+        .into_iter()
+        .find(|t| (t.low..=t.high).contains(&wait))
+}
+
+/// Scheduling and clock slack allowed around a timer's expiry when a wait is matched to it.
+pub const TIMER_SLACK: Duration = Duration::from_millis(4);
+
+/// A jiffy when the kernel's HZ is unknown: HZ=100's 10 ms, the coarsest Linux tick, so that
+/// no Linux timer falls outside the ranges built from it.
+pub const JIFFY_UNKNOWN_HZ: Duration = Duration::from_millis(10);
+
+/// Widest spread of the waits one timer produces, beside its jiffy: a timer wheel fires within
+/// a jiffy of its expiry, and each hold starts at a different point of the tick, so successive
+/// waits differ by up to two jiffies; [`TIMER_SLACK`] more for scheduling. A server's own time
+/// spreads wider.
+pub fn timer_spread(jiffy: Duration) -> Duration {
+    2 * jiffy.max(Duration::from_millis(2)) + TIMER_SLACK / 4
+}
 
 // ---------------------------------------------------------------------------------------------
 // The project's judgements, derived from the rules above
@@ -138,5 +255,31 @@ mod tests {
         assert_eq!(payload_mss(1460, true), 1448);
         assert_eq!(payload_mss(1460, false), 1460);
         assert_eq!(assumed_mss(false, true), LOOPBACK_MSS_V4);
+    }
+
+    #[test]
+    fn route_rto_min_caps_the_delayed_ack_in_jiffies() {
+        // HZ=250: 5 ms is 2 jiffies, so the cap is 1 jiffy (4 ms).
+        assert_eq!(msecs_to_jiffies(5, 250), 2);
+        assert_eq!(route_delack_cap_jiffies(5, 250), 1);
+        assert_eq!(route_delack_cap_jiffies(1, 1000), 1);
+        assert_eq!(route_delack_cap_jiffies(20, 1000), 19);
+        assert_eq!(route_rto_min_floor_ms(250), 5);
+        assert_eq!(route_rto_min_floor_ms(1000), 2);
+        assert_eq!(route_rto_min_floor_ms(100), 11);
+        assert_eq!(ROUTE_RTO_MIN_CEILING_MS, 199);
+    }
+
+    #[test]
+    fn waits_match_the_timers_of_their_systems() {
+        let jiffy = Duration::from_millis(4);
+        let of = |ms| delack_timer_of(Duration::from_millis(ms), jiffy).map(|t| t.stack);
+        assert_eq!(of(44), Some("linux"));
+        assert_eq!(of(48), Some("linux"));
+        assert_eq!(of(60), None);
+        assert_eq!(of(200), Some("windows"));
+        assert_eq!(of(150), Some("macos_bsd"));
+        assert_eq!(of(25), None);
+        assert_eq!(timer_spread(jiffy), Duration::from_millis(9));
     }
 }

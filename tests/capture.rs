@@ -184,7 +184,7 @@ fn assert_reads_like_tshark_at(path: &Path) -> CaptureStats {
 fn tcpdump_on_loopback_ethernet() {
     let stats = assert_reads_like_tshark("lo-ethernet.pcap");
     assert!(
-        stats.non_tcp >= 1,
+        stats.skipped.not_tcp >= 1,
         "the fixture's UDP datagram is counted as non-TCP"
     );
 }
@@ -200,7 +200,7 @@ fn snap_length_cut_packets_keep_their_ip_lengths() {
     let (_, segments, _) = read_all(open_input(&fixture("lo-snaplen60.pcap")).expect("opens"));
     // The 148-byte responses were cut to 60 captured bytes, yet their length is known.
     assert!(segments.iter().any(|s| s.payload_len == 148));
-    assert_eq!(stats.undecodable, 0);
+    assert_eq!(stats.skipped.undecodable, 0);
 }
 
 #[test]
@@ -474,7 +474,7 @@ fn non_first_ipv4_fragment_is_skipped_with_a_warning() {
     bytes[fragment_field..fragment_field + 2].copy_from_slice(&[0x00, 0x10]);
     let (result, segments, warnings) = read_all(&bytes[..]);
     let stats = result.expect("readable");
-    assert_eq!(stats.fragments, 1);
+    assert_eq!(stats.skipped.fragments, 1);
     assert!(segments.iter().all(|s| s.packet_number != 6));
     assert_eq!(warnings.len(), 1);
     assert_eq!(warnings[0].packet_number, 6);
@@ -641,7 +641,7 @@ fn repeated_problems_are_listed_then_counted() {
     let (result, segments, warnings) = read_all(&bytes[..]);
     let stats = result.expect("readable");
     assert!(segments.is_empty());
-    assert_eq!(stats.undecodable, stats.packets);
+    assert_eq!(stats.skipped.undecodable, stats.packets);
     assert!(stats.packets > 1000);
     assert!(warnings.len() <= 25, "{} warnings", warnings.len());
     assert!(warnings
@@ -679,6 +679,51 @@ fn raw_ip_link_type_numbers() {
 fn ipv6_extension_headers_before_tcp() {
     let stats = assert_reads_like_tshark("lo-ipv6-ext.pcap");
     // The client's half of the segments carry hop-by-hop and destination options headers.
-    assert_eq!(stats.undecodable, 0);
+    assert_eq!(stats.skipped.undecodable, 0);
     assert!(stats.tcp_segments >= 20);
+}
+
+/// A capture compressed by the real tools (gzip, zstd, lz4) reads as the plain file does:
+/// the same report, from a file and from standard input.
+#[test]
+fn compressed_captures_read_as_they_are() {
+    let plain =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/analyze/split_response.pcap");
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let analyze = |path: &Path, stdin: Option<&Path>| -> String {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tcpstall"));
+        cmd.args(["analyze", "--json"]);
+        match stdin {
+            Some(file) => cmd.arg("-").stdin(fs::File::open(file).expect("open")),
+            None => cmd.arg(path).stdin(Stdio::null()),
+        };
+        let out = cmd.output().expect("tcpstall runs");
+        assert!(out.status.success(), "{}: {out:?}", path.display());
+        // The report names the file it read; the rest must be the same.
+        let mut report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        report["summary"]["files"] = serde_json::Value::Null;
+        report.to_string()
+    };
+    let expected = analyze(&plain, None);
+    assert!(expected.contains("nagle_delayed_ack"), "{expected}");
+    for (tool, args, ext) in [
+        ("gzip", &["-c"][..], "gz"),
+        ("zstd", &["-q", "-c"][..], "zst"),
+        ("lz4", &["-q", "-c"][..], "lz4"),
+    ] {
+        let packed = dir.path().join(format!("split_response.pcap.{ext}"));
+        let out = Command::new(tool)
+            .args(args)
+            .arg(&plain)
+            .output()
+            .unwrap_or_else(|e| panic!("{tool} runs (scripts/install-deps installs it): {e}"));
+        assert!(out.status.success(), "{tool}: {out:?}");
+        fs::write(&packed, &out.stdout).expect("write");
+        assert_eq!(analyze(&packed, None), expected, "{tool} file");
+        assert_eq!(
+            analyze(&packed, Some(&packed)),
+            expected,
+            "{tool} on standard input"
+        );
+    }
 }

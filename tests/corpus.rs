@@ -1,7 +1,7 @@
-//! `analyze` over tcpdump's public test corpus (`../shared/corpus/tcpdump/`, next to the
-//! repository): every file, in a bounded time, ends with exit 0 or exit 2 and a reason, never
-//! a panic or a hang; and for the files kept in [`COMPARED`] the TCP segments analyze reads
-//! are as many as tshark counts.
+//! `analyze` over the public capture corpus (`../shared/corpus/`, next to the repository:
+//! tcpdump's, zeek's and libpcap's test suites, compressed files included): every file, in a
+//! bounded time, ends with exit 0 or exit 2 and a reason, never a panic or a hang; and for the
+//! files kept in [`COMPARED`] the TCP segments analyze reads are as many as tshark counts.
 //!
 //! `TCPSTALL_CORPUS` names another folder. The test is skipped, with a message, only when the
 //! folder is absent.
@@ -26,48 +26,85 @@ const PER_FILE: Duration = Duration::from_secs(20);
 /// Left out: `bigtcp-*`, BIG TCP super-packets (IPv4 total length 0, RFC 2675 jumbograms for
 /// IPv6) in VXLAN/Geneve, which tcpdump reads as one TCP segment each but tshark 4.0 does not
 /// decode at all.
+///
+/// From zeek's and libpcap's suites: every encapsulation and link type that once hid TCP
+/// (802.11 in Aruba's GRE, A-MSDU, AYIYA, GRE in UDP, PBB, LLC/SNAP, VN-Tag, FabricPath, FDDI,
+/// NFLOG, PPI, IPsec AH with IPComp), and the gzip'd captures.
 const COMPARED: &[&str] = &[
+    "zeek/tunnels/gre-aruba.pcap",
+    "zeek/tunnels/gre-aruba-amsdu.pcap",
+    "zeek/tunnels/ayiya3.pcap",
+    "zeek/tunnels/gre-over-udp-4754.pcap",
+    "zeek/tunnels/Teredo.pcap",
+    "zeek/pbb.pcap",
+    "zeek/snap-tcp.pcap",
+    "zeek/vntag_vlan_sandwich_clean.pcap",
+    "zeek/cisco-fabric-path.pcap",
+    "zeek/llc.pcap",
+    "zeek/nflog-http.pcap",
+    "libpcap/tests/filter/http_PPI.pcap",
+    "libpcap/tests/filter/AH-IPcomp-IPv4.pcap",
+    "libpcap/tests/filter/AH-IPcomp-IPv6.pcap",
+    "zeek/echo-connections.pcap.gz",
+    "zeek/http/1000-requests-one-dropped-response.pcap.gz",
+    "zeek/contentline/telnet-long-line-no-eol.pcapng.gz",
+    "zeek/tls/tls-fragmented-handshake.pcap.gz",
     // Tunnels and overlays.
-    "geneve.pcap",
-    "geneve-gcp.pcap",
-    "gso-ipv4-geneve-ipv4.pcap",
-    "gso-ipv4-geneve-ipv6.pcap",
-    "gso-ipv4-vxlan-ipv4.pcap",
-    "gso-ipv4-vxlan-ipv6.pcap",
-    "gso-ipv6-geneve-ipv4.pcap",
-    "gso-ipv6-geneve-ipv6.pcap",
-    "gso-ipv6-vxlan-ipv4.pcap",
-    "gso-ipv6-vxlan-ipv6.pcap",
-    "lspping-fec-ldp.pcap",
-    "wccp_redirect_gre.pcap",
+    "tcpdump/geneve.pcap",
+    "tcpdump/geneve-gcp.pcap",
+    "tcpdump/gso-ipv4-geneve-ipv4.pcap",
+    "tcpdump/gso-ipv4-geneve-ipv6.pcap",
+    "tcpdump/gso-ipv4-vxlan-ipv4.pcap",
+    "tcpdump/gso-ipv4-vxlan-ipv6.pcap",
+    "tcpdump/gso-ipv6-geneve-ipv4.pcap",
+    "tcpdump/gso-ipv6-geneve-ipv6.pcap",
+    "tcpdump/gso-ipv6-vxlan-ipv4.pcap",
+    "tcpdump/gso-ipv6-vxlan-ipv6.pcap",
+    "tcpdump/lspping-fec-ldp.pcap",
+    "tcpdump/wccp_redirect_gre.pcap",
     // Link types.
-    "arcnet-rfc1051-arp-icmp-http.pcap",
-    "arcnet-rfc1201-arp-icmp-http.pcap",
-    "bgp-aigp.pcap",
-    "bgp_vpn_attrset.pcap",
-    "ipoib.pcap",
+    "tcpdump/arcnet-rfc1051-arp-icmp-http.pcap",
+    "tcpdump/arcnet-rfc1201-arp-icmp-http.pcap",
+    "tcpdump/bgp-aigp.pcap",
+    "tcpdump/bgp_vpn_attrset.pcap",
+    "tcpdump/ipoib.pcap",
     // Already read before, kept as they were: GSO and BIG TCP super-packets (IPv6 hop-by-hop
     // jumbogram), TSO, MPTCP options, ECN, pcapng, PPTP's control connection, DNS on another
     // port, damaged headers.
-    "accecn_handshake.pcap",
-    "bigtcp-ipv6-hbh.pcap",
-    "dns_tcp_8053.pcap",
-    "gso-ipv4.pcap",
-    "gso-ipv6.pcap",
-    "heapoverflow-tcp_print.pcap",
-    "ipv4_tcp_http_xml_tso.pcap",
-    "kday4.pcap",
-    "mptcp-v0.pcap",
-    "of13_ericsson.pcapng",
-    "pptp.pcap",
-    "print-flags.pcap",
-    "resp_3_malicious.pcap",
+    "tcpdump/accecn_handshake.pcap",
+    "tcpdump/bigtcp-ipv6-hbh.pcap",
+    "tcpdump/dns_tcp_8053.pcap",
+    "tcpdump/gso-ipv4.pcap",
+    "tcpdump/gso-ipv6.pcap",
+    "tcpdump/heapoverflow-tcp_print.pcap",
+    "tcpdump/ipv4_tcp_http_xml_tso.pcap",
+    "tcpdump/kday4.pcap",
+    "tcpdump/mptcp-v0.pcap",
+    "tcpdump/of13_ericsson.pcapng",
+    "tcpdump/pptp.pcap",
+    "tcpdump/print-flags.pcap",
+    "tcpdump/resp_3_malicious.pcap",
 ];
 
 fn corpus_dir() -> PathBuf {
     match std::env::var_os("TCPSTALL_CORPUS") {
         Some(dir) => PathBuf::from(dir),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus/tcpdump"),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus"),
+    }
+}
+
+/// Every capture below `dir` (the corpus's README and other text left out).
+fn walk(dir: &Path, files: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            walk(&path, files);
+        } else if !path.extension().is_some_and(|e| e == "md") {
+            files.push(path);
+        }
     }
 }
 
@@ -177,7 +214,9 @@ fn analyze_reads_every_corpus_file_and_counts_tcp_as_tshark_does() {
         );
         return;
     };
-    let mut files: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    drop(entries);
+    let mut files = Vec::new();
+    walk(&dir, &mut files);
     files.sort();
     assert!(
         files.len() > 100,
@@ -196,7 +235,11 @@ fn analyze_reads_every_corpus_file_and_counts_tcp_as_tshark_does() {
                 let Some(file) = queue.lock().unwrap().next() else {
                     break;
                 };
-                let name = file.file_name().unwrap().to_string_lossy().to_string();
+                let name = file
+                    .strip_prefix(&dir)
+                    .unwrap_or(file)
+                    .to_string_lossy()
+                    .to_string();
                 let fail = |why: String| failures.lock().unwrap().push(format!("{name}: {why}"));
                 let Some(run) = analyze(file) else {
                     fail(format!("still running after {PER_FILE:?}"));

@@ -5,11 +5,13 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 use serde_json::Value;
 
 mod support;
+
+use support::lab;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tcpstall");
 
@@ -23,14 +25,6 @@ fn require_root() {
         "tests/lab_detector.rs needs root (CAP_NET_RAW to capture, CAP_NET_ADMIN and \
          CAP_SYS_ADMIN for --rtt)",
     );
-}
-
-fn lab(args: &[&str]) -> Output {
-    Command::new(BIN)
-        .arg("lab")
-        .args(args)
-        .output()
-        .expect("the tcpstall binary runs")
 }
 
 /// `lab --json ARGS`, which must succeed; its rows, each without errors.

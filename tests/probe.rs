@@ -15,7 +15,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{first_line_within, KillOnDrop};
+use support::{self_signed, spawn_printing_port, KillOnDrop};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tcpstall");
 
@@ -52,17 +52,10 @@ struct Server {
 
 /// Starts a Python server that prints its port on its first line.
 fn python_server(script: &str, args: &[&str]) -> Server {
-    let mut child = Command::new("python3")
-        .arg(fixture(script))
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("python3 runs (scripts/install-deps)");
-    let stdout = child.stdout.take().expect("piped stdout");
-    let child = KillOnDrop(child);
-    let line = first_line_within(stdout, Duration::from_secs(10)).expect("server prints its port");
-    let port = line.trim().parse().expect("a port number");
+    let (child, port) = spawn_printing_port(
+        Command::new("python3").arg(fixture(script)).args(args),
+        script,
+    );
     Server {
         _child: child,
         port,
@@ -289,31 +282,6 @@ fn split_server_without_capture() {
     assert_clean(&v);
 }
 
-/// A self-signed certificate for 127.0.0.1, made by openssl in `dir`.
-fn self_signed(dir: &Path) -> (PathBuf, PathBuf) {
-    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
-    let status = Command::new("openssl")
-        .args([
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-        ])
-        .args([
-            "-subj",
-            "/CN=127.0.0.1",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-        ])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .expect("openssl runs (scripts/install-deps)");
-    assert!(status.success(), "openssl made a certificate");
-    (cert, key)
-}
-
 #[test]
 fn https_stalls_the_same_way_and_an_untrusted_certificate_is_a_clear_error() {
     let root = web_root();
@@ -339,32 +307,121 @@ fn https_stalls_the_same_way_and_an_untrusted_certificate_is_a_clear_error() {
     );
 }
 
-#[test]
-fn nginx_is_clean() {
-    let dir = TempDir::new(&format!("nginx-{}", free_port()));
+/// nginx answering `hello from nginx` on a free port, keep-alive, in one process
+/// (master_process off: killing it at the end leaves no worker behind); `tls` serves https
+/// with that certificate and key and those protocols (`TLSv1.2`, `TLSv1.3`); `directives` go
+/// into the server block.
+fn nginx(dir: &TempDir, tls: Option<(&Path, &Path, &str)>, directives: &str) -> Server {
     let prefix = dir.0.clone();
-    // One process (master_process off): killing it at the end leaves no worker behind.
-    let server = listening_server(|port| {
+    let ssl = tls.map_or(String::new(), |(cert, key, protocols)| {
+        format!(
+            " ssl; ssl_certificate {}; ssl_certificate_key {}; ssl_protocols {protocols}",
+            cert.display(),
+            key.display()
+        )
+    });
+    listening_server(|port| {
         let conf = prefix.join(format!("nginx-{port}.conf"));
         let p = prefix.display();
         std::fs::write(
             &conf,
             format!(
-                "daemon off; master_process off; worker_processes 1; pid {p}/nginx.pid; error_log {p}/error.log;\n\
+                "daemon off; master_process off; worker_processes 1; pid {p}/nginx-{port}.pid; error_log {p}/error.log;\n\
                  events {{ worker_connections 64; }}\n\
                  http {{ access_log off; client_body_temp_path {p}/body; proxy_temp_path {p}/proxy;\n\
                  fastcgi_temp_path {p}/fastcgi; uwsgi_temp_path {p}/uwsgi; scgi_temp_path {p}/scgi;\n\
-                 server {{ listen 127.0.0.1:{port}; location / {{ return 200 \"hello from nginx\\n\"; }} }} }}\n"
+                 server {{ listen 127.0.0.1:{port}{ssl}; {directives} location / {{ return 200 \"hello from nginx\\n\"; }} }} }}\n"
             ),
         )
         .expect("write the nginx configuration");
         let mut c = Command::new("nginx");
         c.arg("-c").arg(&conf).arg("-p").arg(&prefix);
         c
-    });
+    })
+}
+
+#[test]
+fn nginx_is_clean() {
+    let dir = TempDir::new(&format!("nginx-{}", free_port()));
+    let server = nginx(&dir, None, "");
     let (code, v, err) = probe_json(Privilege::AsIs, &[&url("http", server.port)]);
     assert_eq!(code, 0, "{err}");
     assert_clean(&v);
+}
+
+/// `probe --insecure --connections C --requests R --fail-on-stall` of the https server on
+/// `port`, which must succeed with a run whose every request was answered quickly: clean,
+/// nobody to blame, and the note that the server closes its connections only when `closes`.
+fn assert_https_clean(port: u16, connections: u16, requests: u64, closes: bool) -> Value {
+    let (code, v, err) = probe_json(
+        Privilege::AsIs,
+        &[
+            "--insecure",
+            "--connections",
+            &connections.to_string(),
+            "--requests",
+            &requests.to_string(),
+            "--fail-on-stall",
+            &url("https", port),
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(v["verdict"], "clean", "{v}");
+    assert_eq!(v["culprit"], Value::Null, "{v}");
+    assert_eq!(v["stalls"]["nagle_delayed_ack"], 0, "{v}");
+    assert_eq!(v["requests"], requests, "{v}");
+    assert_eq!(
+        v["evidence_source"],
+        expected_source(Privilege::AsIs),
+        "{v}"
+    );
+    let notes = v["notes"].to_string();
+    assert_eq!(notes.contains("closed the connection"), closes, "{v}");
+    v
+}
+
+#[test]
+fn the_probes_own_tls_handshake_is_no_stall_of_nginx() {
+    // The handshake's records written one by one would let Nagle hold our own key exchange
+    // and Finished until nginx's delayed ACK, outside any timed request.
+    let dir = TempDir::new(&format!("nginx-tls-{}", free_port()));
+    let (cert, key) = self_signed(&dir.0);
+    for protocols in ["TLSv1.2", "TLSv1.3"] {
+        let server = nginx(&dir, Some((&cert, &key, protocols)), "");
+        assert_https_clean(server.port, 1, 10, false);
+        // Four connections the probe opened itself, kept alive: nothing the server forced.
+        let v = assert_https_clean(server.port, 4, 4, false);
+        assert_eq!(v["connections"], 4, "{v}");
+    }
+    // A connection per request, each resuming the first one's TLS 1.2 session: our Finished
+    // is the last flight, and the request must not wait behind it for nginx's delayed ACK.
+    let server = nginx(
+        &dir,
+        Some((&cert, &key, "TLSv1.2")),
+        "keepalive_requests 1;",
+    );
+    let v = assert_https_clean(server.port, 1, 10, true);
+    assert_eq!(v["connections"], 10, "{v}");
+}
+
+#[test]
+fn openssl_s_server_closing_after_each_answer_is_clean() {
+    // `s_server -www` (TLS 1.3) answers each request on its own connection and closes it: a
+    // handshake before every request, and the note that the server closes its connections.
+    let dir = TempDir::new(&format!("s_server-{}", free_port()));
+    let (cert, key) = self_signed(&dir.0);
+    let server = listening_server(|port| {
+        let mut c = Command::new("openssl");
+        c.args(["s_server", "-quiet", "-www", "-tls1_3", "-accept"])
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("-cert")
+            .arg(&cert)
+            .arg("-key")
+            .arg(&key);
+        c
+    });
+    let v = assert_https_clean(server.port, 1, 5, true);
+    assert_eq!(v["connections"], 5, "{v}");
 }
 
 #[test]
@@ -538,6 +595,32 @@ fn a_server_that_never_answers_times_out() {
     assert_eq!(code, 2);
     assert!(err.contains("no complete answer within 0.5 s"), "{err}");
     assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn a_server_that_stops_answering_ends_the_probe_within_the_timeout_with_a_capture() {
+    support::require_root("the probe's capture of its own packets (CAP_NET_RAW)");
+    // The connection abandoned on the timeout never gets the server's FIN: the capture must
+    // not wait for it after the request has given up.
+    for answered in [0u64, 2] {
+        let server = python_server("probe/bad_server.py", &["silent", &answered.to_string()]);
+        let started = Instant::now();
+        let (code, v, err) = probe_json(
+            Privilege::AsIs,
+            &["--timeout", "1", &url("http", server.port)],
+        );
+        let took = started.elapsed();
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("no complete answer within 1.0 s"), "{err}");
+        assert!(
+            took < Duration::from_millis(1500),
+            "the error came {took:?} after the start, more than the 1 s timeout + 0.5 s: {err}"
+        );
+        if answered > 0 {
+            assert_eq!(v["requests"], answered, "{v}");
+            assert_eq!(v["evidence_source"], "capture", "{v}");
+        }
+    }
 }
 
 #[test]

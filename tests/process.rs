@@ -14,7 +14,7 @@ use serde_json::Value;
 use tcpstall::lab::client::{ClientConfig, HttpClient};
 
 mod support;
-use support::{first_line_within, KillOnDrop};
+use support::KillOnDrop;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tcpstall");
 
@@ -41,17 +41,9 @@ struct Server {
 
 impl Server {
     fn start(args: &[&str]) -> Server {
-        let mut child = Command::new("python3")
-            .arg(fixture("split_server.py"))
-            .args(args)
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("python3 runs (scripts/install-deps installs it)");
-        let stdout = child.stdout.take().expect("stdout is piped");
-        let child = KillOnDrop(child);
-        let line = first_line_within(stdout, Duration::from_secs(10))
-            .expect("server prints its port within 10 s");
-        let port = line.trim().parse().expect("server prints a port number");
+        let mut command = Command::new("python3");
+        command.arg(fixture("split_server.py")).args(args);
+        let (child, port) = support::spawn_printing_port(&mut command, "the python3 split server");
         Server { child, port }
     }
 
@@ -756,7 +748,48 @@ fn missing_process_and_missing_command_are_clear_errors() {
     let out = tcpstall(&["trace", "--", "/nonexistent/program"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr.contains("not found"), "{stderr}");
+    assert!(stderr.contains("no such file"), "{stderr}");
+}
+
+#[test]
+fn trace_of_a_path_says_what_is_wrong_with_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("tcpstall-trace-path-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let plain = dir.join("plain-file");
+    std::fs::write(&plain, "echo never\n").expect("file");
+    std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let missing = dir.join("missing");
+    let in_path = |name: &str| format!("{}/{name}", dir.display());
+    // A path with a slash is that path: no PATH is searched, and the reason is the file's.
+    for (path, reason) in [
+        (missing.to_string_lossy().into_owned(), "no such file"),
+        ("./surely-missing-program".to_string(), "no such file"),
+        (plain.to_string_lossy().into_owned(), "not executable"),
+        (dir.to_string_lossy().into_owned(), "is a directory"),
+    ] {
+        let out = tcpstall(&["trace", "--", &path]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{path}: {stderr}");
+        assert!(
+            stderr.contains(&format!("cannot run {path:?}: ")) && stderr.contains(reason),
+            "{path}: {stderr}"
+        );
+        assert!(!stderr.contains("PATH"), "{path}: {stderr}");
+    }
+    // A bare name is looked up in PATH, and one found there but not runnable is named.
+    let out = Command::new(BIN)
+        .args(["trace", "--", "plain-file"])
+        .env("PATH", dir.as_os_str())
+        .output()
+        .expect("tcpstall runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&in_path("plain-file")) && stderr.contains("not executable"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Targets no capability would open: a thread id, a zombie, a kernel thread. Each error says

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 mod support;
-use support::{first_line_within, KillOnDrop};
+use support::KillOnDrop;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tcpstall");
 
@@ -372,16 +372,9 @@ struct SplitServer {
 
 impl SplitServer {
     fn start(args: &[&str]) -> SplitServer {
-        let mut child = Command::new("python3")
-            .arg(fixture("split_server.py"))
-            .args(args)
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("python3 runs");
-        let stdout = child.stdout.take().expect("piped");
-        let child = KillOnDrop(child);
-        let line = first_line_within(stdout, Duration::from_secs(10)).expect("port printed");
-        let port = line.trim().parse().expect("a port number");
+        let mut command = Command::new("python3");
+        command.arg(fixture("split_server.py")).args(args);
+        let (child, port) = support::spawn_printing_port(&mut command, "the python3 split server");
         SplitServer { child, port }
     }
 

@@ -693,3 +693,84 @@ fn without_libpcap_a_filter_beyond_the_builtin_names_the_package() {
         "{stderr}"
     );
 }
+
+/// Keep-alive requests to CPython's http.server (header and body written apart), server and
+/// client in one process: `python3 - PORT REQUESTS`.
+const SPLIT_SERVER_AND_CLIENT: &str = r#"
+import http.client, http.server, sys, threading
+port, n = int(sys.argv[1]), int(sys.argv[2])
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "6")
+        self.end_headers()
+        self.wfile.write(b"hello\n")
+    def log_message(self, *a):
+        pass
+srv = http.server.HTTPServer(("127.0.0.1", port), H)
+threading.Thread(target=srv.serve_forever, daemon=True).start()
+c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+for _ in range(n):
+    c.request("GET", "/")
+    c.getresponse().read()
+"#;
+
+#[test]
+fn netfilters_log_is_watched_as_an_interface() {
+    require_root("network namespaces, nftables and the netfilter log");
+    let ns = VethNamespace::create("nflog");
+    let port = "8000";
+    let nft = |rule: &str| {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &ns.name, "nft", rule])
+            .output()
+            .expect("nft (nftables) runs; scripts/install-deps installs it");
+        assert!(out.status.success(), "nft {rule}: {out:?}");
+    };
+    nft("add table inet tcpstall");
+    nft("add chain inet tcpstall out { type filter hook output priority 0 ; }");
+    nft(&format!(
+        "add rule inet tcpstall out tcp sport {port} log group 7"
+    ));
+    nft(&format!(
+        "add rule inet tcpstall out tcp dport {port} log group 7"
+    ));
+    let watch = Watch::start_under(
+        &["ip", "netns", "exec", &ns.name],
+        &[
+            "-i",
+            "nflog:7",
+            "--json",
+            "--duration",
+            "4",
+            &format!("port {port}"),
+        ],
+    );
+    let mut client = Command::new("ip")
+        .args(["netns", "exec", &ns.name, "python3", "-", port, "8"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    client
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(SPLIT_SERVER_AND_CLIENT.as_bytes())
+        .expect("script written");
+    assert!(client.wait().expect("client ends").success());
+    let (status, stdout, stderr) = watch.wait(Duration::from_secs(20));
+    assert!(status.success(), "{status}: {stderr}");
+    let lines: Vec<Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let stalls = lines
+        .iter()
+        .filter(|e| e["kind"] == "nagle_delayed_ack" && e["held_side"] == "server")
+        .count();
+    assert!(
+        stalls >= 4,
+        "{stalls} stalls from nflog:7:\n{stdout}\n{stderr}"
+    );
+}

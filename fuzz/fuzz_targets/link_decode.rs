@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tcpstall::capture::link::LinkType;
+use tcpstall::decode::link::LinkType;
 use tcpstall::decode::{Decoded, PacketMeta};
 
 /// Every `LINKTYPE_*` number the decoder accepts.

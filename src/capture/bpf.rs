@@ -15,7 +15,9 @@ use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
 use super::pcap_writer::LINKTYPE_ETHERNET;
-use crate::decode::{ETHERTYPE_IPV4, ETHERTYPE_IPV6};
+use crate::decode::numbers::{
+    ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_QINQ, ETHERTYPE_VLAN, IPPROTO_TCP,
+};
 
 /// Where a frame's IP header starts, and how its version is told.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,10 +38,6 @@ impl Framing {
         }
     }
 }
-
-const ETHERTYPE_VLAN: u32 = 0x8100;
-const ETHERTYPE_QINQ: u32 = 0x88a8;
-const IPPROTO_TCP: u32 = 6;
 
 /// Bytes of a kept packet the kernel hands over: all of it (the live capture's snap length).
 const KEEP: u32 = 0x0004_0000;
@@ -132,8 +130,8 @@ pub(crate) fn port_filter(
             p.op(abs(libc::BPF_H), 12);
             let to_v4 = p.if_equal_jump(u32::from(ETHERTYPE_IPV4));
             let to_v6 = p.if_equal_jump(u32::from(ETHERTYPE_IPV6));
-            p.if_equal_return(ETHERTYPE_VLAN, KEEP);
-            p.if_equal_return(ETHERTYPE_QINQ, KEEP);
+            p.if_equal_return(u32::from(ETHERTYPE_VLAN), KEEP);
+            p.if_equal_return(u32::from(ETHERTYPE_QINQ), KEEP);
             (to_v4, to_v6, 14)
         }
         Framing::RawIp => {
@@ -149,7 +147,7 @@ pub(crate) fn port_filter(
     // IPv4 (RFC 791): TCP, first fragment, ports after the header of IHL words.
     p.land(to_v4);
     p.op(abs(libc::BPF_B), ip + 9);
-    p.if_not_equal_return(IPPROTO_TCP, 0);
+    p.if_not_equal_return(u32::from(IPPROTO_TCP), 0);
     p.op(abs(libc::BPF_H), ip + 6);
     p.jump(libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K, 0, 1, 0x1fff);
     p.ret(0);
@@ -165,7 +163,7 @@ pub(crate) fn port_filter(
     // IPv6 (RFC 8200): TCP right after the fixed header; extension headers go to user space.
     p.land(to_v6);
     p.op(abs(libc::BPF_B), ip + 6);
-    p.if_not_equal_return(IPPROTO_TCP, KEEP);
+    p.if_not_equal_return(u32::from(IPPROTO_TCP), KEEP);
     p.op(abs(libc::BPF_H), ip + 40);
     p.keep_if_watched(ports);
     p.op(abs(libc::BPF_H), ip + 42);

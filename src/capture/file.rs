@@ -11,8 +11,8 @@ use pcap_parser::{
     parse_sectionheaderblock,
 };
 
-use super::link::{link_type_name, LinkType};
 use super::{CaptureError, CaptureWarning, WarningBudget};
+use crate::decode::link::{link_type_name, LinkType};
 
 /// Read size and initial buffer size: large reads keep the per-packet cost low.
 const BUFFER_SIZE: usize = 1 << 18;

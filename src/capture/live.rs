@@ -45,8 +45,8 @@ use nix::sys::socket::{
 use nix::sys::time::{TimeVal, TimeValLike};
 
 use super::bpf;
-use super::link::LinkType;
 use super::pcap_writer::{PcapWriter, LINKTYPE_ETHERNET};
+use crate::decode::link::LinkType;
 use crate::decode::{flags, Decap, Decoded, PacketMeta, Segment};
 use crate::detect::Detector;
 

@@ -4,21 +4,24 @@
 //! decoded by [`crate::decode`]; memory stays bounded by the largest record, never by the file.
 
 mod bpf;
+pub mod compressed;
 pub mod file;
 pub mod filter;
-pub mod link;
+
 pub mod live;
+pub mod nflog;
 pub mod pcap_writer;
 pub mod ring;
+pub mod skipped;
 
 use std::fmt;
 use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
+use crate::decode::link::link_type_name;
 use crate::decode::{Decap, Decoded, Outer, PacketMeta, Segment};
 use file::FrameReader;
-use link::link_type_name;
 
 /// Why a capture could not be read at all. Damage after the first packets is a
 /// [`CaptureWarning`] instead: what was read before it is still used.
@@ -51,7 +54,7 @@ pub enum CaptureError {
     /// The magic number is neither pcap's nor pcapng's.
     #[error(
         "not a pcap or pcapng file (starts with {first_bytes}); give a file written by \
-         tcpdump -w, tshark -w, dumpcap or Wireshark"
+         tcpdump -w, tshark -w, dumpcap or Wireshark (gzip, zstd or LZ4 compressed, or not)"
     )]
     NotCapture {
         /// The first bytes, in hex and as text.
@@ -145,18 +148,14 @@ impl fmt::Display for CaptureWarning {
 }
 
 /// What a pass over a capture read.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CaptureStats {
     /// Packet records in the capture (tshark's frame count).
     pub packets: u64,
     /// TCP segments handed to the caller.
     pub tcp_segments: u64,
-    /// Packets of other protocols (UDP, ICMP, ARP...).
-    pub non_tcp: u64,
-    /// Non-first IP fragments, skipped (no reassembly).
-    pub fragments: u64,
-    /// Packets that could not be decoded (cut short, malformed, on an unsupported interface).
-    pub undecodable: u64,
+    /// The frames not read as TCP, by reason.
+    pub skipped: skipped::SkippedFrames,
     /// Warnings reported.
     pub warnings: u64,
     /// Bytes read from the input.
@@ -167,8 +166,14 @@ pub struct CaptureStats {
     pub last_ts_ns: Option<u64>,
 }
 
-/// Opens a capture file, or standard input for `-`.
+/// Opens a capture file, or standard input for `-`, decompressed when it is compressed
+/// (gzip, zstd, LZ4: see [`compressed`]).
 pub fn open_input(path: &Path) -> Result<Box<dyn Read + Send>, CaptureError> {
+    decompressed(open_raw(path)?)
+}
+
+/// Opens a capture file, or standard input for `-`, as its bytes are.
+pub fn open_raw(path: &Path) -> Result<Box<dyn Read + Send>, CaptureError> {
     if path == Path::new("-") {
         return Ok(Box::new(io::stdin()));
     }
@@ -184,6 +189,15 @@ pub fn open_input(path: &Path) -> Result<Box<dyn Read + Send>, CaptureError> {
         }),
         _ => Ok(Box::new(file)),
     }
+}
+
+/// `input` decompressed when it starts with a compression format's magic number.
+pub fn decompressed<R: Read + Send + 'static>(
+    input: R,
+) -> Result<Box<dyn Read + Send>, CaptureError> {
+    compressed::decompress(input)
+        .map(|(reader, _)| reader)
+        .map_err(|error| CaptureError::Read { error })
 }
 
 /// Streams a pcap or pcapng capture and calls `on_segment` for every TCP segment in it, in
@@ -264,8 +278,9 @@ pub fn stream_segments_decap<R: Read>(
         let link = match frame.link {
             Ok(link) => link,
             Err(code) => {
-                stats.undecodable += 1;
-                if unsupported_link.replace(code).is_none() {
+                let name = format!("link type {code}, {}", link_type_name(code));
+                if stats.skipped.unsupported(name) {
+                    unsupported_link.get_or_insert(code);
                     warn(&CaptureWarning {
                         packet_number: frame.packet_number,
                         message: format!(
@@ -295,25 +310,49 @@ pub fn stream_segments_decap<R: Read>(
             }
             Decoded::NotTcp => {
                 decap.take_outer();
-                stats.non_tcp += 1;
+                stats.skipped.not_tcp += 1;
             }
             Decoded::Fragment => {
                 decap.take_outer();
-                stats.fragments += 1;
+                stats.skipped.fragments += 1;
                 fragment_warnings.report(&mut warn, frame.packet_number, || {
                     "non-first IP fragment skipped (fragments are not reassembled)".to_string()
                 });
             }
             Decoded::Undecodable(reason) => {
                 decap.take_outer();
-                stats.undecodable += 1;
+                stats.skipped.undecodable += 1;
                 undecodable_warnings.report(&mut warn, frame.packet_number, || {
                     format!("undecodable packet: {reason}")
                 });
             }
+            Decoded::Opaque(what) => {
+                decap.take_outer();
+                if stats.skipped.opaque(what) {
+                    warn(&CaptureWarning {
+                        packet_number: frame.packet_number,
+                        message: format!(
+                            "{what}: such packets may hold TCP that cannot be read; they are \
+                             counted, not analysed"
+                        ),
+                    });
+                }
+            }
+            Decoded::Unsupported(what) => {
+                decap.take_outer();
+                if stats.skipped.unsupported(what) {
+                    warn(&CaptureWarning {
+                        packet_number: frame.packet_number,
+                        message: format!(
+                            "{what} is not read: such packets may hold TCP; they are counted, \
+                             not analysed"
+                        ),
+                    });
+                }
+            }
         }
     }
-    stats.undecodable += reader.skipped_packets();
+    stats.skipped.undecodable += reader.skipped_packets();
     stats.packets = reader.packets();
     stats.bytes = reader.bytes_read();
     // Every packet sat on interfaces of link types without IP: nothing was usable.

@@ -134,6 +134,9 @@ impl Ring {
             match hardware_type(&fd).map_err(system("getsockname"))? {
                 libc::ARPHRD_LOOPBACK | libc::ARPHRD_ETHER => Framing::Ethernet,
                 libc::ARPHRD_NONE | ARPHRD_RAWIP | libc::ARPHRD_PPP => Framing::RawIp,
+                // Monitor interfaces: 802.11 frames, bare or behind radiotap.
+                libc::ARPHRD_IEEE80211 => Framing::Ieee80211,
+                libc::ARPHRD_IEEE80211_RADIOTAP => Framing::Radiotap,
                 other => {
                     return Err(OpenError::UnsupportedLink {
                         interface: interface.to_string(),
@@ -143,8 +146,13 @@ impl Ring {
                 }
             }
         };
-        let CompiledFilter { program, compiler } =
-            filter::compile(user_filter, framing, options.keep)?;
+        // Radio and 802.11 headers come before IP: keep room for them too.
+        let keep = if framing.is_wireless() {
+            options.keep + 200
+        } else {
+            options.keep
+        };
+        let CompiledFilter { program, compiler } = filter::compile(user_filter, framing, keep)?;
         let loopback = nix::net::if_::if_nametoindex("lo").unwrap_or(1);
         let mut program = filter::drop_loopback_outgoing(&program, loopback);
         let io_error = |what: &'static str| {

@@ -314,7 +314,9 @@ impl Detector {
         // ahead (a damaged timestamp) must not retire every other flow as idle.
         let now = seg.ts_ns.min(self.prev_ts);
         self.prev_ts = seg.ts_ns;
-        self.sweep(now);
+        if now.since(self.last_sweep) >= SWEEP_EVERY {
+            self.sweep(now);
+        }
     }
 
     /// Tells the detector that a live capture's clock (the kernel's realtime clock, which
@@ -323,20 +325,22 @@ impl Detector {
     /// the latest packet changes nothing.
     pub fn advance_clock(&mut self, now_ns: u64) {
         let now = Timestamp::from_nanos(now_ns);
-        if self.analysis.packets > 0 && now > self.prev_ts {
+        if self.analysis.packets > 0
+            && now > self.prev_ts
+            && now.since(self.last_sweep) >= SWEEP_EVERY
+        {
             self.sweep(now);
         }
     }
 
-    /// Retires the flows closed or idle at `now`, at most once per [`SWEEP_EVERY`].
+    /// Retires the flows closed or idle at `now`; called at most once per [`SWEEP_EVERY`].
+    #[cold]
     fn sweep(&mut self, now: Timestamp) {
-        if now.since(self.last_sweep) >= SWEEP_EVERY {
-            self.last_sweep = now;
-            let keep_turns = self.config.keep_turns;
-            let (flows, tallies) = (&mut self.analysis.flows, &mut self.tallies);
-            self.table
-                .evict(now, |f| retire(flows, tallies, f, keep_turns));
-        }
+        self.last_sweep = now;
+        let keep_turns = self.config.keep_turns;
+        let (flows, tallies) = (&mut self.analysis.flows, &mut self.tallies);
+        self.table
+            .evict(now, |f| retire(flows, tallies, f, keep_turns));
     }
 
     /// The events found since the last call (all of them, the first time), in input order,

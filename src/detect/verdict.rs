@@ -1,6 +1,8 @@
 //! Verdicts in people's terms: the peer's stack from its delayed-ACK timeout, the write pattern
 //! of a stalled turn, the fixes in order of preference, and per-flow summaries.
 
+use std::net::IpAddr;
+
 use rustc_hash::FxHashMap;
 
 use super::{KindCounts, StallEvent, StallKind};
@@ -140,9 +142,44 @@ pub(crate) fn delack_cap_fix(acker: &str) -> String {
     )
 }
 
-/// The fixes for a kind, in order of preference, for the side that was held; `peer` is the
-/// ACKing side's stack as its delay named it, if known.
-pub(crate) fn fixes(kind: StallKind, held: Side, peer: Option<PeerStack>) -> Vec<String> {
+/// `tcpstall fix --route WRITER --quickack`: quick ACKs on the route the ACKing host uses to
+/// reach the held writer (RTAX_QUICKACK, `tcp_in_quickack_mode`), for every connection of that
+/// route. `None` for `::1`, whose route is the kernel's metric 0 route that rtnetlink cannot
+/// recreate (`fix --route` refuses it).
+pub(crate) fn route_fix_command(writer: Option<IpAddr>) -> Option<String> {
+    match writer {
+        Some(a) if a.is_ipv6() && a.is_loopback() => None,
+        Some(a) => Some(format!("tcpstall fix --route {a} --quickack")),
+        None => Some("tcpstall fix --route <the writer's address> --quickack".to_string()),
+    }
+}
+
+/// The fix for when only the ACKing side's host is in reach, neither program: quick ACKs on
+/// the route it uses to reach `writer` ([`route_fix_command`]), or a delayed-ACK cap through
+/// its `rto_min` (`tcp_delack_max`, 6.7+). `writer_addr` is the held writer's address, when
+/// known.
+pub(crate) fn route_fix(acker: &str, writer: &str, writer_addr: Option<IpAddr>) -> Option<String> {
+    let command =
+        route_fix_command(writer_addr)?.replace("the writer's", &format!("the {writer}'s"));
+    Some(format!(
+        "if neither end's program can be changed, on the {acker}'s host, for every connection \
+         of its route to the {writer}: {command} (or --delack-max 5ms; more ACKs on that route)"
+    ))
+}
+
+/// The address of the held side, the writer Nagle holds: where the ACKing host's route leads.
+pub(crate) fn held_address(event: &StallEvent) -> IpAddr {
+    match event.finding.held_side {
+        Side::Client => event.client.addr,
+        Side::Server => event.server.addr,
+    }
+}
+
+/// The fixes for a kind, in order of preference, for the side that was held; `example` is a
+/// stall of that kind, for the ACKing side's stack as its delay named it and the writer's
+/// address.
+pub(crate) fn fixes(kind: StallKind, held: Side, example: Option<&StallEvent>) -> Vec<String> {
+    let peer = example.and_then(|e| e.peer_stack);
     let h = held.name();
     let p = held.peer().name();
     match kind {
@@ -163,6 +200,7 @@ pub(crate) fn fixes(kind: StallKind, held: Side, peer: Option<PeerStack>) -> Vec
                     "if the {h} cannot be changed, {}",
                     delack_cap_fix(p)
                 ));
+                fixes.extend(route_fix(p, h, example.map(held_address)));
             }
             fixes
         }

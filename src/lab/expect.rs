@@ -174,7 +174,7 @@ impl WireOutcome {
         let held = waits_behind_first && !workload.is_one_way() && !pushed_by_fin;
         let hold = match (held, variant.expected, geometry.fit()) {
             (false, _, _) => Hold::Nothing,
-            (true, _, Fit::BothSmall) if variant.delack_cap.is_some() => Hold::ForCappedAck(writer),
+            (true, _, Fit::BothSmall) if variant.caps_delayed_ack() => Hold::ForCappedAck(writer),
             (true, Expectation::Stall, Fit::BothSmall) => Hold::ForDelayedAck(writer),
             (true, _, _) => Hold::ForAck(writer),
         };
@@ -238,11 +238,16 @@ mod tests {
         ("echo", "quickack", ForAck(Client), 3),
         // The tail waits for the head's ACK, delayed by the server up to its cap.
         ("echo", "delack-max", ForCappedAck(Client), 3),
+        // The same through the server's route (quickack 1; a locked rto_min).
+        ("echo", "route-quickack", ForAck(Client), 3),
+        ("echo", "route-delack-max", ForCappedAck(Client), 3),
         ("echo", "short", ForAck(Client), 3),
         ("http", "split", ForDelayedAck(Server), 3),
         ("http", "single", Nothing, 2),
         ("http", "nodelay", Nothing, 3),
         ("http", "delack-max", ForCappedAck(Server), 3),
+        ("http", "route-quickack", ForAck(Server), 3),
+        ("http", "route-delack-max", ForCappedAck(Server), 3),
         // The server's close pushes the held body out with its FIN.
         ("http", "short", Nothing, 3),
         // 122 B: the reply fits the first write.
@@ -254,6 +259,13 @@ mod tests {
         ("memcached", "value-4000", ForAck(Server), 4),
         ("memcached", "quickack-1400", ForAck(Server), 3),
         ("memcached", "delack-max-1400", ForCappedAck(Server), 3),
+        ("memcached", "route-quickack-1400", ForAck(Server), 3),
+        (
+            "memcached",
+            "route-delack-max-1400",
+            ForCappedAck(Server),
+            3,
+        ),
         ("memcached", "nodelay-1400", Nothing, 3),
         ("stream", "nagle-0ms", Nothing, 1),
         ("stream", "nagle-5ms", Nothing, 1),

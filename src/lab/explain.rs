@@ -46,6 +46,11 @@ pub(crate) enum Why {
     ClientQuickack,
     /// The side that ACKs the writer's first part caps its delayed ACK (TCP_DELACK_MAX_US).
     DelackCap,
+    /// The ACKing side's route to the writer carries `quickack 1` (`fix --route --quickack`).
+    RouteQuickack,
+    /// The ACKing side's route to the writer carries a locked `rto_min` that caps its delayed
+    /// ACK (`fix --route --delack-max`).
+    RouteDelackCap,
     /// memcached: TCP_NODELAY on the accepted socket.
     AcceptedNodelay,
     /// Stream with Nagle on.
@@ -83,7 +88,7 @@ impl Explanation {
         // Only memcached's reply can be one write: an echo line always leaves its `\r\n`
         // for the second write, an HTTP reply its body.
         // A capped delayed ACK is still waited for: its rows follow the geometry as a split does.
-        let timed = variant.expected == Expectation::Stall || variant.delack_cap.is_some();
+        let timed = variant.expected == Expectation::Stall || variant.caps_delayed_ack();
         let why = match (workload.is_one_way(), timed, geometry.fit()) {
             (false, _, Fit::OneWrite) => Why::ReplyInFirstWrite,
             (true, _, _) | (_, false, _) => variant.why,
@@ -137,6 +142,8 @@ impl fmt::Display for Explanation {
             Why::MemcachedSplit => write!(f, "the server writes {first} B then a {second} B rest, both below one {mss} B segment: the rest waits in tcp_nagle_check for the ACK of the sub-MSS first write (Minshall), which the client delays (ping-pong) until the timer"),
             Why::ClientQuickack => write!(f, "client re-arms TCP_QUICKACK after each receive: it ACKs the first {first} B at once, the {second} B rest follows (doc 002's client fix)"),
             Why::DelackCap => write!(f, "the {peer} caps its delayed ACK once (TCP_DELACK_MAX_US on its socket, at the kernel's floor rounded up to a millisecond): {writer}'s {second} B second write still waits for the ACK of its {first} B first, but only about the cap (kept in whole jiffies, plus timer slack) instead of the 40 ms timer; lasting, unlike TCP_QUICKACK, at the cost of more ACKs (what `tcpstall fix PID --delack-max` sets)"),
+            Why::RouteQuickack => write!(f, "the {peer}'s route to {writer} carries quickack 1 (RTAX_QUICKACK, what `tcpstall fix --route DEST --quickack` sets, here in the lab's namespace): every connection of that route stays in quick-ACK mode (tcp_in_quickack_mode), so the {first} B head is ACKed at once and the {second} B tail follows; lasting and host-wide, at the cost of an ACK per segment"),
+            Why::RouteDelackCap => write!(f, "the {peer}'s route to {writer} carries a locked rto_min just over one jiffy (what `tcpstall fix --route DEST --delack-max` sets, here in the lab's namespace): tcp_delack_max caps the delayed ACK one jiffy under it (Linux 6.7+), so {writer}'s {second} B second write waits about that for the ACK of its {first} B first instead of the 40 ms timer; the route's retransmission floor drops with it"),
             Why::AcceptedNodelay => write!(f, "server TCP_NODELAY on the accepted socket: the {second} B rest leaves right after the first {first} B (doc 002's server fix)"),
             Why::StreamNagle => f.write_str("Nagle on: a write waits only while an earlier sub-MSS segment is unacknowledged; on loopback the ACK (the receiver never sends data, so it stays in quick-ACK mode) is back within microseconds, so little is merged; doc 001's 22% needs a real RTT"),
             Why::StreamNodelay => f.write_str("TCP_NODELAY: every write leaves at once unless autocorking defers it (tcp_should_autocork: an earlier skb of the socket still queued below TCP); lo has no qdisc, so that is rare"),

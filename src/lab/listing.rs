@@ -118,6 +118,7 @@ fn with_typical_client(variant: &Variant) -> Variant {
         client_nodelay: false,
         client_quickack: false,
         delack_cap: variant.delack_cap.filter(|side| *side == Side::Server),
+        route_fix: variant.route_fix.filter(|fix| fix.side == Side::Server),
         connections: ConnectionMode::KeepAlive,
         ..*variant
     }

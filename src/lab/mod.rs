@@ -268,6 +268,7 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
     let kernel = KernelFacts::read();
     let selected = without_delack_rows_unless_capped(selected, &mut settings, &kernel);
     let selected = without_rows_the_peer_cannot_cap(selected, args);
+    let selected = route_rows_where_possible(selected, &mut settings, &kernel, args);
     // Owns the namespaces: dropped (deleted) when this function returns, also on error.
     let emulated = match shape {
         Some(shape) => {
@@ -482,6 +483,7 @@ fn settings_of(args: &LabArgs) -> RunSettings {
         segments: SegmentRules::read(),
         delack_cap: None,
         peer: None,
+        route_rto_min: None,
     }
 }
 
@@ -512,6 +514,62 @@ fn without_rows_the_peer_cannot_cap(selected: Vec<Variant>, args: &LabArgs) -> V
             "tcpstall: note: {} left out: the peer's system has no TCP_DELACK_MAX_US to cap",
             names.join(", ")
         );
+    }
+    kept
+}
+
+/// Without the `route-*` rows that cannot run here, each said on stderr: on loopback (they
+/// would change the host's routes, which the lab never does: they need `--rtt`'s namespaces),
+/// on the side a `--peer` stack plays (it has no kernel route), and the `route-delack-max`
+/// rows before Linux 6.7 (`rto_min` caps the delayed ACK since then).
+fn route_rows_where_possible(
+    selected: Vec<Variant>,
+    settings: &mut RunSettings,
+    kernel: &KernelFacts,
+    args: &LabArgs,
+) -> Vec<Variant> {
+    settings.route_rto_min = runner::lab_route_rto_min(kernel);
+    let peer_side = args.peer.map(|_| match args.peer_side {
+        crate::peer::PeerSide::Client => crate::Side::Client,
+        crate::peer::PeerSide::Server => crate::Side::Server,
+    });
+    let why_not = |v: &Variant| {
+        let fix = v.route_fix?;
+        if args.rtt.is_none() {
+            Some(
+                "they change a route, and the lab changes routes only in its own namespaces \
+                  (--rtt, as root), never the host's"
+                    .to_string(),
+            )
+        } else if peer_side == Some(fix.side) {
+            Some("the peer's user-space stack has no kernel route to change".to_string())
+        } else if fix.lever == scenarios::RouteLever::DelackMax && settings.route_rto_min.is_none()
+        {
+            Some(format!(
+                "this kernel ({}) does not cap the delayed ACK by a route's rto_min (Linux 6.7 \
+                 or later)",
+                kernel.release
+            ))
+        } else {
+            None
+        }
+    };
+    let mut reasons: Vec<(String, Vec<String>)> = Vec::new();
+    let mut kept = Vec::new();
+    for v in selected {
+        match why_not(&v) {
+            None => kept.push(v),
+            Some(reason) => {
+                let name = format!("{}/{}", v.scenario.name(), v.name_in_run(settings.size));
+                match reasons.iter_mut().find(|(r, _)| *r == reason) {
+                    Some((_, names)) => names.push(name),
+                    None => reasons.push((reason, vec![name])),
+                }
+            }
+        }
+    }
+    for (reason, names) in reasons {
+        eprintln!("tcpstall: note: {} left out: {reason}", names.join(", "));
     }
     kept
 }

@@ -68,6 +68,21 @@ pub struct NetNs {
 }
 
 impl NetNs {
+    /// The network namespace of the file at `path` (`/run/netns/NAME`, `/proc/PID/ns/net`),
+    /// called `name` in messages.
+    pub fn open(name: &str, path: &str) -> io::Result<NetNs> {
+        let fd = File::open(path)?;
+        Ok(NetNs {
+            name: name.to_string(),
+            fd: Arc::new(OwnedFd::from(fd)),
+        })
+    }
+
+    /// The namespace's inode: with the device, what tells two namespaces apart while they live.
+    pub fn inode(&self) -> io::Result<u64> {
+        Ok(nix::sys::stat::fstat(self.fd.as_fd())?.st_ino)
+    }
+
     /// Its name under /run/netns.
     pub fn name(&self) -> &str {
         &self.name
@@ -411,12 +426,8 @@ fn create_namespace(
         registry: registry.clone(),
     });
     added.with_context(|| format!("cannot create network namespace {name}"))?;
-    let fd = File::open(format!("/run/netns/{name}"))
-        .with_context(|| format!("cannot open /run/netns/{name}"))?;
-    Ok(NetNs {
-        name: name.to_string(),
-        fd: Arc::new(OwnedFd::from(fd)),
-    })
+    NetNs::open(name, &format!("/run/netns/{name}"))
+        .with_context(|| format!("cannot open /run/netns/{name}"))
 }
 
 /// Deletes a namespace the lab created; quiet when it is already gone.

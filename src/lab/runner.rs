@@ -47,6 +47,46 @@ pub(crate) struct RunSettings {
     pub delack_cap: Option<Duration>,
     /// `lab --peer`: a user-space stack plays one end of every row.
     pub peer: Option<std::sync::Arc<crate::peer::Peer>>,
+    /// The `rto_min` the `route-delack-max` rows put on a route ([`lab_route_rto_min`]);
+    /// `None` when the kernel does not cap the delayed ACK by it, and those rows are left out.
+    pub route_rto_min: Option<Duration>,
+}
+
+/// The `rto_min` the `route-delack-max` rows set: the smallest `fix --route --delack-max`
+/// takes, the first millisecond over one jiffy; `None` before Linux 6.7, where `rto_min` does
+/// not cap the delayed ACK (`tcp_delack_max`).
+pub(crate) fn lab_route_rto_min(kernel: &crate::kernel::KernelFacts) -> Option<Duration> {
+    let since = crate::tcp_rules::DELACK_FOLLOWS_RTO_MIN_SINCE;
+    (kernel.release_at_least(since) != Some(false)).then(|| {
+        let hz = kernel.hz.unwrap_or(100);
+        Duration::from_millis(crate::tcp_rules::route_rto_min_floor_ms(hz).into())
+    })
+}
+
+/// Puts the row's route metric on the ACKing side's route to its peer, in the lab's own
+/// namespace, until the returned guard is dropped; `None` for other rows. The rows reach
+/// here only over the lab's path (`--rtt`): the host's routes are never changed.
+fn route_fix_on(
+    variant: &Variant,
+    settings: &RunSettings,
+) -> anyhow::Result<Option<crate::route::RouteOverride>> {
+    use crate::lab::scenarios::RouteLever;
+    use crate::route::{RouteChange, RouteOverride};
+    let (Some(fix), Some(path)) = (variant.route_fix, settings.path.as_ref()) else {
+        return Ok(None);
+    };
+    let (namespace, peer) = match fix.side {
+        Side::Client => (&path.client, path.server_addr),
+        Side::Server => (&path.server, super::path::CLIENT_ADDR),
+    };
+    let change = match (fix.lever, settings.route_rto_min) {
+        (RouteLever::QuickAck, _) => RouteChange::QuickAck,
+        (RouteLever::DelackMax, Some(rto_min)) => RouteChange::DelackMax(rto_min),
+        (RouteLever::DelackMax, None) => anyhow::bail!(
+            "this kernel does not cap the delayed ACK by a route's rto_min (Linux 6.7 or later)"
+        ),
+    };
+    RouteOverride::set(namespace, peer.into(), change).map(Some)
 }
 
 /// The cap the `delack-max` rows set: the smallest this kernel accepts (probed on a scratch
@@ -193,6 +233,7 @@ pub(crate) fn run_variant(
         namespace: path.map(|p| p.client.clone()),
         ..ClientConfig::default()
     };
+    let _route = route_fix_on(variant, settings)?;
     let corking_before = autocorking_count(path);
     let row = RowContext {
         variant,
@@ -232,6 +273,11 @@ pub(crate) fn run_variant(
     let mut explanation = Explanation::of(variant, geometry).to_string();
     if let (Some(_), Some(max)) = (variant.delack_cap, settings.delack_cap) {
         explanation = format!("{explanation}; cap {} ms on this kernel", max.as_millis());
+    }
+    let route_capped = variant.route_fix.map(|fix| fix.lever)
+        == Some(crate::lab::scenarios::RouteLever::DelackMax);
+    if let (true, Some(rto_min)) = (route_capped, settings.route_rto_min) {
+        explanation = format!("{explanation}; rto_min {} ms here", rto_min.as_millis());
     }
     if path.is_some() {
         explanation = format!("{explanation}; {}", PathNote::of(variant, &expected));

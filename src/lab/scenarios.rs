@@ -119,6 +119,24 @@ pub(crate) enum RowName {
     Paused(&'static str),
 }
 
+/// Which host-wide lever a `route-*` row pulls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RouteLever {
+    /// `quickack 1` (RTAX_QUICKACK).
+    QuickAck,
+    /// A locked `rto_min` just over one jiffy, which caps the delayed ACK (6.7+).
+    DelackMax,
+}
+
+/// A route metric set for a row on the side that ACKs the writer's first part.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RouteFix {
+    /// The side whose namespace's route to its peer carries the metric.
+    pub side: Side,
+    /// The metric.
+    pub lever: RouteLever,
+}
+
 /// One row of the catalogue.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Variant {
@@ -146,6 +164,9 @@ pub(crate) struct Variant {
     /// [`RunSettings::delack_cap`](super::runner::RunSettings::delack_cap): the side that ACKs
     /// the writer's first part.
     pub delack_cap: Option<Side>,
+    /// The route metric the ACKing side's namespace puts on its route to the writer for the
+    /// row (what `tcpstall fix --route` sets); only over the lab's own namespaces (`--rtt`).
+    pub route_fix: Option<RouteFix>,
     /// Connection reuse.
     pub connections: ConnectionMode,
     /// Payload size (echo line, HTTP body, memcached value, stream write), in bytes.
@@ -181,6 +202,15 @@ impl Variant {
         self.name_with(size.unwrap_or(self.size))
     }
 
+    /// Whether the side that ACKs the writer's first part caps its delayed ACK, on its socket
+    /// (`delack-max` rows) or through its route's `rto_min` (`route-delack-max` rows).
+    pub fn caps_delayed_ack(&self) -> bool {
+        self.delack_cap.is_some()
+            || self
+                .route_fix
+                .is_some_and(|fix| fix.lever == RouteLever::DelackMax)
+    }
+
     /// Whether the client writes a new connection for every request.
     pub fn per_request(&self) -> bool {
         self.connections == ConnectionMode::PerRequest
@@ -209,6 +239,7 @@ const ECHO: Variant = Variant {
     server_quickack: false,
     listener_quickack: None,
     delack_cap: None,
+    route_fix: None,
     connections: ConnectionMode::KeepAlive,
     size: 13,
     pause_ms: 0,
@@ -306,6 +337,25 @@ pub(crate) const CATALOGUE: &[Variant] = &[
         why: Why::DelackCap,
         ..ECHO
     },
+    // The host's levers, on the server's route to the client (its namespace under --rtt).
+    Variant {
+        name: RowName::Fixed("route-quickack"),
+        route_fix: Some(RouteFix {
+            side: Side::Server,
+            lever: RouteLever::QuickAck,
+        }),
+        why: Why::RouteQuickack,
+        ..ECHO
+    },
+    Variant {
+        name: RowName::Fixed("route-delack-max"),
+        route_fix: Some(RouteFix {
+            side: Side::Server,
+            lever: RouteLever::DelackMax,
+        }),
+        why: Why::RouteDelackCap,
+        ..ECHO
+    },
     Variant {
         name: RowName::Fixed("short"),
         connections: ConnectionMode::PerRequest,
@@ -334,6 +384,24 @@ pub(crate) const CATALOGUE: &[Variant] = &[
         name: RowName::Fixed("delack-max"),
         delack_cap: Some(Side::Client),
         why: Why::DelackCap,
+        ..HTTP
+    },
+    Variant {
+        name: RowName::Fixed("route-quickack"),
+        route_fix: Some(RouteFix {
+            side: Side::Client,
+            lever: RouteLever::QuickAck,
+        }),
+        why: Why::RouteQuickack,
+        ..HTTP
+    },
+    Variant {
+        name: RowName::Fixed("route-delack-max"),
+        route_fix: Some(RouteFix {
+            side: Side::Client,
+            lever: RouteLever::DelackMax,
+        }),
+        why: Why::RouteDelackCap,
         ..HTTP
     },
     Variant {
@@ -376,6 +444,28 @@ pub(crate) const CATALOGUE: &[Variant] = &[
         delack_cap: Some(Side::Client),
         expected: Expectation::NoStall,
         why: Why::DelackCap,
+        ..MEMCACHED
+    },
+    Variant {
+        name: RowName::Sized("route-quickack"),
+        size: 1400,
+        route_fix: Some(RouteFix {
+            side: Side::Client,
+            lever: RouteLever::QuickAck,
+        }),
+        expected: Expectation::NoStall,
+        why: Why::RouteQuickack,
+        ..MEMCACHED
+    },
+    Variant {
+        name: RowName::Sized("route-delack-max"),
+        size: 1400,
+        route_fix: Some(RouteFix {
+            side: Side::Client,
+            lever: RouteLever::DelackMax,
+        }),
+        expected: Expectation::NoStall,
+        why: Why::RouteDelackCap,
         ..MEMCACHED
     },
     Variant {

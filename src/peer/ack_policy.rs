@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use super::profile::{AckTimer, StackRules};
+use crate::tcp_rules;
 
 /// A connection as the peer sees it: (local port, remote port).
 pub type FlowKey = (u16, u16);
@@ -71,9 +72,8 @@ pub struct AckPolicy {
     flows: HashMap<FlowKey, FlowAcks>,
 }
 
-/// RFC 1122's smallest MSS: the receiver's MSS estimate before a larger segment arrives
-/// (Linux starts `rcv_mss` at `TCP_MSS_DEFAULT` 536 too).
-const INITIAL_RCV_MSS: usize = 536;
+/// The receiver's MSS estimate before a larger segment arrives.
+const INITIAL_RCV_MSS: usize = tcp_rules::MSS_DEFAULT as usize;
 
 impl AckPolicy {
     /// A policy following `rules`.
@@ -148,7 +148,8 @@ impl AckPolicy {
         let by_count = rules
             .ack_every_segments
             .is_some_and(|n| state.unacked_segments >= n);
-        let by_bytes = rules.ack_over_one_mss && state.unacked_bytes > state.rcv_mss;
+        let by_bytes = rules.ack_over_one_mss
+            && tcp_rules::acks_at_once(state.unacked_bytes as u64, state.rcv_mss as u64);
         let quick = state.quick_left > 0 && !state.ping_pong;
         if by_count || by_bytes || quick {
             state.ack_sent();

@@ -8,7 +8,7 @@ use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::{Arc, Mutex};
 
 use crate::capture::live::{
-    CaptureOptions, LiveCapture, OpenError, PacketSocket, PortFilter, SegmentConsumer,
+    CaptureOptions, Finished, LiveCapture, OpenError, PacketSocket, PortFilter, SegmentConsumer,
 };
 use crate::decode::Segment;
 use crate::detect::{Analysis, Detector, DetectorConfig};
@@ -137,15 +137,27 @@ impl OwnCapture {
 
     /// Waits for the connections' last FINs (bounded), then hands over what was seen.
     pub fn finish(self) -> anyhow::Result<Captured> {
-        let finished = self.capture.finish()?;
+        let interface = self.interface;
+        Ok(Self::hand_over(self.capture.finish()?, interface))
+    }
+
+    /// Stops now, once the packets already queued are read, without waiting for FINs (a
+    /// connection abandoned on a timeout may never get the server's), and hands over what
+    /// was seen.
+    pub fn stop(self) -> anyhow::Result<Captured> {
+        let interface = self.interface;
+        Ok(Self::hand_over(self.capture.stop()?, interface))
+    }
+
+    fn hand_over(finished: Finished<Recorder>, interface: String) -> Captured {
         let recorder = finished.consumer;
-        Ok(Captured {
+        Captured {
             analysis: recorder.detector.finish(),
             segments: recorder.segments,
             raw: recorder.raw.into(),
-            interface: self.interface,
+            interface,
             dropped: finished.summary.dropped,
-        })
+        }
     }
 }
 

@@ -80,6 +80,10 @@ pub struct RunLog {
     pub connections: Vec<Connection>,
     /// What ended a connection's share early, one line each.
     pub errors: Vec<String>,
+    /// Answers after which the server closed the connection (the next request, if any,
+    /// needed a new one): connections the probe opened itself, one per `--connections`,
+    /// are not counted.
+    pub closed_by_server: usize,
 }
 
 impl RunLog {
@@ -96,6 +100,7 @@ impl RunLog {
         self.turns.extend(other.turns);
         self.connections.extend(other.connections);
         self.errors.extend(other.errors);
+        self.closed_by_server += other.closed_by_server;
     }
 }
 
@@ -182,6 +187,7 @@ fn worker(
                     done += usize::from(!setup);
                     if close {
                         closed = true;
+                        log.closed_by_server += 1;
                         break;
                     }
                 }
@@ -402,7 +408,7 @@ impl Write for Stream {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self {
             Stream::Plain(socket) => socket.write(buf),
-            Stream::Tls(tls) => tls.write(buf),
+            Stream::Tls(tls) => tls::write_carrying_handshake(tls, buf),
         }
     }
 

@@ -87,6 +87,33 @@ pub struct Confirmation {
     pub confirmed: Option<bool>,
     /// Why `confirmed` is `None`, when it is.
     pub undecided: Option<String>,
+    /// What the re-run did test, when the hold is out of its reach.
+    pub tested: Option<String>,
+    /// What it could not test: the hop it cannot reach.
+    pub untested: Option<String>,
+}
+
+impl Confirmation {
+    /// The hold sits on `hop`, behind the server, where the probe's remedies cannot reach: the
+    /// re-run tested that our delayed ACK is not what the answer waits for, and cannot tell
+    /// whether the fix there works, so it neither confirms nor refutes.
+    pub fn out_of_reach(&mut self, hop: &str) {
+        let what = match self.remedy {
+            Remedy::QuickAck => "whether the answer waits for our delayed ACK",
+            Remedy::NoDelay => "whether our own request's hold explains the wait",
+        };
+        self.tested = Some(format!(
+            "{what}: with {} {} of {} requests still waited, so it does not",
+            self.remedy.describe(),
+            self.slow.max(self.stalls),
+            self.requests
+        ));
+        self.untested = Some(format!(
+            "{hop}: a client cannot change when that hop ACKs; apply a fix there and probe again"
+        ));
+        self.undecided = Some(format!("the hold is behind the server, on {hop}"));
+        self.confirmed = None;
+    }
 }
 
 /// What the re-run measured.
@@ -148,6 +175,8 @@ pub fn judge(
             .is_none()
             .then_some(same <= tolerated_stalls && slow <= noise),
         undecided,
+        tested: None,
+        untested: None,
     }
 }
 

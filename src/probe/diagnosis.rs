@@ -9,6 +9,7 @@ use crate::tcp_rules;
 use super::capture::{Captured, WireSegment};
 use super::client::RunLog;
 use super::stalls::{Stall, StallCounts};
+use super::upstream::Upstream;
 
 /// Most segments shown for one stalled turn.
 const EVIDENCE_LINES: usize = 12;
@@ -43,6 +44,38 @@ pub struct EvidenceLine {
     pub what: String,
 }
 
+/// Who to change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Culprit {
+    /// The probe's own request pattern.
+    Client,
+    /// The server at the far end of the probe's connection.
+    Server,
+    /// A connection behind the server (a proxy's to its application server): its writer's
+    /// hold waits for the proxy's delayed ACK, out of the probe's reach.
+    Upstream,
+}
+
+impl Culprit {
+    /// Stable name in the JSON output.
+    pub fn name(self) -> &'static str {
+        match self {
+            Culprit::Client => "client",
+            Culprit::Server => "server",
+            Culprit::Upstream => "upstream",
+        }
+    }
+}
+
+impl From<Side> for Culprit {
+    fn from(side: Side) -> Culprit {
+        match side {
+            Side::Client => Culprit::Client,
+            Side::Server => Culprit::Server,
+        }
+    }
+}
+
 /// The diagnosis of a run.
 #[derive(Debug, Clone)]
 pub struct Diagnosis {
@@ -52,8 +85,8 @@ pub struct Diagnosis {
     pub counts: StallCounts,
     /// The pattern that explains the run: the latest stall of the commonest kind and side.
     pub example: Option<Stall>,
-    /// The side that holds the write; `None` when clean or when the network is to blame.
-    pub culprit: Option<Side>,
+    /// Who holds the write; `None` when clean or when the network is to blame.
+    pub culprit: Option<Culprit>,
     /// One sentence naming the pattern.
     pub explanation: Option<String>,
     /// The stalled turn, segment by segment.
@@ -62,16 +95,29 @@ pub struct Diagnosis {
     pub hop: Option<String>,
     /// What to change, best first.
     pub advice: Vec<String>,
+    /// The stall behind the server, when the run points there.
+    pub upstream: Option<Upstream>,
 }
 
 impl Diagnosis {
     /// `clean` or `stall`.
     pub fn verdict(&self) -> &'static str {
-        if self.counts.stalls() > 0 {
+        if self.counts.stalls() > 0 || self.upstream.is_some() {
             "stall"
         } else {
             "clean"
         }
+    }
+
+    /// Puts the blame behind the server: the culprit, the explanation, the hop and the advice
+    /// all say so (an own-connection stall the detector named stays counted and shown as the
+    /// evidence of how the answer reached us).
+    pub fn blame_upstream(&mut self, upstream: Upstream) {
+        self.culprit = Some(Culprit::Upstream);
+        self.explanation = Some(upstream.explain(self.counts.stalls() > 0));
+        self.hop = Some(upstream.hop());
+        self.advice = upstream.advice();
+        self.upstream = Some(upstream);
     }
 }
 
@@ -85,7 +131,10 @@ pub fn diagnose(
 ) -> Diagnosis {
     let counts = StallCounts::of(&stalls);
     let example = dominant(&stalls);
-    let culprit = example.as_ref().and_then(|s| culprit_of(s.kind, s.held));
+    let culprit = example
+        .as_ref()
+        .and_then(|s| culprit_of(s.kind, s.held))
+        .map(Culprit::from);
     let explanation = example.as_ref().map(|s| match &s.event {
         Some(event) => explain(event),
         None => explain_from_socket(s),
@@ -107,7 +156,7 @@ pub fn diagnose(
     };
     let advice = example
         .as_ref()
-        .map(|s| fixes(s.kind, s.held, s.event.as_ref().and_then(|e| e.peer_stack)))
+        .map(|s| fixes(s.kind, s.held, s.event.as_ref()))
         .unwrap_or_default();
     Diagnosis {
         source,
@@ -118,6 +167,7 @@ pub fn diagnose(
         evidence,
         hop,
         advice,
+        upstream: None,
     }
 }
 

@@ -22,6 +22,7 @@ pub mod socket;
 pub mod stalls;
 pub mod target;
 pub mod tls;
+pub mod upstream;
 
 use std::io::Write as _;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -38,6 +39,7 @@ use self::diagnosis::{Diagnosis, Source};
 use self::dialogue::{Dialogue, Shape};
 use self::socket::SocketMode;
 use self::target::Target;
+use self::upstream::Upstream;
 use crate::lab::measure::LatencySummary;
 use crate::report;
 use crate::Outcome;
@@ -178,8 +180,20 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
         mode: SocketMode::default(),
     };
     let requests = args.requests as usize;
-    let (log, stalls, source, captured) =
-        observed_run(&plan, &dialogue, requests, usize::from(args.connections));
+    // The hops behind a server on this host are watched while the requests run.
+    let proxy = upstream::listener_owner(plan.addrs[0]);
+    let hops = proxy
+        .as_ref()
+        .map_err(Clone::clone)
+        .and_then(upstream::HopWatch::start);
+    let Observed {
+        log,
+        stalls,
+        outside,
+        source,
+        captured,
+    } = observed_run(&plan, &dialogue, requests, usize::from(args.connections));
+    let hops = hops.and_then(|watch| watch.finish(&log));
     let answered = log.requests().count();
     if answered == 0 {
         let first = log
@@ -189,17 +203,20 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
             .unwrap_or_else(|| "no request was answered".to_string());
         return Err(anyhow!("probe of {}: {first}", target.display()));
     }
-    let diagnosis = diagnosis::diagnose(stalls, &log, source, captured.as_ref());
-    let mut diagnosis = diagnosis;
-    let confirmation = diagnosis.example.as_ref().and_then(|example| {
-        let remedy = Remedy::for_stall(example)?;
-        Some(confirm_with(
-            &plan, &dialogue, &log, example, remedy, max_time,
-        ))
-    });
-    if let Some(hop) = confirmation.as_ref().and_then(held_behind_the_server) {
-        diagnosis.hop = Some(hop);
-    }
+    let mut diagnosis = diagnosis::diagnose(stalls, &log, source, captured.as_ref());
+    let jiffy = upstream::jiffy();
+    let (confirmation, remarks) = confirm_and_place(
+        &plan,
+        &dialogue,
+        &log,
+        Behind {
+            proxy: proxy.ok(),
+            hops,
+            jiffy,
+        },
+        &mut diagnosis,
+        max_time,
+    );
     let ladder = diagnosis
         .example
         .as_ref()
@@ -210,7 +227,11 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
         .requests()
         .map(|t| t.latency.as_secs_f64() * 1e3)
         .collect();
-    let report = assemble(&target, requests, &log, diagnosis, confirmation);
+    let mut report = assemble(&target, requests, &log, diagnosis, confirmation, jiffy);
+    if let Some(note) = outside_note(&outside, &log) {
+        report.notes.insert(0, note);
+    }
+    report.notes.extend(remarks);
     let text = if args.json {
         report::probe::json(&report)
     } else {
@@ -247,11 +268,111 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
             requests
         ));
     }
-    Ok(if report.diagnosis.counts.stalls() > 0 {
+    Ok(if report.diagnosis.verdict() == "stall" {
         Outcome::StallsFound
     } else {
         Outcome::Done
     })
+}
+
+/// What is known of the hops behind the server before the diagnosis places the hold.
+struct Behind {
+    /// The owner of the target's listening socket, when it is on this host.
+    proxy: Option<upstream::Process>,
+    /// The capture of the proxy's connections, or why there is none.
+    hops: Result<upstream::HopCapture, String>,
+    /// The running kernel's tick.
+    jiffy: Duration,
+}
+
+/// Runs the confirmation the diagnosis calls for and decides whether the hold sits behind the
+/// server: the latencies shaped like a delayed-ACK timer, or a hold seen on the proxy's
+/// connection upstream, that our own remedy did not remove. Returns the confirmation and the
+/// remarks for the notes.
+fn confirm_and_place(
+    plan: &Plan,
+    dialogue: &Dialogue,
+    log: &RunLog,
+    seen: Behind,
+    diagnosis: &mut Diagnosis,
+    max_time: Duration,
+) -> (Option<Confirmation>, Vec<String>) {
+    let latencies: Vec<Duration> = log.requests().map(|t| t.latency).collect();
+    let hops = seen.hops;
+    let behind = Upstream {
+        timer: upstream::timer_mode(&latencies, upstream::round_trip(log), seen.jiffy),
+        held: hops
+            .as_ref()
+            .ok()
+            .and_then(|h| upstream::held_behind(h, log)),
+        proxy: seen.proxy,
+        unwatched: match &hops {
+            Ok(_) => Some(
+                "no held write seen on the proxy's connections through this host's interfaces"
+                    .to_string(),
+            ),
+            Err(why) => Some(why.clone()),
+        },
+    };
+    let suspect_upstream = behind.timer.is_some() || behind.held.is_some();
+    // Without a stall of its own, a run shaped like a timer is re-run with our ACKs at once
+    // too: what that can test (that our delayed ACK is not what the answer waits for) is said.
+    let upstream_example = || stalls::Stall {
+        kind: crate::detect::StallKind::NagleDelayedAck,
+        held: crate::flow::Side::Server,
+        delay_ns: behind.delay_ms().map_or(0, |ms| (ms * 1e6) as u64),
+        local_port: 0,
+        ts_ns: 0,
+        event: None,
+    };
+    let mut confirmation = match &diagnosis.example {
+        Some(example) => Remedy::for_stall(example)
+            .map(|remedy| confirm_with(plan, dialogue, log, example, remedy, max_time)),
+        None if suspect_upstream => Some(confirm_with(
+            plan,
+            dialogue,
+            log,
+            &upstream_example(),
+            Remedy::QuickAck,
+            max_time,
+        )),
+        None => None,
+    };
+    let stayed = confirmation
+        .as_ref()
+        .is_some_and(|c| c.confirmed == Some(false));
+    let mut remarks = Vec::new();
+    if suspect_upstream && stayed {
+        if let Some(conf) = confirmation.as_mut() {
+            conf.out_of_reach(&behind.hop_name());
+        }
+        diagnosis.blame_upstream(behind);
+    } else {
+        if diagnosis.example.is_none() {
+            if let Some(conf) = confirmation.take() {
+                // Our ACKs at once removed the wait (or the re-run could not tell): not a
+                // hold behind the server, and none this connection's evidence names.
+                remarks.push(format!(
+                    "requests waited in a delayed-ACK timer's shape, but a re-run with {} \
+                     {}: the wait is not placed behind the server; something on this \
+                     connection that the evidence does not name as a hold may wait for our \
+                     delayed ACK",
+                    conf.remedy.describe(),
+                    match conf.confirmed {
+                        Some(true) => "removed it".to_string(),
+                        _ => format!(
+                            "could not tell ({})",
+                            conf.undecided.as_deref().unwrap_or("no answer")
+                        ),
+                    }
+                ));
+            }
+        }
+        if let Some(hop) = confirmation.as_ref().and_then(held_behind_the_server) {
+            diagnosis.hop = Some(hop);
+        }
+    }
+    (confirmation, remarks)
 }
 
 /// Re-runs a few requests with `remedy` on a fresh connection and judges whether the stall of
@@ -269,16 +390,26 @@ fn confirm_with(
         deadline: Instant::now() + max_time,
         ..plan.clone()
     };
-    let (rerun, stalls, source, _) = observed_run(&plan, dialogue, confirm::REQUESTS, 1);
+    let Observed {
+        log: rerun,
+        stalls,
+        source,
+        ..
+    } = observed_run(&plan, dialogue, confirm::REQUESTS, 1);
     let latencies: Vec<Duration> = rerun.requests().map(|t| t.latency).collect();
     // The quickest request of either run: the path and the server's own time, no timer (a new
-    // connection's first request is never held).
-    let baseline = first
+    // connection's first request is never held at this end); the round trip when even it
+    // waited (held behind the server, where the first request may wait too).
+    let both: Vec<Duration> = first
         .requests()
         .chain(rerun.requests())
         .map(|t| t.latency)
-        .min()
-        .unwrap_or_default();
+        .collect();
+    let round_trip = [first, &rerun]
+        .into_iter()
+        .filter_map(upstream::round_trip)
+        .min();
+    let baseline = upstream::baseline(&both, round_trip).map_or(Duration::ZERO, |(b, _)| b);
     confirm::judge(
         remedy,
         example,
@@ -320,13 +451,19 @@ fn resolve(target: &Target) -> anyhow::Result<Vec<SocketAddr>> {
     Ok(addrs)
 }
 
+/// What one watched run gives.
+struct Observed {
+    log: RunLog,
+    /// Stalls inside the timed requests: the verdict's.
+    stalls: Vec<stalls::Stall>,
+    /// Stalls outside them (TLS handshake, setup exchange, close): left out of the verdict.
+    outside: Vec<stalls::Stall>,
+    source: Source,
+    captured: Option<Captured>,
+}
+
 /// One run of requests, watched: captured when the probe may, else from its socket.
-fn observed_run(
-    plan: &Plan,
-    dialogue: &Dialogue,
-    requests: usize,
-    connections: usize,
-) -> (RunLog, Vec<stalls::Stall>, Source, Option<Captured>) {
+fn observed_run(plan: &Plan, dialogue: &Dialogue, requests: usize, connections: usize) -> Observed {
     let capture = OwnCapture::start(plan.addrs[0]);
     let log = match &capture {
         Ok(cap) => client::run(plan, dialogue, requests, connections, &|port| {
@@ -334,21 +471,89 @@ fn observed_run(
         }),
         Err(_) => client::run(plan, dialogue, requests, connections, &|_| {}),
     };
-    let reason = match capture.map(OwnCapture::finish) {
-        Ok(Ok(captured)) => {
+    // A connection that ended in an error (a timeout, a reset) may never see the server's
+    // FIN: waiting for it would add the capture's grace period after the timeout, so the
+    // capture stops at once with what the kernel has queued.
+    let ended = |cap: OwnCapture| {
+        if log.errors.is_empty() {
+            cap.finish()
+        } else {
+            cap.stop()
+        }
+    };
+    let captured = match capture.map(ended) {
+        Ok(Ok(captured)) => Ok(captured),
+        Ok(Err(err)) => Err(format!("the capture failed: {err:#}")),
+        Err(NoCapture::NoPermission) => Err("no CAP_NET_RAW to capture its own packets".into()),
+        Err(NoCapture::Failed(why)) => Err(format!("no capture: {why}")),
+    };
+    let (stalls, source, captured) = match captured {
+        Ok(captured) => {
             let stalls = stalls::from_capture(&captured.analysis.events, &log);
             let source = Source::Capture {
                 interface: captured.interface.clone(),
                 dropped: captured.dropped,
             };
-            return (log, stalls, source, Some(captured));
+            (stalls, source, Some(captured))
         }
-        Ok(Err(err)) => format!("the capture failed: {err:#}"),
-        Err(NoCapture::NoPermission) => "no CAP_NET_RAW to capture its own packets".to_string(),
-        Err(NoCapture::Failed(why)) => format!("no capture: {why}"),
+        Err(reason) => (stalls::from_socket(&log), Source::Socket { reason }, None),
     };
-    let stalls = stalls::from_socket(&log);
-    (log, stalls, Source::Socket { reason }, None)
+    let (stalls, outside) = stalls::split_by_request(stalls, &log);
+    Observed {
+        log,
+        stalls,
+        outside,
+        source,
+        captured,
+    }
+}
+
+/// Most stalls outside the timed requests described one by one in the note.
+const OUTSIDE_SHOWN: usize = 3;
+
+/// The note naming the stalls left out of the verdict because no timed request was waiting
+/// on them.
+fn outside_note(outside: &[stalls::Stall], log: &RunLog) -> Option<String> {
+    use self::stalls::Position;
+    let real: Vec<&stalls::Stall> = outside.iter().filter(|s| s.kind.is_stall()).collect();
+    if real.is_empty() {
+        return None;
+    }
+    let described: Vec<String> = real
+        .iter()
+        .take(OUTSIDE_SHOWN)
+        .map(|s| {
+            let when = match stalls::position(s, log) {
+                Position::BeforeRequests => {
+                    "before its connection's first request (TCP or TLS handshake, setup exchange)"
+                }
+                Position::BetweenRequests => "between two requests",
+                Position::AfterRequests | Position::InRequest => {
+                    "after its connection's last answered request (closing)"
+                }
+            };
+            format!(
+                "{}: the {}'s data waited {:.1} ms (local port {}), {when}",
+                s.kind.name(),
+                s.held.name(),
+                s.delay_ns as f64 / 1e6,
+                s.local_port
+            )
+        })
+        .collect();
+    let more = match real.len().saturating_sub(OUTSIDE_SHOWN) {
+        0 => String::new(),
+        n => format!("; and {n} more"),
+    };
+    let count = match real.len() {
+        1 => "1 stall".to_string(),
+        n => format!("{n} stalls"),
+    };
+    Some(format!(
+        "{count} outside the timed requests, left out of the verdict (no request was waiting \
+         on the held write): {}{more}",
+        described.join("; ")
+    ))
 }
 
 /// Gathers the figures of the run into the report.
@@ -358,6 +563,7 @@ fn assemble(
     log: &RunLog,
     diagnosis: Diagnosis,
     confirmation: Option<Confirmation>,
+    jiffy: Duration,
 ) -> ProbeReport {
     let latencies: Vec<Duration> = log.requests().map(|t| t.latency).collect();
     let latency = LatencySummary::of(&latencies);
@@ -385,15 +591,26 @@ fn assemble(
             ));
         }
     }
-    if diagnosis.counts.stalls() == 0 && latency.p50_ms >= crate::lab::measure::STALL_THRESHOLD_MS {
+    let rule = upstream::rule_text(jiffy);
+    if diagnosis.verdict() == "clean" && latency.p50_ms >= crate::lab::measure::STALL_THRESHOLD_MS {
         let whose = if diagnosis.hop.is_some() {
             "the time is spent at or behind the server (see where)"
         } else {
             "the server's own time"
         };
         notes.push(format!(
-            "requests are slow (p50 {:.1} ms) but show no stall on this connection: {whose}",
+            "requests are slow (p50 {:.1} ms) but show no stall on this connection, nor one \
+             behind the server ({rule}): {whose}",
             latency.p50_ms
+        ));
+    }
+    if diagnosis
+        .upstream
+        .as_ref()
+        .is_some_and(|u| u.held.is_none())
+    {
+        notes.push(format!(
+            "the stall behind the server is judged from timing: {rule}"
         ));
     }
     let failed_status: Vec<u16> = log
@@ -408,12 +625,12 @@ fn assemble(
             failed_status.len()
         ));
     }
-    if log.connections.len() > log.requests().count().max(1) / 2 && log.requests().count() > 2 {
+    let answered = log.requests().count();
+    if log.closed_by_server > answered / 2 && answered > 2 {
         notes.push(format!(
-            "the server closed the connection after most answers ({} connections for {} \
-             requests): a new connection starts in quick-ACK mode, so a Nagle stall may not show",
-            log.connections.len(),
-            log.requests().count()
+            "the server closed the connection after most answers ({} of {}): a new \
+             connection starts in quick-ACK mode, so a Nagle stall may not show",
+            log.closed_by_server, answered
         ));
     }
     ProbeReport {

@@ -8,6 +8,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsFd, AsRawFd};
 use std::time::{Duration, Instant};
 
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{self, sockopt, MsgFlags};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
@@ -125,8 +126,8 @@ impl ProbeSocket {
         )
     }
 
-    /// What is left before the deadline, for SO_RCVTIMEO (one system call per read: a timeout
-    /// set once per request would let a reply trickling in byte by byte outlive the deadline).
+    /// What is left before the deadline, looked at before each read (a timeout set once per
+    /// request would let a reply trickling in byte by byte outlive the deadline).
     fn time_left(&self) -> io::Result<Option<Duration>> {
         let Some(deadline) = self.deadline else {
             return Ok(None);
@@ -138,9 +139,33 @@ impl ProbeSocket {
         // A zero timeout would mean "wait for ever".
         Ok(Some(left.max(Duration::from_millis(1))))
     }
+
+    /// Waits until the socket has something to read (data, its end, an error), until the
+    /// deadline at most. poll(2) rather than SO_RCVTIMEO: the kernel keeps the socket's
+    /// timeout on its timer wheel, which ends a 5 s wait as much as 64 jiffies (256 ms at
+    /// HZ=250) late, while poll's high-resolution timer ends it on time.
+    fn wait_readable(&self) -> io::Result<()> {
+        while let Some(left) = self.time_left()? {
+            let ms = i32::try_from(left.as_micros().div_ceil(1000)).unwrap_or(i32::MAX);
+            let timeout = PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX);
+            let mut fds = [PollFd::new(self.stream.as_fd(), PollFlags::POLLIN)];
+            match poll(&mut fds, timeout) {
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "no data before the deadline",
+                    ))
+                }
+                Ok(_) => return Ok(()),
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(err) => return Err(err.into()),
+            }
+        }
+        Ok(())
+    }
 }
 
-/// Timeouts of SO_RCVTIMEO come back as EAGAIN: call them what they are.
+/// Timeouts of SO_SNDTIMEO come back as EAGAIN: call them what they are.
 fn timed_out(err: io::Error) -> io::Error {
     if err.kind() == io::ErrorKind::WouldBlock {
         io::Error::new(io::ErrorKind::TimedOut, "no data before the deadline")
@@ -151,8 +176,7 @@ fn timed_out(err: io::Error) -> io::Error {
 
 impl Read for ProbeSocket {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let left = self.time_left()?;
-        self.stream.set_read_timeout(left)?;
+        self.wait_readable()?;
         let mut cmsg = nix::cmsg_space!(nix::sys::time::TimeSpec);
         let mut iov = [IoSliceMut::new(buf)];
         let msg = loop {
@@ -181,12 +205,9 @@ impl Read for ProbeSocket {
     }
 }
 
-impl Write for ProbeSocket {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        // SO_SNDTIMEO stays what connect set (the per-request timeout): a request's writes
-        // fit the socket's buffer and do not block, so no system call is spent re-arming it.
-        self.time_left()?;
-        let bytes = self.stream.write(buf).map_err(timed_out)?;
+impl ProbeSocket {
+    /// Logs a write of `bytes` that just returned, with what the kernel still holds of it.
+    fn log_write(&mut self, bytes: usize) {
         // A turn's first write is never held by Nagle: the previous reply acknowledged our
         // last request, so nothing small is in flight (`tcp_nagle_check`). TCP_INFO is read
         // only after the later ones, which keeps the measured round trip lean.
@@ -202,6 +223,27 @@ impl Write for ProbeSocket {
             bytes,
             held,
         });
+    }
+}
+
+impl Write for ProbeSocket {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        // SO_SNDTIMEO stays what connect set (the per-request timeout): a request's writes
+        // fit the socket's buffer and do not block, so no system call is spent re-arming it.
+        self.time_left()?;
+        let bytes = self.stream.write(buf).map_err(timed_out)?;
+        self.log_write(bytes);
+        Ok(bytes)
+    }
+
+    /// One `writev` for all of `bufs`: rustls hands a TLS flight (key exchange, change
+    /// cipher spec, Finished) over as several records at once, and a client writes a flight
+    /// in one call; record by record, Nagle would hold the later records of our own
+    /// handshake until the server's delayed ACK.
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        self.time_left()?;
+        let bytes = self.stream.write_vectored(bufs).map_err(timed_out)?;
+        self.log_write(bytes);
         Ok(bytes)
     }
 

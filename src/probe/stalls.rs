@@ -82,6 +82,56 @@ pub fn from_capture(events: &[StallEvent], log: &RunLog) -> Vec<Stall> {
         .collect()
 }
 
+/// `stalls` split into those inside a timed request's window (its first write to the last
+/// byte of its reply, on the same connection), which make the verdict, and the rest: a hold
+/// in a TLS handshake, a setup exchange or a connection's close is no answer to a request,
+/// so it is never the server's stall; the report names these apart.
+pub fn split_by_request(stalls: Vec<Stall>, log: &RunLog) -> (Vec<Stall>, Vec<Stall>) {
+    stalls
+        .into_iter()
+        .partition(|s| position(s, log) == Position::InRequest)
+}
+
+/// Where a stall falls among the timed requests of its connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Position {
+    /// Inside a timed request's window.
+    InRequest,
+    /// Before the connection's first timed request: its TCP or TLS handshake, a setup
+    /// exchange.
+    BeforeRequests,
+    /// Between two timed requests.
+    BetweenRequests,
+    /// After the connection's last timed request (its close), or on a connection that
+    /// answered none.
+    AfterRequests,
+}
+
+/// Where `stall` falls among the timed requests of its connection in `log`.
+pub fn position(stall: &Stall, log: &RunLog) -> Position {
+    let windows = log.requests().filter(|t| {
+        log.connections
+            .get(t.connection)
+            .is_some_and(|c| c.local_port == stall.local_port)
+    });
+    let (mut before, mut after) = (false, false);
+    for turn in windows {
+        let end = turn
+            .start_ns
+            .saturating_add(u64::try_from(turn.latency.as_nanos()).unwrap_or(u64::MAX));
+        if (turn.start_ns..=end).contains(&stall.ts_ns) {
+            return Position::InRequest;
+        }
+        before |= stall.ts_ns < turn.start_ns;
+        after |= stall.ts_ns > end;
+    }
+    match (before, after) {
+        (true, true) => Position::BetweenRequests,
+        (true, false) => Position::BeforeRequests,
+        _ => Position::AfterRequests,
+    }
+}
+
 /// What the socket alone shows, turn by turn (see [`from_turn`]).
 pub fn from_socket(log: &RunLog) -> Vec<Stall> {
     log.turns
@@ -170,6 +220,50 @@ mod tests {
                 .collect(),
             http_status: None,
         }
+    }
+
+    #[test]
+    fn only_stalls_inside_a_timed_request_make_the_verdict() {
+        use crate::probe::client::Connection;
+        let timed = |start_ns, setup| Turn {
+            start_ns,
+            setup,
+            ..turn(&[(start_ns, None)], &[start_ns + MS], 1)
+        };
+        let log = RunLog {
+            // A setup exchange at 0, timed requests at 100 ms and 200 ms, each 1 ms long.
+            turns: vec![
+                timed(0, true),
+                timed(100 * MS, false),
+                timed(200 * MS, false),
+            ],
+            connections: vec![Connection {
+                local_port: 7,
+                ..Connection::default()
+            }],
+            ..RunLog::default()
+        };
+        let at = |ts_ns, local_port| Stall {
+            kind: StallKind::NagleDelayedAck,
+            held: Side::Client,
+            delay_ns: 43 * MS,
+            local_port,
+            ts_ns,
+            event: None,
+        };
+        let cases = [
+            (at(MS / 2, 7), Position::BeforeRequests), // the handshake or the setup exchange
+            (at(100 * MS + MS / 2, 7), Position::InRequest),
+            (at(150 * MS, 7), Position::BetweenRequests),
+            (at(201 * MS, 7), Position::InRequest), // the window's last instant
+            (at(300 * MS, 7), Position::AfterRequests),
+            (at(100 * MS + MS / 2, 8), Position::AfterRequests), // another connection's time
+        ];
+        for (stall, expected) in &cases {
+            assert_eq!(position(stall, &log), *expected, "{}", stall.ts_ns);
+        }
+        let (inside, outside) = split_by_request(cases.iter().map(|c| c.0.clone()).collect(), &log);
+        assert_eq!((inside.len(), outside.len()), (2, 4));
     }
 
     #[test]

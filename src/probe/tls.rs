@@ -47,7 +47,14 @@ pub fn client_config(insecure: bool) -> anyhow::Result<Arc<ClientConfig>> {
     Ok(Arc::new(config))
 }
 
-/// Runs the TLS handshake with `host` over `socket` (whose deadline bounds it).
+/// Runs the TLS handshake with `host` over `socket` (whose deadline bounds each read).
+///
+/// Each of our flights leaves in one write ([`ProbeSocket`]'s `write_vectored`), and the last
+/// one, made when the server's Finished is read, is left queued for [`write_carrying_handshake`]
+/// to send with the first request. Sent alone, it would still be unacknowledged when the
+/// request follows, and Nagle would hold our own request until the server's delayed ACK of
+/// our Finished (a resumed TLS 1.2 session, TLS 1.3 when the server sends no ticket at once):
+/// a stall of the probe's making, not the server's.
 pub fn handshake(
     config: &Arc<ClientConfig>,
     host: &str,
@@ -58,12 +65,43 @@ pub fn handshake(
         .map_err(|err| anyhow!("{host:?} is not a name TLS can verify: {err}"))?;
     let mut conn = ClientConnection::new(config.clone(), name)
         .map_err(|err| anyhow!("cannot start TLS with {host}: {err}"))?;
+    // Bounded: every read ends by the socket's deadline, and each turn reads or fails.
     while conn.is_handshaking() {
-        if let Err(err) = conn.complete_io(&mut socket) {
+        if let Err(err) = handshake_step(&mut conn, &mut socket) {
+            // The alert rustls queued on a failure tells the server why.
+            let _ = conn.write_tls(&mut socket);
             return Err(describe_failure(host, &err, insecure));
         }
     }
     Ok(rustls::StreamOwned::new(conn, socket))
+}
+
+/// Sends what the handshake has queued, then reads and processes the server's next records.
+fn handshake_step(conn: &mut ClientConnection, socket: &mut ProbeSocket) -> io::Result<()> {
+    while conn.wants_write() {
+        conn.write_tls(socket)?;
+    }
+    if !conn.wants_read() {
+        return Err(io::Error::other("the TLS handshake stopped wanting data"));
+    }
+    if conn.read_tls(socket)? == 0 {
+        return Err(io::ErrorKind::UnexpectedEof.into());
+    }
+    conn.process_new_packets()
+        .map(drop)
+        .map_err(|err| io::Error::new(io::ErrorKind::InvalidData, err))
+}
+
+/// Writes `buf` as application data together with whatever TLS has queued before it (the
+/// handshake's last flight, before the first request), in one write.
+pub fn write_carrying_handshake(tls: &mut TlsStream, buf: &[u8]) -> io::Result<usize> {
+    use std::io::Write as _;
+    // rustls' own stream would send the queued flight first, in a write of its own.
+    let n = tls.conn.writer().write(buf)?;
+    while tls.conn.wants_write() {
+        tls.conn.write_tls(&mut tls.sock)?;
+    }
+    Ok(n)
 }
 
 /// What went wrong in the handshake, with what to do about a certificate.

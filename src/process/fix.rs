@@ -9,7 +9,7 @@
 //! ACK (`TCP_DELACK_MAX_US`), for when the writer that Nagle holds cannot be changed.
 
 use std::io::{BufRead, IsTerminal, Write};
-use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
 use std::time::Duration;
 
@@ -21,6 +21,7 @@ use super::pidfd::{socket_inode, PidFds};
 use super::procfs::TcpState;
 use super::sockets::{inspect_scope, Holder, SocketView};
 use super::AccessError;
+use crate::route::{Namespace, RouteChange, RouteRequest};
 use crate::sockopt;
 use crate::Outcome;
 
@@ -28,7 +29,8 @@ use crate::Outcome;
 #[derive(Args, Debug, Clone)]
 pub struct FixArgs {
     /// Process whose TCP sockets get TCP_NODELAY.
-    pub pid: u32,
+    #[arg(required_unless_present = "route")]
+    pub pid: Option<u32>,
     /// Apply without asking.
     #[arg(long, short = 'y')]
     pub yes: bool,
@@ -46,8 +48,58 @@ pub struct FixArgs {
     pub no_tree: bool,
     /// Instead of TCP_NODELAY, cap the delayed ACK of the process's sockets at DURATION
     /// (TCP_DELACK_MAX_US, e.g. 5ms): for the receiving side when the writer cannot be changed.
+    /// With --route: the route's delayed ACK capped just under DURATION (its rto_min).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub delack_max: Option<Duration>,
+    /// Instead of a process, the host: change the route the kernel uses for DEST (an IP
+    /// address), for every connection it carries (with --quickack or --delack-max, or --undo).
+    #[arg(long, value_name = "DEST", conflicts_with_all = ["pid", "port", "no_tree"])]
+    pub route: Option<IpAddr>,
+    /// With --route: quick ACKs on every connection of the route (`quickack 1`).
+    #[arg(long, requires = "route", conflicts_with = "delack_max")]
+    pub quickack: bool,
+    /// With --route: put the route back as it was before tcpstall changed it.
+    #[arg(long, requires = "route", conflicts_with_all = ["quickack", "delack_max"])]
+    pub undo: bool,
+    /// With --route: the route of network namespace NAME (/run/netns/NAME).
+    #[arg(
+        long,
+        value_name = "NAME",
+        requires = "route",
+        conflicts_with = "netns_of"
+    )]
+    pub netns: Option<String>,
+    /// With --route: the route of the network namespace of process PID (a container's).
+    #[arg(long, value_name = "PID", requires = "route")]
+    pub netns_of: Option<u32>,
+}
+
+/// The `--route` request of `args`, `None` without `--route`.
+fn route_request(args: &FixArgs) -> anyhow::Result<Option<RouteRequest>> {
+    let Some(dest) = args.route else {
+        return Ok(None);
+    };
+    let change = match (args.quickack, args.delack_max, args.undo) {
+        (true, _, _) => RouteChange::QuickAck,
+        (_, Some(max), _) => RouteChange::DelackMax(max),
+        (_, _, true) => RouteChange::Undo,
+        _ => bail!(
+            "--route needs what to change: --quickack, --delack-max DURATION (e.g. 5ms), or --undo"
+        ),
+    };
+    let namespace = match (&args.netns, args.netns_of) {
+        (Some(name), _) => Namespace::Named(name.clone()),
+        (None, Some(pid)) => Namespace::OfPid(pid),
+        (None, None) => Namespace::Own,
+    };
+    Ok(Some(RouteRequest {
+        dest,
+        change,
+        namespace,
+        yes: args.yes,
+        dry_run: args.dry_run,
+        json: args.json,
+    }))
 }
 
 /// `5ms`, `4001us` (or `µs`), `0.008s`: a duration with its unit.
@@ -224,7 +276,12 @@ fn action_for(view: &SocketView, delack: Option<&DelackPlan>) -> Action {
 
 /// Runs `tcpstall fix`.
 pub fn run(args: &FixArgs) -> anyhow::Result<Outcome> {
-    let pid = args.pid;
+    if let Some(request) = route_request(args)? {
+        return crate::route::run(&request);
+    }
+    let pid = args
+        .pid
+        .ok_or_else(|| anyhow::anyhow!("give the PID of the process to fix, or --route DEST"))?;
     let found = inspect_scope(pid, !args.no_tree)?;
     if let Some(missing) = found.missing {
         bail!("{missing}; nothing was changed");
@@ -279,7 +336,8 @@ pub fn run(args: &FixArgs) -> anyhow::Result<Outcome> {
             Some(plan) => format!("cap the delayed ACK at {} µs for", plan.kept_us),
             None => "switch TCP_NODELAY on for".to_string(),
         };
-        if !args.yes && !confirm(pid, &question, to_change)? {
+        let question = format!("{question} {to_change} socket(s) of pid {pid}?");
+        if !args.yes && !confirm(&format!("pid {pid}"), &question)? {
             eprintln!("tcpstall: nothing changed");
         } else {
             apply(&mut report)?;
@@ -296,16 +354,16 @@ pub fn run(args: &FixArgs) -> anyhow::Result<Outcome> {
     Ok(Outcome::Done)
 }
 
-/// Asks on the terminal; refuses without one.
-fn confirm(pid: u32, question: &str, count: usize) -> anyhow::Result<bool> {
+/// Asks `question` on the terminal; refuses without one, naming `target`, which stays as it is.
+pub(crate) fn confirm(target: &str, question: &str) -> anyhow::Result<bool> {
     let stdin = std::io::stdin();
     if !stdin.is_terminal() {
         bail!(
-            "standard input is not a terminal, so fix cannot ask before changing pid {pid}: \
+            "standard input is not a terminal, so fix cannot ask before changing {target}: \
              add --yes to apply, or --dry-run to only show the plan"
         );
     }
-    eprint!("{question} {count} socket(s) of pid {pid}? [y/N] ");
+    eprint!("{question} [y/N] ");
     std::io::stderr().flush()?;
     let mut answer = String::new();
     stdin.lock().read_line(&mut answer)?;

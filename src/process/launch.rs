@@ -4,7 +4,7 @@
 
 use std::os::fd::AsRawFd;
 
-use anyhow::{bail, Context};
+use anyhow::{anyhow, bail, Context};
 use nix::errno::Errno;
 use nix::sys::ptrace::{self, Options};
 use nix::sys::signal::{self, SigAction, Signal};
@@ -19,23 +19,64 @@ pub(crate) fn nix_io(err: Errno) -> std::io::Error {
     std::io::Error::from_raw_os_error(err as i32)
 }
 
+/// The search path execvp uses when PATH is unset (glibc's `confstr(_CS_PATH)`).
+const DEFAULT_PATH: &str = "/bin:/usr/bin";
+
 /// Finds `program` the way execvp will, so that a missing one is reported before the child
-/// starts (once the filter is in, the child could not report a failed exec).
-fn find_program(program: &str) -> Option<std::path::PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
-    let runnable = |p: &std::path::Path| {
-        p.metadata()
-            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-            .unwrap_or(false)
-    };
+/// starts (once the filter is in, the child could not report a failed exec): a name with a
+/// slash is that path, with no PATH search; a bare name is looked up in PATH. The error says
+/// what is wrong, in words.
+fn find_program(program: &str) -> Result<std::path::PathBuf, String> {
     if program.contains('/') {
         let path = std::path::PathBuf::from(program);
-        return runnable(&path).then_some(path);
+        return runnable(&path).map(|()| path);
     }
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
+    let search = std::env::var_os("PATH").unwrap_or_else(|| DEFAULT_PATH.into());
+    let candidates: Vec<std::path::PathBuf> = std::env::split_paths(&search)
         .map(|dir| dir.join(program))
-        .find(|p| runnable(p))
+        .collect();
+    if let Some(found) = candidates.iter().find(|p| runnable(p).is_ok()) {
+        return Ok(found.clone());
+    }
+    // Found but not runnable is worth naming: it is the likelier mistake.
+    if let Some((path, why)) = candidates
+        .iter()
+        .find_map(|p| p.exists().then(|| runnable(p).err().map(|why| (p, why)))?)
+    {
+        return Err(format!("{} (found in PATH) {why}", path.display()));
+    }
+    Err(format!(
+        "no such program in PATH ({}); give its path if it is elsewhere",
+        search.to_string_lossy()
+    ))
+}
+
+/// Whether execve could run the file at `path`, or why not.
+fn runnable(path: &std::path::Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = path.metadata().map_err(|err| match err.kind() {
+        std::io::ErrorKind::NotFound => "no such file".to_string(),
+        std::io::ErrorKind::PermissionDenied => {
+            "permission denied (a directory on the way is not searchable)".to_string()
+        }
+        _ => err.to_string(),
+    })?;
+    if meta.is_dir() {
+        return Err("is a directory".to_string());
+    }
+    if !meta.is_file() {
+        return Err("is not a regular file".to_string());
+    }
+    let mode = meta.permissions().mode();
+    if mode & 0o111 == 0 {
+        return Err(format!(
+            "is not executable (mode {:o}; chmod +x it)",
+            mode & 0o7777
+        ));
+    }
+    // The execute bits may be someone else's: ask the kernel as execve will.
+    nix::unistd::access(path, nix::unistd::AccessFlags::X_OK)
+        .map_err(|err| format!("permission denied ({err})"))
 }
 
 /// Where the child failed before its program ran, as it reports through the pipe.
@@ -59,9 +100,7 @@ pub(crate) fn start_seized(command: &[String], guard: &SignalGuard) -> anyhow::R
     let Some(program) = command.first() else {
         bail!("no command given: use `tcpstall trace -- CMD ARGS` or `tcpstall trace -p PID`");
     };
-    let path = find_program(program).with_context(|| {
-        format!("cannot run {program:?}: not found or not executable (PATH searched)")
-    })?;
+    let path = find_program(program).map_err(|why| anyhow!("cannot run {program:?}: {why}"))?;
     // Everything the child touches is made before fork: it may not allocate after it.
     let c_path = CString::new(path.as_os_str().as_bytes())
         .with_context(|| format!("cannot run {program:?}: the path holds a NUL byte"))?;

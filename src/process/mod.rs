@@ -18,7 +18,7 @@ mod fd_probe;
 mod fd_table;
 mod launch;
 mod pattern;
-mod privilege;
+pub(crate) mod privilege;
 mod seccomp;
 mod signals;
 mod sock_diag;
@@ -27,7 +27,7 @@ mod syscall_info;
 mod syscalls;
 mod tracee_memory;
 mod tracer;
-mod tree;
+pub(crate) mod tree;
 
 /// Why another process's sockets could not be reached. Every message says what is missing.
 #[derive(Debug, thiserror::Error)]

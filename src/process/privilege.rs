@@ -65,6 +65,12 @@ impl Credentials {
     }
 }
 
+/// Capability `cap` (its bit number, include/uapi/linux/capability.h: CAP_NET_ADMIN is 12,
+/// CAP_SYS_ADMIN 21) is in tcpstall's effective set; `None` when /proc does not say.
+pub(crate) fn has_effective_cap(cap: u32) -> Option<bool> {
+    Credentials::mine().map(|me| me.has(cap))
+}
+
 /// CAP_SYS_PTRACE is in tcpstall's effective set.
 pub(crate) fn has_cap_sys_ptrace() -> bool {
     Credentials::mine().is_some_and(|me| me.has(CAP_SYS_PTRACE))

@@ -20,6 +20,7 @@ use crate::detect::verdict::{events_by_flow, explain, fixes, FlowSummary};
 use crate::detect::{Analysis, StallKind};
 use crate::flow::{Span, Timestamp};
 use crate::ladder::Ladder;
+use crate::probe::diagnosis::Culprit;
 
 /// Flows listed in the table (those that lost most time first).
 pub const TABLE_ROWS: usize = 500;
@@ -222,7 +223,7 @@ pub fn analysis_page(a: &Analysis, input: &InputFacts, title: &str) -> anyhow::R
         ),
     };
     if let Some(p) = &main {
-        page.fixes = fixes(p.0, p.1, p.2.peer_stack);
+        page.fixes = fixes(p.0, p.1, Some(p.2));
     }
     let span = a.span_ns.map_or(Span::ZERO, |(f, l)| l.since(f));
     page.facts.push(format!(
@@ -232,11 +233,18 @@ pub fn analysis_page(a: &Analysis, input: &InputFacts, title: &str) -> anyhow::R
         a.flows.len(),
         span.as_secs_f64()
     ));
+    if input.skipped.total() > 0 {
+        page.facts
+            .push(format!("skipped: {}", input.skipped.describe()));
+    }
     let minor = a.counts.get(StallKind::NagleMinor);
     if minor > 0 {
         page.facts.push(format!(
             "{minor} minor Nagle holds released by an ordinary ACK (one RTT each)"
         ));
+    }
+    for unreadable in &input.unreadable {
+        page.facts.push(format!("not in this report: {unreadable}"));
     }
     if let Some(worst) = flows.first().filter(|f| f.worst_stall_ns > Span::ZERO) {
         page.facts.push(format!(
@@ -409,7 +417,7 @@ pub fn probe_page(
     latencies_ms: &[f64],
 ) -> anyhow::Result<Page> {
     let d = &report.diagnosis;
-    let stalled = d.counts.stalls() > 0;
+    let stalled = d.verdict() == "stall";
     let mut page = Page {
         title: format!("tcpstall probe: {}", report.target),
         clean: !stalled,
@@ -420,6 +428,9 @@ pub fn probe_page(
         ..Page::default()
     };
     page.headline = match (&d.explanation, d.culprit) {
+        (Some(why), Some(Culprit::Upstream)) => {
+            format!("stall behind the server (upstream): {why}")
+        }
         (Some(why), Some(culprit)) if stalled => {
             format!(
                 "stall: {} of {} requests; the {} holds: {why}",
@@ -445,7 +456,12 @@ pub fn probe_page(
                 "not confirmed: re-run with the remedy, the stall stayed (p50 {:.2} ms)",
                 c.p50_ms
             ),
-            None => "the confirming re-run could not tell".to_string(),
+            None => match (&c.tested, &c.untested) {
+                (Some(tested), Some(untested)) => {
+                    format!("the confirming re-run tested {tested}; it could not test {untested}")
+                }
+                _ => "the confirming re-run could not tell".to_string(),
+            },
         });
     }
     if let Some(hop) = &d.hop {

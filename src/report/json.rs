@@ -24,6 +24,41 @@ pub struct InputFacts {
     pub warnings: u64,
     /// The outer tunnel of connections that came in one: a flow's `outer`.
     pub outers: crate::decode::OuterByFlow,
+    /// The frames not read as TCP, by reason.
+    pub skipped: crate::capture::skipped::SkippedFrames,
+    /// Files that could not be read, left out of the report (`summary.unreadable`).
+    pub unreadable: Vec<Unreadable>,
+}
+
+/// A capture file that could not be read, and why.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Unreadable {
+    /// The file, as given.
+    pub file: String,
+    /// The reason, with what to check.
+    pub error: String,
+}
+
+impl std::fmt::Display for Unreadable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cannot analyse {}: {}", self.file, self.error)
+    }
+}
+
+/// `summary.skipped`: the frames not read as TCP, by reason.
+fn skipped(s: &crate::capture::skipped::SkippedFrames) -> serde_json::Value {
+    let named = |list: &[(std::borrow::Cow<'static, str>, u64)]| {
+        list.iter()
+            .map(|(what, frames)| json!({"what": what, "frames": frames}))
+            .collect::<Vec<_>>()
+    };
+    json!({
+        "not_tcp": s.not_tcp,
+        "fragments": s.fragments,
+        "undecodable": s.undecodable,
+        "opaque": named(&s.opaque),
+        "unsupported": named(&s.unsupported),
+    })
 }
 
 /// Milliseconds rounded to the microsecond.
@@ -234,7 +269,7 @@ pub fn write_flow(
         buf.extend_from_slice(b",\"explanation\":");
         write_str(buf, &explain(p.example))?;
         buf.extend_from_slice(b",\"fixes\":");
-        serde_json::to_writer(&mut *buf, &fixes(p.kind, p.held_side, p.example.peer_stack))?;
+        serde_json::to_writer(&mut *buf, &fixes(p.kind, p.held_side, Some(p.example)))?;
         buf.push(b'}');
     }
     buf.extend_from_slice(b"]}");
@@ -261,6 +296,8 @@ pub fn write(out: &mut impl Write, a: &Analysis, input: &InputFacts) -> io::Resu
         "warnings": input.warnings,
         "flows_with_capture_gaps": a.flows.iter().filter(|f| f.capture_gaps > 0).count(),
         "files": input.files,
+        "skipped": skipped(&input.skipped),
+        "unreadable": input.unreadable,
     });
     write!(out, "{{\"summary\": {summary},\n\"events\": [")?;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());

@@ -69,7 +69,7 @@ pub(crate) fn write_list(out: &mut impl Write, listing: &Listing) -> io::Result<
             };
             writeln!(
                 out,
-                "  {:<18} {:>7} B {:<8} {rounds}{}",
+                "  {:<21} {:>7} B {:<8} {rounds}{}",
                 v.name, v.size, stall, v.explanation
             )?;
         }
@@ -131,7 +131,7 @@ pub(crate) fn write_table(out: &mut impl Write, report: &LabReport) -> io::Resul
     }
     writeln!(
         out,
-        "{:<10} {:<18} {:>7} {:>5} {:>8} {:>8} {:>8} {:>7} {:<7} {:<8} {:<27} why",
+        "{:<10} {:<21} {:>7} {:>5} {:>8} {:>8} {:>8} {:>7} {:<7} {:<8} {:<27} why",
         "scenario",
         "variant",
         "size B",
@@ -164,7 +164,7 @@ pub(crate) fn write_table(out: &mut impl Write, report: &LabReport) -> io::Resul
         }
         writeln!(
             out,
-            "{:<10} {:<18} {:>7} {:>5} {:>8.2} {:>8.2} {:>8.2} {:>7.2} {:<7} {:<8} {:<27} {why}",
+            "{:<10} {:<21} {:>7} {:>5} {:>8.2} {:>8.2} {:>8.2} {:>7.2} {:<7} {:<8} {:<27} {why}",
             r.scenario,
             r.variant,
             r.size,

@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use serde_json::{json, Value};
 
 use crate::probe::diagnosis::Source;
+use crate::probe::upstream::{Process, Upstream};
 use crate::probe::ProbeReport;
 
 fn round3(x: f64) -> f64 {
@@ -100,6 +101,11 @@ pub fn text(r: &ProbeReport) -> String {
             Some(false) => {
                 "NOT confirmed: the stall stayed, so the diagnosis is in doubt".to_string()
             }
+            None if conf.untested.is_some() => format!(
+                "tested: {}; not tested: {}",
+                conf.tested.as_deref().unwrap_or("-"),
+                conf.untested.as_deref().unwrap_or("-")
+            ),
             None => format!(
                 "undecided: {}",
                 conf.undecided.as_deref().unwrap_or("no answer")
@@ -130,6 +136,40 @@ pub fn text(r: &ProbeReport) -> String {
         let _ = writeln!(out, "error: {err}");
     }
     out
+}
+
+/// The `upstream` object: what was found behind the server.
+fn upstream_json(u: &Upstream) -> Value {
+    let process = |p: &Process| json!({"pid": p.pid, "command": p.command});
+    let held = u.held.as_ref();
+    json!({
+        "proxy": u.proxy.as_ref().map(process),
+        "backend": held.and_then(|h| h.backend.as_ref()).map(|b| json!({
+            "pid": b.process.pid,
+            "command": b.process.command,
+            "nodelay": b.nodelay,
+        })),
+        "address": held.map(|h| h.address.to_string()),
+        "writes": held.map(|h| h.example.writes.clone()),
+        "delay_ms": u.delay_ms().map(round3),
+        "peer_stack": u.peer_stack().map(|s| s.name()),
+        "held_requests": held.map(|h| h.matched),
+        "slow_requests": held.map(|h| h.slow).or(u.timer.as_ref().map(|t| t.slow)),
+        "timer": u.timer.as_ref().map(|t| json!({
+            "name": t.timer.name,
+            "stack": t.timer.stack,
+            "mode_ms": round3(t.mode_ms),
+            "low_ms": round3(t.low_ms),
+            "high_ms": round3(t.high_ms),
+            "quickest_ms": round3(t.quickest_ms),
+            "reference": if t.from_round_trip { "round_trip" } else { "quickest" },
+            "in_mode": t.in_mode,
+            "slow": t.slow,
+            "requests": t.requests,
+        })),
+        "unwatched": if held.is_none() { u.unwatched.as_deref() } else { None },
+        "fix": u.advice(),
+    })
 }
 
 fn source_text(source: &Source) -> String {
@@ -176,8 +216,11 @@ pub fn json(r: &ProbeReport) -> String {
             "slow_requests": conf.slow,
             "p50_ms": round3(conf.p50_ms),
             "undecided": conf.undecided,
+            "tested": conf.tested,
+            "untested": conf.untested,
         })
     });
+    let upstream = d.upstream.as_ref().map(upstream_json);
     let value = json!({
         "target": r.target,
         "requests": r.requests,
@@ -201,6 +244,7 @@ pub fn json(r: &ProbeReport) -> String {
         "explanation": d.explanation,
         "evidence": evidence,
         "hop": d.hop,
+        "upstream": upstream,
         "evidence_source": source,
         "interface": interface,
         "capture_dropped": dropped,

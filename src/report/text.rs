@@ -39,6 +39,18 @@ pub fn summary(a: &Analysis, input: &InputFacts) -> String {
         a.flows.len(),
         span.as_secs_f64()
     );
+    if input.skipped.total() > 0 {
+        let _ = writeln!(out, "skipped: {}", input.skipped.describe());
+    }
+    if a.packets == 0 && input.skipped.may_hold_tcp() > 0 {
+        let _ = writeln!(
+            out,
+            "note: no TCP segment was read, and {} frames that may hold TCP were skipped (the \
+             warnings above say why): capture where the traffic is not encrypted or tunnelled, \
+             e.g. on the host itself",
+            input.skipped.may_hold_tcp()
+        );
+    }
     let minor = a.counts.get(StallKind::NagleMinor);
     let _ = write!(out, "stalls: {}", kinds_line(&a.counts));
     if minor > 0 {
@@ -63,6 +75,9 @@ pub fn summary(a: &Analysis, input: &InputFacts) -> String {
             "warnings: {} about the input (see above)",
             input.warnings
         );
+    }
+    for unreadable in &input.unreadable {
+        let _ = writeln!(out, "not in this report: {unreadable}");
     }
 
     let mut stalled: Vec<&FlowSummary> = a.flows.iter().filter(|f| f.counts.stalls() > 0).collect();
@@ -111,7 +126,7 @@ pub fn summary(a: &Analysis, input: &InputFacts) -> String {
         let events = by_flow.get(&f.id).map(Vec::as_slice).unwrap_or_default();
         for p in patterns(events) {
             let _ = writeln!(out, "  {} x {}", p.count, explain(p.example));
-            for (i, fix) in fixes(p.kind, p.held_side, p.example.peer_stack)
+            for (i, fix) in fixes(p.kind, p.held_side, Some(p.example))
                 .iter()
                 .enumerate()
             {

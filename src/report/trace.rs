@@ -134,6 +134,10 @@ pub(crate) fn write_text(report: &TraceReport, out: &mut impl Write) -> io::Resu
                 "  if this program cannot be changed: {}",
                 crate::detect::verdict::delack_cap_fix("peer")
             )?;
+            let writer = s.local.map(|a| a.ip());
+            if let Some(route) = crate::detect::verdict::route_fix("peer", "program", writer) {
+                writeln!(out, "  {route}")?;
+            }
         }
     }
     for s in clean.iter().take(CLEAN_SHOWN) {

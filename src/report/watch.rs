@@ -138,7 +138,7 @@ pub fn event_text(event: &StallEvent, found: Result<&Owner, &NoOwner>) -> String
                 "  settled by the socket: TCP_CORK is set on it, so the kernel held the data: the \
                  cork timer"
             );
-            for fix in fixes(f.kind, f.held_side, event.peer_stack) {
+            for fix in fixes(f.kind, f.held_side, Some(event)) {
                 let _ = writeln!(out, "  fix: {fix}");
             }
         }
@@ -173,6 +173,18 @@ pub fn event_text(event: &StallEvent, found: Result<&Owner, &NoOwner>) -> String
                 f.held_side.name(),
                 fix_for(o.pid, o.port)
             );
+        }
+        if o.side != f.held_side && !o.listener {
+            // Or this host's lever, for every connection of its route to the writer.
+            let writer = crate::detect::verdict::held_address(event);
+            if let Some(route) = crate::detect::verdict::route_fix_command(Some(writer)) {
+                let _ = writeln!(
+                    out,
+                    "  or, for every connection of this host's route to the {}: {route} (or \
+                     --delack-max 5ms; more ACKs on that route)",
+                    f.held_side.name()
+                );
+            }
         }
     }
     out
@@ -462,6 +474,15 @@ mod tests {
         assert_eq!(
             text.contains(cap),
             crate::sockopt::delack_max_range().is_ok(),
+            "{text}"
+        );
+        // And this host's lever, on any kernel: its route to the server.
+        let server = event.server.addr;
+        assert!(
+            text.contains(&format!(
+                "or, for every connection of this host's route to the server: tcpstall fix \
+                 --route {server} --quickack"
+            )),
             "{text}"
         );
         // The held side's own socket gets TCP_NODELAY, not the cap.

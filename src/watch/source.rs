@@ -8,10 +8,12 @@ use std::time::Duration;
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
+use crate::capture::filter::interpret;
 use crate::capture::filter::{self, Compiler, FilterError, Framing};
-use crate::capture::link::LinkType;
 use crate::capture::live::OpenError;
+use crate::capture::nflog::{LoggedPacket, NflogSocket};
 use crate::capture::ring::{Frame, Ring, RingError, RingOptions};
+use crate::decode::link::LinkType;
 use crate::decode::{Decap, Decoded, PacketMeta, Segment};
 
 /// Bytes kept of each packet: every header up to the end of TCP's options (link 20 + IPv6 40 +
@@ -135,10 +137,60 @@ pub enum SourceNotice {
     Gone(String),
 }
 
-/// An open live capture: one ring per interface.
+/// Where one interface's packets come from.
+#[derive(Debug)]
+enum Tap {
+    /// A packet socket's ring, filtered in the kernel.
+    Ring(Ring),
+    /// Netfilter's log (`nflog:GROUP`), filtered here: no kernel filter runs on a netlink
+    /// socket's messages (libpcap filters its nflog captures in user space too).
+    Nflog {
+        socket: NflogSocket,
+        program: Vec<libc::sock_filter>,
+        compiler: Compiler,
+        dropped: u64,
+    },
+}
+
+impl Tap {
+    fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        match self {
+            Tap::Ring(ring) => ring.fd(),
+            Tap::Nflog { socket, .. } => socket.fd(),
+        }
+    }
+
+    fn name(&self) -> String {
+        match self {
+            Tap::Ring(ring) => ring.interface().to_string(),
+            Tap::Nflog { socket, .. } => socket.name(),
+        }
+    }
+
+    fn compiler(&self) -> Compiler {
+        match self {
+            Tap::Ring(ring) => ring.compiler(),
+            Tap::Nflog { compiler, .. } => *compiler,
+        }
+    }
+}
+
+/// The NFLOG group of an interface name as tcpdump spells it (`nflog`, `nflog:5`).
+fn nflog_group(interface: &str) -> Option<Result<u16, SourceError>> {
+    let rest = interface.strip_prefix("nflog")?;
+    Some(match rest.strip_prefix(':') {
+        None if rest.is_empty() => Ok(0),
+        Some(group) => group
+            .parse()
+            .map_err(|_| SourceError::NoSuchInterface(interface.into())),
+        None => return None,
+    })
+}
+
+/// An open live capture: one tap per interface.
 #[derive(Debug)]
 pub struct LiveSource {
-    rings: Vec<Ring>,
+    taps: Vec<Tap>,
     /// Interfaces whose ring ended because they were removed.
     gone: Vec<String>,
     drops: DropStats,
@@ -155,7 +207,7 @@ pub struct LiveSource {
 /// that a typo is reported before the capture needs CAP_NET_RAW. The compile on the opened
 /// ring has the last word (a filter on link-layer fields may suit one device, not another).
 pub fn check_filter(interface: &str, filter: &str) -> Result<(), SourceError> {
-    let framings = if interface == "any" {
+    let framings = if interface == "any" || nflog_group(interface).is_some() {
         [Framing::Cooked, Framing::Cooked]
     } else {
         [Framing::Ethernet, Framing::RawIp]
@@ -188,20 +240,32 @@ impl LiveSource {
             buffer_bytes,
             block_timeout,
         };
-        let mut rings = Vec::new();
+        let mut taps = Vec::new();
         for interface in interfaces {
+            if let Some(group) = nflog_group(interface) {
+                let compiled = filter::compile(filter, Framing::Cooked, SNAPLEN)?;
+                let socket = NflogSocket::open(group?, SNAPLEN).map_err(RingError::from)?;
+                taps.push(Tap::Nflog {
+                    socket,
+                    // An empty filter (TCP only) is the common case; it is still run.
+                    program: compiled.program,
+                    compiler: compiled.compiler,
+                    dropped: 0,
+                });
+                continue;
+            }
             if interface != "any" && nix::net::if_::if_nametoindex(interface.as_str()).is_err() {
                 return Err(SourceError::NoSuchInterface(interface.clone()));
             }
-            rings.push(Ring::open(interface, filter, options)?);
+            taps.push(Tap::Ring(Ring::open(interface, filter, options)?));
         }
         let interface_drops_at_start = interfaces
             .iter()
-            .filter(|i| *i != "any")
+            .filter(|i| *i != "any" && nflog_group(i).is_none())
             .map(|i| (i.clone(), interface_rx_dropped(i).unwrap_or(0)))
             .collect();
         Ok(LiveSource {
-            rings,
+            taps,
             gone: Vec::new(),
             drops: DropStats::default(),
             interface_drops_at_start,
@@ -213,7 +277,7 @@ impl LiveSource {
 
     /// Who compiled the kernel filter (libpcap, or the built-in compiler without it).
     pub fn compiler(&self) -> Option<Compiler> {
-        self.rings.first().map(Ring::compiler)
+        self.taps.first().map(Tap::compiler)
     }
 
     /// What changed since the last call (interfaces down or gone).
@@ -230,12 +294,12 @@ impl LiveSource {
         mut on_segment: impl FnMut(&Segment),
     ) -> Result<PacketCounts, SourceError> {
         let mut counts = PacketCounts::default();
-        let mut ready = Vec::with_capacity(self.rings.len());
+        let mut ready = Vec::with_capacity(self.taps.len());
         {
             let mut fds: Vec<PollFd<'_>> = self
-                .rings
+                .taps
                 .iter()
-                .map(|r| PollFd::new(r.fd(), PollFlags::POLLIN))
+                .map(|t| PollFd::new(t.fd(), PollFlags::POLLIN))
                 .collect();
             match poll(&mut fds, PollTimeout::from(READ_TIMEOUT_MS)) {
                 Ok(_) | Err(nix::errno::Errno::EINTR) => {}
@@ -257,40 +321,91 @@ impl LiveSource {
         // Blocks are drained even without POLLIN: a timed-out poll may race a hand-over.
         let decap = &mut self.decap;
         let packet_number = &mut self.packet_number;
-        for ring in &mut self.rings {
-            let link = match ring.framing() {
-                Framing::Ethernet => Some(LinkType::Ethernet),
-                Framing::RawIp => Some(LinkType::RawIp),
-                Framing::Cooked => None,
+        let mut decode = |ts_ns: u64,
+                          decoded: &mut dyn FnMut(
+            &mut Decap,
+            PacketMeta,
+            &mut Segment,
+        ) -> Decoded<()>| {
+            *packet_number += 1;
+            counts.packets += 1;
+            let meta = PacketMeta {
+                ts_ns,
+                packet_number: *packet_number,
             };
-            ring.drain(|frame: &Frame<'_>| {
-                *packet_number += 1;
-                counts.packets += 1;
-                let meta = PacketMeta {
-                    ts_ns: frame.ts_ns,
-                    packet_number: *packet_number,
-                };
-                let decoded = match link {
-                    Some(link) => {
-                        link.decode_into(frame.data, frame.wire_len, meta, segment, decap)
-                    }
-                    None => {
-                        decap.ethertype(frame.protocol, frame.data, frame.wire_len, meta, segment)
-                    }
-                };
-                match decoded {
-                    Decoded::Tcp(()) => {
-                        counts.tcp_segments += 1;
-                        on_segment(segment);
-                    }
-                    _ => counts.skipped += 1,
+            match decoded(decap, meta, segment) {
+                Decoded::Tcp(()) => {
+                    counts.tcp_segments += 1;
+                    on_segment(segment);
                 }
-            });
+                _ => counts.skipped += 1,
+            }
+        };
+        for tap in &mut self.taps {
+            match tap {
+                Tap::Ring(ring) => {
+                    let link = match ring.framing() {
+                        Framing::Ethernet => Some(LinkType::Ethernet),
+                        Framing::RawIp => Some(LinkType::RawIp),
+                        Framing::Ieee80211 => Some(LinkType::Ieee80211),
+                        Framing::Radiotap => Some(LinkType::Radiotap),
+                        Framing::Cooked => None,
+                    };
+                    ring.drain(|frame: &Frame<'_>| {
+                        decode(frame.ts_ns, &mut |decap, meta, segment| match link {
+                            Some(link) => {
+                                link.decode_into(frame.data, frame.wire_len, meta, segment, decap)
+                            }
+                            None => decap.ethertype(
+                                frame.protocol,
+                                frame.data,
+                                frame.wire_len,
+                                meta,
+                                segment,
+                            ),
+                        })
+                    });
+                }
+                Tap::Nflog {
+                    socket,
+                    program,
+                    dropped,
+                    ..
+                } => {
+                    let keep = |p: &LoggedPacket<'_>| {
+                        let packet = interpret::Packet {
+                            data: p.data,
+                            protocol: p.protocol,
+                            pkttype: 0,
+                            ifindex: 0,
+                            vlan_tci: None,
+                        };
+                        interpret::run(program, &packet) > 0
+                    };
+                    let drained = socket.drain(dropped, |p| {
+                        if keep(p) {
+                            decode(p.ts_ns, &mut |decap, meta, segment| {
+                                let len = p.data.len() as u32;
+                                decap.ethertype(p.protocol, p.data, len, meta, segment)
+                            });
+                        }
+                    });
+                    if let Err(err) = drained {
+                        return Err(SourceError::System {
+                            interface: socket.name(),
+                            reason: format!("reading the netfilter log: {err}"),
+                        });
+                    }
+                }
+            }
         }
         let mut index = 0;
-        self.rings.retain(|ring| {
+        self.taps.retain(|tap| {
             let (error, _) = ready.get(index).copied().unwrap_or((false, false));
             index += 1;
+            let Tap::Ring(ring) = tap else {
+                return true; // a netlink socket's overruns are counted as it is read
+            };
             if !error || ring.take_error().is_none() {
                 return true;
             }
@@ -305,7 +420,7 @@ impl LiveSource {
                 true
             }
         });
-        if self.rings.is_empty() {
+        if self.taps.is_empty() {
             return Err(SourceError::Gone {
                 interfaces: self.gone.join(", "),
             });
@@ -315,14 +430,17 @@ impl LiveSource {
 
     /// The interfaces still watched, comma-separated.
     fn interfaces(&self) -> String {
-        let names: Vec<&str> = self.rings.iter().map(Ring::interface).collect();
+        let names: Vec<String> = self.taps.iter().map(Tap::name).collect();
         names.join(", ")
     }
 
     /// The kernel's drop counters, read now.
     pub fn drops(&mut self) -> DropStats {
-        for ring in &self.rings {
-            self.drops.dropped += ring.take_drops();
+        for tap in &mut self.taps {
+            match tap {
+                Tap::Ring(ring) => self.drops.dropped += ring.take_drops(),
+                Tap::Nflog { dropped, .. } => self.drops.dropped += std::mem::take(dropped),
+            }
         }
         self.drops.if_dropped = self
             .interface_drops_at_start

@@ -1,13 +1,15 @@
 //! Plumbing shared by the integration tests: child processes that never outlive a test, the
 //! first line a server prints (its port) read with a time bound, root required, the lab run,
-//! a build script run in the tests' build directory, Python's http.server (python_http.rs).
+//! a self-signed certificate, a build script run in the tests' build directory, Python's
+//! http.server (python_http.rs).
 
 #![allow(dead_code)] // each test binary uses its own part of this module
 
 pub mod python_http;
 
 use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, ExitStatus};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -108,6 +110,25 @@ pub fn first_line_within(output: impl Read + Send + 'static, limit: Duration) ->
     rx.recv_timeout(limit).ok()
 }
 
+/// Starts `command` (a server that prints its port on its first line, standard error
+/// discarded) and reads that port within 10 s; `what` names the server in the failure.
+pub fn spawn_printing_port(command: &mut Command, what: &str) -> (KillOnDrop, u16) {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|err| panic!("{what} cannot start ({err}): see scripts/install-deps"));
+    let stdout = child.stdout.take().expect("piped stdout");
+    let child = KillOnDrop(child);
+    let line = first_line_within(stdout, Duration::from_secs(10))
+        .unwrap_or_else(|| panic!("{what} printed no port within 10 s"));
+    let port = line
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{what} printed {line:?}, not a port"));
+    (child, port)
+}
+
 /// Fails the test unless it runs as root; `needs` says what for (capabilities), in words.
 pub fn require_root(needs: &str) {
     // SAFETY: geteuid has no preconditions and cannot fail.
@@ -118,18 +139,24 @@ pub fn require_root(needs: &str) {
     );
 }
 
+/// `tcpstall lab ARGS`, run to its end: its status and output, whatever they are.
+pub fn lab(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_tcpstall"))
+        .arg("lab")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("the tcpstall binary runs")
+}
+
 /// `tcpstall lab --json ARGS`, which must succeed: the whole report.
 pub fn lab_report(args: &[&str]) -> serde_json::Value {
-    let mut all = vec!["lab", "--json"];
+    let mut all = vec!["--json"];
     all.extend_from_slice(args);
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tcpstall"))
-        .args(&all)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("the tcpstall binary runs");
+    let out = lab(&all);
     assert!(
         out.status.success(),
-        "tcpstall {all:?} failed: {}",
+        "tcpstall lab {all:?} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).expect("lab --json prints JSON")
@@ -175,4 +202,29 @@ pub fn build_with_script(name: &str, args: &[&str]) -> std::path::PathBuf {
     let path = std::path::PathBuf::from(printed.lines().last().unwrap_or_default().trim());
     assert!(path.is_file(), "scripts/{name} printed no file: {printed}");
     path
+}
+
+/// A self-signed certificate for 127.0.0.1, made by openssl in `dir`.
+pub fn self_signed(dir: &Path) -> (PathBuf, PathBuf) {
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let status = Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+        ])
+        .args([
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("openssl runs (scripts/install-deps)");
+    assert!(status.success(), "openssl made a certificate");
+    (cert, key)
 }

@@ -12,7 +12,7 @@ use std::net::IpAddr;
 
 use super::expr::{Direction, Expr, Primitive, Transport};
 use super::Framing;
-use crate::decode::{ETHERTYPE_IPV4, ETHERTYPE_IPV6};
+use crate::decode::numbers::{ETHERTYPE_IPV4, ETHERTYPE_IPV6};
 
 /// A place in the program a jump goes to.
 type Label = usize;
@@ -127,7 +127,8 @@ impl Emitter {
     fn network_offset(&self) -> u32 {
         match self.framing {
             Framing::Ethernet => 14,
-            Framing::RawIp | Framing::Cooked => 0,
+            // 802.11 is left to libpcap (`filter::compile`); never compiled here.
+            Framing::RawIp | Framing::Cooked | Framing::Ieee80211 | Framing::Radiotap => 0,
         }
     }
 
@@ -179,7 +180,7 @@ impl Emitter {
                 );
                 self.branch(jeq, ethertype, on_true, on_false);
             }
-            Framing::RawIp => {
+            Framing::RawIp | Framing::Ieee80211 | Framing::Radiotap => {
                 self.op(libc::BPF_LD | libc::BPF_B | libc::BPF_ABS, 0);
                 self.op(libc::BPF_ALU | libc::BPF_AND | libc::BPF_K, 0xf0);
                 self.branch(jeq, u32::from(version) << 4, on_true, on_false);

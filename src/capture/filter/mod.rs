@@ -11,8 +11,7 @@
 
 mod codegen;
 mod expr;
-#[cfg(test)]
-mod interpret;
+pub(crate) mod interpret;
 mod libpcap;
 
 use std::fmt;
@@ -26,6 +25,17 @@ pub enum Framing {
     RawIp,
     /// The network header, the protocol in the socket address (`SOCK_DGRAM`: `-i any`).
     Cooked,
+    /// 802.11 frames (a monitor interface without radio headers).
+    Ieee80211,
+    /// 802.11 frames behind a radiotap header (a monitor interface).
+    Radiotap,
+}
+
+impl Framing {
+    /// 802.11 frames, whose headers vary in length: only libpcap's compiler reads them.
+    pub fn is_wireless(self) -> bool {
+        matches!(self, Framing::Ieee80211 | Framing::Radiotap)
+    }
 }
 
 impl Framing {
@@ -33,9 +43,11 @@ impl Framing {
     /// fields are then mapped to the kernel's ancillary loads ([`uncook`]).
     fn dlt(self) -> i32 {
         match self {
-            Framing::Ethernet => 1, // DLT_EN10MB
-            Framing::RawIp => 12,   // DLT_RAW
-            Framing::Cooked => 113, // DLT_LINUX_SLL
+            Framing::Ethernet => 1,    // DLT_EN10MB
+            Framing::RawIp => 12,      // DLT_RAW
+            Framing::Cooked => 113,    // DLT_LINUX_SLL
+            Framing::Ieee80211 => 105, // DLT_IEEE802_11
+            Framing::Radiotap => 127,  // DLT_IEEE802_11_RADIO
         }
     }
 }
@@ -172,6 +184,27 @@ fn compile_with(
             Err(libpcap::LibpcapError::Missing(reason)) => reason,
         }
     };
+    if framing.is_wireless() {
+        // TCP itself is judged after decoding; the kernel keeps every frame.
+        if user.trim().is_empty() {
+            return Ok(CompiledFilter {
+                program: vec![libc::sock_filter {
+                    code: (libc::BPF_RET | libc::BPF_K) as u16,
+                    jt: 0,
+                    jf: 0,
+                    k: keep,
+                }],
+                compiler: Compiler::Builtin,
+            });
+        }
+        return Err(FilterError::NeedsLibpcap {
+            filter: user.to_string(),
+            reason: format!(
+                "802.11 frames' headers vary in length, which only libpcap's compiler reads; \
+                 {missing}"
+            ),
+        });
+    }
     let parsed = expr::parse(&full).map_err(|unsupported| FilterError::NeedsLibpcap {
         filter: user.to_string(),
         reason: format!("{} is not compiled without it; {missing}", unsupported.0),
@@ -266,7 +299,7 @@ pub fn drop_loopback_outgoing(
 mod tests {
     use super::interpret::{run, Packet};
     use super::*;
-    use crate::decode::{ETHERTYPE_IPV4, ETHERTYPE_IPV6};
+    use crate::decode::numbers::{ETHERTYPE_IPV4, ETHERTYPE_IPV6};
     use etherparse::PacketBuilder;
 
     const KEEP: u32 = 200;
@@ -346,7 +379,7 @@ mod tests {
         Packet {
             data: match framing {
                 Framing::Ethernet => frame,
-                Framing::RawIp | Framing::Cooked => &frame[14..],
+                _ => &frame[14..],
             },
             protocol: ethertype,
             pkttype: 0,
@@ -504,6 +537,35 @@ mod tests {
         if libpcap_available() {
             let err = compile("port eighty", Framing::Ethernet, KEEP).expect_err("bad");
             assert!(err.to_string().contains("pcap-filter"), "{err}");
+        }
+    }
+
+    /// A monitor interface's frames: libpcap reads the radiotap and 802.11 headers to TCP;
+    /// the built-in compiler keeps every frame for an empty filter and refuses any other.
+    #[test]
+    fn wireless_frames_are_left_to_libpcap() {
+        let (frame, _) = &frames()[0];
+        let mut wireless = vec![0, 0, 8, 0, 0, 0, 0, 0, 0x08, 0x01];
+        wireless.extend_from_slice(&[0; 22]);
+        wireless.extend_from_slice(&[0xaa, 0xaa, 0x03, 0, 0, 0, 0x08, 0x00]);
+        wireless.extend_from_slice(&frame[14..]);
+        let p = Packet {
+            data: &wireless,
+            protocol: 0,
+            pkttype: 0,
+            ifindex: 2,
+            vlan_tci: None,
+        };
+        let all = compile_with("", Framing::Radiotap, KEEP, false).expect("empty filter");
+        assert_eq!(run(&all.program, &p), KEEP);
+        let err = compile_with("port 80", Framing::Radiotap, KEEP, false).expect_err("refused");
+        assert!(err.to_string().contains("802.11"), "{err}");
+        if libpcap_available() {
+            let ours = compile_with("port 80", Framing::Radiotap, KEEP, true).expect("libpcap");
+            assert_eq!(ours.compiler, Compiler::Libpcap);
+            assert_eq!(run(&ours.program, &p), KEEP);
+            let other = compile_with("port 81", Framing::Radiotap, KEEP, true).expect("libpcap");
+            assert_eq!(run(&other.program, &p), 0);
         }
     }
 

@@ -3,11 +3,12 @@
 //! Link-type numbers are the `LINKTYPE_*` values of <https://www.tcpdump.org/linktypes.html>,
 //! which pcap and pcapng files carry.
 
-use crate::decode::tunnel::ethernet_payload;
-use crate::decode::{
-    decode_ip, decode_ipv4, decode_ipv6, Decap, Decoded, PacketMeta, Segment, ETHERTYPE_IPV4,
-    ETHERTYPE_IPV6,
-};
+use super::arcnet::arcnet;
+use super::juniper::{juniper_header_len, Juniper};
+use super::numbers::{ETHERTYPE_IPV4, ETHERTYPE_IPV6};
+use super::ppp::cisco_hdlc;
+use super::{decode_ip, decode_ipv4, decode_ipv6, Decap, Decoded, PacketMeta, Segment};
+use crate::decode::ethernet_payload;
 
 /// A link layer this crate decodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -57,6 +58,26 @@ pub enum LinkType {
     JuniperPppoe,
     /// Juniper pseudo-header, then PPP (`LINKTYPE_JUNIPER_PPP`, 179).
     JuniperPpp,
+    /// 802.11 frames (`LINKTYPE_IEEE802_11`, 105).
+    Ieee80211,
+    /// 802.11 behind a radiotap header (`LINKTYPE_IEEE802_11_RADIOTAP`, 127).
+    Radiotap,
+    /// 802.11 behind a PPI header (`LINKTYPE_PPI`, 192).
+    Ppi,
+    /// FDDI: frame control, two addresses, then LLC (`LINKTYPE_FDDI`, 10).
+    Fddi,
+    /// Linux netfilter's log (`LINKTYPE_NFLOG`, 239): TLVs, one of them the IP packet.
+    Nflog,
+    /// SLIP with libpcap's 16-byte pseudo-header (`LINKTYPE_SLIP`, 8).
+    Slip,
+    /// Ethernet with a Broadcom switch tag before the EtherType (`LINKTYPE_DSA_TAG_BRCM`, 281).
+    DsaBrcm,
+    /// A Broadcom switch tag before the Ethernet header (`LINKTYPE_DSA_TAG_BRCM_PREPEND`, 282).
+    DsaBrcmPrepend,
+    /// Ethernet with a Marvell DSA tag (`LINKTYPE_DSA_TAG_DSA`, 284).
+    DsaMarvell,
+    /// Ethernet with a Marvell EtherType DSA tag (`LINKTYPE_DSA_TAG_EDSA`, 285).
+    DsaMarvellEdsa,
     /// Juniper pseudo-header, then Cisco HDLC (`LINKTYPE_JUNIPER_CHDLC`, 183).
     JuniperCiscoHdlc,
 }
@@ -67,6 +88,16 @@ impl LinkType {
         Some(match code {
             0 => LinkType::Null,
             1 => LinkType::Ethernet,
+            8 => LinkType::Slip,
+            10 => LinkType::Fddi,
+            105 => LinkType::Ieee80211,
+            127 => LinkType::Radiotap,
+            192 => LinkType::Ppi,
+            239 => LinkType::Nflog,
+            281 => LinkType::DsaBrcm,
+            282 => LinkType::DsaBrcmPrepend,
+            284 => LinkType::DsaMarvell,
+            285 => LinkType::DsaMarvellEdsa,
             7 => LinkType::ArcnetBsd,
             9 => LinkType::Ppp,
             12 | 14 | 101 => LinkType::RawIp,
@@ -101,6 +132,8 @@ impl LinkType {
             Decoded::NotTcp => Decoded::NotTcp,
             Decoded::Fragment => Decoded::Fragment,
             Decoded::Undecodable(reason) => Decoded::Undecodable(reason),
+            Decoded::Opaque(what) => Decoded::Opaque(what),
+            Decoded::Unsupported(what) => Decoded::Unsupported(what),
         }
     }
 
@@ -174,10 +207,10 @@ impl LinkType {
         decap: &mut Decap,
     ) -> Decoded<()> {
         let (header_len, what) = match self {
-            LinkType::Ppp => return decap.ppp(frame, orig_len, meta, out),
             // Cisco HDLC's address byte is 0x0f (unicast) or 0x8f (broadcast); PPP's is 0xff
-            // or absent (tcpdump's ppp_hdlc_if_print tells them apart the same way).
-            LinkType::PppHdlc => match frame.first() {
+            // or absent (tcpdump's ppp_hdlc_if_print tells them apart the same way). Routers
+            // write either under both link types.
+            LinkType::Ppp | LinkType::PppHdlc => match frame.first() {
                 Some(0x0f | 0x8f) => return cisco_hdlc(frame, orig_len, meta, out, decap),
                 _ => return decap.ppp(frame, orig_len, meta, out),
             },
@@ -219,6 +252,21 @@ impl LinkType {
                     Err(decoded) => return decoded,
                 }
             }
+            LinkType::Ieee80211 => (0, Payload::Ieee80211),
+            LinkType::Radiotap => (0, Payload::Radiotap),
+            LinkType::Ppi => (0, Payload::Ppi),
+            LinkType::Fddi => (13, Payload::Llc),
+            LinkType::Nflog => return super::nflog::decode(frame, orig_len, meta, out, decap),
+            // libpcap's pseudo-header: direction, then 15 bytes of the compressed header.
+            LinkType::Slip => match frame.get(16) {
+                Some(b) if b >> 4 == 4 || b >> 4 == 6 => (16, Payload::IpByVersion),
+                Some(_) => return Decoded::Unsupported("Van Jacobson compressed SLIP"),
+                None => return Decoded::Undecodable("SLIP header cut short"),
+            },
+            // The switch's tag between the addresses and the EtherType: 4 bytes, 8 for EDSA.
+            LinkType::DsaBrcm | LinkType::DsaMarvell => (0, Payload::EthernetTagged(4)),
+            LinkType::DsaMarvellEdsa => (0, Payload::EthernetTagged(8)),
+            LinkType::DsaBrcmPrepend => (4, Payload::Ethernet),
             _ => return Decoded::NotTcp,
         };
         let Some(inner) = frame.get(header_len..) else {
@@ -232,12 +280,26 @@ impl LinkType {
             Payload::CiscoHdlc => cisco_hdlc(inner, wire_len, meta, out, decap),
             Payload::IpByVersion => decode_ip(inner, wire_len, meta, out, decap),
             Payload::LinkFragment => Decoded::Fragment,
+            Payload::Llc => decap.llc(inner, wire_len, meta, out),
+            Payload::Ieee80211 => decap.ieee80211(inner, wire_len, meta, out),
+            Payload::Radiotap => decap.radiotap(inner, wire_len, meta, out),
+            Payload::Ppi => decap.ppi(inner, wire_len, meta, out),
+            Payload::EthernetTagged(tag) => match inner.get(12 + tag..14 + tag) {
+                Some(t) => decap.ethertype(
+                    u16::from_be_bytes([t[0], t[1]]),
+                    &inner[14 + tag..],
+                    wire_len.saturating_sub((14 + tag) as u32),
+                    meta,
+                    out,
+                ),
+                None => Decoded::Undecodable("switch tag header cut short"),
+            },
         }
     }
 }
 
 /// What follows an uncommon link header.
-enum Payload {
+pub(super) enum Payload {
     Ethertype(u16),
     Ethernet,
     Ppp,
@@ -245,114 +307,14 @@ enum Payload {
     IpByVersion,
     /// A non-first piece of a frame the link layer fragmented (ARCnet, RFC 1201 §2.1).
     LinkFragment,
-}
-
-/// Cisco HDLC: address, control, then an Ethertype.
-fn cisco_hdlc(
-    frame: &[u8],
-    wire_len: u32,
-    meta: PacketMeta,
-    out: &mut Segment,
-    decap: &mut Decap,
-) -> Decoded<()> {
-    match frame.get(2..4) {
-        Some(t) => decap.ethertype(
-            u16::from_be_bytes([t[0], t[1]]),
-            &frame[4..],
-            wire_len.saturating_sub(4),
-            meta,
-            out,
-        ),
-        None => Decoded::Undecodable("Cisco HDLC header cut short"),
-    }
-}
-
-/// The ARCnet header's length and what follows it (tcpdump's print-arcnet.c). The BSD header
-/// is source, destination and type; Linux puts a 2-byte offset before the type. The old
-/// RFC 1051 types end there; the RFC 1201 ones add a split flag and a sequence number, and an
-/// exception frame (flag 0xff) repeats type, flag and sequence number.
-fn arcnet(link: LinkType, frame: &[u8]) -> Result<(usize, Payload), Decoded<()>> {
-    const IP_RFC1051: u8 = 240;
-    const ARP_RFC1051: u8 = 241;
-    const DIAGNOSE: u8 = 0x80;
-    const IP_RFC1201: u8 = 212;
-    const IPV6: u8 = 0xc4;
-    let type_at = if link == LinkType::ArcnetLinux { 4 } else { 2 };
-    let Some(&arc_type) = frame.get(type_at) else {
-        return Err(Decoded::Undecodable("ARCnet header cut short"));
-    };
-    let rfc1051 = matches!(arc_type, IP_RFC1051 | ARP_RFC1051 | DIAGNOSE);
-    let (header_len, split_flag) = if rfc1051 {
-        (type_at + 1, 0)
-    } else {
-        let Some(&flag) = frame.get(type_at + 1) else {
-            return Err(Decoded::Undecodable("ARCnet header cut short"));
-        };
-        match (link, flag) {
-            (LinkType::ArcnetBsd, 0xff) => match frame.get(type_at + 5) {
-                Some(&real_flag) => (type_at + 8, real_flag),
-                None => return Err(Decoded::Undecodable("ARCnet exception header cut short")),
-            },
-            _ => (type_at + 4, flag),
-        }
-    };
-    // Split packets (RFC 1201 §2.1): only the first piece (odd flag) holds the IP header.
-    if link == LinkType::ArcnetBsd && split_flag != 0 && split_flag & 1 == 0 {
-        return Ok((header_len, Payload::LinkFragment));
-    }
-    let payload = match arc_type {
-        IP_RFC1051 | IP_RFC1201 => Payload::Ethertype(ETHERTYPE_IPV4),
-        IPV6 => Payload::Ethertype(ETHERTYPE_IPV6),
-        _ => Payload::Ethertype(0),
-    };
-    Ok((header_len, payload))
-}
-
-/// Where a Juniper pseudo-header leaves the frame.
-enum Juniper {
-    /// The frame's own link header follows at this offset.
-    Frame(usize),
-    /// The router stripped the link header: IP follows at this offset.
-    NoL2(usize),
-}
-
-/// The Juniper pseudo-header's length, as tcpdump's `juniper_parse_header` reads it: the
-/// magic "MGC", a flags byte, and when the extension flag is set a 2-byte length of TLV
-/// extensions to skip. With the no-L2 flag, 4 more bytes precede the IP header. Of the link
-/// types decoded here only PPPoE's is in tcpdump's cookie table (`with_cookie`), with a base
-/// cookie of 0 bytes: 2 when the next byte is the LS cookie id (0x54), 8 for the AS one (0x47).
-fn juniper_header_len(frame: &[u8], with_cookie: bool) -> Result<Juniper, Decoded<()>> {
-    const LS_COOKIE_ID: u8 = 0x54;
-    const AS_COOKIE_ID: u8 = 0x47;
-    const EXTENSIONS: u8 = 0x80;
-    const NO_L2: u8 = 0x02;
-    let Some(fixed) = frame.get(..4) else {
-        return Err(Decoded::Undecodable("Juniper pseudo-header cut short"));
-    };
-    if fixed[..3] != *b"MGC" {
-        return Err(Decoded::Undecodable(
-            "Juniper pseudo-header without its magic number",
-        ));
-    }
-    let flags = fixed[3];
-    let mut len = 4;
-    if flags & EXTENSIONS != 0 {
-        let Some(ext) = frame.get(4..6) else {
-            return Err(Decoded::Undecodable("Juniper extension length cut short"));
-        };
-        len += 2 + usize::from(u16::from_be_bytes([ext[0], ext[1]]));
-    }
-    if flags & NO_L2 != 0 {
-        return Ok(Juniper::NoL2(len + 4));
-    }
-    if with_cookie {
-        len += match frame.get(len) {
-            Some(&LS_COOKIE_ID) => 2,
-            Some(&AS_COOKIE_ID) => 8,
-            _ => 0,
-        };
-    }
-    Ok(Juniper::Frame(len))
+    /// 802.2 LLC (SNAP for IP).
+    Llc,
+    /// An 802.11 frame, bare or behind a radio header.
+    Ieee80211,
+    Radiotap,
+    Ppi,
+    /// Ethernet addresses, a switch tag of this many bytes, then the EtherType.
+    EthernetTagged(usize),
 }
 
 /// The protocol a link header announces.

@@ -8,10 +8,25 @@
 use std::net::IpAddr;
 
 use crate::flow::{SeqNumber, Timestamp};
-pub mod tunnel;
+mod arcnet;
+mod decap;
+mod ethernet;
+mod gre;
+mod ip_payload;
+mod ipsec;
+mod juniper;
+pub mod link;
+mod llc;
+mod mpls;
+mod nflog;
+pub mod numbers;
+mod ppp;
+mod udp_overlays;
+mod wireless;
+use numbers::IPPROTO_TCP;
 
-pub use tunnel::{Decap, DecapConfig, Outer, OuterByFlow, TunnelKind};
-pub(crate) use tunnel::{ETHERTYPE_IPV4, ETHERTYPE_IPV6};
+pub use decap::{Decap, DecapConfig, Outer, OuterByFlow, TunnelKind, MAX_NESTING};
+pub use ethernet::ethernet_payload;
 
 /// TCP header flag bits, as in the header's 13th byte (RFC 9293 §3.1, RFC 3168 for ECE/CWR).
 pub mod flags {
@@ -118,15 +133,18 @@ pub enum Decoded<T = Segment> {
     Fragment,
     /// A packet that cannot be read as TCP, with the reason.
     Undecodable(&'static str),
+    /// A payload that cannot be seen into, named: encrypted (IPsec ESP, protected 802.11) or
+    /// compressed (IPComp).
+    Opaque(&'static str),
+    /// An encapsulation tcpstall does not read, named.
+    Unsupported(&'static str),
 }
 
-/// IP protocol / IPv6 next-header number of TCP (IANA).
-const IPPROTO_TCP: u8 = 6;
 /// Smallest TCP header, without options (RFC 9293 §3.1).
 const TCP_MIN_HEADER: usize = 20;
 
 /// Where a packet was captured, passed along so a decoded segment can point back to it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PacketMeta {
     /// Capture time, nanoseconds since the Unix epoch.
     pub ts_ns: u64,

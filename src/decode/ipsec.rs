@@ -1,0 +1,74 @@
+//! IPsec's headers that leave the payload readable: the Authentication Header (RFC 4302) and
+//! IP payload compression (RFC 3173, DEFLATE); ESP's payload is encrypted and only counted.
+
+use std::net::IpAddr;
+
+use super::numbers::*;
+use super::{decode_tcp, Decap, Decoded, PacketMeta, Segment};
+
+impl Decap {
+    /// The IPsec Authentication Header (RFC 4302 §2): its next header, its length in 4-byte
+    /// words minus 2, then the protected payload, readable.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn authenticated(
+        &mut self,
+        payload: &[u8],
+        payload_len: u32,
+        src: IpAddr,
+        dst: IpAddr,
+        meta: PacketMeta,
+        out: &mut Segment,
+    ) -> Decoded<()> {
+        let (Some(&next), Some(&units)) = (payload.first(), payload.get(1)) else {
+            return Decoded::Undecodable("IPsec authentication header cut short");
+        };
+        let len = (usize::from(units) + 2) * 4;
+        match (payload.get(len..), payload_len.checked_sub(len as u32)) {
+            (Some(inner), Some(inner_len)) if next == IPPROTO_TCP => {
+                decode_tcp(inner, inner_len, src, dst, meta, out)
+            }
+            (Some(inner), Some(inner_len)) => {
+                self.ip_payload(next, inner, inner_len, src, dst, meta, out)
+            }
+            _ => Decoded::Undecodable("IPsec authentication header cut short"),
+        }
+    }
+
+    /// IP payload compression (RFC 3173 §2.2): next header, flags, the compression parameter
+    /// index, then the compressed payload. The CPI names the algorithm only below 256
+    /// (RFC 3173 §3.3: 1 OUI, 2 DEFLATE, 3 LZS, 4 LZJH); above, the SA negotiated it, and DEFLATE
+    /// (RFC 2394: raw deflate, no zlib header), the common one, is tried, as Wireshark does.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn ipcomp(
+        &mut self,
+        payload: &[u8],
+        payload_len: u32,
+        src: IpAddr,
+        dst: IpAddr,
+        meta: PacketMeta,
+        out: &mut Segment,
+    ) -> Decoded<()> {
+        let Some(h) = payload.get(..4) else {
+            return Decoded::Undecodable("IPComp header cut short");
+        };
+        if matches!(u16::from_be_bytes([h[2], h[3]]), 1 | 3 | 4) {
+            return Decoded::Opaque("compressed (IPComp with LZS, LZJH or a private algorithm)");
+        }
+        let Some(compressed) = payload.get(4..payload_len as usize) else {
+            // Cut by the snap length: the compressed stream cannot be inflated.
+            return Decoded::Opaque("compressed (IPComp, cut by the snap length)");
+        };
+        let mut inflated = Vec::with_capacity(usize::from(u16::MAX));
+        let mut inflater = flate2::Decompress::new(false);
+        match inflater.decompress_vec(compressed, &mut inflated, flate2::FlushDecompress::Finish) {
+            Ok(flate2::Status::StreamEnd) => {}
+            _ => return Decoded::Opaque("compressed (IPComp without its algorithm)"),
+        }
+        let len = inflated.len() as u32;
+        if h[0] == IPPROTO_TCP {
+            decode_tcp(&inflated, len, src, dst, meta, out)
+        } else {
+            self.ip_payload(h[0], &inflated, len, src, dst, meta, out)
+        }
+    }
+}

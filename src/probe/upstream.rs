@@ -1,0 +1,835 @@
+//! The stall one hop behind the server: a proxy in front of an application server that
+//! answers in several writes. The application's last write waits for the *proxy's* delayed
+//! ACK on the proxy's own connection upstream, and the proxy then hands the whole answer to
+//! the probe at once: the probe's connection shows no hold, only answers that come a
+//! delayed-ACK time late, again and again.
+//!
+//! Two kinds of evidence, the second only when the server is on this host:
+//! - [`timer_mode`]: the request latencies against the quickest one (the path and the
+//!   server's own time; the path's round trip when even that one waited). Most slow requests within a timer's spread of each other
+//!   ([`tcp_rules::timer_spread`]), that wait matching a delayed-ACK timer
+//!   ([`tcp_rules::delack_timers`]), is a timer, not a server's work: a server's own time
+//!   spreads wider, and one slow request is not a pattern.
+//! - [`HopWatch`]: a capture of every TCP segment on `lo` and the other interfaces while the
+//!   probe runs, fed to the detector `analyze` uses, keeping the holds on connections of the
+//!   process that owns the listening socket (the proxy); a hold released within a slow
+//!   request's time names the backend (its process, as `watch` finds it, when it is on this
+//!   host; its address otherwise), its writes and whose ACK released them.
+
+use std::collections::HashSet;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::capture::live::{CaptureOptions, LiveCapture, OpenError, PacketSocket, PortFilter};
+use crate::detect::{Detector, DetectorConfig, PeerStack, StallEvent, StallKind};
+use crate::flow::{Endpoint, Side};
+use crate::process::procfs::{self, TcpState};
+use crate::tcp_rules::{self, DelackTimer};
+use crate::watch::owner::OwnerLookup;
+
+use super::client::RunLog;
+
+/// Fewest slow requests that make a pattern ("again and again"), not an accident.
+pub const MIN_REPEATS: usize = 3;
+
+/// How often the proxy's sockets are listed while the probe runs: a connection with a hold on
+/// it lives at least the delayed ACK's 40 ms, so even one the proxy opens for a single request
+/// and closes after is listed.
+const SNAPSHOT_EVERY: Duration = Duration::from_millis(20);
+
+/// Slack after a request's end within which a release upstream still counts as its own: the
+/// proxy passes the answer on within microseconds on one host.
+const MATCH_SLACK_NS: u64 = 2_000_000;
+
+/// Latencies shaped like a timer: most slow requests one delayed-ACK time above the quickest.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TimerMode {
+    /// Requests judged.
+    pub requests: usize,
+    /// Requests at least [`tcp_rules::STALL_THRESHOLD`] slower than the quickest.
+    pub slow: usize,
+    /// Slow requests within the mode.
+    pub in_mode: usize,
+    /// The quickest request, ms: the path and the server's own time, no timer; the path's
+    /// round trip when even the quickest request waited ([`baseline`]).
+    pub quickest_ms: f64,
+    /// `quickest_ms` is the path's round trip ([`round_trip`]): no request was free of the wait.
+    pub from_round_trip: bool,
+    /// How much longer than the round trip the quickest request took, ms.
+    pub setup_ms: f64,
+    /// The mode's median wait above the quickest, ms.
+    pub mode_ms: f64,
+    /// The mode's shortest and longest waits above the quickest, ms.
+    pub low_ms: f64,
+    /// See `low_ms`.
+    pub high_ms: f64,
+    /// The timer it matches.
+    pub timer: DelackTimer,
+}
+
+impl TimerMode {
+    /// The evidence in words.
+    pub fn describe(&self) -> String {
+        let reference = if self.from_round_trip {
+            format!(
+                "the path's round trip ({:.3} ms; even the quickest request took {:.1} ms more)",
+                self.quickest_ms, self.setup_ms
+            )
+        } else {
+            format!(
+                "the quickest ({:.3} ms: the path and the server's own time)",
+                self.quickest_ms
+            )
+        };
+        format!(
+            "{} of {} requests waited {:.1} ms ({:.1}-{:.1} ms) more than {reference}, {} of \
+             them within {:.1} ms of each other: the shape of the {}",
+            self.slow,
+            self.requests,
+            self.mode_ms,
+            self.low_ms,
+            self.high_ms,
+            self.in_mode,
+            self.high_ms - self.low_ms,
+            self.timer.name
+        )
+    }
+
+    /// The ACKing stack the timer suggests.
+    pub fn peer_stack(&self) -> PeerStack {
+        match self.timer.stack {
+            "linux" => PeerStack::Linux,
+            "windows" => PeerStack::Windows,
+            _ => PeerStack::MacOsBsd,
+        }
+    }
+}
+
+/// How the shape is decided, for the notes: the same rule [`timer_mode`] applies.
+pub fn rule_text(jiffy: Duration) -> String {
+    format!(
+        "a wait is taken for a timer behind the server when at least {MIN_REPEATS} requests, \
+         and at least half of them, are {} ms or more slower than the quickest (than the \
+         path's round trip when even the quickest took over {} ms more), three quarters \
+         of those within {:.0} ms of each other (two jiffies: a timer's spread; a server's own \
+         time spreads wider), and that wait (above the quickest, or above the round trip when the \
+         quickest paid for a connection's set-up) matches a delayed-ACK timer (Linux {}-{} ms at \
+         this HZ, Windows ~200 ms, macOS 100-200 ms)",
+        tcp_rules::STALL_THRESHOLD.as_millis(),
+        tcp_rules::CLEAN_BOUND.as_millis(),
+        tcp_rules::timer_spread(jiffy).as_secs_f64() * 1e3,
+        tcp_rules::delack_timers(jiffy)[0].low.as_millis(),
+        tcp_rules::delack_timers(jiffy)[0].high.as_millis(),
+    )
+}
+
+/// What a request costs without any timer: the quickest request (the path and the server's own
+/// time), unless even it took more than [`tcp_rules::CLEAN_BOUND`] above the path's
+/// `round_trip` (the TCP handshake): then it waited too (a proxy whose connection upstream is
+/// already in ping-pong mode, or one opening that connection for it on a busy host), and only
+/// the round trip is free of the timer. A server's own time of a few milliseconds stays in the
+/// baseline; one of more than ten is judged against a stall's worth anyway
+/// ([`tcp_rules::STALL_THRESHOLD`]) and the timer it must match.
+pub fn baseline(latencies: &[Duration], round_trip: Option<Duration>) -> Option<(Duration, bool)> {
+    let quickest = *latencies.iter().min()?;
+    Some(match round_trip {
+        Some(rtt) if quickest > rtt + tcp_rules::CLEAN_BOUND => (rtt, true),
+        _ => (quickest, false),
+    })
+}
+
+/// The path's round trip as the probe measured it: the kernel's lowest RTT sample of its
+/// connections (TCP_INFO `tcpi_min_rtt`), else the quickest TCP handshake of `log` (which a
+/// busy host's scheduling may stretch).
+pub fn round_trip(log: &RunLog) -> Option<Duration> {
+    let kernel = log
+        .connections
+        .iter()
+        .filter_map(|c| c.info_at_end)
+        .map(|info| info.min_rtt)
+        .filter(|us| *us > 0)
+        .min()
+        .map(|us| Duration::from_micros(u64::from(us)));
+    kernel.or_else(|| log.connections.iter().map(|c| c.connect).min())
+}
+
+/// The timer the latencies are shaped like, if they are (see [`rule_text`]); `round_trip` is
+/// the path's ([`baseline`]), `jiffy` the running kernel's tick.
+pub fn timer_mode(
+    latencies: &[Duration],
+    round_trip: Option<Duration>,
+    jiffy: Duration,
+) -> Option<TimerMode> {
+    let (quickest, from_round_trip) = baseline(latencies, round_trip)?;
+    let fastest = *latencies.iter().min()?;
+    let mut waits: Vec<Duration> = latencies
+        .iter()
+        .map(|l| l.saturating_sub(quickest))
+        .filter(|w| *w >= tcp_rules::STALL_THRESHOLD)
+        .collect();
+    let slow = waits.len();
+    if slow < MIN_REPEATS || slow * 2 < latencies.len() {
+        return None;
+    }
+    waits.sort_unstable();
+    // The widest run of waits within one spread: the mode.
+    let spread = tcp_rules::timer_spread(jiffy);
+    let (mut best, mut end) = ((0, 0), 0);
+    for start in 0..slow {
+        while end < slow && waits[end] - waits[start] <= spread {
+            end += 1;
+        }
+        if end - start > best.1 - best.0 {
+            best = (start, end);
+        }
+    }
+    let mode = &waits[best.0..best.1];
+    if mode.len() * 4 < slow * 3 {
+        return None;
+    }
+    let median = mode[mode.len() / 2];
+    // The quickest request may have cost more than the path (the proxy opening its connection
+    // upstream, an ARP resolution): the timer's wait lies between the wait above the quickest
+    // and the wait above the round trip.
+    let setup = round_trip.map_or(Duration::ZERO, |rtt| fastest.saturating_sub(rtt));
+    let (shortest, longest) = if from_round_trip {
+        (median.saturating_sub(setup), median)
+    } else {
+        (median, median + setup)
+    };
+    // The timer the mode itself is on first: the interval may reach more than one.
+    let timers = tcp_rules::delack_timers(jiffy);
+    let timer = timers
+        .iter()
+        .find(|t| (t.low..=t.high).contains(&median))
+        .or_else(|| {
+            timers
+                .iter()
+                .find(|t| shortest <= t.high && longest >= t.low)
+        })
+        .copied()?;
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    Some(TimerMode {
+        from_round_trip,
+        setup_ms: ms(setup),
+        requests: latencies.len(),
+        slow,
+        in_mode: mode.len(),
+        quickest_ms: ms(quickest),
+        mode_ms: ms(median),
+        low_ms: ms(mode[0]),
+        high_ms: ms(mode[mode.len() - 1]),
+        timer,
+    })
+}
+
+/// A process, by pid and command name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Process {
+    /// The process id.
+    pub pid: u32,
+    /// Its command name (`/proc/PID/comm`).
+    pub command: String,
+}
+
+/// The application server behind the proxy, as found on this host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Backend {
+    /// The process holding the backend's socket.
+    pub process: Process,
+    /// Its TCP_NODELAY now, when readable.
+    pub nodelay: Option<bool>,
+}
+
+/// A hold on the proxy's connection upstream that accounts for the slow requests.
+#[derive(Debug, Clone)]
+pub struct HeldUpstream {
+    /// The backend's address (the server end of the proxy's connection).
+    pub address: SocketAddr,
+    /// The backend process, when it is on this host and visible.
+    pub backend: Option<Backend>,
+    /// The matching hold of median delay, as the detector saw it: it speaks for the others.
+    pub example: StallEvent,
+    /// Slow requests with a hold upstream released within their time.
+    pub matched: usize,
+    /// Slow requests.
+    pub slow: usize,
+}
+
+/// What was found behind the server, for the report (the JSON `upstream` object).
+#[derive(Debug, Clone, Default)]
+pub struct Upstream {
+    /// The process owning the target's listening socket (the proxy), when on this host.
+    pub proxy: Option<Process>,
+    /// The hold seen on the proxy's connection upstream, when it could be watched.
+    pub held: Option<HeldUpstream>,
+    /// The latency shape, when the latencies have it.
+    pub timer: Option<TimerMode>,
+    /// Why the hop behind the server could not be watched, when it could not.
+    pub unwatched: Option<String>,
+}
+
+impl Upstream {
+    /// The ACKing stack: from the hold's ACK delay when seen, else from the timer.
+    pub fn peer_stack(&self) -> Option<PeerStack> {
+        self.held
+            .as_ref()
+            .and_then(|h| h.example.peer_stack)
+            .or_else(|| self.timer.as_ref().map(TimerMode::peer_stack))
+    }
+
+    /// The wait, ms: the hold's when seen, else the latency mode's.
+    pub fn delay_ms(&self) -> Option<f64> {
+        self.held
+            .as_ref()
+            .map(|h| h.example.finding.delay_ns.as_millis_f64())
+            .or_else(|| self.timer.as_ref().map(|t| t.mode_ms))
+    }
+
+    /// Who the proxy is, in words.
+    fn proxy_name(&self) -> String {
+        match &self.proxy {
+            Some(p) => format!("the proxy ({}, pid {})", p.command, p.pid),
+            None => "the server (a proxy, load balancer or sidecar)".to_string(),
+        }
+    }
+
+    /// The hop the hold sits on, in a few words.
+    pub fn hop_name(&self) -> String {
+        let proxy = match &self.proxy {
+            Some(p) => format!("{} (pid {})", p.command, p.pid),
+            None => "the server".to_string(),
+        };
+        match &self.held {
+            Some(held) => format!("the connection from {proxy} to {}", held.address),
+            None => format!("the connection from {proxy} to the application server behind it"),
+        }
+    }
+
+    /// One sentence naming the pattern: whose write waits for whose delayed ACK.
+    /// `own_stalls`: the detector saw holds on our connection, which the hold upstream explains.
+    pub fn explain(&self, own_stalls: bool) -> String {
+        let proxy = self.proxy_name();
+        match &self.held {
+            Some(held) => {
+                let e = &held.example;
+                let writer = match &held.backend {
+                    Some(b) => format!(
+                        "the backend {} (pid {}) at {}",
+                        b.process.command, b.process.pid, held.address
+                    ),
+                    None => format!("the backend at {}", held.address),
+                };
+                let writes = match e.writes.len() {
+                    0 | 1 => format!("a {} B write", e.released_bytes),
+                    n => format!("its answer in {n} writes ({})", sizes(&e.writes)),
+                };
+                let stack = e
+                    .peer_stack
+                    .map(|s| format!("; the proxy looks {}", s.describe()))
+                    .unwrap_or_default();
+                format!(
+                    "{writer} sends {writes}; the last waits for the delayed ACK of {proxy} on \
+                     its own connection to that backend ({:.1} ms{stack}), then the proxy \
+                     passes it on: {} of {} slow requests had such a hold upstream. {}",
+                    e.finding.delay_ns.as_millis_f64(),
+                    held.matched,
+                    held.slow,
+                    own_connection(own_stalls)
+                )
+            }
+            None => {
+                let timer = self
+                    .timer
+                    .as_ref()
+                    .map(|t| format!("{}. ", capitalized(&t.describe())))
+                    .unwrap_or_default();
+                format!(
+                    "{timer}{}. A write held behind the server waits for a delayed ACK there, \
+                     most likely that of {proxy} on its connection to the application server, \
+                     which answers in several writes; not for ours",
+                    own_connection(own_stalls)
+                )
+            }
+        }
+    }
+
+    /// Where the held write sits.
+    pub fn hop(&self) -> String {
+        let proxy = self.proxy_name();
+        match &self.held {
+            Some(held) => {
+                let whose = match &held.backend {
+                    Some(b) => format!(
+                        "on this host: the write is held by the backend {} (pid {}) at {}",
+                        b.process.command, b.process.pid, held.address
+                    ),
+                    None => format!(
+                        "on the proxy's connection seen from this host: the write is held by the \
+                         backend at {}, not a process of this host (`tcpstall watch` on its host \
+                         names it)",
+                        held.address
+                    ),
+                };
+                format!(
+                    "behind the server, {whose}, and released by the delayed ACK of {proxy} on \
+                     the proxy's connection to it; this probe's connection ends at the proxy"
+                )
+            }
+            None => {
+                let why = self
+                    .unwatched
+                    .as_deref()
+                    .map(|w| format!(" (the hop itself was not watched: {w})"))
+                    .unwrap_or_default();
+                format!(
+                    "behind the server: this probe's connection ends at {proxy} and shows no \
+                     hold, so the wait is on a connection beyond it, to the application server; \
+                     only the timing tells{why}. `tcpstall watch` on the host of that hop names \
+                     the process"
+                )
+            }
+        }
+    }
+
+    /// The fixes, best first, with the commands when the processes are known.
+    pub fn advice(&self) -> Vec<String> {
+        let mut advice = Vec::new();
+        let port = self.held.as_ref().map(|h| h.address.port());
+        match self
+            .held
+            .as_ref()
+            .and_then(|h| h.backend.as_ref().zip(port))
+        {
+            Some((b, port)) => advice.push(format!(
+                "set TCP_NODELAY on the backend's sockets, live: tcpstall fix {} --port {port} \
+                 ({}{}), then in its code (or make it write each answer in one call)",
+                b.process.pid,
+                b.process.command,
+                match b.nodelay {
+                    Some(false) => ", TCP_NODELAY off now",
+                    Some(true) => ", TCP_NODELAY on now",
+                    None => "",
+                }
+            )),
+            None => {
+                advice.push(match port {
+                    Some(port) => format!(
+                    "set TCP_NODELAY on the backend at {} (tcpstall fix PID --port {port} on its \
+                     host), or make it write each answer in one call",
+                    self.held.as_ref().map_or_else(String::new, |h| h.address.to_string())
+                ),
+                    None => "set TCP_NODELAY on the application server behind the proxy (tcpstall \
+                         fix PID on its host), or make it write each answer in one call"
+                        .to_string(),
+                })
+            }
+        }
+        let linux = matches!(self.peer_stack(), None | Some(PeerStack::Linux));
+        if linux {
+            let target = match (&self.proxy, port) {
+                (Some(p), Some(port)) => format!("tcpstall fix {} --port {port}", p.pid),
+                (Some(p), None) => format!("tcpstall fix {}", p.pid),
+                _ => "tcpstall fix PROXY_PID".to_string(),
+            };
+            advice.push(format!(
+                "if the backend cannot be changed, cap the proxy's delayed ACK on its upstream \
+                 connections: {target} --delack-max 5ms (Linux 6.13+; reaches the connections \
+                 open now, not those it opens later; costs more ACKs)"
+            ));
+        }
+        let hint = match self.proxy.as_ref().map(|p| p.command.as_str()) {
+            Some("haproxy") => Some(
+                "haproxy's `option http-no-delay` does not remove this hold: it changes how \
+                 haproxy sends, not when it ACKs the backend",
+            ),
+            Some("nginx") => Some(
+                "nginx's `tcp_nodelay` and `proxy_buffering off` do not remove this hold: they \
+                 change how nginx sends, not when it ACKs the upstream",
+            ),
+            _ => None,
+        };
+        advice.extend(hint.map(String::from));
+        advice
+    }
+}
+
+/// What our own connection showed, beside a hold upstream.
+fn own_connection(own_stalls: bool) -> &'static str {
+    if own_stalls {
+        "Our connection shows the answer in parts as the proxy forwards them; our delayed ACK \
+         between them only coincides with the release upstream (with our ACKs at once the wait \
+         stays)"
+    } else {
+        "Our connection shows no hold of its own: the proxy sends the whole answer at once"
+    }
+}
+
+fn sizes(writes: &[u32]) -> String {
+    let text: Vec<String> = writes.iter().map(|w| format!("{w} B")).collect();
+    match text.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{}, then {last}", rest.join(", ")),
+        _ => text.join(""),
+    }
+}
+
+fn capitalized(text: &str) -> String {
+    let mut chars = text.chars();
+    chars.next().map_or_else(String::new, |c| {
+        c.to_uppercase().chain(chars).collect::<String>()
+    })
+}
+
+/// Matches the held writes on the proxy's connections to the slow requests of `log`.
+pub fn held_behind(watched: &HopCapture, log: &RunLog) -> Option<HeldUpstream> {
+    let latencies: Vec<Duration> = log.requests().map(|t| t.latency).collect();
+    let (base, _) = baseline(&latencies, round_trip(log))?;
+    let slow_from = base + tcp_rules::STALL_THRESHOLD;
+    let slow: Vec<(u64, u64)> = log
+        .requests()
+        .filter(|t| t.latency >= slow_from)
+        .map(|t| {
+            let end = t.start_ns + t.latency.as_nanos() as u64 + MATCH_SLACK_NS;
+            (t.start_ns, end)
+        })
+        .collect();
+    // Each slow request's latest hold released within its time.
+    let mut holds: Vec<&StallEvent> = slow
+        .iter()
+        .filter_map(|(start, end)| {
+            watched
+                .events
+                .iter()
+                .rev()
+                .find(|e| (*start..=*end).contains(&e.ts_ns.as_nanos()))
+        })
+        .collect();
+    let matched = holds.len();
+    if matched == 0 || matched < MIN_REPEATS.min(slow.len()) {
+        return None;
+    }
+    // The hold of median delay speaks for them: a busy host stretches one now and then, and
+    // its ACK delay would name the wrong stack.
+    holds.sort_by_key(|e| e.finding.delay_ns.as_nanos());
+    let example = holds[matched / 2].clone();
+    let backend = OwnerLookup::new()
+        .owner_of(&example)
+        .ok()
+        .filter(|o| o.side == Side::Server)
+        .map(|o| Backend {
+            process: Process {
+                pid: o.pid,
+                command: o.command,
+            },
+            nodelay: o.nodelay,
+        });
+    Some(HeldUpstream {
+        address: SocketAddr::new(example.server.addr, example.server.port),
+        backend,
+        example,
+        matched,
+        slow: slow.len(),
+    })
+}
+
+/// A capture of the hops behind a server on this host while the probe runs.
+pub struct HopWatch {
+    /// `lo` first, then the other interfaces the proxy's connections upstream may leave by.
+    captures: Vec<LiveCapture<Detector>>,
+    sockets: Arc<Mutex<HashSet<SocketAddr>>>,
+    lister: Lister,
+}
+
+/// The thread listing the proxy's sockets; stopped and joined when dropped.
+struct Lister {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for Lister {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// What the hop capture found.
+#[derive(Debug, Clone)]
+pub struct HopCapture {
+    /// Nagle holds of a peer released by a delayed ACK of the proxy, on the proxy's
+    /// connections other than the probe's, in capture order.
+    pub events: Vec<StallEvent>,
+}
+
+impl HopWatch {
+    /// Starts watching the connections of `proxy`, the owner of the target's listening socket
+    /// ([`listener_owner`]): captures every TCP segment on the interfaces they may use, and
+    /// lists the proxy's sockets as it goes. `Err` says why not.
+    pub fn start(proxy: &Process) -> Result<HopWatch, String> {
+        // A connection to an address of this host goes over `lo`, whatever interface holds
+        // the address; so does the proxy's to a backend on this host. One to a backend on
+        // another host (or network namespace) leaves by another interface: each one up with an
+        // address is watched too, so that the hold is seen from the proxy's side.
+        let mut captures = vec![capture_all("lo").map_err(|err| match err {
+            OpenError::NoPermission { .. } => "no CAP_NET_RAW to capture".to_string(),
+            other => other.to_string(),
+        })?];
+        captures.extend(
+            other_interfaces()
+                .iter()
+                .filter_map(|name| capture_all(name).ok()),
+        );
+        let sockets = Arc::new(Mutex::new(HashSet::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let lister = {
+            let (sockets, stop, pid) = (sockets.clone(), stop.clone(), proxy.pid);
+            std::thread::Builder::new()
+                .name("proxy-sockets".into())
+                .spawn(move || {
+                    let tree = crate::process::tree::process_tree(pid);
+                    loop {
+                        let found = connected_sockets(&tree);
+                        if let Ok(mut all) = sockets.lock() {
+                            all.extend(found);
+                        }
+                        if stop.load(Ordering::SeqCst) {
+                            break;
+                        }
+                        std::thread::sleep(SNAPSHOT_EVERY);
+                    }
+                })
+                .map_err(|err| format!("cannot start a thread: {err}"))?
+        };
+        Ok(HopWatch {
+            captures,
+            sockets,
+            lister: Lister {
+                stop,
+                thread: Some(lister),
+            },
+        })
+    }
+
+    /// Stops the capture (what the kernel queued is read; nothing is waited for) and keeps
+    /// the holds on the proxy's connections upstream, the probe's own (`log`) left out.
+    pub fn finish(self, log: &RunLog) -> Result<HopCapture, String> {
+        // The last listing is made once the requests are done.
+        drop(self.lister);
+        let mut found = Vec::new();
+        for capture in self.captures {
+            let finished = capture.stop().map_err(|err| format!("{err:#}"))?;
+            found.extend(finished.consumer.finish().events);
+        }
+        found.sort_by_key(|e| e.ts_ns.as_nanos());
+        let sockets = self.sockets.lock().map(|s| s.clone()).unwrap_or_default();
+        let ours: HashSet<u16> = log.connections.iter().map(|c| c.local_port).collect();
+        let proxy_end = |e: Endpoint| sockets.contains(&plain(SocketAddr::new(e.addr, e.port)));
+        let events = found
+            .into_iter()
+            .filter(|e| {
+                e.finding.kind == StallKind::NagleDelayedAck
+                    && e.finding.held_side == Side::Server
+                    && !ours.contains(&e.client.port)
+                    && proxy_end(e.client)
+            })
+            .collect();
+        Ok(HopCapture { events })
+    }
+}
+
+/// Most interfaces besides `lo` watched for the proxy's connections upstream.
+const MAX_INTERFACES: usize = 8;
+
+/// A capture of every TCP segment on `interface` into a detector of its own.
+fn capture_all(interface: &str) -> Result<LiveCapture<Detector>, OpenError> {
+    let socket = PacketSocket::open(interface)?;
+    let detector = Detector::new(DetectorConfig {
+        keep_minor_events: false,
+        keep_turns: false,
+    });
+    let options = CaptureOptions {
+        ports: PortFilter::All,
+        pcap: None,
+    };
+    LiveCapture::start(socket, options, detector).map_err(|err| OpenError::System {
+        interface: interface.to_string(),
+        what: "starting the capture",
+        error: std::io::Error::other(format!("{err:#}")),
+    })
+}
+
+/// The interfaces other than `lo` that are up and hold an address, in this network namespace
+/// (at most [`MAX_INTERFACES`]).
+fn other_interfaces() -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    let Ok(addrs) = nix::ifaddrs::getifaddrs() else {
+        return names;
+    };
+    for ifaddr in addrs {
+        let up = ifaddr.flags.contains(nix::net::if_::InterfaceFlags::IFF_UP);
+        let has_ip = ifaddr
+            .address
+            .is_some_and(|a| a.as_sockaddr_in().is_some() || a.as_sockaddr_in6().is_some());
+        let name = ifaddr.interface_name;
+        if up && has_ip && name != "lo" && !names.contains(&name) && names.len() < MAX_INTERFACES {
+            names.push(name);
+        }
+    }
+    names
+}
+
+/// IPv4-mapped IPv6 addresses as IPv4, as procfs and the capture may give either.
+fn plain(addr: SocketAddr) -> SocketAddr {
+    procfs::unmapped(addr)
+}
+
+/// The process owning the socket listening on `target` in this network namespace, when
+/// `target` is an address of this host.
+pub fn listener_owner(target: SocketAddr) -> Result<Process, String> {
+    if !is_local(target.ip()) {
+        return Err("the server is not on this host".to_string());
+    }
+    let me = std::process::id();
+    let table = procfs::tcp_table(me).map_err(|err| format!("cannot read the TCP table: {err}"))?;
+    let wanted = plain(target);
+    let listener = table
+        .values()
+        .find(|e| {
+            e.state == TcpState::Listen
+                && e.local.port() == wanted.port()
+                && (e.local.ip().is_unspecified() || e.local.ip() == wanted.ip())
+        })
+        .ok_or_else(|| format!("nothing listens on {target} on this host"))?;
+    let pids = procfs::all_pids().map_err(|err| format!("cannot list processes: {err}"))?;
+    pids.into_iter()
+        .find_map(|pid| {
+            let fds = procfs::socket_fds(pid).ok()?;
+            fds.iter()
+                .any(|(_, inode)| *inode == listener.inode)
+                .then(|| Process {
+                    pid,
+                    command: procfs::comm_of(pid).unwrap_or_else(|| "?".into()),
+                })
+        })
+        .ok_or_else(|| {
+            format!(
+                "the process listening on {target} is not visible (another user's: run as root)"
+            )
+        })
+}
+
+/// The local addresses of the connected TCP sockets of the processes `tree`.
+fn connected_sockets(tree: &[u32]) -> Vec<SocketAddr> {
+    let Some(&first) = tree.first() else {
+        return Vec::new();
+    };
+    let inodes: HashSet<u64> = tree
+        .iter()
+        .filter_map(|pid| procfs::socket_fds(*pid).ok())
+        .flatten()
+        .map(|(_, inode)| inode)
+        .collect();
+    procfs::tcp_entries(first, &inodes)
+        .map(|entries| {
+            entries
+                .values()
+                .filter(|e| e.state != TcpState::Listen)
+                .map(|e| plain(e.local))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The running kernel's tick, [`tcp_rules::JIFFY_UNKNOWN_HZ`] when HZ is unknown.
+pub fn jiffy() -> Duration {
+    crate::kernel::KernelFacts::read()
+        .hz
+        .filter(|hz| *hz > 0)
+        .map_or(tcp_rules::JIFFY_UNKNOWN_HZ, |hz| {
+            Duration::from_nanos(1_000_000_000 / u64::from(hz))
+        })
+}
+
+/// Whether `ip` is an address of this host (loopback, or held by an interface).
+pub fn is_local(ip: IpAddr) -> bool {
+    ip.is_loopback() || std::net::TcpListener::bind(SocketAddr::new(ip, 0)).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(values: &[f64]) -> Vec<Duration> {
+        values
+            .iter()
+            .map(|v| Duration::from_secs_f64(v / 1e3))
+            .collect()
+    }
+
+    const JIFFY: Duration = Duration::from_millis(4);
+
+    #[test]
+    fn a_sharp_mode_a_delayed_ack_above_the_quickest_is_a_timer() {
+        let mut l = vec![0.4];
+        l.extend([44.1, 44.0, 43.9, 47.9, 44.2, 44.0, 44.1, 43.8, 44.0, 44.3]);
+        let mode = timer_mode(&ms(&l), None, JIFFY).expect("a timer");
+        assert_eq!(mode.timer.stack, "linux");
+        assert_eq!((mode.slow, mode.requests), (10, 11));
+        assert!(mode.in_mode >= 9, "{mode:?}");
+        assert!((43.0..45.0).contains(&mode.mode_ms), "{mode:?}");
+    }
+
+    #[test]
+    fn a_server_taking_its_own_time_is_not_a_timer() {
+        // Once only.
+        let once = ms(&[0.4, 0.5, 45.0, 0.4, 0.5, 0.4]);
+        assert!(timer_mode(&once, None, JIFFY).is_none());
+        // Spread out over tens of milliseconds.
+        let spread = ms(&[0.4, 35.0, 52.0, 41.0, 60.0, 38.0, 70.0, 47.0, 33.0, 55.0]);
+        assert!(timer_mode(&spread, None, JIFFY).is_none());
+        // Always slow, and no round trip known: the quickest is as slow, so no wait above it.
+        let always = ms(&[45.0, 45.2, 44.9, 45.1, 45.0]);
+        assert!(timer_mode(&always, None, JIFFY).is_none());
+        // Sharp, but on no timer.
+        let odd = ms(&[0.4, 70.0, 70.2, 70.1, 70.3, 70.0]);
+        assert!(timer_mode(&odd, None, JIFFY).is_none());
+        // A first request that paid for the proxy's connection upstream: the wait above it is
+        // short of the timer, the wait above the round trip is on it.
+        let setup = ms(&[9.0, 43.9, 44.0, 44.1, 47.9, 44.0]);
+        let rtt = Some(Duration::from_micros(200));
+        assert!(timer_mode(&setup, None, JIFFY).is_none());
+        assert!(timer_mode(&setup, rtt, JIFFY).is_some());
+    }
+
+    #[test]
+    fn every_request_waiting_is_measured_against_the_round_trip() {
+        let all = ms(&[44.0, 44.1, 43.9, 44.2, 44.0]);
+        let rtt = Some(Duration::from_micros(200));
+        let mode = timer_mode(&all, rtt, JIFFY).expect("a timer above the round trip");
+        assert!(mode.from_round_trip && mode.slow == 5, "{mode:?}");
+        // A first request that paid 14 ms for the proxy's connection upstream on a busy host.
+        let busy = ms(&[14.0, 44.0, 44.1, 43.9, 44.2]);
+        let mode = timer_mode(&busy, rtt, JIFFY).expect("a timer above the round trip");
+        assert!(mode.from_round_trip && mode.slow == 4, "{mode:?}");
+        // A quick request is the better reference when there is one.
+        let some_quick = ms(&[0.5, 44.0, 44.1, 43.9]);
+        assert_eq!(
+            baseline(&some_quick, rtt),
+            Some((Duration::from_micros(500), false))
+        );
+    }
+
+    #[test]
+    fn a_windows_proxy_waits_200_ms() {
+        let l = ms(&[1.0, 201.0, 202.0, 201.5, 201.0, 203.0]);
+        assert_eq!(
+            timer_mode(&l, None, JIFFY).map(|m| m.peer_stack()),
+            Some(PeerStack::Windows)
+        );
+    }
+}
