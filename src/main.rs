@@ -12,6 +12,12 @@ use clap_complete::Shell;
 use tcpstall::report::style::{set_color_choice, ColorChoice};
 use tcpstall::Outcome;
 
+/// The static (musl) build's allocator: musl's own is much slower under analyze's and
+/// watch's allocation patterns (figures in docs/PERFORMANCE.md).
+#[cfg(target_env = "musl")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Reproduce, find, explain and fix TCP small-write stalls (Nagle's algorithm × delayed ACK).
 #[derive(Parser)]
 #[command(name = "tcpstall", version, about, long_about = None)]

@@ -5,16 +5,14 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
 use std::process::{Command, ExitStatus, Output, Stdio};
-use std::sync::mpsc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{first_line_within, KillOnDrop};
+use support::python_http::PythonServer;
+use support::{first_line_within, Collected, KillOnDrop};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tcpstall");
 
@@ -28,9 +26,7 @@ fn require_root(what: &str) {
 
 /// A running `tcpstall watch`, its standard output collected by a thread.
 struct Watch {
-    child: KillOnDrop,
-    stderr: mpsc::Receiver<String>,
-    stdout: JoinHandle<String>,
+    run: Collected,
     /// The metrics address it announced, if any.
     metrics: Option<String>,
 }
@@ -51,34 +47,21 @@ impl Watch {
             }
             None => Command::new(BIN),
         };
-        let mut child = command
-            .arg("watch")
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the tcpstall binary runs");
-        let mut stdout = child.stdout.take().expect("piped stdout");
-        let stderr = child.stderr.take().expect("piped stderr");
-        let child = KillOnDrop(child);
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let stdout = std::thread::spawn(move || {
-            let mut text = String::new();
-            let _ = stdout.read_to_string(&mut text);
-            text
-        });
+        let run = Collected::new(
+            command
+                .arg("watch")
+                .args(args)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("the tcpstall binary runs"),
+        );
         let mut metrics = None;
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let line = rx
+            let line = run
+                .stderr
                 .recv_timeout(left)
                 .unwrap_or_else(|_| panic!("watch {args:?} did not start within 15 s"));
             if let Some(rest) = line.strip_prefix("tcpstall: metrics at http://") {
@@ -89,29 +72,12 @@ impl Watch {
             }
             assert!(!line.contains("error"), "watch {args:?}: {line}");
         }
-        Watch {
-            child,
-            stderr: rx,
-            stdout,
-            metrics,
-        }
+        Watch { run, metrics }
     }
 
     /// Waits up to `limit` for the run to end by itself; its status, stdout and stderr.
-    fn wait(mut self, limit: Duration) -> (ExitStatus, String, String) {
-        let deadline = Instant::now() + limit;
-        let status = loop {
-            if let Some(status) = self.child.0.try_wait().expect("wait for watch") {
-                break status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "watch did not end within {limit:?}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        };
-        let stdout = self.stdout.join().expect("stdout reader");
-        let stderr: Vec<String> = self.stderr.try_iter().collect();
+    fn wait(self, limit: Duration) -> (ExitStatus, String, String) {
+        let (status, stdout, stderr) = self.run.finish(limit, "watch");
         (status, stdout, stderr.join("\n"))
     }
 
@@ -122,93 +88,9 @@ impl Watch {
 
     /// Sends `signal` (SIGINT: Ctrl-C).
     fn signal(&self, signal: libc::c_int) {
-        let pid = libc::pid_t::try_from(self.child.0.id()).expect("pid fits");
+        let pid = libc::pid_t::try_from(self.run.child.0.id()).expect("pid fits");
         // SAFETY: kill has no memory preconditions; the child has not been reaped yet.
         assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
-    }
-}
-
-/// Python's http.server, HTTP/1.1 keep-alive, serving a 200-byte file from a directory of
-/// its own, on a port it picks.
-struct PythonServer {
-    child: KillOnDrop,
-    port: u16,
-    dir: PathBuf,
-}
-
-impl PythonServer {
-    fn start() -> PythonServer {
-        let dir = std::env::temp_dir().join(format!(
-            "tcpstall-watch-{}-{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos())
-        ));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        std::fs::write(dir.join("index.html"), [b'x'; 200]).expect("file");
-        let mut child = Command::new("python3")
-            .args(["-u", "-m", "http.server", "--protocol", "HTTP/1.1"])
-            .args(["--bind", "127.0.0.1", "--directory"])
-            .arg(&dir)
-            .arg("0")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("python3 runs");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let child = KillOnDrop(child);
-        // "Serving HTTP on 127.0.0.1 port 41234 (http://127.0.0.1:41234/) ..."
-        let line = first_line_within(stdout, Duration::from_secs(10))
-            .expect("http.server announces its port");
-        let port = line
-            .split(" port ")
-            .nth(1)
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("no port in {line:?}"));
-        PythonServer { child, port, dir }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.0.id()
-    }
-
-    /// `n` GETs on one keep-alive connection, each answer read whole before the next request.
-    fn requests(&self, n: usize) {
-        let stream = TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
-        stream
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .expect("timeout");
-        let mut writer = stream.try_clone().expect("clone");
-        let mut reader = BufReader::new(stream);
-        for i in 0..n {
-            writer
-                .write_all(b"GET /index.html HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-                .expect("request");
-            let mut length = None;
-            loop {
-                let mut line = String::new();
-                let read = reader.read_line(&mut line).expect("response header");
-                assert!(read > 0, "server closed during request {i}");
-                if line == "\r\n" {
-                    break;
-                }
-                if let Some((name, value)) = line.split_once(':') {
-                    if name.eq_ignore_ascii_case("content-length") {
-                        length = value.trim().parse::<usize>().ok();
-                    }
-                }
-            }
-            let mut body = vec![0u8; length.expect("Content-Length")];
-            reader.read_exact(&mut body).expect("body");
-        }
-    }
-}
-
-impl Drop for PythonServer {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

@@ -23,6 +23,7 @@ mod seccomp;
 mod signals;
 mod sock_diag;
 pub(crate) mod socket_model;
+mod syscall_info;
 mod syscalls;
 mod tracee_memory;
 mod tracer;

@@ -71,8 +71,8 @@ impl Drop for SignalGuard {
 
 fn set_tick(every: Duration) {
     let tv = libc::timeval {
-        tv_sec: every.as_secs() as libc::time_t,
-        tv_usec: every.subsec_micros() as libc::suseconds_t,
+        tv_sec: every.as_secs() as _,
+        tv_usec: every.subsec_micros() as _,
     };
     let timer = libc::itimerval {
         it_interval: tv,

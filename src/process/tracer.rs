@@ -32,6 +32,7 @@ use super::launch::{self, nix_io};
 use super::procfs;
 use super::signals::{self, SignalGuard};
 use super::socket_model::{SocketModel, TracedSocket};
+use super::syscall_info::{self, SyscallStop};
 use super::syscalls::{self, kind_of, Call, SyscallKind};
 use super::tracee_memory::{read_int, readable_fds};
 use super::AccessError;
@@ -401,12 +402,8 @@ impl Tracer {
     }
 
     fn on_seccomp_stop(&mut self, tid: Pid) {
-        let wants_exit = match ptrace::syscall_info(tid) {
-            Ok(info) if info.op == libc::PTRACE_SYSCALL_INFO_SECCOMP => {
-                // SAFETY: op SECCOMP says the seccomp member of the union is filled.
-                let seccomp = unsafe { info.u.seccomp };
-                self.on_entry(tid, seccomp.nr, seccomp.args)
-            }
+        let wants_exit = match syscall_info::get(tid) {
+            Ok(SyscallStop::Seccomp { nr, args }) => self.on_entry(tid, nr, args),
             _ => false,
         };
         // PTRACE_SYSCALL from a seccomp stop leads to the syscall-exit stop of this call.
@@ -418,23 +415,17 @@ impl Tracer {
     }
 
     fn on_syscall_stop(&mut self, tid: Pid) {
-        if let Ok(info) = ptrace::syscall_info(tid) {
-            match info.op {
-                libc::PTRACE_SYSCALL_INFO_ENTRY => {
-                    // SAFETY: op ENTRY says the entry member of the union is filled.
-                    let entry = unsafe { info.u.entry };
-                    self.on_entry(tid, entry.nr, entry.args);
-                }
-                libc::PTRACE_SYSCALL_INFO_EXIT => {
-                    // SAFETY: op EXIT says the exit member of the union is filled.
-                    let exit = unsafe { info.u.exit };
-                    let pending = self.threads.get_mut(&tid).and_then(|t| t.pending.take());
-                    if let Some(call) = pending {
-                        self.on_exit(tid, call, exit.sval);
-                    }
-                }
-                _ => {}
+        match syscall_info::get(tid) {
+            Ok(SyscallStop::Entry { nr, args }) => {
+                self.on_entry(tid, nr, args);
             }
+            Ok(SyscallStop::Exit { sval }) => {
+                let pending = self.threads.get_mut(&tid).and_then(|t| t.pending.take());
+                if let Some(call) = pending {
+                    self.on_exit(tid, call, sval);
+                }
+            }
+            _ => {}
         }
         self.resume(tid, None);
     }

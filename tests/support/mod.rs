@@ -1,14 +1,18 @@
 //! Plumbing shared by the integration tests: child processes that never outlive a test, the
-//! first line a server prints (its port) read with a time bound, root required, the lab run, a
-//! self-signed certificate.
+//! first line a server prints (its port) read with a time bound, root required, the lab run,
+//! a self-signed certificate, a build script run in the tests' build directory, Python's
+//! http.server (python_http.rs).
 
 #![allow(dead_code)] // each test binary uses its own part of this module
 
+pub mod python_http;
+
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
-use std::time::Duration;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 /// A child process killed and reaped when the test ends, passing or failing.
 pub struct KillOnDrop(pub Child);
@@ -17,6 +21,80 @@ impl Drop for KillOnDrop {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+    }
+}
+
+/// A running child whose standard output a thread reads whole and whose standard error comes
+/// line by line on a channel as it is printed; killed and reaped when dropped.
+pub struct Collected {
+    pub child: KillOnDrop,
+    /// Its stderr lines, as they come.
+    pub stderr: mpsc::Receiver<String>,
+    stdout: JoinHandle<String>,
+}
+
+impl Collected {
+    /// Takes over `child`, whose stdout and stderr are piped.
+    pub fn new(mut child: Child) -> Collected {
+        let mut stdout = child.stdout.take().expect("piped stdout");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stdout = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = stdout.read_to_string(&mut text);
+            text
+        });
+        Collected {
+            child: KillOnDrop(child),
+            stderr: rx,
+            stdout,
+        }
+    }
+
+    /// The stderr lines up to the first that contains `needle`, which must come within
+    /// `limit`; `what` names the child in the failure.
+    pub fn stderr_until(&self, needle: &str, limit: Duration, what: &str) -> Vec<String> {
+        let deadline = Instant::now() + limit;
+        let mut seen = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.stderr.recv_timeout(left) {
+                Ok(line) => {
+                    let found = line.contains(needle);
+                    seen.push(line);
+                    if found {
+                        return seen;
+                    }
+                }
+                Err(_) => panic!("{what} did not say {needle:?} within {limit:?}: {seen:?}"),
+            }
+        }
+    }
+
+    /// Waits up to `limit` for the child to end by itself: its status, its whole stdout, and
+    /// the stderr lines not taken yet.
+    pub fn finish(mut self, limit: Duration, what: &str) -> (ExitStatus, String, Vec<String>) {
+        let deadline = Instant::now() + limit;
+        let status = loop {
+            if let Some(status) = self.child.0.try_wait().expect("wait for the child") {
+                break status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what} did not end within {limit:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let stdout = self.stdout.join().expect("stdout reader");
+        let stderr = self.stderr.iter().collect();
+        (status, stdout, stderr)
     }
 }
 
@@ -82,6 +160,48 @@ pub fn lab_report(args: &[&str]) -> serde_json::Value {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).expect("lab --json prints JSON")
+}
+
+/// Runs `scripts/NAME ARGS` with the tests' build directory as CARGO_TARGET_DIR (so that what
+/// it builds reuses this build), its progress on stderr; the path it prints on its last line.
+pub fn build_with_script(name: &str, args: &[&str]) -> std::path::PathBuf {
+    use std::path::Path;
+    // The binary under test is TARGET_DIR/release/tcpstall.
+    let target_dir = Path::new(env!("CARGO_BIN_EXE_tcpstall"))
+        .parent()
+        .and_then(Path::parent)
+        .expect("the binary sits in TARGET_DIR/release");
+    let mut command = std::process::Command::new(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("scripts")
+            .join(name),
+    );
+    // Cargo gives the tests its package's CARGO_PKG_* and CARGO_MANIFEST_DIR; build scripts
+    // (ring's) rebuild when those change, so the script gets the environment of a shell.
+    for (key, _) in std::env::vars_os() {
+        if key
+            .to_str()
+            .is_some_and(|k| k.starts_with("CARGO_") && k != "CARGO_HOME")
+        {
+            command.env_remove(key);
+        }
+    }
+    let out = command
+        .args(args)
+        .env("CARGO_TARGET_DIR", target_dir)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| panic!("scripts/{name} runs: {e}"));
+    assert!(
+        out.status.success(),
+        "scripts/{name} failed: {}",
+        out.status
+    );
+    let printed = String::from_utf8_lossy(&out.stdout);
+    let path = std::path::PathBuf::from(printed.lines().last().unwrap_or_default().trim());
+    assert!(path.is_file(), "scripts/{name} printed no file: {printed}");
+    path
 }
 
 /// A self-signed certificate for 127.0.0.1, made by openssl in `dir`.
