@@ -111,7 +111,20 @@ pub fn run(args: &AnalyzeArgs) -> anyhow::Result<Outcome> {
         vxlan_ports: args.vxlan_ports.clone(),
         geneve_ports: args.geneve_ports.clone(),
     };
-    let (analysis, facts) = analyse_files_decap(&files, config, workers, &decap)?;
+    let (analysis, mut facts) = analyse_files_decap(&files, config, workers, &decap)?;
+    // The report names what the user gave, not the file standard input was kept in.
+    if let Some(tmp) = &spool {
+        let kept = display(tmp.path());
+        for name in facts
+            .files
+            .iter_mut()
+            .chain(facts.unreadable.iter_mut().map(|u| &mut u.file))
+        {
+            if *name == kept {
+                *name = display(Path::new("-"));
+            }
+        }
+    }
     // The unreadable files are left out of the pictures' second read and of the title.
     let readable = |f: &Path| !facts.unreadable.iter().any(|u| u.file == display(f));
     let ladders = if pictures {

@@ -446,26 +446,34 @@ fn a_file_given_twice_is_read_once() {
     assert_eq!(twice["summary"]["stalls"], once["summary"]["stalls"]);
 }
 
+/// Standard input is named so in the report, also when the pictures keep it in a file to read
+/// it twice.
 #[test]
 fn reads_standard_input() {
     let bytes = fs::read(format!("{FIXTURES}/split_request.pcap")).expect("fixture");
-    let mut child = Command::new(BIN)
-        .args(["analyze", "--json", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("run tcpstall");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(&bytes)
-        .expect("feed stdin");
-    let out = child.wait_with_output().expect("wait");
-    assert_eq!(out.status.code(), Some(0));
-    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    assert_eq!(v["summary"]["stalls"]["nagle_delayed_ack"], 9);
-    assert_eq!(v["summary"]["files"][0], "standard input");
+    let page = tempfile::NamedTempFile::new().expect("temporary file");
+    let html = page.path().to_str().expect("UTF-8 path");
+    for extra in [&[][..], &["--html", html][..]] {
+        let mut child = Command::new(BIN)
+            .args(["analyze", "--json"])
+            .args(extra)
+            .arg("-")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("run tcpstall");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(&bytes)
+            .expect("feed stdin");
+        let out = child.wait_with_output().expect("wait");
+        assert_eq!(out.status.code(), Some(0));
+        let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        assert_eq!(v["summary"]["stalls"]["nagle_delayed_ack"], 9);
+        assert_eq!(v["summary"]["files"][0], "standard input", "{extra:?}");
+    }
 }
 
 #[test]
