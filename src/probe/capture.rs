@@ -176,11 +176,14 @@ pub fn route_interface(remote: IpAddr) -> Result<String, String> {
         .and_then(|udp| udp.connect((remote, 9)).and_then(|()| udp.local_addr()))
         .map_err(|err| format!("no route to {remote}: {err}"))?
         .ip();
-    if local.is_loopback() {
+    // An address of this host itself is reached over `lo` (the kernel's local table), whichever
+    // interface holds it: capturing on that interface would see nothing.
+    if local.is_loopback() || local == remote {
         return Ok("lo".to_string());
     }
     let addrs =
         nix::ifaddrs::getifaddrs().map_err(|err| format!("cannot list interfaces: {err}"))?;
+    let mut holder = None;
     for ifaddr in addrs {
         let Some(address) = ifaddr.address else {
             continue;
@@ -190,9 +193,15 @@ pub fn route_interface(remote: IpAddr) -> Result<String, String> {
             (_, Some(v6)) => IpAddr::V6(v6.ip()),
             _ => continue,
         };
-        if ip == local {
-            return Ok(ifaddr.interface_name);
+        if ip == remote {
+            return Ok("lo".to_string());
         }
+        if ip == local && holder.is_none() {
+            holder = Some(ifaddr.interface_name);
+        }
+    }
+    if let Some(interface) = holder {
+        return Ok(interface);
     }
     Err(format!(
         "no interface holds {local}, the source address of the route to {remote}"
@@ -202,6 +211,19 @@ pub fn route_interface(remote: IpAddr) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A non-loopback address of this host is still reached over `lo`.
+    #[test]
+    fn this_hosts_own_addresses_route_by_lo() {
+        let own = nix::ifaddrs::getifaddrs()
+            .expect("interfaces")
+            .filter_map(|i| i.address?.as_sockaddr_in().map(|a| IpAddr::V4(a.ip())))
+            .filter(|ip| !ip.is_loopback())
+            .collect::<Vec<_>>();
+        for ip in own {
+            assert_eq!(route_interface(ip).as_deref(), Ok("lo"), "{ip}");
+        }
+    }
 
     #[test]
     fn loopback_routes_by_lo() {
