@@ -6,7 +6,7 @@
 //! [`Detector::take_flows`], so memory follows the active flows. The lab, `watch` and `probe` feed the same
 //! detector as `analyze`, so each rule is written once. The rules follow the capture detection
 //! rule of the project's LINUX-TCP notes: a new segment is examined against the flow state
-//! *before* it, in this order: retransmission (`rto`), closed window (`zero_window`),
+//! *before* it, in this order: closed window (`zero_window`), retransmission (`rto`),
 //! Nagle hold released by an ACK (`nagle`), cork timer (`cork`). Anything else that delays
 //! a turn is think time and never a stall.
 
@@ -119,6 +119,9 @@ pub struct Finding {
     pub delay_ns: Span,
     /// For delayed ACKs: the peer's delayed-ACK timeout, path RTT removed.
     pub ack_delay_ns: Option<Span>,
+    /// For data released by a packet of the peer: how long after that packet the data
+    /// reached the capture point (at least the round trip from there to the held side).
+    pub release_ns: Option<Span>,
 }
 
 impl Finding {
@@ -135,6 +138,7 @@ impl Finding {
             ack_side: Some(held_side.peer()),
             delay_ns,
             ack_delay_ns: None,
+            release_ns: None,
         })
     }
 
@@ -147,6 +151,7 @@ impl Finding {
             ack_side: None,
             delay_ns,
             ack_delay_ns: None,
+            release_ns: None,
         }
     }
 }
@@ -177,6 +182,12 @@ pub struct StallEvent {
     pub mss: u32,
     /// Peer stack guessed from the delayed-ACK timeout (Nagle × delayed ACK only).
     pub peer_stack: Option<PeerStack>,
+    /// For a retransmission timeout: the timer's backoff steps after the first resend, each a
+    /// further resend with no ACK of progress between (the episode's one event covers them).
+    pub backoffs: u32,
+    /// The part of `delay_ns` after `ts_ns`: from this event's resend to the episode's last
+    /// backoff step (`delay_ns` runs from the last send before the timeout to that step).
+    pub backoff_ns: Span,
 }
 
 /// Detector settings.
@@ -244,6 +255,10 @@ struct FlowTally {
     counts: KindCounts,
     lost: Span,
     worst: Span,
+    /// End of the latest stall interval counted in `lost`: a flow's time lost is the union of
+    /// its stalls' intervals, so an interval overlapping an earlier one adds only what lies
+    /// beyond it, and the total never exceeds the flow's span.
+    lost_until: Timestamp,
 }
 
 /// The streaming stall detector.
@@ -300,15 +315,33 @@ impl Detector {
             .lookup(seg, ordinal, |old| retire(flows, tallies, old, keep_turns));
         let flow = lookup.flow;
         let side = lookup.side;
-        if let Some(finding) = classify(flow, side, seg) {
-            let event = record(&self.config, &mut self.tallies, flow, side, seg, finding);
-            self.analysis.counts.add(finding.kind);
-            if let Some(mut event) = event {
-                event.ordinal = ordinal;
-                self.analysis.events.push(event);
+        let finding = classify(flow, side, seg);
+        if let Some(mut finding) = finding {
+            // Nothing waited before the flow began: a delay reaching back past the flow's
+            // first packet is cut there.
+            finding.delay_ns = finding.delay_ns.min(seg.ts_ns.since(flow.first_seen));
+            if finding.kind == StallKind::Rto && flow.dir(side).rto_open {
+                backoff_step(
+                    &mut self.tallies,
+                    &mut self.analysis.events,
+                    flow,
+                    side,
+                    seg,
+                    &finding,
+                );
+            } else {
+                let event = record(&self.config, &mut self.tallies, flow, side, seg, finding);
+                self.analysis.counts.add(finding.kind);
+                if let Some(mut event) = event {
+                    event.ordinal = ordinal;
+                    self.analysis.events.push(event);
+                }
             }
         }
         flow.update(seg, side);
+        if matches!(finding, Some(f) if f.kind == StallKind::Rto) {
+            flow.dirs[side.index()].rto_open = true;
+        }
 
         // Sweep at the earlier of this and the previous segment's time: one packet stamped far
         // ahead (a damaged timestamp) must not retire every other flow as idle.
@@ -367,6 +400,44 @@ impl Detector {
     }
 }
 
+impl FlowTally {
+    /// Counts the stall interval `[end - delay, end]` into the time lost, as a union with the
+    /// intervals counted before (they end in capture order).
+    fn add_interval(&mut self, end: Timestamp, delay: Span) {
+        let start = Timestamp::from_nanos(end.as_nanos().saturating_sub(delay.as_nanos()));
+        self.lost += end.since(start.max(self.lost_until));
+        self.lost_until = self.lost_until.max(end);
+        self.worst = self.worst.max(delay);
+    }
+}
+
+/// A further timer-driven resend of a side whose timeout episode is still open (no ACK of
+/// progress since): the retransmission timer backing off (RFC 6298 §5.5, `tcp_retransmit_timer`
+/// doubling `icsk_rto`). It lengthens the episode's one event, while that event is still held,
+/// and the flow's time lost; it is no new timeout.
+fn backoff_step(
+    tallies: &mut FxHashMap<u64, FlowTally>,
+    events: &mut [StallEvent],
+    flow: &Flow,
+    side: Side,
+    seg: &Segment,
+    finding: &Finding,
+) {
+    let tally = tallies.entry(flow.id).or_default();
+    tally.add_interval(seg.ts_ns, finding.delay_ns);
+    // The episode's event is among the latest few, unless a consumer already took it.
+    let episode = events.iter_mut().rev().take(64).find(|e| {
+        e.flow_id == flow.id && e.finding.kind == StallKind::Rto && e.finding.held_side == side
+    });
+    if let Some(e) = episode {
+        let first = e.finding.delay_ns - e.backoff_ns;
+        e.backoff_ns = seg.ts_ns.since(e.ts_ns);
+        e.finding.delay_ns = first + e.backoff_ns;
+        e.backoffs += 1;
+        tally.worst = tally.worst.max(e.finding.delay_ns);
+    }
+}
+
 /// Summarises a flow leaving the table, with the tallies of its stalls.
 fn retire(
     flows: &mut Vec<FlowSummary>,
@@ -389,8 +460,10 @@ fn classify(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
     if !flow.dir(side).seen {
         return None;
     }
-    rto::check(flow, side, seg)
-        .or_else(|| zero_window::check(flow, side, seg))
+    // The window first: data resent as a closed window opens is the sender resuming, not a
+    // timeout.
+    zero_window::check(flow, side, seg)
+        .or_else(|| rto::check(flow, side, seg))
         .or_else(|| nagle::check(flow, side, seg))
         .or_else(|| cork::check(flow, side, seg))
 }
@@ -407,8 +480,7 @@ fn record(
     let tally = tallies.entry(flow.id).or_default();
     tally.counts.add(finding.kind);
     if finding.kind.is_stall() {
-        tally.lost += finding.delay_ns;
-        tally.worst = tally.worst.max(finding.delay_ns);
+        tally.add_interval(seg.ts_ns, finding.delay_ns);
     }
     if !finding.kind.is_stall() && !config.keep_minor_events {
         return None;
@@ -436,6 +508,8 @@ fn record(
             StallKind::NagleDelayedAck => finding.ack_delay_ns.map(PeerStack::from_ack_delay),
             _ => None,
         },
+        backoffs: 0,
+        backoff_ns: Span::ZERO,
     })
 }
 

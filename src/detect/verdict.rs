@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use rustc_hash::FxHashMap;
 
 use super::{KindCounts, StallEvent, StallKind};
-use crate::flow::{ClientGuess, Endpoint, Flow, MssSource, Side, Span, Timestamp};
+use crate::flow::{ClientGuess, Endpoint, Flow, MssSource, PathSource, Side, Span, Timestamp};
 
 /// The peer's TCP stack, guessed from how long its delayed ACK took.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -297,6 +297,8 @@ pub struct FlowSummary {
     pub mss_source: [MssSource; 2],
     /// Round trip capture point → client host → capture point, and the same for the server.
     pub near_rtt_ns: [Option<Span>; 2],
+    /// Where `near_rtt_ns` comes from.
+    pub path_source: PathSource,
     /// Capture time of the first and the last packet.
     pub span_ns: (Timestamp, Timestamp),
     /// Each answered turn's start and latency (µs), in order; empty unless
@@ -379,6 +381,7 @@ pub(crate) fn summarise(
         mss: [c.mss, s.mss],
         mss_source: [c.mss_source, s.mss_source],
         near_rtt_ns: [c.near_rtt, s.near_rtt],
+        path_source: flow.path_source(),
         span_ns: (flow.first_seen, flow.last_seen()),
         turns,
     }

@@ -36,7 +36,7 @@ mod tests;
 pub(crate) use connection::{Flow, IDLE_TIMEOUT};
 pub(crate) use direction::PeerWindow;
 pub use endpoint::Endpoint;
-pub use guess::{ClientGuess, MssSource};
+pub use guess::{ClientGuess, MssSource, PathSource};
 pub(crate) use key::FlowKey;
 pub use seq::SeqNumber;
 pub use side::Side;

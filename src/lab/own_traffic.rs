@@ -273,6 +273,8 @@ mod tests {
             writes: vec![6, 7],
             mss: 65_483,
             peer_stack: None,
+            backoffs: 0,
+            backoff_ns: crate::flow::Span::ZERO,
         }
     }
 
