@@ -240,6 +240,7 @@ impl Analysis {
         // Stable sorts: one part already in order costs a single pass.
         all.events.sort_by_key(|e| e.ordinal);
         all.flows.sort_by_key(|f| f.id);
+        verdict::join_parts(&mut all.flows);
         all
     }
 
@@ -387,6 +388,7 @@ impl Detector {
     pub fn take_flows(&mut self) -> Vec<FlowSummary> {
         let mut flows = std::mem::take(&mut self.analysis.flows);
         flows.sort_by_key(|f| f.id);
+        verdict::join_parts(&mut flows);
         flows
     }
 
@@ -396,6 +398,7 @@ impl Detector {
         let (flows, tallies) = (&mut self.analysis.flows, &mut self.tallies);
         self.table.drain(|f| retire(flows, tallies, f, keep_turns));
         self.analysis.flows.sort_by_key(|f| f.id);
+        verdict::join_parts(&mut self.analysis.flows);
         self.analysis
     }
 }
@@ -457,7 +460,7 @@ fn retire(
 
 /// Runs the rules, in order, on `seg` against the flow state before it.
 fn classify(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
-    if !flow.dir(side).seen {
+    if !flow.dir(side).seen || flow.after_close {
         return None;
     }
     // The window first: data resent as a closed window opens is the sender resuming, not a
@@ -674,6 +677,81 @@ mod tests {
         assert_single(&a, StallKind::NagleDelayedAck, Side::Server);
         assert_eq!(a.flows[0].mss, [1460, 1460]);
         assert_eq!(a.flows[0].mss_source[1], crate::flow::MssSource::OwnSyn);
+    }
+
+    /// Segments of another connection every second, `from_s` to `to_s`: they keep the
+    /// detector sweeping its table meanwhile.
+    fn other_traffic(from_s: u64, to_s: u64) -> Vec<Segment> {
+        let mut w = Wire::handshake(30, 1448);
+        for s in from_s..to_s {
+            w.data(true, s * 1_000_000, 10);
+        }
+        w.segments.drain(..3);
+        for seg in &mut w.segments {
+            seg.src_port += 7;
+            seg.dst_port += 7;
+        }
+        w.segments
+    }
+
+    /// A connection silent for longer than the idle timeout is retired meanwhile (memory stays
+    /// bounded), and rejoins its flow when it speaks again: one connection, one flow.
+    #[test]
+    fn idle_connection_rejoins_its_flow() {
+        let mut w = Wire::handshake(30, 1448);
+        w.data(true, 1_000, 80).data(false, 1_100, 148);
+        w.data(true, 400_001_000, 80).data(false, 400_001_100, 148);
+        let mut d = Detector::new(DetectorConfig::default());
+        let other = other_traffic(1, 399);
+        for seg in w.segments[..5].iter().chain(&other).chain(&w.segments[5..]) {
+            d.push(seg);
+        }
+        assert_eq!(d.active_flows(), 2);
+        let a = d.finish();
+        let ours: Vec<_> = a.flows.iter().filter(|f| f.client.port == 40000).collect();
+        assert_eq!(ours.len(), 1, "one flow for the connection");
+        assert_eq!(ours[0].packets, 7);
+        assert_eq!(ours[0].requests, 2);
+    }
+
+    /// A FIN/ACK retransmitted after the close, once the flow has retired, neither starts a
+    /// flow of its own nor swaps client and server.
+    #[test]
+    fn late_retransmission_after_close_is_the_same_flow() {
+        let mut w = Wire::handshake(30, 1448);
+        w.data(true, 1_000, 80)
+            .data(false, 1_100, 148)
+            .fin(true, 2_000)
+            .fin(false, 2_100);
+        w.ack(true, 2_200);
+        let mut late = w.segments[5]; // the server's FIN, again
+        late.ts_ns += MS * 10_000;
+        let other = other_traffic(1, 9);
+        let mut d = Detector::new(DetectorConfig::default());
+        for seg in w
+            .segments
+            .iter()
+            .chain(&other)
+            .chain(std::iter::once(&late))
+        {
+            d.push(seg);
+        }
+        let a = d.finish();
+        let ours: Vec<_> = a.flows.iter().filter(|f| f.client.port == 40000).collect();
+        assert_eq!(ours.len(), 1, "one flow for the connection");
+        assert_eq!(ours[0].client.port, 40000);
+        assert_eq!(ours[0].packets, 9);
+        assert_eq!(a.stall_count(), 0);
+        // A new SYN on the tuple is a new connection.
+        let mut again = Wire::handshake_from(10, 30, 1448, (5_000, 70_000));
+        for seg in &mut again.segments {
+            seg.ts_ns += MS * 20_000;
+        }
+        let mut d = Detector::new(DetectorConfig::default());
+        for seg in w.segments.iter().chain(&other).chain(&again.segments) {
+            d.push(seg);
+        }
+        assert_eq!(d.finish().flows.len(), 3);
     }
 
     /// A lone packet stamped an hour ahead does not retire the other flows as idle.

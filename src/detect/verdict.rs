@@ -329,6 +329,48 @@ impl FlowSummary {
     }
 }
 
+/// Joins the parts of one connection (flows sorted by id; a connection rejoined after it
+/// retired, idle or closed, comes back with its id) into one summary.
+pub(crate) fn join_parts(flows: &mut Vec<FlowSummary>) {
+    if flows.windows(2).all(|w| w[0].id != w[1].id) {
+        return;
+    }
+    let mut joined: Vec<FlowSummary> = Vec::with_capacity(flows.len());
+    for f in flows.drain(..) {
+        match joined.last_mut() {
+            Some(last) if last.id == f.id => last.absorb(f),
+            _ => joined.push(f),
+        }
+    }
+    *flows = joined;
+}
+
+impl FlowSummary {
+    /// Adds a later part of the same connection.
+    fn absorb(&mut self, later: FlowSummary) {
+        self.packets += later.packets;
+        self.bytes[0] += later.bytes[0];
+        self.bytes[1] += later.bytes[1];
+        self.retransmissions += later.retransmissions;
+        self.capture_gaps += later.capture_gaps;
+        self.requests += later.requests;
+        for (mine, theirs) in self.counts.0.iter_mut().zip(later.counts.0) {
+            *mine += theirs;
+        }
+        self.time_lost_ns += later.time_lost_ns;
+        self.worst_stall_ns = self.worst_stall_ns.max(later.worst_stall_ns);
+        self.latency_us = self.latency_us.or(later.latency_us);
+        for i in 0..2 {
+            self.near_rtt_ns[i] = self.near_rtt_ns[i].or(later.near_rtt_ns[i]);
+        }
+        self.span_ns = (
+            self.span_ns.0.min(later.span_ns.0),
+            self.span_ns.1.max(later.span_ns.1),
+        );
+        self.turns.extend(later.turns);
+    }
+}
+
 /// Nearest-rank percentile of sorted values.
 fn percentile(sorted: &[u32], p: f64) -> u32 {
     let rank = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());

@@ -98,6 +98,9 @@ pub(crate) struct Flow {
     syn_ack_at: Option<Timestamp>,
     /// The client guess may still change at the flow's first data ([`ClientGuess::FirstData`]).
     pub(super) guess_open: bool,
+    /// The continuation of a connection that had closed (its late retransmissions and
+    /// ACKs): counted in the flow, judged by no rule.
+    pub(crate) after_close: bool,
 }
 
 /// The segment acknowledges: its ACK field counts (a RST's does not move `snd_una`).
@@ -159,6 +162,7 @@ impl Flow {
             syn_at: None,
             syn_ack_at: None,
             guess_open: !syn && by_ports.open,
+            after_close: false,
         }
     }
 
@@ -175,11 +179,16 @@ impl Flow {
         self.client_guess = ClientGuess::FirstData;
         if self.side_of(seg) == Side::Server {
             // Nothing but pure ACKs so far: swapping the roles loses nothing.
-            std::mem::swap(&mut self.client, &mut self.server);
-            self.dirs.swap(0, 1);
-            if let Some(prev) = &mut self.prev {
-                prev.side = prev.side.peer();
-            }
+            self.swap_roles();
+        }
+    }
+
+    /// Swaps client and server, with everything kept per side.
+    pub(super) fn swap_roles(&mut self) {
+        std::mem::swap(&mut self.client, &mut self.server);
+        self.dirs.swap(0, 1);
+        if let Some(prev) = &mut self.prev {
+            prev.side = prev.side.peer();
         }
     }
 
