@@ -11,6 +11,7 @@
 //! a turn is think time and never a stall.
 
 mod cork;
+pub mod evidence;
 mod nagle;
 mod rto;
 pub(crate) mod verdict;
@@ -214,6 +215,9 @@ pub struct Analysis {
     pub flows: Vec<FlowSummary>,
     /// Capture time of the first and last segment.
     pub span_ns: Option<(Timestamp, Timestamp)>,
+    /// Claims the capture cannot settle, set apart with the reason: not in `events` nor
+    /// `counts` ([`evidence`]).
+    pub undecided: evidence::Undecided,
 }
 
 impl Analysis {
@@ -232,6 +236,7 @@ impl Analysis {
             }
             all.events.extend(part.events);
             all.flows.extend(part.flows);
+            all.undecided.extend(&part.undecided);
             all.span_ns = match (all.span_ns, part.span_ns) {
                 (Some((f1, l1)), Some((f2, l2))) => Some((f1.min(f2), l1.max(l2))),
                 (a, b) => a.or(b),
@@ -317,11 +322,15 @@ impl Detector {
         let flow = lookup.flow;
         let side = lookup.side;
         let finding = classify(flow, side, seg);
+        let mut undecided = false;
         if let Some(mut finding) = finding {
             // Nothing waited before the flow began: a delay reaching back past the flow's
             // first packet is cut there.
             finding.delay_ns = finding.delay_ns.min(seg.ts_ns.since(flow.first_seen));
-            if finding.kind == StallKind::Rto && flow.dir(side).rto_open {
+            if let Some(reason) = evidence::unsettled(flow, side, &finding) {
+                self.analysis.undecided.add(finding.kind, reason);
+                undecided = true;
+            } else if finding.kind == StallKind::Rto && flow.dir(side).rto_open {
                 backoff_step(
                     &mut self.tallies,
                     &mut self.analysis.events,
@@ -340,7 +349,7 @@ impl Detector {
             }
         }
         flow.update(seg, side);
-        if matches!(finding, Some(f) if f.kind == StallKind::Rto) {
+        if matches!(finding, Some(f) if f.kind == StallKind::Rto) && !undecided {
             flow.dirs[side.index()].rto_open = true;
         }
 

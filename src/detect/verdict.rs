@@ -120,6 +120,13 @@ pub(crate) fn explain(event: &StallEvent) -> String {
              the socket, `tcpstall trace` the writes)",
             event.released_bytes
         ),
+        StallKind::Rto if event.backoffs > 0 => format!(
+            "the {held} resent {} B after {:.1} ms of silence, then {} more times as the \
+             retransmission timer backed off, {ms:.1} ms in all: a loss recovered by the timer",
+            event.released_bytes,
+            (f.delay_ns - event.backoff_ns).as_millis_f64(),
+            event.backoffs
+        ),
         StallKind::Rto => format!(
             "the {held} resent {} B after {ms:.1} ms of silence: a lost segment recovered by the \
              retransmission timer",
@@ -316,16 +323,35 @@ impl FlowSummary {
         label
     }
 
-    /// Where the capture was taken, from the near-side RTTs.
+    /// Where the capture was taken, from the two legs of the path: `loopback`, `client host`
+    /// or `server host` (a leg under 200 µs), `near client` or `near server` (a leg under a
+    /// tenth of the round trip: a tap or router next to that host), `mid-path`, or `unknown`
+    /// (a leg not timed: no handshake, or one direction missing).
     pub fn capture_position(&self) -> &'static str {
         const NEAR: Span = Span::from_micros(200);
         match self.near_rtt_ns {
             [Some(c), Some(s)] if c < NEAR && s < NEAR => "loopback",
             [Some(c), Some(_)] if c < NEAR => "client host",
             [Some(_), Some(s)] if s < NEAR => "server host",
+            [Some(c), Some(s)] if c * 10 < c + s => "near client",
+            [Some(c), Some(s)] if s * 10 < c + s => "near server",
             [Some(_), Some(_)] => "mid-path",
             _ => "unknown",
         }
+    }
+
+    /// Where the capture was taken, with the legs it is judged from, for people: `near client
+    /// (0.7 + 71.7 ms, handshake)`.
+    pub fn capture_point(&self) -> String {
+        let leg =
+            |l: Option<Span>| l.map_or("?".to_string(), |l| format!("{:.1}", l.as_millis_f64()));
+        format!(
+            "{} ({} + {} ms, {})",
+            self.capture_position(),
+            leg(self.near_rtt_ns[0]),
+            leg(self.near_rtt_ns[1]),
+            self.path_source.name()
+        )
     }
 }
 

@@ -327,6 +327,11 @@ pub fn write(out: &mut impl Write, a: &Analysis, input: &InputFacts) -> io::Resu
         "files": input.files,
         "skipped": skipped(&input.skipped),
         "unreadable": input.unreadable,
+        "undecided": a.undecided.entries().iter().map(|(kind, reason, count)| json!({
+            "kind": kind.name(),
+            "reason": reason.name(),
+            "count": count,
+        })).collect::<Vec<_>>(),
     });
     write!(out, "{{\"summary\": {summary},\n\"events\": [")?;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
