@@ -721,6 +721,20 @@ mod tests {
         assert_eq!(ours.len(), 1, "one flow for the connection");
         assert_eq!(ours[0].packets, 7);
         assert_eq!(ours[0].requests, 2);
+        assert!(!ours[0].continued);
+        // Taken as it goes (watch): the part after the silence comes later, marked as the
+        // continuation of a connection already handed over.
+        let mut d = Detector::new(DetectorConfig::default());
+        let mut taken = Vec::new();
+        for seg in w.segments[..5].iter().chain(&other).chain(&w.segments[5..]) {
+            d.push(seg);
+            taken.extend(d.take_flows());
+        }
+        taken.extend(d.finish().flows);
+        let ours: Vec<_> = taken.iter().filter(|f| f.client.port == 40000).collect();
+        assert_eq!(ours.len(), 2);
+        assert_eq!(ours[0].id, ours[1].id);
+        assert_eq!((ours[0].continued, ours[1].continued), (false, true));
     }
 
     /// A FIN/ACK retransmitted after the close, once the flow has retired, neither starts a

@@ -306,6 +306,9 @@ pub struct FlowSummary {
     pub near_rtt_ns: [Option<Span>; 2],
     /// Where `near_rtt_ns` comes from.
     pub path_source: PathSource,
+    /// A later part of a connection retired before (idle, or closed) that a segment rejoined:
+    /// same `id`; a consumer counting connections counts it once.
+    pub continued: bool,
     /// Capture time of the first and the last packet.
     pub span_ns: (Timestamp, Timestamp),
     /// Each answered turn's start and latency (µs), in order; empty unless
@@ -450,6 +453,7 @@ pub(crate) fn summarise(
         mss_source: [c.mss_source, s.mss_source],
         near_rtt_ns: [c.near_rtt, s.near_rtt],
         path_source: flow.path_source(),
+        continued: flow.continued,
         span_ns: (flow.first_seen, flow.last_seen()),
         turns,
     }

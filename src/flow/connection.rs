@@ -101,6 +101,8 @@ pub(crate) struct Flow {
     /// The continuation of a connection that had closed (its late retransmissions and
     /// ACKs): counted in the flow, judged by no rule.
     pub(crate) after_close: bool,
+    /// Rejoins a connection that retired before (same id).
+    pub(crate) continued: bool,
 }
 
 /// The segment acknowledges: its ACK field counts (a RST's does not move `snd_una`).
@@ -163,6 +165,7 @@ impl Flow {
             syn_ack_at: None,
             guess_open: !syn && by_ports.open,
             after_close: false,
+            continued: false,
         }
     }
 

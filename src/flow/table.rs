@@ -167,6 +167,7 @@ impl FlowTable {
         }
         flow.client_guess = tomb.client_guess;
         flow.guess_open = false;
+        flow.continued = true;
         if tomb.closed {
             flow.state = FlowState::Closed { since: seg.ts_ns };
             flow.after_close = true;
