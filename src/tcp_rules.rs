@@ -229,6 +229,20 @@ pub const CORK_TIMER_MIN: Duration = Duration::from_millis(195);
 /// loopback at HZ=250); the path's RTT is added, as the RTO grows with it (RFC 6298 §2).
 pub const CORK_TIMER_MAX: Duration = Duration::from_millis(260);
 
+/// The shortest wait a sender's cork (probe) timer can give on a path whose round trip is
+/// `srtt`: the timer is `max(icsk_rto, TCP_RTO_MIN)` (`tcp_probe0_base`), and the RTO is
+/// `srtt + rttvar` with `rttvar` never below `TCP_RTO_MIN` (`tcp_rtt_estimator`,
+/// `__tcp_set_rto`; RFC 6298 §2.3 with Linux's floor), so it is at least the round trip plus
+/// [`CORK_TIMER_MIN`]. A gap shorter than that, as the sender saw it, is the path, not the
+/// timer.
+pub const fn cork_timer_floor(srtt: Duration) -> Duration {
+    CORK_TIMER_MIN.saturating_add(srtt)
+}
+/// Slack of a capture clock and of scheduling when a segment is judged against the path: a
+/// segment reaching the capture point later than a packet it answers by less than the round
+/// trip to its sender, less this, cannot have been sent in answer to it.
+pub const PATH_SLACK: Duration = Duration::from_millis(1);
+
 /// Nanoseconds of `d`, for the detector's capture-time arithmetic.
 pub const fn nanos(d: Duration) -> u64 {
     d.as_nanos() as u64

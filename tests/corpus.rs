@@ -1,7 +1,8 @@
 //! `analyze` over the public capture corpus (`../shared/corpus/`, next to the repository:
 //! tcpdump's, zeek's and libpcap's test suites, compressed files included): every file, in a
-//! bounded time, ends with exit 0 or exit 2 and a reason, never a panic or a hang; and for the
-//! files kept in [`COMPARED`] the TCP segments analyze reads are as many as tshark counts.
+//! bounded time, ends with exit 0 or exit 2 and a reason, never a panic or a hang; its claims
+//! hold on a real path ([`invariant_breaches`]); and for the files kept in [`COMPARED`] the
+//! TCP segments analyze reads are as many as tshark counts.
 //!
 //! `TCPSTALL_CORPUS` names another folder. The test is skipped, with a message, only when the
 //! folder is absent.
@@ -198,6 +199,73 @@ fn tcp_segments(json: &str) -> u64 {
         .expect("summary.tcp_segments")
 }
 
+/// The claims a real path forbids, in analyze's JSON of one file (docs/ACCURACY.md): an
+/// event longer than its flow, a flow losing more time than it lasts, a cork gap the round
+/// trip explains, a Nagle release sooner than the round trip to the held side allows, and a
+/// connection made into two flows with client and server swapped.
+fn invariant_breaches(json: &str) -> Vec<String> {
+    let v: serde_json::Value = serde_json::from_str(json).expect("analyze printed valid JSON");
+    let empty = Vec::new();
+    let flows = v["flows"].as_array().unwrap_or(&empty);
+    let mut breaches = Vec::new();
+    // 1 µs of slack: the JSON's milliseconds are rounded.
+    const SLACK_MS: f64 = 0.001;
+    let mut endpoints = std::collections::HashSet::new();
+    for f in flows {
+        let span = f["span_ms"].as_f64().expect("flows[].span_ms");
+        let lost = f["time_lost_ms"].as_f64().expect("flows[].time_lost_ms");
+        if lost > span + SLACK_MS {
+            breaches.push(format!("flow {} loses {lost} ms in {span} ms", f["flow"]));
+        }
+        let (c, s) = (f["client"].as_str(), f["server"].as_str());
+        if endpoints.contains(&(s, c)) {
+            breaches.push(format!(
+                "flow {} also made with the roles swapped",
+                f["flow"]
+            ));
+        }
+        endpoints.insert((c, s));
+    }
+    for e in v["events"].as_array().unwrap_or(&empty) {
+        let Some(f) = flows.iter().find(|f| f["flow_id"] == e["flow_id"]) else {
+            continue;
+        };
+        let delay = e["delay_ms"].as_f64().expect("events[].delay_ms");
+        let span = f["span_ms"].as_f64().expect("flows[].span_ms");
+        if delay > span + SLACK_MS {
+            breaches.push(format!(
+                "{} event of {delay} ms in a flow of {span} ms",
+                e["kind"]
+            ));
+        }
+        let path = &f["path"];
+        let (c, s) = (
+            path["client_rtt_ms"].as_f64(),
+            path["server_rtt_ms"].as_f64(),
+        );
+        let held = if e["held_side"] == "client" { c } else { s };
+        match e["kind"].as_str() {
+            Some("cork_timer") if path["from"] == "handshake" => {
+                let rtt = c.unwrap_or(0.0) + s.unwrap_or(0.0);
+                if delay < rtt + 100.0 {
+                    breaches.push(format!("cork gap of {delay} ms on a {rtt} ms path"));
+                }
+            }
+            Some("nagle_delayed_ack" | "nagle_minor") => {
+                if let (Some(release), Some(held)) = (e["release_ms"].as_f64(), held) {
+                    if release + 1.0 < held {
+                        breaches.push(format!(
+                            "Nagle release {release} ms after the ACK, {held} ms from the held side"
+                        ));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    breaches
+}
+
 fn analyze(file: &Path) -> Option<Run> {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tcpstall"));
     cmd.args(["analyze", "--json", "--workers", "1"]).arg(file);
@@ -251,6 +319,13 @@ fn analyze_reads_every_corpus_file_and_counts_tcp_as_tshark_does() {
                 }
                 match run.code {
                     Some(0) => {
+                        let breaches = invariant_breaches(&run.stdout);
+                        if !breaches.is_empty() {
+                            fail(format!(
+                                "claims a real path forbids: {}",
+                                breaches.join("; ")
+                            ));
+                        }
                         if COMPARED.contains(&name.as_str()) {
                             counts
                                 .lock()

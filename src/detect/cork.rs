@@ -33,7 +33,17 @@ pub(crate) fn check(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
     let last_activity = peer.last_seen.max(me.last_data);
     let gap = seg.ts_ns.since(last_activity);
     let path_rtt = me.near_rtt.unwrap_or(Span::ZERO) + peer.near_rtt.unwrap_or(Span::ZERO);
-    if gap < CORK_MIN || gap > CORK_MAX + path_rtt * 4 {
+    // The gap as the held side's host saw it: when it counts from the peer's packet, that
+    // packet reached the held side half a leg later and the held data took the other half to
+    // come back, so the leg to the held side is the path's, not the timer's.
+    let at_sender = if peer.last_seen > me.last_data {
+        gap - me.near_rtt.unwrap_or(Span::ZERO)
+    } else {
+        gap
+    };
+    // The timer is at least the round trip plus 200 ms ([`tcp_rules::cork_timer_floor`]): a
+    // reply one round trip after the request is the path, not the cork timer.
+    if at_sender < CORK_MIN + path_rtt || gap > CORK_MAX + path_rtt * 4 {
         return None;
     }
     Some(Finding::own_timer(StallKind::CorkTimer, side, gap))
@@ -107,6 +117,21 @@ mod tests {
             text.contains("tail left") && text.contains("cork timer"),
             "{text}"
         );
+    }
+
+    /// Captured at the client over a 347 ms path: the server's reply arrives one round trip
+    /// after the command. The path explains the gap; the timer would be the round trip plus
+    /// 200 ms at least.
+    #[test]
+    fn reply_one_round_trip_later_is_not_cork() {
+        let mut w = Wire::handshake_between(10, 347_000, 1448);
+        w.data(true, 400_000, 40).data(false, 747_500, 300);
+        assert_eq!(w.analyse().stall_count(), 0);
+        // The timer runs from the request's arrival for at least the round trip plus 200 ms
+        // (the RTO's floor), and its data takes half a round trip back: it is the timer.
+        let mut w = Wire::handshake_between(10, 347_000, 1448);
+        w.data(true, 400_000, 40).data(false, 1_305_000, 300);
+        assert_single(&w.analyse(), StallKind::CorkTimer, Side::Server);
     }
 
     #[test]

@@ -6,11 +6,12 @@
 //! [`Detector::take_flows`], so memory follows the active flows. The lab, `watch` and `probe` feed the same
 //! detector as `analyze`, so each rule is written once. The rules follow the capture detection
 //! rule of the project's LINUX-TCP notes: a new segment is examined against the flow state
-//! *before* it, in this order: retransmission (`rto`), closed window (`zero_window`),
+//! *before* it, in this order: closed window (`zero_window`), retransmission (`rto`),
 //! Nagle hold released by an ACK (`nagle`), cork timer (`cork`). Anything else that delays
 //! a turn is think time and never a stall.
 
 mod cork;
+pub mod evidence;
 mod nagle;
 mod rto;
 pub(crate) mod verdict;
@@ -119,6 +120,9 @@ pub struct Finding {
     pub delay_ns: Span,
     /// For delayed ACKs: the peer's delayed-ACK timeout, path RTT removed.
     pub ack_delay_ns: Option<Span>,
+    /// For data released by a packet of the peer: how long after that packet the data
+    /// reached the capture point (at least the round trip from there to the held side).
+    pub release_ns: Option<Span>,
 }
 
 impl Finding {
@@ -135,6 +139,7 @@ impl Finding {
             ack_side: Some(held_side.peer()),
             delay_ns,
             ack_delay_ns: None,
+            release_ns: None,
         })
     }
 
@@ -147,6 +152,7 @@ impl Finding {
             ack_side: None,
             delay_ns,
             ack_delay_ns: None,
+            release_ns: None,
         }
     }
 }
@@ -177,6 +183,12 @@ pub struct StallEvent {
     pub mss: u32,
     /// Peer stack guessed from the delayed-ACK timeout (Nagle × delayed ACK only).
     pub peer_stack: Option<PeerStack>,
+    /// For a retransmission timeout: the timer's backoff steps after the first resend, each a
+    /// further resend with no ACK of progress between (the episode's one event covers them).
+    pub backoffs: u32,
+    /// The part of `delay_ns` after `ts_ns`: from this event's resend to the episode's last
+    /// backoff step (`delay_ns` runs from the last send before the timeout to that step).
+    pub backoff_ns: Span,
 }
 
 /// Detector settings.
@@ -203,6 +215,9 @@ pub struct Analysis {
     pub flows: Vec<FlowSummary>,
     /// Capture time of the first and last segment.
     pub span_ns: Option<(Timestamp, Timestamp)>,
+    /// Claims the capture cannot settle, set apart with the reason: not in `events` nor
+    /// `counts` ([`evidence`]).
+    pub undecided: evidence::Undecided,
 }
 
 impl Analysis {
@@ -221,6 +236,7 @@ impl Analysis {
             }
             all.events.extend(part.events);
             all.flows.extend(part.flows);
+            all.undecided.extend(&part.undecided);
             all.span_ns = match (all.span_ns, part.span_ns) {
                 (Some((f1, l1)), Some((f2, l2))) => Some((f1.min(f2), l1.max(l2))),
                 (a, b) => a.or(b),
@@ -229,6 +245,7 @@ impl Analysis {
         // Stable sorts: one part already in order costs a single pass.
         all.events.sort_by_key(|e| e.ordinal);
         all.flows.sort_by_key(|f| f.id);
+        verdict::join_parts(&mut all.flows);
         all
     }
 
@@ -244,6 +261,10 @@ struct FlowTally {
     counts: KindCounts,
     lost: Span,
     worst: Span,
+    /// End of the latest stall interval counted in `lost`: a flow's time lost is the union of
+    /// its stalls' intervals, so an interval overlapping an earlier one adds only what lies
+    /// beyond it, and the total never exceeds the flow's span.
+    lost_until: Timestamp,
 }
 
 /// The streaming stall detector.
@@ -300,15 +321,37 @@ impl Detector {
             .lookup(seg, ordinal, |old| retire(flows, tallies, old, keep_turns));
         let flow = lookup.flow;
         let side = lookup.side;
-        if let Some(finding) = classify(flow, side, seg) {
-            let event = record(&self.config, &mut self.tallies, flow, side, seg, finding);
-            self.analysis.counts.add(finding.kind);
-            if let Some(mut event) = event {
-                event.ordinal = ordinal;
-                self.analysis.events.push(event);
+        let finding = classify(flow, side, seg);
+        let mut undecided = false;
+        if let Some(mut finding) = finding {
+            // Nothing waited before the flow began: a delay reaching back past the flow's
+            // first packet is cut there.
+            finding.delay_ns = finding.delay_ns.min(seg.ts_ns.since(flow.first_seen));
+            if let Some(reason) = evidence::unsettled(flow, side, &finding) {
+                self.analysis.undecided.add(finding.kind, reason);
+                undecided = true;
+            } else if finding.kind == StallKind::Rto && flow.dir(side).rto_open {
+                backoff_step(
+                    &mut self.tallies,
+                    &mut self.analysis.events,
+                    flow,
+                    side,
+                    seg,
+                    &finding,
+                );
+            } else {
+                let event = record(&self.config, &mut self.tallies, flow, side, seg, finding);
+                self.analysis.counts.add(finding.kind);
+                if let Some(mut event) = event {
+                    event.ordinal = ordinal;
+                    self.analysis.events.push(event);
+                }
             }
         }
         flow.update(seg, side);
+        if matches!(finding, Some(f) if f.kind == StallKind::Rto) && !undecided {
+            flow.dirs[side.index()].rto_open = true;
+        }
 
         // Sweep at the earlier of this and the previous segment's time: one packet stamped far
         // ahead (a damaged timestamp) must not retire every other flow as idle.
@@ -358,6 +401,7 @@ impl Detector {
     pub fn take_flows(&mut self) -> Vec<FlowSummary> {
         let mut flows = std::mem::take(&mut self.analysis.flows);
         flows.sort_by_key(|f| f.id);
+        verdict::join_parts(&mut flows);
         flows
     }
 
@@ -367,7 +411,46 @@ impl Detector {
         let (flows, tallies) = (&mut self.analysis.flows, &mut self.tallies);
         self.table.drain(|f| retire(flows, tallies, f, keep_turns));
         self.analysis.flows.sort_by_key(|f| f.id);
+        verdict::join_parts(&mut self.analysis.flows);
         self.analysis
+    }
+}
+
+impl FlowTally {
+    /// Counts the stall interval `[end - delay, end]` into the time lost, as a union with the
+    /// intervals counted before (they end in capture order).
+    fn add_interval(&mut self, end: Timestamp, delay: Span) {
+        let start = Timestamp::from_nanos(end.as_nanos().saturating_sub(delay.as_nanos()));
+        self.lost += end.since(start.max(self.lost_until));
+        self.lost_until = self.lost_until.max(end);
+        self.worst = self.worst.max(delay);
+    }
+}
+
+/// A further timer-driven resend of a side whose timeout episode is still open (no ACK of
+/// progress since): the retransmission timer backing off (RFC 6298 §5.5, `tcp_retransmit_timer`
+/// doubling `icsk_rto`). It lengthens the episode's one event, while that event is still held,
+/// and the flow's time lost; it is no new timeout.
+fn backoff_step(
+    tallies: &mut FxHashMap<u64, FlowTally>,
+    events: &mut [StallEvent],
+    flow: &Flow,
+    side: Side,
+    seg: &Segment,
+    finding: &Finding,
+) {
+    let tally = tallies.entry(flow.id).or_default();
+    tally.add_interval(seg.ts_ns, finding.delay_ns);
+    // The episode's event is among the latest few, unless a consumer already took it.
+    let episode = events.iter_mut().rev().take(64).find(|e| {
+        e.flow_id == flow.id && e.finding.kind == StallKind::Rto && e.finding.held_side == side
+    });
+    if let Some(e) = episode {
+        let first = e.finding.delay_ns - e.backoff_ns;
+        e.backoff_ns = seg.ts_ns.since(e.ts_ns);
+        e.finding.delay_ns = first + e.backoff_ns;
+        e.backoffs += 1;
+        tally.worst = tally.worst.max(e.finding.delay_ns);
     }
 }
 
@@ -390,11 +473,13 @@ fn retire(
 
 /// Runs the rules, in order, on `seg` against the flow state before it.
 fn classify(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
-    if !flow.dir(side).seen {
+    if !flow.dir(side).seen || flow.after_close {
         return None;
     }
-    rto::check(flow, side, seg)
-        .or_else(|| zero_window::check(flow, side, seg))
+    // The window first: data resent as a closed window opens is the sender resuming, not a
+    // timeout.
+    zero_window::check(flow, side, seg)
+        .or_else(|| rto::check(flow, side, seg))
         .or_else(|| nagle::check(flow, side, seg))
         .or_else(|| cork::check(flow, side, seg))
 }
@@ -411,8 +496,7 @@ fn record(
     let tally = tallies.entry(flow.id).or_default();
     tally.counts.add(finding.kind);
     if finding.kind.is_stall() {
-        tally.lost += finding.delay_ns;
-        tally.worst = tally.worst.max(finding.delay_ns);
+        tally.add_interval(seg.ts_ns, finding.delay_ns);
     }
     if !finding.kind.is_stall() && !config.keep_minor_events {
         return None;
@@ -440,6 +524,8 @@ fn record(
             StallKind::NagleDelayedAck => finding.ack_delay_ns.map(PeerStack::from_ack_delay),
             _ => None,
         },
+        backoffs: 0,
+        backoff_ns: Span::ZERO,
     })
 }
 
@@ -604,6 +690,95 @@ mod tests {
         assert_single(&a, StallKind::NagleDelayedAck, Side::Server);
         assert_eq!(a.flows[0].mss, [1460, 1460]);
         assert_eq!(a.flows[0].mss_source[1], crate::flow::MssSource::OwnSyn);
+    }
+
+    /// Segments of another connection every second, `from_s` to `to_s`: they keep the
+    /// detector sweeping its table meanwhile.
+    fn other_traffic(from_s: u64, to_s: u64) -> Vec<Segment> {
+        let mut w = Wire::handshake(30, 1448);
+        for s in from_s..to_s {
+            w.data(true, s * 1_000_000, 10);
+        }
+        w.segments.drain(..3);
+        for seg in &mut w.segments {
+            seg.src_port += 7;
+            seg.dst_port += 7;
+        }
+        w.segments
+    }
+
+    /// A connection silent for longer than the idle timeout is retired meanwhile (memory stays
+    /// bounded), and rejoins its flow when it speaks again: one connection, one flow.
+    #[test]
+    fn idle_connection_rejoins_its_flow() {
+        let mut w = Wire::handshake(30, 1448);
+        w.data(true, 1_000, 80).data(false, 1_100, 148);
+        w.data(true, 400_001_000, 80).data(false, 400_001_100, 148);
+        let mut d = Detector::new(DetectorConfig::default());
+        let other = other_traffic(1, 399);
+        for seg in w.segments[..5].iter().chain(&other).chain(&w.segments[5..]) {
+            d.push(seg);
+        }
+        assert_eq!(d.active_flows(), 2);
+        let a = d.finish();
+        let ours: Vec<_> = a.flows.iter().filter(|f| f.client.port == 40000).collect();
+        assert_eq!(ours.len(), 1, "one flow for the connection");
+        assert_eq!(ours[0].packets, 7);
+        assert_eq!(ours[0].requests, 2);
+        assert!(!ours[0].continued);
+        // Taken as it goes (watch): the part after the silence comes later, marked as the
+        // continuation of a connection already handed over.
+        let mut d = Detector::new(DetectorConfig::default());
+        let mut taken = Vec::new();
+        for seg in w.segments[..5].iter().chain(&other).chain(&w.segments[5..]) {
+            d.push(seg);
+            taken.extend(d.take_flows());
+        }
+        taken.extend(d.finish().flows);
+        let ours: Vec<_> = taken.iter().filter(|f| f.client.port == 40000).collect();
+        assert_eq!(ours.len(), 2);
+        assert_eq!(ours[0].id, ours[1].id);
+        assert_eq!((ours[0].continued, ours[1].continued), (false, true));
+    }
+
+    /// A FIN/ACK retransmitted after the close, once the flow has retired, neither starts a
+    /// flow of its own nor swaps client and server.
+    #[test]
+    fn late_retransmission_after_close_is_the_same_flow() {
+        let mut w = Wire::handshake(30, 1448);
+        w.data(true, 1_000, 80)
+            .data(false, 1_100, 148)
+            .fin(true, 2_000)
+            .fin(false, 2_100);
+        w.ack(true, 2_200);
+        let mut late = w.segments[5]; // the server's FIN, again
+        late.ts_ns += MS * 10_000;
+        let other = other_traffic(1, 9);
+        let mut d = Detector::new(DetectorConfig::default());
+        for seg in w
+            .segments
+            .iter()
+            .chain(&other)
+            .chain(std::iter::once(&late))
+        {
+            d.push(seg);
+        }
+        let a = d.finish();
+        let ours: Vec<_> = a.flows.iter().filter(|f| f.client.port == 40000).collect();
+        assert_eq!(ours.len(), 1, "one flow for the connection");
+        assert_eq!(ours[0].client.port, 40000);
+        assert_eq!(ours[0].packets, 9);
+        assert_eq!(a.stall_count(), 0);
+        // A new SYN on the tuple is a new connection.
+        let mut again = Wire::handshake_from(10, 30, 1448, (5_000, 70_000));
+        for seg in &mut again.segments {
+            seg.ts_ns += MS * 20_000;
+        }
+        let mut d = Detector::new(DetectorConfig::default());
+        for seg in w.segments.iter().chain(&other).chain(&again.segments) {
+            d.push(seg);
+        }
+        assert_eq!(d.finish().flows.len(), 3);
     }
 
     /// A lone packet stamped an hour ahead does not retire the other flows as idle.

@@ -14,6 +14,9 @@ use crate::tcp_rules;
 /// An ACK that took at least this long after the small segment (path RTT removed) was a delayed
 /// ACK ([`tcp_rules::STALL_THRESHOLD`]: `TCP_DELACK_MIN` less a margin for rounding down).
 pub(crate) const DELAYED_ACK_MIN: Span = Span::from_duration(tcp_rules::STALL_THRESHOLD);
+/// Clock and scheduling slack when a release is judged against the path
+/// ([`tcp_rules::PATH_SLACK`]).
+const PATH_SLACK: Span = Span::from_duration(tcp_rules::PATH_SLACK);
 
 /// Checks whether `seg`, new data from `side`, is a Nagle hold released by the peer's ACK
 /// (LINUX-TCP "Recognising a Nagle × delayed-ACK stall", conditions 1-4).
@@ -42,9 +45,18 @@ pub(crate) fn check(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
     if me.last_data > prev.at {
         return None;
     }
-    // 3. B follows the ACK closely: at once on the sender, one near-side RTT elsewhere.
-    if seg.ts_ns.since(prev.at) > flow.follow_allowance(side) {
+    // 3. B follows the ACK closely: at once on the sender, one near-side RTT elsewhere. And
+    //    not sooner than that ACK can reach B's sender and B come back to the capture point:
+    //    a release the path makes impossible was something else's doing (the sender's own
+    //    next write, another connection's close), not this ACK's.
+    let release = seg.ts_ns.since(prev.at);
+    if release > flow.follow_allowance(side) {
         return None;
+    }
+    if let Some(near) = me.near_rtt {
+        if release + PATH_SLACK < near {
+            return None;
+        }
     }
     // 4. How long the ACK took after A, minus the round trip from the capture point to the
     //    peer: the peer's ACK delay.
@@ -63,6 +75,7 @@ pub(crate) fn check(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
         ack_side: Some(side.peer()),
         delay_ns: delay,
         ack_delay_ns: Some(ack_delay),
+        release_ns: Some(release),
     })
 }
 
@@ -169,6 +182,51 @@ mod tests {
         let ack_delay = a.events[0].finding.ack_delay_ns.unwrap_or_default();
         assert!((MS * 39..=MS * 42).contains(&ack_delay), "{ack_delay:?}");
         assert_eq!(a.flows[0].capture_position(), "mid-path");
+    }
+
+    /// Captured at the client, 88 ms from the server: the server's second segment arrives
+    /// 70 ms after the client's ACK, sooner than that ACK can reach the server and the segment
+    /// come back. Something else released it.
+    #[test]
+    fn release_sooner_than_the_path_allows_is_not_nagle() {
+        let mut w = Wire::handshake_between(10, 88_000, 1448);
+        w.data(true, 100_000, 20)
+            .data(false, 188_000, 30)
+            .ack(true, 228_000)
+            .data(false, 298_000, 30);
+        let a = w.analyse();
+        assert_eq!(a.stall_count(), 0);
+        assert_eq!(a.counts.get(StallKind::NagleMinor), 0);
+        // One round trip after the ACK, it is the ACK's doing.
+        let mut w = Wire::handshake_between(10, 88_000, 1448);
+        w.data(true, 100_000, 20)
+            .data(false, 188_000, 30)
+            .ack(true, 228_000)
+            .data(false, 316_500, 30);
+        let a = w.analyse();
+        assert_single(&a, StallKind::NagleDelayedAck, Side::Server);
+        assert_eq!(a.events[0].finding.release_ns, Some(MS * 88 + MS / 2));
+    }
+
+    /// SYNs announcing 1460 and 1452, timestamps on: the server sends at most 1452 - 12 =
+    /// 1440 B, so 1440 B segments are full, not held, and the bulk transfer has no Nagle hold.
+    #[test]
+    fn effective_mss_takes_both_syns_and_the_options() {
+        let mut w = Wire::handshake(30, 1460);
+        w.segments[1].mss = Some(1452);
+        w.data(true, 1_000, 100)
+            .data(false, 1_100, 1440)
+            .ack(true, 41_100)
+            .data(false, 41_130, 1440)
+            .ack(true, 81_200)
+            .data(false, 81_230, 1440);
+        for seg in &mut w.segments {
+            seg.timestamps = Some((1, 1));
+        }
+        let a = w.analyse();
+        assert_eq!(a.flows[0].mss, [1452, 1452]);
+        assert_eq!(a.stall_count(), 0);
+        assert_eq!(a.counts.get(StallKind::NagleMinor), 0);
     }
 
     /// A sender that filled the peer's window waits for the window, not for Nagle.

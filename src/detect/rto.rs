@@ -27,14 +27,18 @@ pub(crate) fn check(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
             return None; // triggered by the peer's (duplicate) ACK: fast retransmit
         }
     }
-    // Nothing of the peer's released it: the sender's own timer did (no ACK side).
-    let delay = seg.ts_ns.since(me.last_data);
+    // Nothing of the peer's released it: the sender's own timer did (no ACK side). The timer
+    // runs from the previous transmission, new or repeated (RFC 6298 §5.1, §5.5): a burst's
+    // later segments follow the first at once and are no new timeout, and a backoff step is
+    // measured from the step before it. A side that sent nothing before is measured from its
+    // first packet, never from the epoch.
+    let delay = seg.ts_ns.since(me.last_sent);
     (delay >= MIN_STALL).then(|| Finding::own_timer(StallKind::Rto, side, delay))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::{assert_single, Wire};
+    use super::super::testing::{assert_single, Wire, MS};
     use super::super::StallKind;
     use crate::flow::Side;
 
@@ -47,6 +51,67 @@ mod tests {
         let a = w.analyse();
         assert_single(&a, StallKind::Rto, Side::Server);
         assert_eq!(a.events[0].finding.ack_side, None, "no ACK released it");
+    }
+
+    /// A side whose first captured segment lies above one it sends later (a capture that
+    /// starts mid-loss): the resend is measured from that side's first packet, never from the
+    /// epoch, and no delay exceeds the flow's span.
+    #[test]
+    fn resend_below_first_seen_is_not_measured_from_the_epoch() {
+        let mut w = Wire::handshake(30, 1448);
+        w.data(true, 1_000, 50).data(false, 1_100, 300);
+        w.data(false, 1_150, 300);
+        w.segments.drain(..3);
+        w.segments.swap(1, 2); // the server's second segment is seen first
+        w.retransmit(false, 301_150, 300);
+        w.last().seq = w.segments[2].seq;
+        for seg in &mut w.segments {
+            seg.ts_ns += MS * 1_700_000_000_000; // real capture times
+        }
+        let a = w.analyse();
+        let span = a.flows[0].span_ns.1.since(a.flows[0].span_ns.0);
+        assert!(a.events.iter().all(|e| e.finding.delay_ns <= span));
+        assert!(a.flows[0].time_lost_ns <= span);
+    }
+
+    /// A timeout resends the whole burst back to back: one timeout, one event.
+    #[test]
+    fn resent_burst_is_one_timeout() {
+        let mut w = Wire::handshake(30, 1448);
+        w.data(true, 1_000, 50)
+            .data(false, 1_100, 1000)
+            .data(false, 1_110, 1000)
+            .data(false, 1_120, 1000);
+        let end = w.server_seq;
+        for (i, t) in [(3u32, 215_000), (2, 215_010), (1, 215_020)] {
+            w.retransmit(false, t, 1000);
+            w.last().seq = end - i * 1000;
+        }
+        let a = w.analyse();
+        assert_single(&a, StallKind::Rto, Side::Server);
+        let span = a.flows[0].span_ns.1.since(a.flows[0].span_ns.0);
+        assert!(a.flows[0].time_lost_ns <= span);
+    }
+
+    /// The timer backs off (200, 400, 800 ms): each step is measured from the step before,
+    /// and the episode is one event covering them; the time lost is the episode once.
+    #[test]
+    fn backoff_steps_are_one_episode() {
+        let mut w = Wire::handshake(30, 1448);
+        w.data(true, 1_000, 50).data(false, 1_100, 300);
+        for t in [201_100, 601_100, 1_401_100] {
+            w.retransmit(false, t, 300);
+        }
+        let a = w.analyse();
+        assert_single(&a, StallKind::Rto, Side::Server);
+        let e = &a.events[0];
+        assert_eq!(e.backoffs, 2);
+        assert_eq!(e.finding.delay_ns, MS * 1_400);
+        assert_eq!(a.flows[0].time_lost_ns, MS * 1_400);
+        // Acknowledged at last: a later loss is a new episode.
+        w.ack(true, 1_401_200).data(false, 1_401_300, 300);
+        w.retransmit(false, 1_700_000, 300);
+        assert_eq!(w.analyse().counts.get(StallKind::Rto), 2);
     }
 
     #[test]

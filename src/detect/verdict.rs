@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use rustc_hash::FxHashMap;
 
 use super::{KindCounts, StallEvent, StallKind};
-use crate::flow::{ClientGuess, Endpoint, Flow, MssSource, Side, Span, Timestamp};
+use crate::flow::{ClientGuess, Endpoint, Flow, MssSource, PathSource, Side, Span, Timestamp};
 
 /// The peer's TCP stack, guessed from how long its delayed ACK took.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,6 +119,13 @@ pub(crate) fn explain(event: &StallEvent) -> String {
              it wrote; a capture cannot tell them apart (`tcpstall sockets PID` shows TCP_CORK on \
              the socket, `tcpstall trace` the writes)",
             event.released_bytes
+        ),
+        StallKind::Rto if event.backoffs > 0 => format!(
+            "the {held} resent {} B after {:.1} ms of silence, then {} more times as the \
+             retransmission timer backed off, {ms:.1} ms in all: a loss recovered by the timer",
+            event.released_bytes,
+            (f.delay_ns - event.backoff_ns).as_millis_f64(),
+            event.backoffs
         ),
         StallKind::Rto => format!(
             "the {held} resent {} B after {ms:.1} ms of silence: a lost segment recovered by the \
@@ -297,6 +304,11 @@ pub struct FlowSummary {
     pub mss_source: [MssSource; 2],
     /// Round trip capture point → client host → capture point, and the same for the server.
     pub near_rtt_ns: [Option<Span>; 2],
+    /// Where `near_rtt_ns` comes from.
+    pub path_source: PathSource,
+    /// A later part of a connection retired before (idle, or closed) that a segment rejoined:
+    /// same `id`; a consumer counting connections counts it once.
+    pub continued: bool,
     /// Capture time of the first and the last packet.
     pub span_ns: (Timestamp, Timestamp),
     /// Each answered turn's start and latency (µs), in order; empty unless
@@ -314,16 +326,77 @@ impl FlowSummary {
         label
     }
 
-    /// Where the capture was taken, from the near-side RTTs.
+    /// Where the capture was taken, from the two legs of the path: `loopback`, `client host`
+    /// or `server host` (a leg under 200 µs), `near client` or `near server` (a leg under a
+    /// tenth of the round trip: a tap or router next to that host), `mid-path`, or `unknown`
+    /// (a leg not timed: no handshake, or one direction missing).
     pub fn capture_position(&self) -> &'static str {
         const NEAR: Span = Span::from_micros(200);
         match self.near_rtt_ns {
             [Some(c), Some(s)] if c < NEAR && s < NEAR => "loopback",
             [Some(c), Some(_)] if c < NEAR => "client host",
             [Some(_), Some(s)] if s < NEAR => "server host",
+            [Some(c), Some(s)] if c * 10 < c + s => "near client",
+            [Some(c), Some(s)] if s * 10 < c + s => "near server",
             [Some(_), Some(_)] => "mid-path",
             _ => "unknown",
         }
+    }
+
+    /// Where the capture was taken, with the legs it is judged from, for people: `near client
+    /// (0.7 + 71.7 ms, handshake)`.
+    pub fn capture_point(&self) -> String {
+        let leg =
+            |l: Option<Span>| l.map_or("?".to_string(), |l| format!("{:.1}", l.as_millis_f64()));
+        format!(
+            "{} ({} + {} ms, {})",
+            self.capture_position(),
+            leg(self.near_rtt_ns[0]),
+            leg(self.near_rtt_ns[1]),
+            self.path_source.name()
+        )
+    }
+}
+
+/// Joins the parts of one connection (flows sorted by id; a connection rejoined after it
+/// retired, idle or closed, comes back with its id) into one summary.
+pub(crate) fn join_parts(flows: &mut Vec<FlowSummary>) {
+    if flows.windows(2).all(|w| w[0].id != w[1].id) {
+        return;
+    }
+    let mut joined: Vec<FlowSummary> = Vec::with_capacity(flows.len());
+    for f in flows.drain(..) {
+        match joined.last_mut() {
+            Some(last) if last.id == f.id => last.absorb(f),
+            _ => joined.push(f),
+        }
+    }
+    *flows = joined;
+}
+
+impl FlowSummary {
+    /// Adds a later part of the same connection.
+    fn absorb(&mut self, later: FlowSummary) {
+        self.packets += later.packets;
+        self.bytes[0] += later.bytes[0];
+        self.bytes[1] += later.bytes[1];
+        self.retransmissions += later.retransmissions;
+        self.capture_gaps += later.capture_gaps;
+        self.requests += later.requests;
+        for (mine, theirs) in self.counts.0.iter_mut().zip(later.counts.0) {
+            *mine += theirs;
+        }
+        self.time_lost_ns += later.time_lost_ns;
+        self.worst_stall_ns = self.worst_stall_ns.max(later.worst_stall_ns);
+        self.latency_us = self.latency_us.or(later.latency_us);
+        for i in 0..2 {
+            self.near_rtt_ns[i] = self.near_rtt_ns[i].or(later.near_rtt_ns[i]);
+        }
+        self.span_ns = (
+            self.span_ns.0.min(later.span_ns.0),
+            self.span_ns.1.max(later.span_ns.1),
+        );
+        self.turns.extend(later.turns);
     }
 }
 
@@ -379,6 +452,8 @@ pub(crate) fn summarise(
         mss: [c.mss, s.mss],
         mss_source: [c.mss_source, s.mss_source],
         near_rtt_ns: [c.near_rtt, s.near_rtt],
+        path_source: flow.path_source(),
+        continued: flow.continued,
         span_ns: (flow.first_seen, flow.last_seen()),
         turns,
     }

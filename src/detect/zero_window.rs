@@ -13,7 +13,10 @@ pub(crate) fn check(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
     let PeerWindow::Reopened { since, at } = me.peer_window else {
         return None;
     };
-    if !me.is_new_data(seg) {
+    // Data sent into the closed window and dropped by the receiver comes again once it opens:
+    // a resend right after the window update is the sender resuming, not its retransmission
+    // timer (`tcp_ack` → `tcp_ack_probe` restarts sending when the window opens).
+    if seg.payload_len == 0 {
         return None;
     }
     // The window update must be the packet just before B, and B must follow it at once.
@@ -41,6 +44,26 @@ mod tests {
             .ack_window(false, 300_000, 64)
             .data(true, 300_020, 1000);
         assert_single(&w.analyse(), StallKind::ZeroWindow, Side::Client);
+    }
+
+    /// Captured at the receiver, 72 ms from the sender: the data sent into the closed window
+    /// comes again one round trip after the window update. A zero-window stall, no timeout.
+    #[test]
+    fn resend_after_window_update_is_zero_window() {
+        let mut w = Wire::handshake_between(10, 72_000, 1448);
+        w.data(true, 100_000, 80)
+            .data(false, 172_000, 1400)
+            .data(false, 172_010, 1400)
+            .ack_window(true, 172_100, 0);
+        for t in [172_200, 172_300, 172_400] {
+            w.ack_window(true, t, 0);
+        }
+        w.ack_window(true, 233_000, 512);
+        w.retransmit(false, 305_000, 1400);
+        w.data(false, 305_010, 1400);
+        let a = w.analyse();
+        assert_single(&a, StallKind::ZeroWindow, Side::Server);
+        assert_eq!(a.counts.get(StallKind::Rto), 0);
     }
 
     /// The window closed once during an upload; much later the sender answers a request at

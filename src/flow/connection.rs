@@ -3,7 +3,7 @@
 
 use super::direction::Direction;
 use super::endpoint::Endpoint;
-use super::guess::{client_by_ports, ClientGuess, MssSource};
+use super::guess::{client_by_ports, ClientGuess, MssSource, PathSource};
 use super::seq::SeqNumber;
 use super::side::Side;
 use super::time::{Span, Timestamp};
@@ -90,12 +90,19 @@ pub(crate) struct Flow {
     pub(crate) prev: Option<PrevPacket>,
     /// Request/response turns.
     pub(crate) turns: Turns,
+    /// Both legs of the path were timed by the handshake.
+    pub(crate) handshake_timed: bool,
     /// Time of the SYN, for the handshake RTT.
     syn_at: Option<Timestamp>,
     /// Time of the SYN-ACK, for the handshake RTT.
     syn_ack_at: Option<Timestamp>,
     /// The client guess may still change at the flow's first data ([`ClientGuess::FirstData`]).
     pub(super) guess_open: bool,
+    /// The continuation of a connection that had closed (its late retransmissions and
+    /// ACKs): counted in the flow, judged by no rule.
+    pub(crate) after_close: bool,
+    /// Rejoins a connection that retired before (same id).
+    pub(crate) continued: bool,
 }
 
 /// The segment acknowledges: its ACK field counts (a RST's does not move `snd_una`).
@@ -153,9 +160,12 @@ impl Flow {
             first_seen: seg.ts_ns,
             prev: None,
             turns: Turns::default(),
+            handshake_timed: false,
             syn_at: None,
             syn_ack_at: None,
             guess_open: !syn && by_ports.open,
+            after_close: false,
+            continued: false,
         }
     }
 
@@ -172,11 +182,16 @@ impl Flow {
         self.client_guess = ClientGuess::FirstData;
         if self.side_of(seg) == Side::Server {
             // Nothing but pure ACKs so far: swapping the roles loses nothing.
-            std::mem::swap(&mut self.client, &mut self.server);
-            self.dirs.swap(0, 1);
-            if let Some(prev) = &mut self.prev {
-                prev.side = prev.side.peer();
-            }
+            self.swap_roles();
+        }
+    }
+
+    /// Swaps client and server, with everything kept per side.
+    pub(super) fn swap_roles(&mut self) {
+        std::mem::swap(&mut self.client, &mut self.server);
+        self.dirs.swap(0, 1);
+        if let Some(prev) = &mut self.prev {
+            prev.side = prev.side.peer();
         }
     }
 
@@ -192,6 +207,17 @@ impl Flow {
     /// The state of the data `side` sends.
     pub(crate) fn dir(&self, side: Side) -> &Direction {
         &self.dirs[side.index()]
+    }
+
+    /// Where the path legs ([`Direction::near_rtt`]) come from.
+    pub(crate) fn path_source(&self) -> PathSource {
+        if self.handshake_timed {
+            PathSource::Handshake
+        } else if self.dirs.iter().any(|d| d.near_rtt.is_some()) {
+            PathSource::Answers
+        } else {
+            PathSource::Unknown
+        }
     }
 
     /// Capture time of the flow's last packet.
@@ -252,15 +278,28 @@ impl Flow {
 
     /// `side` announced `mss` in its SYN.
     fn announced_mss(&mut self, side: Side, mss: u32) {
-        let (me, peer) = (side.index(), side.peer().index());
-        // The MSS a side announces limits what the *peer* sends.
-        self.dirs[peer].mss = mss;
-        self.dirs[peer].mss_source = MssSource::Syn;
-        // Until the peer's own SYN is seen (it may not be: a capture starting at the SYN-ACK),
-        // this side's announced MSS is the best guess for its own sending.
-        if self.dirs[me].mss_source == MssSource::Assumed {
-            self.dirs[me].mss = mss;
-            self.dirs[me].mss_source = MssSource::OwnSyn;
+        self.dirs[side.index()].announced_mss = Some(mss);
+        for sender in [Side::Client, Side::Server] {
+            let own = self.dirs[sender.index()].announced_mss;
+            let peer = self.dirs[sender.peer().index()].announced_mss;
+            let d = &mut self.dirs[sender.index()];
+            match (peer, own) {
+                // The MSS a side announces limits what the *peer* sends; the sender's own
+                // announcement derives from its own MTU and limits it too (`tcp_sync_mss`
+                // clamps `mss_cache` to the path MTU the sender knows): the smaller of the two
+                // SYNs' MSS is the one in effect.
+                (Some(peer), own) => {
+                    d.mss = own.map_or(peer, |own| own.min(peer));
+                    d.mss_source = MssSource::Syn;
+                }
+                // Until the peer's own SYN is seen (it may not be: a capture starting at the
+                // SYN-ACK), this side's announced MSS is the best guess for its own sending.
+                (None, Some(own)) if d.mss_source == MssSource::Assumed => {
+                    d.mss = own;
+                    d.mss_source = MssSource::OwnSyn;
+                }
+                _ => {}
+            }
         }
     }
 
@@ -275,6 +314,7 @@ impl Flow {
             return;
         }
         d.near_rtt = Some(seg.ts_ns.since(syn_ack_at));
+        self.handshake_timed = self.dirs[side.peer().index()].near_rtt.is_some();
         if self.state == FlowState::Opening {
             self.state = FlowState::Established;
         }
@@ -309,11 +349,13 @@ impl Flow {
                 d.isn = seg.seq - 1;
             }
             d.snd_nxt = seq_end;
+            d.last_sent = seg.ts_ns;
         }
         d.packets += 1;
         d.last_seen = seg.ts_ns;
         d.fit_mss_to(seg);
         if seg.payload_len > 0 {
+            d.last_sent = seg.ts_ns;
             // A side's first segment defines its sequence space: neither gap nor repeat.
             if !first && d.skips_ahead(seg) {
                 d.gaps += 1;
@@ -323,6 +365,7 @@ impl Flow {
             } else {
                 d.bytes += u64::from(seg.payload_len);
                 d.last_data = seg.ts_ns;
+                d.rto_open = false;
                 d.last_data_small = d.is_small(seg);
                 if d.last_data_small {
                     d.snd_sml = seq_end;
@@ -374,6 +417,8 @@ impl Flow {
         } else if p.snd_una < seg.ack {
             p.snd_una = seg.ack;
             seen.advanced_una = true;
+            // The timeout episode ends when the peer acknowledges progress.
+            p.rto_open = false;
         }
         p.peer_window = p.peer_window.advertised(window, seg.ts_ns);
         self.dirs[me].window = window;

@@ -68,6 +68,8 @@ pub(crate) struct Direction {
     pub(crate) mss: u32,
     /// Where `mss` comes from.
     pub(crate) mss_source: MssSource,
+    /// The MSS this side announced in its SYN, when seen.
+    pub(crate) announced_mss: Option<u32>,
     /// Window-scale shift this side announced in its SYN (RFC 7323 §2.2); applied to its
     /// window field once both SYNs carried the option.
     pub(crate) wscale: Option<u8>,
@@ -78,6 +80,13 @@ pub(crate) struct Direction {
     pub(crate) last_seen: Timestamp,
     /// Capture time of this side's last new-data segment.
     pub(crate) last_data: Timestamp,
+    /// Capture time of this side's last transmission of payload, new or repeated (its first
+    /// packet until it sends any): a retransmission timer runs from the previous send, and
+    /// each backoff step from the one before it (RFC 6298 §5.5, `tcp_retransmit_timer`).
+    pub(crate) last_sent: Timestamp,
+    /// A timeout retransmission of this side awaits the peer's ACK: a further timer-driven
+    /// resend before it is a backoff step of the same episode, not a new timeout.
+    pub(crate) rto_open: bool,
     /// Whether the peer's receive window stopped this side (RFC 9293 §3.8.6.1).
     pub(crate) peer_window: PeerWindow,
     /// Round trip from the capture point to this side's host and back: 0 when captured on that
@@ -152,8 +161,16 @@ impl Direction {
     #[inline]
     pub(crate) fn fit_mss_to(&mut self, seg: &Segment) {
         let size = size_against_mss(seg);
-        if self.mss_source != MssSource::Syn && size > self.mss {
-            self.mss = size;
+        if size <= self.mss {
+            return;
+        }
+        // The MSS in effect is never less than the largest segment sent; from the SYNs, it is
+        // also never more than the larger of the two announced (a bigger payload is a GSO/TSO
+        // super-packet of the sending host, cut on the wire).
+        match (self.mss_source, self.announced_mss) {
+            (MssSource::Syn, Some(own)) if size <= own => self.mss = size,
+            (MssSource::Syn, _) => {}
+            _ => self.mss = size,
         }
     }
 }

@@ -120,3 +120,27 @@ pub(crate) struct PortGuess {
     /// Both ports are ephemeral: the first data decides ([`ClientGuess::FirstData`]).
     pub(crate) open: bool,
 }
+
+/// Where a flow's two path legs (capture point ↔ client, capture point ↔ server) come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PathSource {
+    /// The handshake timed both (SYN → SYN-ACK: the server's leg; SYN-ACK → ACK: the
+    /// client's), refined by the quickest answer each side sent.
+    Handshake,
+    /// No whole handshake: the quickest answers each side sent, as far as there were any.
+    Answers,
+    /// Neither leg is known.
+    #[default]
+    Unknown,
+}
+
+impl PathSource {
+    /// Stable name for reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            PathSource::Handshake => "handshake",
+            PathSource::Answers => "answers",
+            PathSource::Unknown => "unknown",
+        }
+    }
+}

@@ -6,7 +6,10 @@
 //!
 //! Memory is bounded by the number of *active* flows: `FlowTable::evict` retires flows that
 //! closed (FIN both ways or RST, then a grace period) or went idle, and hands them back so the
-//! caller can keep a compact summary.
+//! caller can keep a compact summary. What rejoins a retired connection is kept apart, small
+//! and bounded (a tombstone: id and client): only a new SYN starts another connection on a
+//! 4-tuple, so a connection idle for long, or its late retransmissions after the close, stay
+//! one flow.
 //!
 //! - `key`: the 4-tuple key; `index`: the open-addressing index over it; `table`: the table
 //!   of flows.
@@ -36,7 +39,7 @@ mod tests;
 pub(crate) use connection::{Flow, IDLE_TIMEOUT};
 pub(crate) use direction::PeerWindow;
 pub use endpoint::Endpoint;
-pub use guess::{ClientGuess, MssSource};
+pub use guess::{ClientGuess, MssSource, PathSource};
 pub(crate) use key::FlowKey;
 pub use seq::SeqNumber;
 pub use side::Side;

@@ -1,10 +1,16 @@
 //! The flow table: every active flow, found by its 4-tuple.
 
-use super::connection::{is_client_syn, Flow};
+use std::collections::VecDeque;
+
+use rustc_hash::FxHashMap;
+
+use super::connection::{is_client_syn, Flow, FlowState};
+use super::endpoint::Endpoint;
+use super::guess::ClientGuess;
 use super::index::SlotIndex;
 use super::key::{FlowKey, HashedKey};
 use super::side::Side;
-use super::time::Timestamp;
+use super::time::{Span, Timestamp};
 use crate::decode::Segment;
 
 /// All active flows, keyed by normalised 4-tuple (FxHash: the key is not attacker-chosen in a
@@ -18,7 +24,34 @@ pub(crate) struct FlowTable {
     free: Vec<u32>,
     /// New flows keep each turn's start time (for the HTML report's timelines).
     pub(crate) keep_turn_starts: bool,
+    /// What is kept of each retired flow to rejoin it: a connection silent past the idle
+    /// timeout, or one whose late retransmissions follow its close, stays one flow.
+    tombstones: FxHashMap<FlowKey, Tombstone>,
+    /// Tombstones in order of retirement, for their expiry.
+    tombstone_order: VecDeque<(FlowKey, Timestamp)>,
 }
+
+/// What rejoins a retired flow: its id and which end is the client (a FIN/ACK retransmitted
+/// after the close must not make a flow of its own with the roles swapped).
+#[derive(Debug, Clone, Copy)]
+struct Tombstone {
+    id: u64,
+    client: Endpoint,
+    client_guess: ClientGuess,
+    closed: bool,
+    /// The flow's last packet: the tombstone's time runs from it.
+    at: Timestamp,
+}
+
+/// Tombstones kept at most: a long `watch` keeps this much of its retired connections, not
+/// the connections themselves.
+const TOMBSTONES_MAX: usize = 65_536;
+/// How long a closed connection's tombstone is kept: late retransmissions and ACKs follow the
+/// close within the peer's TIME-WAIT (`TCP_TIMEWAIT_LEN`, 60 s), twice for margin.
+const CLOSED_TOMBSTONE_TTL: Span = Span::from_millis(120_000);
+/// How long an idle connection's tombstone is kept: the default keepalive interval
+/// (`tcp_keepalive_time`, 2 h) is the longest silence a live connection commonly shows.
+const IDLE_TOMBSTONE_TTL: Span = Span::from_millis(2 * 3_600_000);
 
 /// What [`FlowTable::lookup`] found.
 pub(crate) struct Lookup<'a> {
@@ -70,8 +103,11 @@ impl FlowTable {
         if let Some(old) = slot {
             if let Some(Some((_, flow))) = self.slots.get(old as usize) {
                 let dir = flow.dir(flow.side_of(seg));
-                let reused = is_client_syn(seg) && dir.seen && dir.isn != seg.seq;
-                if reused || flow.retirable(seg.ts_ns) {
+                // Only a new SYN starts a new connection on the 4-tuple: any other segment,
+                // however long after, belongs to the connection (tshark's `tcp.stream`).
+                let reused = is_client_syn(seg)
+                    && ((dir.seen && dir.isn != seg.seq) || flow.retirable(seg.ts_ns));
+                if reused {
                     if let Some(old_flow) = self.remove_slot(old) {
                         retire(old_flow);
                     }
@@ -82,7 +118,9 @@ impl FlowTable {
         let slot = match slot {
             Some(slot) => slot,
             None => {
-                let mut flow = Flow::new(ordinal, seg);
+                let mut flow = self
+                    .rejoin(&key.key, seg)
+                    .unwrap_or_else(|| Flow::new(ordinal, seg));
                 flow.turns.keep_starts = self.keep_turn_starts;
                 let slot = match self.free.pop() {
                     Some(free) => free,
@@ -106,12 +144,76 @@ impl FlowTable {
         Lookup { flow, side }
     }
 
+    /// The continuation of a retired flow that `seg` (not a new connection's SYN) rejoins:
+    /// the same id and roles, and, after a close, no rule runs on it
+    /// ([`Flow::after_close`]).
+    #[cold]
+    fn rejoin(&mut self, key: &FlowKey, seg: &Segment) -> Option<Flow> {
+        if self.tombstones.is_empty() {
+            return None;
+        }
+        let tomb = self.tombstones.remove(key)?;
+        let ttl = if tomb.closed {
+            CLOSED_TOMBSTONE_TTL
+        } else {
+            IDLE_TOMBSTONE_TTL
+        };
+        if is_client_syn(seg) || seg.ts_ns.since(tomb.at) > ttl {
+            return None;
+        }
+        let mut flow = Flow::new(tomb.id, seg);
+        if flow.client != tomb.client {
+            flow.swap_roles();
+        }
+        flow.client_guess = tomb.client_guess;
+        flow.guess_open = false;
+        flow.continued = true;
+        if tomb.closed {
+            flow.state = FlowState::Closed { since: seg.ts_ns };
+            flow.after_close = true;
+        }
+        Some(flow)
+    }
+
+    /// Keeps what rejoins `flow` later, and forgets tombstones past their time or beyond
+    /// [`TOMBSTONES_MAX`].
+    fn bury(&mut self, key: FlowKey, flow: &Flow, now: Timestamp) {
+        let closed = matches!(flow.state, FlowState::Closed { .. });
+        let at = flow.last_seen();
+        self.tombstones.insert(
+            key,
+            Tombstone {
+                id: flow.id,
+                client: flow.client,
+                client_guess: flow.client_guess,
+                closed,
+                at,
+            },
+        );
+        self.tombstone_order.push_back((key, at));
+        while let Some(&(old_key, at)) = self.tombstone_order.front() {
+            let full = self.tombstone_order.len() > TOMBSTONES_MAX;
+            if !full && now.since(at) <= IDLE_TOMBSTONE_TTL {
+                break;
+            }
+            self.tombstone_order.pop_front();
+            // Only the entry this record was made for: the key may have been buried again.
+            if self.tombstones.get(&old_key).is_some_and(|t| t.at == at) {
+                self.tombstones.remove(&old_key);
+            }
+        }
+    }
+
     /// Removes flows retirable at `now` and passes each to `retire`.
     pub(crate) fn evict(&mut self, now: Timestamp, mut retire: impl FnMut(Flow)) {
         for slot in 0..self.slots.len() as u32 {
             let due = matches!(&self.slots[slot as usize], Some((_, f)) if f.retirable(now));
             if due {
+                let key = self.slots[slot as usize].as_ref().map(|(k, _)| *k);
                 if let Some(f) = self.remove_slot(slot) {
+                    if let Some(key) = key {
+                        self.bury(key, &f, now);
+                    }
                     retire(f);
                 }
             }
@@ -123,6 +225,8 @@ impl FlowTable {
         let mut all: Vec<Flow> = self.slots.drain(..).flatten().map(|(_, f)| f).collect();
         self.index.clear();
         self.free.clear();
+        self.tombstones.clear();
+        self.tombstone_order.clear();
         all.sort_by_key(|f| f.id);
         for f in all {
             retire(f);

@@ -137,9 +137,24 @@ pub struct LabArgs {
     /// (its delayed ACK, ACK frequency, Nagle); the other end stays this kernel.
     #[arg(long, value_enum, requires = "rtt")]
     pub peer: Option<crate::peer::profile::Profile>,
+    /// With --rtt: where the lab captures its own traffic: on the server's TUN device (the
+    /// default) or on the client's, the two ends of the emulated path. The detector's
+    /// verdict must be the same from either end.
+    #[arg(long, value_enum, requires = "rtt", default_value = "server")]
+    pub capture_at: CaptureAt,
     /// With --peer: the end the peer plays.
     #[arg(long, value_enum, requires = "peer", default_value = "client")]
     pub peer_side: crate::peer::PeerSide,
+}
+
+/// Where the lab captures its own traffic over an emulated path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum CaptureAt {
+    /// The client's TUN device: the server is one round trip away.
+    Client,
+    /// The server's TUN device: the client is one round trip away.
+    #[default]
+    Server,
 }
 
 /// The stall rule and what `--rtt` sets up, with the figures of `crate::tcp_rules`.
@@ -301,7 +316,7 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
         (None, Some(tmp)) => CaptureFile::IfPossible(tmp.path()),
         (None, None) => CaptureFile::None,
     };
-    let capture = OwnTraffic::start(file, settings.path.as_ref())?;
+    let capture = OwnTraffic::start(file, settings.path.as_ref(), args.capture_at)?;
     let watch = |port: u16| {
         if let Some(capture) = &capture {
             capture.row_started(port);

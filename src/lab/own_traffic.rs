@@ -35,8 +35,12 @@ impl OwnTraffic {
     /// Starts capturing before the first row (ports are added as rows start), writing `file`
     /// too when given. Without CAP_NET_RAW: an error when `file` is `Required`, otherwise a
     /// note on stderr and `None` (the rows get no detector verdict).
-    pub fn start(file: CaptureFile<'_>, path: Option<&PathEnds>) -> anyhow::Result<Option<Self>> {
-        let socket = match (open_socket(path), file) {
+    pub fn start(
+        file: CaptureFile<'_>,
+        path: Option<&PathEnds>,
+        at: super::CaptureAt,
+    ) -> anyhow::Result<Option<Self>> {
+        let socket = match (open_socket(path, at), file) {
             (Ok(socket), _) => socket,
             (Err(err), CaptureFile::Required(_)) => return Err(err).context("--capture"),
             (Err(err), CaptureFile::IfPossible(_) | CaptureFile::None) => {
@@ -154,14 +158,18 @@ impl RowVerdicts {
     }
 }
 
-/// Opens the packet socket the lab captures with: `lo`, or the server's TUN device when the
-/// rows run over an emulated path.
-fn open_socket(path: Option<&PathEnds>) -> anyhow::Result<PacketSocket> {
+/// Opens the packet socket the lab captures with: `lo`, or the server's (or, `--capture-at
+/// client`, the client's) TUN device when the rows run over an emulated path.
+fn open_socket(path: Option<&PathEnds>, at: super::CaptureAt) -> anyhow::Result<PacketSocket> {
     match path {
         None => Ok(PacketSocket::open("lo")?),
         Some(ends) => {
-            let opened = ends.server.run(|| Ok(PacketSocket::open(TUN_NAME)))?;
-            Ok(opened.with_context(|| format!("in namespace {}", ends.server.name()))?)
+            let ns = match at {
+                super::CaptureAt::Client => &ends.client,
+                super::CaptureAt::Server => &ends.server,
+            };
+            let opened = ns.run(|| Ok(PacketSocket::open(TUN_NAME)))?;
+            Ok(opened.with_context(|| format!("in namespace {}", ns.name()))?)
         }
     }
 }
@@ -273,6 +281,8 @@ mod tests {
             writes: vec![6, 7],
             mss: 65_483,
             peer_stack: None,
+            backoffs: 0,
+            backoff_ns: crate::flow::Span::ZERO,
         }
     }
 

@@ -265,6 +265,7 @@ pub fn analysis_page(a: &Analysis, input: &InputFacts, title: &str) -> anyhow::R
         "p50 (ms)",
         "p99 (ms)",
         "packets",
+        "captured at",
     ]
     .map(String::from)
     .to_vec();
@@ -289,6 +290,7 @@ pub fn analysis_page(a: &Analysis, input: &InputFacts, title: &str) -> anyhow::R
                 ms_cell(f.latency_us.map(|l| l.0)),
                 ms_cell(f.latency_us.map(|l| l.1)),
                 Cell::number(f.packets.to_string(), f.packets as f64),
+                Cell::text(f.capture_point()),
             ],
         });
     }

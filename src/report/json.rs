@@ -96,6 +96,13 @@ pub fn write_event(buf: &mut Vec<u8>, e: &StallEvent, flow: &str) -> io::Result<
         Some(ns) => number.write_f64(buf, ms(ns))?,
         None => buf.extend_from_slice(b"null"),
     }
+    if e.backoffs > 0 {
+        // Only on timeout episodes that backed off: other events' JSON is as it was.
+        buf.extend_from_slice(b",\"backoffs\":");
+        number.write_u32(buf, e.backoffs)?;
+    }
+    buf.extend_from_slice(b",\"release_ms\":");
+    write_opt_ms(buf, f.release_ns)?;
     buf.extend_from_slice(b",\"held_side\":\"");
     buf.extend_from_slice(f.held_side.name().as_bytes());
     buf.extend_from_slice(b"\",\"ack_side\":");
@@ -180,6 +187,17 @@ impl FlowLabel {
     }
 }
 
+/// Writes a span in milliseconds, or null when unknown.
+fn write_opt_ms(buf: &mut Vec<u8>, span: Option<Span>) -> io::Result<()> {
+    match span {
+        Some(span) => CompactFormatter.write_f64(buf, ms(span)),
+        None => {
+            buf.extend_from_slice(b"null");
+            Ok(())
+        }
+    }
+}
+
 /// Writes one flow of `flows[]` as a JSON object, with its stall patterns and their fixes
 /// (written field by field, as [`write_event`] and for the same reason).
 pub fn write_flow(
@@ -244,9 +262,20 @@ pub fn write_flow(
     write_name(buf, Some(f.mss_source[0].name()));
     buf.push(b',');
     write_name(buf, Some(f.mss_source[1].name()));
+    // The flow's span and the two legs of its path as the capture shows them: what every
+    // claim about the flow is bounded by.
+    buf.extend_from_slice(b"],\"span_ms\":");
+    number.write_f64(buf, ms(f.span_ns.1.since(f.span_ns.0)))?;
+    buf.extend_from_slice(b",\"path\":{\"client_rtt_ms\":");
+    write_opt_ms(buf, f.near_rtt_ns[0])?;
+    buf.extend_from_slice(b",\"server_rtt_ms\":");
+    write_opt_ms(buf, f.near_rtt_ns[1])?;
+    buf.extend_from_slice(b",\"from\":");
+    write_name(buf, Some(f.path_source.name()));
+    buf.push(b'}');
     if let Some(outer) = outer {
         // Only for tunnelled flows: other flows' JSON is as it was.
-        buf.extend_from_slice(b"],\"outer\":{\"kind\":");
+        buf.extend_from_slice(b",\"outer\":{\"kind\":");
         write_name(buf, Some(outer.kind.name()));
         buf.extend_from_slice(b",\"src\":");
         write_str(buf, &outer.src.to_string())?;
@@ -254,7 +283,7 @@ pub fn write_flow(
         write_str(buf, &outer.dst.to_string())?;
         buf.extend_from_slice(b"},\"patterns\":[");
     } else {
-        buf.extend_from_slice(b"],\"patterns\":[");
+        buf.extend_from_slice(b",\"patterns\":[");
     }
     for (i, p) in patterns(flow_events).into_iter().enumerate() {
         if i > 0 {
@@ -298,6 +327,11 @@ pub fn write(out: &mut impl Write, a: &Analysis, input: &InputFacts) -> io::Resu
         "files": input.files,
         "skipped": skipped(&input.skipped),
         "unreadable": input.unreadable,
+        "undecided": a.undecided.entries().iter().map(|(kind, reason, count)| json!({
+            "kind": kind.name(),
+            "reason": reason.name(),
+            "count": count,
+        })).collect::<Vec<_>>(),
     });
     write!(out, "{{\"summary\": {summary},\n\"events\": [")?;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());

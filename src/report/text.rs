@@ -60,6 +60,14 @@ pub fn summary(a: &Analysis, input: &InputFacts) -> String {
         );
     }
     out.push('\n');
+    for (kind, reason, count) in a.undecided.entries() {
+        let _ = writeln!(
+            out,
+            "undecided: {count} {} claims set apart, not counted: {}",
+            kind.name(),
+            reason.describe()
+        );
+    }
     let gappy = a.flows.iter().filter(|f| f.capture_gaps > 0).count();
     if gappy > 0 {
         let _ = writeln!(

@@ -199,9 +199,12 @@ fn capture_loop(
             last_tick = Instant::now();
             // Closed and idle flows retire by the clock, also when no packet comes.
             detector.advance_clock(crate::capture::live::now_ns());
-            let retired: Vec<u64> = detector.take_flows().iter().map(|f| f.id).collect();
-            summary.flows += retired.len() as u64;
-            metrics.flows_ended(retired.len() as u64);
+            let taken = detector.take_flows();
+            // A connection that rejoined its flow after retiring is one connection.
+            let new = taken.iter().filter(|f| !f.continued).count() as u64;
+            let retired: Vec<u64> = taken.iter().map(|f| f.id).collect();
+            summary.flows += new;
+            metrics.flows_ended(new);
             if !retired.is_empty() {
                 printer_gone |= tx.send(ToPrinter::Retired(retired)).is_err();
             }
@@ -222,7 +225,7 @@ fn capture_loop(
     summary.packets = packets;
     summary.active_flows = detector.active_flows() as u64;
     let last = detector.finish();
-    summary.flows += last.flows.len() as u64;
+    summary.flows += last.flows.iter().filter(|f| !f.continued).count() as u64;
     summary.counts = last.counts;
     for event in last.events {
         // A printer that has gone returns its error from `join`.

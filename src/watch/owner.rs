@@ -256,6 +256,7 @@ mod tests {
                 ack_side: Some(Side::Client),
                 delay_ns: crate::flow::Span::from_millis(40),
                 ack_delay_ns: None,
+                release_ns: None,
             },
             flow_id,
             ordinal: 0,
@@ -267,6 +268,8 @@ mod tests {
             writes: vec![184, 6],
             mss: 65_483,
             peer_stack: None,
+            backoffs: 0,
+            backoff_ns: crate::flow::Span::ZERO,
         }
     }
 
