@@ -120,6 +120,15 @@ impl OwnerLookup {
         Ok(owner)
     }
 
+    /// Looks at `pid` first on the next search: the kernel named it as the writer.
+    pub fn prefer(&mut self, pid: u32) {
+        self.recent_pids.retain(|p| *p != pid);
+        if self.recent_pids.len() == RECENT_OWNERS {
+            self.recent_pids.pop_back();
+        }
+        self.recent_pids.push_front(pid);
+    }
+
     /// Forgets `flow_id`: the flow left the detector.
     pub fn forget(&mut self, flow_id: u64) {
         self.by_flow.remove(&flow_id);

@@ -17,6 +17,9 @@ pub enum ToPrinter {
     Stall(Box<StallEvent>),
     /// Flows that left the detector: their owners are forgotten.
     Retired(Vec<u64>),
+    /// The process that wrote the next stall's held bytes, as the kernel saw it
+    /// (`watch --kernel`): searched first for the socket.
+    Writer(u32),
 }
 
 /// What the printer saw, returned when the channel closes.
@@ -52,6 +55,7 @@ fn print_all(rx: &Receiver<ToPrinter>, json: bool) -> io::Result<Printed> {
                     lookup.forget(id);
                 }
             }
+            ToPrinter::Writer(pid) => lookup.prefer(pid),
             ToPrinter::Stall(event) => {
                 let owner = lookup.owner_of(&event);
                 if event.finding.kind.is_stall() {
