@@ -279,8 +279,12 @@ fn chain(err: &(dyn std::error::Error + 'static)) -> String {
     // The chain of an error is short; the bound keeps a cyclic one from looping.
     for _ in 0..8 {
         let Some(s) = source else { break };
-        text.push_str(": ");
-        text.push_str(&s.to_string());
+        // Some errors already print their source in their own message.
+        let part = s.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
         source = s.source();
     }
     text
