@@ -267,18 +267,27 @@ pub fn summary_text(s: &WatchSummary) -> String {
     } else {
         format!("filter `{}`", s.filter)
     };
-    let _ = writeln!(
-        out,
-        "watched {} ({filter}) for {:.1} s: {} packets, {} TCP segments; dropped: {} by the \
-         kernel, {} by the interface",
-        s.interface,
-        s.duration_s,
-        s.packets.packets,
-        s.packets.tcp_segments,
-        s.drops.dropped,
-        s.drops.if_dropped
-    );
-    if s.drops.dropped > 0 {
+    if s.interface == "kernel" {
+        // watch --kernel: no packets; its drops are holds lost to a full ring.
+        let _ = writeln!(
+            out,
+            "watched the kernel's Nagle holds on every TCP socket for {:.1} s; lost: {} (ring full)",
+            s.duration_s, s.drops.dropped
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "watched {} ({filter}) for {:.1} s: {} packets, {} TCP segments; dropped: {} by the \
+             kernel, {} by the interface",
+            s.interface,
+            s.duration_s,
+            s.packets.packets,
+            s.packets.tcp_segments,
+            s.drops.dropped,
+            s.drops.if_dropped
+        );
+    }
+    if s.drops.dropped > 0 && s.interface != "kernel" {
         let _ = writeln!(
             out,
             "note: the kernel dropped packets: stalls in them go unseen; a narrower filter or a \
