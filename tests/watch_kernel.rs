@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{spawn_printing_port, KillOnDrop};
+use support::{command_in, spawn_printing_port, KillOnDrop};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tcpstall");
 
@@ -116,6 +116,11 @@ impl Background {
 /// Python's http.server, HTTP/1.1 keep-alive, a 200-byte page; `nodelay` sets TCP_NODELAY on
 /// each accepted connection (`StreamRequestHandler.disable_nagle_algorithm`).
 fn python_server(nodelay: bool) -> (KillOnDrop, u16) {
+    python_server_in(None, nodelay)
+}
+
+/// [`python_server`] inside network namespace `ns`, if given.
+fn python_server_in(ns: Option<&str>, nodelay: bool) -> (KillOnDrop, u16) {
     let script = format!(
         r#"
 import http.server, os, tempfile
@@ -133,18 +138,23 @@ s.serve_forever()
         nodelay = if nodelay { "True" } else { "False" }
     );
     spawn_printing_port(
-        Command::new("python3").args(["-c", &script]),
+        command_in(ns, "python3").args(["-c", &script]),
         "python3 http.server",
     )
 }
 
 /// `n` GETs on one keep-alive connection (Python's http.client), each answer read whole.
 fn requests(port: u16, n: usize) {
+    requests_in(None, port, n);
+}
+
+/// [`requests`] inside network namespace `ns`, if given.
+fn requests_in(ns: Option<&str>, port: u16, n: usize) {
     let script = format!(
         "import http.client\nc = http.client.HTTPConnection('127.0.0.1', {port}, timeout=5)\n\
          for _ in range({n}):\n    c.request('GET', '/index.html'); c.getresponse().read()\n"
     );
-    let status = Command::new("python3")
+    let status = command_in(ns, "python3")
         .args(["-c", &script])
         .status()
         .expect("python3 runs");
@@ -210,6 +220,51 @@ fn a_nodelay_server_holds_nothing() {
         on_port.is_empty(),
         "holds on a TCP_NODELAY server: {on_port:?}"
     );
+}
+
+/// A network namespace of its own, loopback up, deleted when the test ends.
+struct Netns(String);
+
+impl Netns {
+    fn new() -> Netns {
+        let name = format!("tcpstall-wk-{}", std::process::id());
+        let ip = |args: &[&str]| {
+            let status = Command::new("ip").args(args).status().expect("ip runs");
+            assert!(status.success(), "ip {args:?}: {status}");
+        };
+        ip(&["netns", "add", &name]);
+        let ns = Netns(name);
+        ip(&["netns", "exec", &ns.0, "ip", "link", "set", "lo", "up"]);
+        ns
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "delete", &self.0])
+            .status();
+    }
+}
+
+#[test]
+fn a_server_in_another_network_namespace_is_named_by_the_kernel() {
+    require_kernel!();
+    let ns = Netns::new();
+    let (server, port) = python_server_in(Some(&ns.0), false);
+    let kernel = Background::start(&["--kernel", "--json", "--duration", "3"], "ns");
+    requests_in(Some(&ns.0), port, REQUESTS);
+    let events = kernel.lines();
+    let held = stalls_on(&events, port);
+    // No capture on this host's interfaces sees this traffic: it never leaves the namespace.
+    assert!(held.len() >= REQUESTS - 2, "{events:?}");
+    let pid = u64::from(server.0.id());
+    for e in &held {
+        assert_eq!(e["pid"].as_u64(), Some(pid), "{e}");
+        assert_eq!(e["held_side"], "server", "the namespace's listener: {e}");
+        assert!(e["fd"].is_null(), "{e}");
+        assert_eq!(e["fix"], format!("tcpstall fix {pid} --port {port}"), "{e}");
+    }
 }
 
 #[test]

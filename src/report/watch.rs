@@ -109,10 +109,15 @@ pub fn event_text(event: &StallEvent, found: Result<&Owner, &NoOwner>) -> String
             } else {
                 ""
             };
+            let fd = if o.fd >= 0 {
+                format!(" fd {}", o.fd)
+            } else {
+                String::new()
+            };
             let _ = writeln!(
                 out,
-                "  process: pid {} ({}) fd {}{socket}, port {}, {whose}; {options}",
-                o.pid, o.command, o.fd, o.port
+                "  process: pid {} ({}){fd}{socket}, port {}, {whose}; {options}",
+                o.pid, o.command, o.port
             );
         }
         None if found == Err(&NoOwner::Hidden) => {
@@ -224,7 +229,7 @@ pub fn write_event_json(
     let keys = OwnerKeys {
         pid: owner.map(|o| o.pid),
         command: owner.map(|o| o.command.as_str()),
-        fd: owner.map(|o| o.fd),
+        fd: owner.map(|o| o.fd).filter(|fd| *fd >= 0),
         owner_side: owner.map(|o| o.side.name()),
         owner_listening: owner.map(|o| o.listener),
         owner_hidden: found == Err(&NoOwner::Hidden),

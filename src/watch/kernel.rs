@@ -391,35 +391,45 @@ fn realtime_offset_ns() -> i64 {
     clock_ns(libc::CLOCK_REALTIME) - clock_ns(libc::CLOCK_MONOTONIC)
 }
 
-/// Which local ports are listening, to name the writer's side; read again (at most once a
-/// second) when a port is not among them.
+/// Which local ports are listening in a writer's network namespace, to name the writer's side:
+/// read from /proc/PID/net/tcp{,6} of the writer (its namespace, a container's too), again at
+/// most once a second when a port is not among them.
 #[derive(Debug, Default)]
 struct Listening {
-    ports: HashSet<u16>,
-    read_at: Option<Instant>,
+    by_pid: FxHashMap<u32, (HashSet<u16>, Instant)>,
 }
 
+/// Writers whose listening ports are remembered at most; more start the memory afresh.
+const LISTENING_KEPT: usize = 1024;
+
 impl Listening {
-    fn side_of(&mut self, local_port: u16) -> Side {
-        if !self.ports.contains(&local_port)
-            && self
-                .read_at
-                .map_or(true, |t| t.elapsed() >= Duration::from_secs(1))
-        {
-            self.read_at = Some(Instant::now());
-            if let Ok(table) = procfs::tcp_table(std::process::id()) {
-                self.ports = table
-                    .values()
-                    .filter(|e| e.state == TcpState::Listen)
-                    .map(|e| e.local.port())
-                    .collect();
+    fn side_of(&mut self, pid: u32, local_port: u16) -> Side {
+        let stale = match self.by_pid.get(&pid) {
+            Some((ports, read)) => {
+                !ports.contains(&local_port) && read.elapsed() >= Duration::from_secs(1)
             }
+            None => true,
+        };
+        if stale {
+            if self.by_pid.len() >= LISTENING_KEPT {
+                self.by_pid.clear();
+            }
+            // The writer's own view; if it has gone, this process's namespace.
+            let table = procfs::tcp_table(pid).or_else(|_| procfs::tcp_table(std::process::id()));
+            let ports = table
+                .map(|t| {
+                    t.values()
+                        .filter(|e| e.state == TcpState::Listen)
+                        .map(|e| e.local.port())
+                        .collect()
+                })
+                .unwrap_or_default();
+            self.by_pid.insert(pid, (ports, Instant::now()));
         }
         // tcp_v4_syn_recv_sock gives an accepted socket the listener's port.
-        if self.ports.contains(&local_port) {
-            Side::Server
-        } else {
-            Side::Client
+        match self.by_pid.get(&pid) {
+            Some((ports, _)) if ports.contains(&local_port) => Side::Server,
+            _ => Side::Client,
         }
     }
 }
@@ -462,7 +472,8 @@ pub(super) fn watch(
         let mut holds = Vec::new();
         source.read(|h| holds.push(h));
         for hold in holds {
-            let event = hold.to_event(listening.side_of(hold.local.port()), offset, ordinal);
+            let side = listening.side_of(hold.pid, hold.local.port());
+            let event = hold.to_event(side, offset, ordinal);
             ordinal += 1;
             counts.add(event.finding.kind);
             metrics.record_stall(&event);
@@ -473,7 +484,9 @@ pub(super) fn watch(
             }
             sockets.insert(hold.socket, Instant::now());
             // The writer is searched first among the processes holding the socket.
-            printer_gone |= tx.send(ToPrinter::Writer(hold.pid)).is_err();
+            printer_gone |= tx
+                .send(ToPrinter::Writer(hold.pid, hold.command.clone()))
+                .is_err();
             printer_gone |= tx.send(ToPrinter::Stall(Box::new(event))).is_err();
         }
         if last_tick.elapsed() >= TICK || done {
