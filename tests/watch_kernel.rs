@@ -209,6 +209,56 @@ fn held_answers_are_caught_with_the_servers_pid_as_the_capture_sees_them() {
 }
 
 #[test]
+fn the_metrics_count_the_kernels_holds() {
+    require_kernel!();
+    let (_server, port) = python_server(false);
+    let kernel = Background::start(
+        &[
+            "--kernel",
+            "--json",
+            "--metrics",
+            "127.0.0.1:0",
+            "--duration",
+            "4",
+        ],
+        "m",
+    );
+    let addr = kernel
+        .errors()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("tcpstall: metrics at http://")?
+                .strip_suffix("/metrics")
+                .map(str::to_string)
+        })
+        .expect("the metrics address announced");
+    requests(port, REQUESTS);
+    // Read within the run: the holds reach the counters at the next 10 ms poll.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut stream = std::net::TcpStream::connect(&addr).expect("connect to the metrics");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    use std::io::{Read, Write};
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        .expect("request");
+    let mut body = String::new();
+    let _ = stream.read_to_string(&mut body);
+    let name = r#"tcpstall_watch_stalls_total{held_side="server",kind="nagle_delayed_ack"}"#;
+    let count: u64 = body
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{name} missing:\n{body}"));
+    let events = kernel.lines();
+    // Other traffic of the host may add its own holds; this server's are among them.
+    assert!(
+        count >= stalls_on(&events, port).len() as u64 && count >= (REQUESTS - 2) as u64,
+        "{count}\n{body}"
+    );
+}
+
+#[test]
 fn a_nodelay_server_holds_nothing() {
     require_kernel!();
     let (_server, port) = python_server(true);
