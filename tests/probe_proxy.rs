@@ -19,7 +19,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{spawn_printing_port, KillOnDrop};
+use support::{command_in, spawn_printing_port, KillOnDrop};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tcpstall");
 
@@ -86,18 +86,6 @@ fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .expect("a free port")
         .port()
-}
-
-/// `program args`, inside network namespace `ns` when given.
-fn command_in(ns: Option<&str>, program: &str) -> Command {
-    match ns {
-        Some(ns) => {
-            let mut c = Command::new("ip");
-            c.args(["netns", "exec", ns, program]);
-            c
-        }
-        None => Command::new(program),
-    }
 }
 
 /// The application server: http.server with keep-alive, splitting its answers or (nodelay)

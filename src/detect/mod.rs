@@ -93,7 +93,7 @@ impl KindCounts {
         self.0[kind.index()]
     }
 
-    fn add(&mut self, kind: StallKind) {
+    pub(crate) fn add(&mut self, kind: StallKind) {
         self.0[kind.index()] += 1;
     }
 

@@ -109,10 +109,15 @@ pub fn event_text(event: &StallEvent, found: Result<&Owner, &NoOwner>) -> String
             } else {
                 ""
             };
+            let fd = if o.fd >= 0 {
+                format!(" fd {}", o.fd)
+            } else {
+                String::new()
+            };
             let _ = writeln!(
                 out,
-                "  process: pid {} ({}) fd {}{socket}, port {}, {whose}; {options}",
-                o.pid, o.command, o.fd, o.port
+                "  process: pid {} ({}){fd}{socket}, port {}, {whose}; {options}",
+                o.pid, o.command, o.port
             );
         }
         None if found == Err(&NoOwner::Hidden) => {
@@ -224,7 +229,7 @@ pub fn write_event_json(
     let keys = OwnerKeys {
         pid: owner.map(|o| o.pid),
         command: owner.map(|o| o.command.as_str()),
-        fd: owner.map(|o| o.fd),
+        fd: owner.map(|o| o.fd).filter(|fd| *fd >= 0),
         owner_side: owner.map(|o| o.side.name()),
         owner_listening: owner.map(|o| o.listener),
         owner_hidden: found == Err(&NoOwner::Hidden),
@@ -267,18 +272,27 @@ pub fn summary_text(s: &WatchSummary) -> String {
     } else {
         format!("filter `{}`", s.filter)
     };
-    let _ = writeln!(
-        out,
-        "watched {} ({filter}) for {:.1} s: {} packets, {} TCP segments; dropped: {} by the \
-         kernel, {} by the interface",
-        s.interface,
-        s.duration_s,
-        s.packets.packets,
-        s.packets.tcp_segments,
-        s.drops.dropped,
-        s.drops.if_dropped
-    );
-    if s.drops.dropped > 0 {
+    if s.interface == "kernel" {
+        // watch --kernel: no packets; its drops are holds lost to a full ring.
+        let _ = writeln!(
+            out,
+            "watched the kernel's Nagle holds on every TCP socket for {:.1} s; lost: {} (ring full)",
+            s.duration_s, s.drops.dropped
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "watched {} ({filter}) for {:.1} s: {} packets, {} TCP segments; dropped: {} by the \
+             kernel, {} by the interface",
+            s.interface,
+            s.duration_s,
+            s.packets.packets,
+            s.packets.tcp_segments,
+            s.drops.dropped,
+            s.drops.if_dropped
+        );
+    }
+    if s.drops.dropped > 0 && s.interface != "kernel" {
         let _ = writeln!(
             out,
             "note: the kernel dropped packets: stalls in them go unseen; a narrower filter or a \

@@ -4,9 +4,13 @@
 //! counters are a Prometheus scrape target on request ([`metrics`]); Ctrl-C, SIGTERM or
 //! `--duration` ends the run with a summary ([`summary`]).
 //!
+//! With `--kernel` the stalls come from the kernel itself instead of a capture ([`kernel`]):
+//! BTF tracepoints see each Nagle hold with the process that wrote it.
+//!
 //! It can run for days: events and retired flows are taken from the detector as they come,
 //! and the detector retires closed and idle flows, so memory follows the active flows.
 
+pub mod kernel;
 pub mod metrics;
 pub mod owner;
 pub mod printer;
@@ -74,6 +78,11 @@ pub struct WatchArgs {
     /// Exit 1 when a stall was found.
     #[arg(long)]
     pub fail_on_stall: bool,
+    /// Watch Nagle holds in the kernel (BPF on BTF tracepoints) instead of capturing
+    /// packets: every held write on the host with its process, whatever the interface or
+    /// encryption. Needs CAP_BPF and CAP_PERFMON (or root) and a kernel with BTF.
+    #[arg(long, conflicts_with_all = ["filter", "buffered"])]
+    pub kernel: bool,
 }
 
 /// Runs `tcpstall watch`.
@@ -83,6 +92,9 @@ pub fn run(args: &WatchArgs) -> anyhow::Result<Outcome> {
             bail!("--duration {d} is not a positive number of seconds");
         }
     }
+    if args.kernel && args.interface.iter().any(|i| i != "any") {
+        bail!("--kernel watches every socket of the host: it takes no interface (-i)");
+    }
     let filter = args.filter.join(" ");
     let buffer_bytes = (args.buffer_mib as usize) << 20;
     let block_timeout = if args.buffered {
@@ -90,7 +102,15 @@ pub fn run(args: &WatchArgs) -> anyhow::Result<Outcome> {
     } else {
         BLOCK_TIMEOUT
     };
-    let mut source = LiveSource::open(&args.interface, &filter, buffer_bytes, block_timeout)?;
+    let mut source = match args.kernel {
+        true => None,
+        false => Some(LiveSource::open(
+            &args.interface,
+            &filter,
+            buffer_bytes,
+            block_timeout,
+        )?),
+    };
 
     let metrics = Arc::new(Metrics::new().context("cannot set up the metrics")?);
     if let Some(addr) = args.metrics {
@@ -106,28 +126,23 @@ pub fn run(args: &WatchArgs) -> anyhow::Result<Outcome> {
         );
     }
     let interfaces = args.interface.join(", ");
-    eprintln!(
-        "tcpstall: watching {interfaces} ({}); {} ends it with a summary",
-        if filter.trim().is_empty() {
-            "all TCP".to_string()
-        } else {
-            format!("filter `{filter}`")
-        },
-        match args.duration {
-            Some(d) => format!("{d} s or Ctrl-C"),
-            None => "Ctrl-C".to_string(),
-        }
-    );
-
     let started = Instant::now();
-    let result = capture_loop(args, &mut source, &metrics, &stop, started);
+    let result = match source.as_mut() {
+        None => kernel::watch(args, &metrics, &stop, started).map(|s| (s, None)),
+        Some(source) => {
+            announce(args, &interfaces, &filter);
+            capture_loop(args, source, &metrics, &stop, started)
+        }
+    };
     for id in handlers {
         signal_hook::low_level::unregister(id);
     }
     // A capture that failed part-way still reports what it watched until then.
     let (mut summary, failure) = result?;
-    summary.interface = interfaces;
-    summary.filter = filter;
+    if source.is_some() {
+        summary.interface = interfaces;
+        summary.filter = filter;
+    }
     summary.duration_s = started.elapsed().as_secs_f64();
     let text = if args.json {
         summary_json(&summary)
@@ -143,6 +158,22 @@ pub fn run(args: &WatchArgs) -> anyhow::Result<Outcome> {
     } else {
         Outcome::Done
     })
+}
+
+/// Says what the capture watches and how it ends.
+fn announce(args: &WatchArgs, interfaces: &str, filter: &str) {
+    eprintln!(
+        "tcpstall: watching {interfaces} ({}); {} ends it with a summary",
+        if filter.trim().is_empty() {
+            "all TCP".to_string()
+        } else {
+            format!("filter `{filter}`")
+        },
+        match args.duration {
+            Some(d) => format!("{d} s or Ctrl-C"),
+            None => "Ctrl-C".to_string(),
+        }
+    );
 }
 
 /// Captures until a signal, the deadline, or an error, and returns the summary so far with
@@ -233,6 +264,17 @@ fn capture_loop(
             break;
         }
     }
+    finish_printing(tx, printer, &mut summary)?;
+    Ok((summary, failure))
+}
+
+/// Closes the printer's channel, waits for it to print what it holds, and adds the owners it
+/// found to `summary`.
+fn finish_printing(
+    tx: std::sync::mpsc::SyncSender<ToPrinter>,
+    printer: std::thread::JoinHandle<std::io::Result<printer::Printed>>,
+    summary: &mut WatchSummary,
+) -> anyhow::Result<()> {
     drop(tx);
     let printed = printer
         .join()
@@ -240,5 +282,5 @@ fn capture_loop(
     summary.owners = printed.owners.sorted();
     summary.owners_unlisted = printed.owners.unlisted;
     summary.without_owner = printed.without_owner;
-    Ok((summary, failure))
+    Ok(())
 }

@@ -32,7 +32,7 @@ pub struct Owner {
     pub pid: u32,
     /// Its command name (`/proc/PID/comm`).
     pub command: String,
-    /// The fd in that process.
+    /// The fd in that process; -1 when unknown (a socket of another network namespace).
     pub fd: i32,
     /// The socket's local port (what `tcpstall fix PID --port N` selects by).
     pub port: u16,
@@ -44,6 +44,30 @@ pub struct Owner {
     pub unreadable: Option<String>,
     /// The socket found is the server's listening socket: the connection itself had closed.
     pub listener: bool,
+}
+
+impl Owner {
+    /// The process the kernel saw write `event`'s held bytes, when its socket is not in this
+    /// network namespace (a container's): no fd to name, no options to read.
+    pub fn writer(event: &StallEvent, pid: u32, command: String) -> Owner {
+        let held = event.finding.held_side;
+        Owner {
+            side: held,
+            pid,
+            command,
+            fd: -1,
+            port: match held {
+                Side::Client => event.client.port,
+                Side::Server => event.server.port,
+            },
+            nodelay: None,
+            cork: None,
+            unreadable: Some(
+                "the socket is in another network namespace; the kernel named its writer".into(),
+            ),
+            listener: false,
+        }
+    }
 }
 
 /// Why a stalled flow has no process to name.
@@ -118,6 +142,15 @@ impl OwnerLookup {
             Err(reason) => owner.unreadable = Some(reason),
         }
         Ok(owner)
+    }
+
+    /// Looks at `pid` first on the next search: the kernel named it as the writer.
+    pub fn prefer(&mut self, pid: u32) {
+        self.recent_pids.retain(|p| *p != pid);
+        if self.recent_pids.len() == RECENT_OWNERS {
+            self.recent_pids.pop_back();
+        }
+        self.recent_pids.push_front(pid);
     }
 
     /// Forgets `flow_id`: the flow left the detector.

@@ -5,7 +5,7 @@ use std::io::{self, Write};
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::thread::JoinHandle;
 
-use super::owner::OwnerLookup;
+use super::owner::{NoOwner, Owner, OwnerLookup};
 use super::summary::OwnerTally;
 use crate::detect::StallEvent;
 use crate::report::watch::{event_text, write_event_json};
@@ -17,6 +17,10 @@ pub enum ToPrinter {
     Stall(Box<StallEvent>),
     /// Flows that left the detector: their owners are forgotten.
     Retired(Vec<u64>),
+    /// The process (pid, command) that wrote the next stall's held bytes, as the kernel saw it
+    /// (`watch --kernel`): searched first for the socket, and named when the socket is in
+    /// another network namespace.
+    Writer(u32, String),
 }
 
 /// What the printer saw, returned when the channel closes.
@@ -44,6 +48,7 @@ pub fn spawn(json: bool) -> io::Result<(SyncSender<ToPrinter>, JoinHandle<io::Re
 fn print_all(rx: &Receiver<ToPrinter>, json: bool) -> io::Result<Printed> {
     let mut lookup = OwnerLookup::new();
     let mut printed = Printed::default();
+    let mut writer = None;
     let mut buf = Vec::with_capacity(1024);
     for message in rx {
         match message {
@@ -52,8 +57,17 @@ fn print_all(rx: &Receiver<ToPrinter>, json: bool) -> io::Result<Printed> {
                     lookup.forget(id);
                 }
             }
+            ToPrinter::Writer(pid, command) => {
+                lookup.prefer(pid);
+                writer = Some((pid, command));
+            }
             ToPrinter::Stall(event) => {
-                let owner = lookup.owner_of(&event);
+                let owner = match (lookup.owner_of(&event), writer.take()) {
+                    (Err(NoOwner::NotLocal), Some((pid, command))) => {
+                        Ok(Owner::writer(&event, pid, command))
+                    }
+                    (found, _) => found,
+                };
                 if event.finding.kind.is_stall() {
                     match &owner {
                         Ok(o) => printed.owners.add(&event, o),

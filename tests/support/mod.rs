@@ -129,6 +129,19 @@ pub fn spawn_printing_port(command: &mut Command, what: &str) -> (KillOnDrop, u1
     (child, port)
 }
 
+/// `program`, inside network namespace `ns` when given (`ip netns exec` execs it: the pid is
+/// the program's).
+pub fn command_in(ns: Option<&str>, program: &str) -> Command {
+    match ns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, program]);
+            c
+        }
+        None => Command::new(program),
+    }
+}
+
 /// Fails the test unless it runs as root; `needs` says what for (capabilities), in words.
 pub fn require_root(needs: &str) {
     // SAFETY: geteuid has no preconditions and cannot fail.

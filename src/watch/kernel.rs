@@ -1,0 +1,598 @@
+//! `watch --kernel`: Nagle holds as the kernel sees them, from BTF tracepoints, instead of
+//! inferred from the timing of captured packets.
+//!
+//! The BPF object (`bpf/nagle.bpf.c`, built by `scripts/build-bpf`, committed as
+//! `bpf/nagle.bpf.o`) is embedded in the binary and loaded with aya, a loader in Rust: no
+//! clang, no libbpf and no capture at run time. Its two programs (`tp_btf`, allowed where
+//! lockdown refuses kprobes and fentry) keep each hold in progress in a kernel hash map keyed
+//! by the socket and put only completed holds of 1 ms or more into a ring buffer, without
+//! waking the reader: this module polls the ring every [`POLL`], so the cost per hold on a
+//! busy host is a few map operations, not a wake-up.
+//!
+//! Each hold becomes a [`StallEvent`] (the type every verb's detector produces) for the
+//! printer, the metrics and the summary of `watch`: the local socket is the writer, so the
+//! held side is the server when its local port is a listening one, else the client.
+
+use std::collections::HashSet;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use aya::maps::{MapData, PerCpuArray, RingBuf};
+use aya::programs::BtfTracePoint;
+use aya::{Btf, Ebpf};
+use rustc_hash::FxHashMap;
+
+use super::metrics::{Metrics, Totals};
+use super::printer::{self, ToPrinter};
+use super::summary::WatchSummary;
+use super::WatchArgs;
+use crate::detect::{Finding, KindCounts, PeerStack, StallEvent, StallKind};
+use crate::flow::{Endpoint, Side, Span, Timestamp};
+use crate::process::procfs::{self, TcpState};
+use crate::tcp_rules;
+
+/// The compiled BPF programs (`scripts/build-bpf` rebuilds it from `bpf/nagle.bpf.c`),
+/// aligned: the ELF reader reads its headers in place, which `include_bytes!` alone does not
+/// allow.
+pub static NAGLE_BPF: &[u8] = aya::include_bytes_aligned!("../../bpf/nagle.bpf.o");
+
+/// SHA-256 of the BPF sources the committed object was built from, as `scripts/build-bpf`
+/// wrote it (a test compares it with the sources).
+pub const NAGLE_BPF_STAMP: &str = include_str!("../../bpf/nagle.bpf.stamp");
+
+/// The tracepoints the programs attach to, by program name (= tracepoint name).
+const TRACEPOINTS: [&str; 2] = ["sock_send_length", "tcp_probe"];
+
+/// How often the ring buffer is read: a hold is printed at most this late, and the kernel
+/// never wakes tcpstall (the records are submitted with BPF_RB_NO_WAKEUP).
+pub const POLL: Duration = Duration::from_millis(10);
+
+/// How often the kernel's counters are read and idle sockets forgotten.
+const TICK: Duration = Duration::from_millis(500);
+
+/// A socket with no hold for this long is forgotten by the owner lookup.
+const IDLE: Duration = Duration::from_secs(60);
+
+/// Size of one record in the ring (`struct hold` in `bpf/nagle.bpf.c`, padded to 8).
+const RECORD_LEN: usize = 104;
+
+/// The record's `release` value for an ACK that arrived (`RELEASE_ACK`).
+const RELEASE_ACK: u8 = 1;
+
+/// Slots of the kernel's per-CPU counters (`enum` in `bpf/nagle.bpf.c`).
+const COUNT_HOLDS: u32 = 0;
+const COUNT_SHORT: u32 = 1;
+const COUNT_RING_FULL: u32 = 2;
+const COUNT_BY_WRITE: u32 = 3;
+
+/// One completed hold, as the kernel recorded it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hold {
+    /// The kernel's socket address: the same socket while it lives.
+    pub socket: u64,
+    /// The process (thread group) that wrote the held bytes.
+    pub pid: u32,
+    /// Its command name at the time of the write.
+    pub command: String,
+    /// The writer's end of the connection.
+    pub local: SocketAddr,
+    /// The peer's end.
+    pub remote: SocketAddr,
+    /// When the write left bytes waiting, CLOCK_MONOTONIC ns.
+    pub start_ns: u64,
+    /// When the ACK that released them arrived, CLOCK_MONOTONIC ns.
+    pub end_ns: u64,
+    /// Bytes waiting (write_seq - snd_nxt) after the latest write of the hold.
+    pub unsent: u32,
+    /// Size of that write.
+    pub write_bytes: u32,
+    /// The socket's MSS (`mss_cache`).
+    pub mss: u32,
+    /// Its minimum RTT when the hold began (`tcp_sock.rtt_min`), µs.
+    pub min_rtt_us: u32,
+    /// What ended it: an arriving ACK.
+    pub released_by_ack: bool,
+}
+
+impl Hold {
+    /// How long the bytes waited.
+    pub fn duration(&self) -> Span {
+        Span::from_nanos(self.end_ns.saturating_sub(self.start_ns))
+    }
+
+    /// Parses one ring record; `None` when it is not one (short).
+    pub fn parse(rec: &[u8]) -> Option<Hold> {
+        let rec = rec.get(..RECORD_LEN)?;
+        let u64_at = |o: usize| {
+            rec.get(o..o + 8)
+                .map(|b| u64::from_ne_bytes(b.try_into().unwrap_or([0; 8])))
+        };
+        let u32_at = |o: usize| {
+            rec.get(o..o + 4)
+                .map(|b| u32::from_ne_bytes(b.try_into().unwrap_or([0; 4])))
+        };
+        let u16_at = |o: usize| {
+            rec.get(o..o + 2)
+                .map(|b| u16::from_ne_bytes(b.try_into().unwrap_or([0; 2])))
+        };
+        let addr16 = |o: usize| -> Option<[u8; 16]> { rec.get(o..o + 16)?.try_into().ok() };
+        let family = u16_at(44)?;
+        let (saddr, daddr) = (addr16(52)?, addr16(68)?);
+        let ip = |a: [u8; 16]| -> Option<IpAddr> {
+            match i32::from(family) {
+                libc::AF_INET => Some(IpAddr::V4(Ipv4Addr::new(a[0], a[1], a[2], a[3]))),
+                libc::AF_INET6 => Some(IpAddr::V6(Ipv6Addr::from(a))),
+                _ => None,
+            }
+        };
+        let comm = rec.get(84..100)?;
+        let comm_len = comm.iter().position(|b| *b == 0).unwrap_or(comm.len());
+        Some(Hold {
+            socket: u64_at(0)?,
+            start_ns: u64_at(8)?,
+            end_ns: u64_at(16)?,
+            pid: u32_at(24)?,
+            unsent: u32_at(28)?,
+            write_bytes: u32_at(32)?,
+            mss: u32_at(36)?,
+            min_rtt_us: u32_at(40)?,
+            local: SocketAddr::new(ip(saddr)?, u16_at(46)?),
+            remote: SocketAddr::new(ip(daddr)?, u16_at(48)?),
+            released_by_ack: *rec.get(50)? == RELEASE_ACK,
+            command: String::from_utf8_lossy(&comm[..comm_len]).into_owned(),
+        })
+    }
+
+    /// The stall event of this hold: `held` is the writer's side of the connection,
+    /// `realtime_offset_ns` turns the kernel's monotonic clock into the realtime clock the
+    /// printer shows.
+    pub fn to_event(&self, held: Side, realtime_offset_ns: i64, ordinal: u64) -> StallEvent {
+        let delay = self.duration();
+        // Released by the peer's ACK: at 30 ms or more that ACK was a delayed one (the peer's
+        // tcp_delack_timer, 40 ms at least on Linux: tcp_rules::DELACK_MIN); sooner, an
+        // ordinary ACK, a round trip's wait.
+        let delayed = delay >= Span::from_duration(tcp_rules::STALL_THRESHOLD);
+        let kind = if delayed {
+            StallKind::NagleDelayedAck
+        } else {
+            StallKind::NagleMinor
+        };
+        let ack_delay = delayed.then(|| {
+            Span::from_nanos(
+                delay
+                    .as_nanos()
+                    .saturating_sub(u64::from(self.min_rtt_us) * 1000),
+            )
+        });
+        let (local, remote) = (endpoint(self.local), endpoint(self.remote));
+        let (client, server) = match held {
+            Side::Server => (remote, local),
+            Side::Client => (local, remote),
+        };
+        StallEvent {
+            finding: Finding {
+                kind,
+                held_side: held,
+                ack_side: Some(held.peer()),
+                delay_ns: delay,
+                ack_delay_ns: ack_delay,
+                // The kernel sees the release itself, at the sender: no path in between.
+                release_ns: None,
+            },
+            flow_id: self.socket,
+            ordinal,
+            client,
+            server,
+            ts_ns: Timestamp::from_nanos(self.end_ns.saturating_add_signed(realtime_offset_ns)),
+            packet_number: 0,
+            released_bytes: self.unsent,
+            writes: vec![self.unsent],
+            mss: self.mss,
+            peer_stack: ack_delay.map(PeerStack::from_ack_delay),
+            backoffs: 0,
+            backoff_ns: Span::ZERO,
+        }
+    }
+}
+
+fn endpoint(addr: SocketAddr) -> Endpoint {
+    Endpoint {
+        addr: addr.ip(),
+        port: addr.port(),
+    }
+}
+
+/// The kernel's counters, summed over the CPUs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KernelCounts {
+    /// Holds that began.
+    pub holds: u64,
+    /// Holds released in under 1 ms (counted, not recorded).
+    pub short: u64,
+    /// Records lost because the ring was full.
+    pub ring_full: u64,
+    /// Holds that a later write ended by sending everything (no ACK waited for).
+    pub by_write: u64,
+}
+
+/// Why the kernel source cannot run, with what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum KernelError {
+    /// Not allowed to load BPF programs.
+    #[error(
+        "the kernel refused to load tcpstall's BPF programs ({0}): `watch --kernel` needs \
+         CAP_BPF and CAP_PERFMON (or root), and a kernel whose lockdown allows BPF tracepoints; \
+         run it as root, or use `tcpstall watch` (a packet capture, CAP_NET_RAW)"
+    )]
+    NotAllowed(String),
+    /// The kernel has no BTF to type the tracepoints.
+    #[error(
+        "this kernel has no BTF ({0}): `watch --kernel` needs /sys/kernel/btf/vmlinux \
+         (CONFIG_DEBUG_INFO_BTF); use `tcpstall watch` (a packet capture) instead"
+    )]
+    NoBtf(String),
+    /// A tracepoint the programs need is missing, or the verifier refused a program.
+    #[error(
+        "cannot attach to the kernel's {hook} tracepoint ({why}); this kernel lacks the hook or \
+         refused the program: use `tcpstall watch` (a packet capture) instead"
+    )]
+    Hook {
+        /// The tracepoint.
+        hook: &'static str,
+        /// The loader's error.
+        why: String,
+    },
+    /// Anything else the loader reported.
+    #[error(
+        "cannot load tcpstall's BPF programs: {0}; use `tcpstall watch` (a packet capture) instead"
+    )]
+    Load(String),
+}
+
+/// The loaded programs and the maps read from user space. Dropping it detaches the programs.
+pub struct KernelSource {
+    _bpf: Ebpf,
+    ring: RingBuf<MapData>,
+    counts: PerCpuArray<MapData, u64>,
+    /// CLOCK_REALTIME - CLOCK_MONOTONIC, ns, when loaded.
+    realtime_offset_ns: i64,
+}
+
+impl std::fmt::Debug for KernelSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KernelSource").finish_non_exhaustive()
+    }
+}
+
+fn refused(err: &dyn std::fmt::Display) -> bool {
+    let text = err.to_string();
+    [
+        "EPERM",
+        "Operation not permitted",
+        "EACCES",
+        "Permission denied",
+    ]
+    .iter()
+    .any(|s| text.contains(s))
+}
+
+fn chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    // The chain of an error is short; the bound keeps a cyclic one from looping.
+    for _ in 0..8 {
+        let Some(s) = source else { break };
+        // Some errors already print their source in their own message.
+        let part = s.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        source = s.source();
+    }
+    text
+}
+
+impl KernelSource {
+    /// Loads and attaches the programs.
+    pub fn open() -> Result<KernelSource, KernelError> {
+        // Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK; later ones to the cgroup.
+        // Raising it is harmless where it is not needed, and may fail unprivileged: ignored.
+        let unlimited = libc::rlimit {
+            rlim_cur: libc::RLIM_INFINITY,
+            rlim_max: libc::RLIM_INFINITY,
+        };
+        // SAFETY: setrlimit reads the struct passed; no other memory is touched.
+        let _ = unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) };
+
+        let btf = Btf::from_sys_fs().map_err(|e| KernelError::NoBtf(chain(&e)))?;
+        let mut bpf = Ebpf::load(NAGLE_BPF).map_err(|e| {
+            let text = chain(&e);
+            if refused(&text) {
+                KernelError::NotAllowed(text)
+            } else {
+                KernelError::Load(text)
+            }
+        })?;
+        for hook in TRACEPOINTS {
+            let hook_err = |why: String| {
+                if refused(&why) {
+                    KernelError::NotAllowed(format!("{hook}: {why}"))
+                } else {
+                    KernelError::Hook { hook, why }
+                }
+            };
+            let program: &mut BtfTracePoint = bpf
+                .program_mut(hook)
+                .ok_or_else(|| KernelError::Load(format!("the object has no program {hook}")))?
+                .try_into()
+                .map_err(|e| KernelError::Load(chain(&e)))?;
+            program.load(hook, &btf).map_err(|e| hook_err(chain(&e)))?;
+            program.attach().map_err(|e| hook_err(chain(&e)))?;
+        }
+        let ring = bpf
+            .take_map("events")
+            .ok_or_else(|| KernelError::Load("the object has no map `events`".into()))
+            .and_then(|m| RingBuf::try_from(m).map_err(|e| KernelError::Load(chain(&e))))?;
+        let counts = bpf
+            .take_map("counts")
+            .ok_or_else(|| KernelError::Load("the object has no map `counts`".into()))
+            .and_then(|m| PerCpuArray::try_from(m).map_err(|e| KernelError::Load(chain(&e))))?;
+        Ok(KernelSource {
+            _bpf: bpf,
+            ring,
+            counts,
+            realtime_offset_ns: realtime_offset_ns(),
+        })
+    }
+
+    /// CLOCK_REALTIME - CLOCK_MONOTONIC, ns: the records' clock to the printer's.
+    pub fn realtime_offset_ns(&self) -> i64 {
+        self.realtime_offset_ns
+    }
+
+    /// Reads every completed hold waiting in the ring; a record the kernel wrote wrong is
+    /// skipped. The ring's size bounds one call.
+    pub fn read(&mut self, mut each: impl FnMut(Hold)) {
+        while let Some(item) = self.ring.next() {
+            if let Some(hold) = Hold::parse(&item) {
+                each(hold);
+            }
+        }
+    }
+
+    /// The kernel's counters now.
+    pub fn counts(&self) -> KernelCounts {
+        let sum = |slot: u32| {
+            self.counts
+                .get(&slot, 0)
+                .map(|v| v.iter().sum::<u64>())
+                .unwrap_or(0)
+        };
+        KernelCounts {
+            holds: sum(COUNT_HOLDS),
+            short: sum(COUNT_SHORT),
+            ring_full: sum(COUNT_RING_FULL),
+            by_write: sum(COUNT_BY_WRITE),
+        }
+    }
+}
+
+fn clock_ns(clock: libc::clockid_t) -> i64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec passed and nothing else.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec)
+}
+
+fn realtime_offset_ns() -> i64 {
+    clock_ns(libc::CLOCK_REALTIME) - clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// Which local ports are listening in a writer's network namespace, to name the writer's side:
+/// read from /proc/PID/net/tcp{,6} of the writer (its namespace, a container's too), again at
+/// most once a second when a port is not among them.
+#[derive(Debug, Default)]
+struct Listening {
+    by_pid: FxHashMap<u32, (HashSet<u16>, Instant)>,
+}
+
+/// Writers whose listening ports are remembered at most; more start the memory afresh.
+const LISTENING_KEPT: usize = 1024;
+
+impl Listening {
+    fn side_of(&mut self, pid: u32, local_port: u16) -> Side {
+        let stale = match self.by_pid.get(&pid) {
+            Some((ports, read)) => {
+                !ports.contains(&local_port) && read.elapsed() >= Duration::from_secs(1)
+            }
+            None => true,
+        };
+        if stale {
+            if self.by_pid.len() >= LISTENING_KEPT {
+                self.by_pid.clear();
+            }
+            // The writer's own view; if it has gone, this process's namespace.
+            let table = procfs::tcp_table(pid).or_else(|_| procfs::tcp_table(std::process::id()));
+            let ports = table
+                .map(|t| {
+                    t.values()
+                        .filter(|e| e.state == TcpState::Listen)
+                        .map(|e| e.local.port())
+                        .collect()
+                })
+                .unwrap_or_default();
+            self.by_pid.insert(pid, (ports, Instant::now()));
+        }
+        // tcp_v4_syn_recv_sock gives an accepted socket the listener's port.
+        match self.by_pid.get(&pid) {
+            Some((ports, _)) if ports.contains(&local_port) => Side::Server,
+            _ => Side::Client,
+        }
+    }
+}
+
+/// Runs `watch --kernel` until a signal or the deadline; returns the summary.
+pub(super) fn watch(
+    args: &WatchArgs,
+    metrics: &Metrics,
+    stop: &AtomicBool,
+    started: Instant,
+) -> anyhow::Result<WatchSummary> {
+    let mut source = KernelSource::open()?;
+    eprintln!(
+        "tcpstall: watching every TCP socket's Nagle holds in the kernel (BTF tracepoints {}); {} ends it with a summary",
+        TRACEPOINTS.join(", "),
+        match args.duration {
+            Some(d) => format!("{d} s or Ctrl-C"),
+            None => "Ctrl-C".to_string(),
+        }
+    );
+    let deadline = args
+        .duration
+        .map(|d| started + Duration::from_secs_f64(d.min(1e9)));
+    let (tx, printer) = printer::spawn(args.json)?;
+    let mut summary = WatchSummary {
+        interface: "kernel".into(),
+        ..WatchSummary::default()
+    };
+    let mut counts = KindCounts::default();
+    let mut listening = Listening::default();
+    let mut sockets: FxHashMap<u64, Instant> = FxHashMap::default();
+    let offset = source.realtime_offset_ns();
+    let mut ordinal = 0u64;
+    let mut last_tick = Instant::now();
+    let mut printer_gone = false;
+    let mut done = false;
+    // Bounded by the deadline or the signal; the last pass reads what the ring still holds.
+    while !done {
+        done = stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d);
+        let mut holds = Vec::new();
+        source.read(|h| holds.push(h));
+        for hold in holds {
+            let side = listening.side_of(hold.pid, hold.local.port());
+            let event = hold.to_event(side, offset, ordinal);
+            ordinal += 1;
+            counts.add(event.finding.kind);
+            metrics.record_stall(&event);
+            if event.finding.kind.is_stall() {
+                summary.held[event.finding.held_side.index()] += 1;
+            } else if !args.minor {
+                continue;
+            }
+            sockets.insert(hold.socket, Instant::now());
+            // The writer is searched first among the processes holding the socket.
+            printer_gone |= tx
+                .send(ToPrinter::Writer(hold.pid, hold.command.clone()))
+                .is_err();
+            printer_gone |= tx.send(ToPrinter::Stall(Box::new(event))).is_err();
+        }
+        if last_tick.elapsed() >= TICK || done {
+            last_tick = Instant::now();
+            let idle: Vec<u64> = sockets
+                .iter()
+                .filter(|(_, t)| t.elapsed() >= IDLE)
+                .map(|(s, _)| *s)
+                .collect();
+            for s in &idle {
+                sockets.remove(s);
+            }
+            summary.flows += idle.len() as u64;
+            if !idle.is_empty() {
+                printer_gone |= tx.send(ToPrinter::Retired(idle)).is_err();
+            }
+            let k = source.counts();
+            summary.drops.dropped = k.ring_full;
+            metrics.update(Totals {
+                packets: 0,
+                tcp_segments: 0,
+                kernel_dropped: k.ring_full,
+                interface_dropped: 0,
+                active_flows: sockets.len() as u64,
+            });
+        }
+        if printer_gone {
+            break; // the printer failed (standard output closed): its error says why
+        }
+        if !done {
+            std::thread::sleep(POLL);
+        }
+    }
+    summary.flows += sockets.len() as u64;
+    summary.counts = counts;
+    super::finish_printing(tx, printer, &mut summary)?;
+    Ok(summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(family: u16, start: u64, end: u64) -> Vec<u8> {
+        let mut r = vec![0u8; RECORD_LEN];
+        r[0..8].copy_from_slice(&0xffff_8880_1234_5678u64.to_ne_bytes());
+        r[8..16].copy_from_slice(&start.to_ne_bytes());
+        r[16..24].copy_from_slice(&end.to_ne_bytes());
+        r[24..28].copy_from_slice(&4242u32.to_ne_bytes());
+        r[28..32].copy_from_slice(&100u32.to_ne_bytes());
+        r[32..36].copy_from_slice(&100u32.to_ne_bytes());
+        r[36..40].copy_from_slice(&65_483u32.to_ne_bytes());
+        r[40..44].copy_from_slice(&20u32.to_ne_bytes());
+        r[44..46].copy_from_slice(&family.to_ne_bytes());
+        r[46..48].copy_from_slice(&8000u16.to_ne_bytes());
+        r[48..50].copy_from_slice(&51234u16.to_ne_bytes());
+        r[50] = RELEASE_ACK;
+        r[52..56].copy_from_slice(&[127, 0, 0, 1]);
+        r[68..72].copy_from_slice(&[127, 0, 0, 2]);
+        r[84..90].copy_from_slice(b"python");
+        r
+    }
+
+    #[test]
+    fn a_record_parses_and_becomes_a_delayed_ack_stall_of_the_writer() {
+        let hold =
+            Hold::parse(&record(libc::AF_INET as u16, 1_000_000, 41_000_000)).expect("parses");
+        assert_eq!(hold.pid, 4242);
+        assert_eq!(hold.command, "python");
+        assert_eq!(hold.local, "127.0.0.1:8000".parse().expect("addr"));
+        assert_eq!(hold.remote, "127.0.0.2:51234".parse().expect("addr"));
+        assert!(hold.released_by_ack);
+        let event = hold.to_event(Side::Server, 1_000, 7);
+        assert_eq!(event.finding.kind, StallKind::NagleDelayedAck);
+        assert_eq!(event.finding.held_side, Side::Server);
+        assert_eq!(event.finding.delay_ns, Span::from_millis(40));
+        assert_eq!(event.server.port, 8000);
+        assert_eq!(event.client.port, 51234);
+        assert_eq!(event.ts_ns.as_nanos(), 41_001_000);
+        assert_eq!(event.peer_stack, Some(PeerStack::Linux));
+        assert_eq!(event.released_bytes, 100);
+    }
+
+    #[test]
+    fn a_short_hold_is_minor_and_a_bad_record_is_none() {
+        let hold = Hold::parse(&record(libc::AF_INET as u16, 0, 2_000_000)).expect("parses");
+        assert_eq!(
+            hold.to_event(Side::Client, 0, 0).finding.kind,
+            StallKind::NagleMinor
+        );
+        assert!(Hold::parse(&record(99, 0, 1)).is_none(), "unknown family");
+        assert!(Hold::parse(&[0u8; 50]).is_none(), "short record");
+    }
+
+    #[test]
+    fn the_embedded_object_has_both_programs() {
+        let elf = NAGLE_BPF;
+        for name in ["tp_btf/sock_send_length", "tp_btf/tcp_probe", ".BTF.ext"] {
+            assert!(
+                elf.windows(name.len()).any(|w| w == name.as_bytes()),
+                "{name} missing from bpf/nagle.bpf.o"
+            );
+        }
+    }
+}
