@@ -96,6 +96,7 @@ fn p50(row: &Value) -> f64 {
 
 #[test]
 fn echo_split_costs_the_timer_on_top_of_the_path_and_the_fixes_do_not() {
+    let _serial = support::serial();
     require_root();
     let rows = lab_json(&[
         "--scenario",
@@ -131,6 +132,7 @@ fn echo_split_costs_the_timer_on_top_of_the_path_and_the_fixes_do_not() {
 
 #[test]
 fn stream_merges_writes_over_a_path() {
+    let _serial = support::serial();
     require_root();
     let rows = lab_json(&[
         "--scenario",
@@ -181,6 +183,7 @@ fn stream_merges_writes_over_a_path() {
 
 #[test]
 fn capture_on_the_server_tun_is_read_by_tshark_and_analyze() {
+    let _serial = support::serial();
     require_root();
     let dir = std::env::temp_dir().join(format!("tcpstall-lab-path-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
@@ -252,6 +255,7 @@ fn capture_on_the_server_tun_is_read_by_tshark_and_analyze() {
 
 #[test]
 fn namespaces_are_deleted_after_a_failed_run_and_after_ctrl_c() {
+    let _serial = support::serial();
     require_root();
     // Fails after the namespaces exist: the capture file cannot be created.
     let out = lab(&[
@@ -311,6 +315,7 @@ fn namespaces_are_deleted_after_a_failed_run_and_after_ctrl_c() {
 
 #[test]
 fn bad_rtt_and_rate_are_refused_clearly() {
+    let _serial = support::serial();
     for (args, message) in [
         (&["--rtt", "0"][..], "--rtt 0 is out of range"),
         (&["--rtt", "5000"][..], "--rtt 5000 is out of range"),
@@ -329,6 +334,7 @@ fn bad_rtt_and_rate_are_refused_clearly() {
 
 #[test]
 fn without_privileges_rtt_names_the_capabilities_and_plain_lab_still_runs() {
+    let _serial = support::serial();
     require_root();
     let as_nobody = |args: &[&str]| {
         Command::new("setpriv")
