@@ -207,18 +207,21 @@ pub struct LiveSource {
 /// that a typo is reported before the capture needs CAP_NET_RAW. The compile on the opened
 /// ring has the last word (a filter on link-layer fields may suit one device, not another).
 pub fn check_filter(interface: &str, filter: &str) -> Result<(), SourceError> {
-    let framings = if interface == "any" || nflog_group(interface).is_some() {
-        [Framing::Cooked, Framing::Cooked]
+    let framings: &[Framing] = if interface == "any" || nflog_group(interface).is_some() {
+        &[Framing::Cooked]
     } else {
-        [Framing::Ethernet, Framing::RawIp]
+        &[Framing::Ethernet, Framing::RawIp]
     };
-    match (
-        filter::compile(filter, framings[0], SNAPLEN),
-        filter::compile(filter, framings[1], SNAPLEN),
-    ) {
-        (Err(err), Err(_)) => Err(err.into()),
-        _ => Ok(()),
+    let mut first_error = None;
+    for &framing in framings {
+        match filter::compile(filter, framing, SNAPLEN) {
+            Ok(_) => return Ok(()),
+            Err(err) => {
+                first_error.get_or_insert(err);
+            }
+        }
     }
+    first_error.map_or(Ok(()), |err| Err(err.into()))
 }
 
 impl LiveSource {
@@ -294,7 +297,8 @@ impl LiveSource {
         mut on_segment: impl FnMut(&Segment),
     ) -> Result<PacketCounts, SourceError> {
         let mut counts = PacketCounts::default();
-        let mut ready = Vec::with_capacity(self.taps.len());
+        // Per tap: whether poll reported an error (the interface went down or away).
+        let mut failed = Vec::with_capacity(self.taps.len());
         {
             let mut fds: Vec<PollFd<'_>> = self
                 .taps
@@ -312,10 +316,7 @@ impl LiveSource {
             }
             for fd in &fds {
                 let events = fd.revents().unwrap_or(PollFlags::empty());
-                ready.push((
-                    events.intersects(PollFlags::POLLERR | PollFlags::POLLHUP),
-                    events.contains(PollFlags::POLLIN),
-                ));
+                failed.push(events.intersects(PollFlags::POLLERR | PollFlags::POLLHUP));
             }
         }
         // Blocks are drained even without POLLIN: a timed-out poll may race a hand-over.
@@ -401,7 +402,7 @@ impl LiveSource {
         }
         let mut index = 0;
         self.taps.retain(|tap| {
-            let (error, _) = ready.get(index).copied().unwrap_or((false, false));
+            let error = failed.get(index).copied().unwrap_or(false);
             index += 1;
             let Tap::Ring(ring) = tap else {
                 return true; // a netlink socket's overruns are counted as it is read
