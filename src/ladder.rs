@@ -325,6 +325,21 @@ fn mark(rungs: &mut [Rung], released: usize, event: &StallEvent) -> Option<usize
             rungs[small].mark = Some(Mark::SmallUnacked);
             Some(longest_gap(rungs, small, ack))
         }
+        // The hold found when the side's holds became sustained: released by the peer's next
+        // packet, pure ACK or data carrying the ACK.
+        StallKind::NagleAckPaced => {
+            rungs[released].mark = Some(Mark::Held);
+            let ack = (0..released)
+                .rev()
+                .find(|&i| rungs[i].from == held.peer())?;
+            rungs[ack].mark = Some(Mark::ReleasingAck);
+            let small = (0..ack).rev().find(|&i| {
+                is_data_from(&rungs[i], held)
+                    && is_sub_mss(u64::from(rungs[i].len), u64::from(event.mss))
+            })?;
+            rungs[small].mark = Some(Mark::SmallUnacked);
+            Some(longest_gap(rungs, small, ack))
+        }
         StallKind::ZeroWindow => {
             rungs[released].mark = Some(Mark::Held);
             let zero =

@@ -10,6 +10,7 @@
 //! Nagle hold released by an ACK (`nagle`), cork timer (`cork`). Anything else that delays
 //! a turn is think time and never a stall.
 
+mod ack_paced;
 mod cork;
 pub mod evidence;
 mod nagle;
@@ -23,6 +24,7 @@ use crate::decode::Segment;
 use crate::flow::{Endpoint, Flow, FlowTable, Side, Span, Timestamp};
 use crate::tcp_rules;
 
+pub use ack_paced::Pacing;
 pub use verdict::{FlowSummary, PeerStack};
 
 /// Events shorter than this are not stalls ([`tcp_rules::CLEAN_BOUND`]).
@@ -44,15 +46,19 @@ pub enum StallKind {
     Rto,
     /// The sender waited for the receiver to open a zero window.
     ZeroWindow,
+    /// Small writes each held one round trip for the ACK of the previous small segment,
+    /// sustained over a flow (`ack_paced`): one event per flow and side, not a 40 ms stall.
+    NagleAckPaced,
 }
 
 impl StallKind {
     /// Every kind, in report order.
-    pub const ALL: [StallKind; 5] = [
+    pub const ALL: [StallKind; 6] = [
         StallKind::NagleDelayedAck,
         StallKind::CorkTimer,
         StallKind::Rto,
         StallKind::ZeroWindow,
+        StallKind::NagleAckPaced,
         StallKind::NagleMinor,
     ];
 
@@ -64,11 +70,18 @@ impl StallKind {
             StallKind::CorkTimer => "cork_timer",
             StallKind::Rto => "rto",
             StallKind::ZeroWindow => "zero_window",
+            StallKind::NagleAckPaced => "nagle_ack_paced",
         }
     }
 
     /// Counts as a stall (a minor Nagle hold costs one RTT and is reported apart).
     pub fn is_stall(self) -> bool {
+        !matches!(self, StallKind::NagleMinor | StallKind::NagleAckPaced)
+    }
+
+    /// Reported as events of its own, printed and counted by `watch` (minor Nagle holds only on
+    /// request).
+    pub fn is_reported(self) -> bool {
         self != StallKind::NagleMinor
     }
 
@@ -79,13 +92,14 @@ impl StallKind {
             StallKind::Rto => 2,
             StallKind::ZeroWindow => 3,
             StallKind::NagleMinor => 4,
+            StallKind::NagleAckPaced => 5,
         }
     }
 }
 
 /// Counts per [`StallKind`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct KindCounts([u64; 5]);
+pub struct KindCounts([u64; 6]);
 
 impl KindCounts {
     /// Count of `kind`.
@@ -95,6 +109,12 @@ impl KindCounts {
 
     pub(crate) fn add(&mut self, kind: StallKind) {
         self.0[kind.index()] += 1;
+    }
+
+    /// Takes back `n` counts of `kind` (holds found, later, to be part of a pacing).
+    pub(crate) fn remove(&mut self, kind: StallKind, n: u64) {
+        let c = &mut self.0[kind.index()];
+        *c = c.saturating_sub(n);
     }
 
     /// Sum over the kinds that are stalls (minor Nagle holds excluded).
@@ -189,6 +209,8 @@ pub struct StallEvent {
     /// The part of `delay_ns` after `ts_ns`: from this event's resend to the episode's last
     /// backoff step (`delay_ns` runs from the last send before the timeout to that step).
     pub backoff_ns: Span,
+    /// For [`StallKind::NagleAckPaced`]: the holds of the flow's side so far.
+    pub paced: Option<Box<Pacing>>,
 }
 
 /// Detector settings.
@@ -265,6 +287,8 @@ struct FlowTally {
     /// its stalls' intervals, so an interval overlapping an earlier one adds only what lies
     /// beyond it, and the total never exceeds the flow's span.
     lost_until: Timestamp,
+    /// Holds for the ACK of the previous small segment, per side.
+    paced: ack_paced::FlowPacing,
 }
 
 /// The streaming stall detector.
@@ -277,6 +301,8 @@ pub struct Detector {
     last_sweep: Timestamp,
     /// Capture time of the previous segment pushed.
     prev_ts: Timestamp,
+    /// Times events were taken ([`Detector::take_events`]).
+    taken: u64,
 }
 
 impl Detector {
@@ -348,6 +374,15 @@ impl Detector {
                 }
             }
         }
+        let settled = finding.filter(|_| !undecided);
+        if let Some(delay) = ack_paced::hold(flow, side, seg, settled.as_ref()) {
+            let sink = ack_paced::Sink {
+                analysis: &mut self.analysis,
+                tally: self.tallies.entry(flow.id).or_default(),
+                generation: self.taken,
+            };
+            ack_paced::record(sink, flow, side, seg, delay, settled.is_some(), ordinal);
+        }
         flow.update(seg, side);
         if matches!(finding, Some(f) if f.kind == StallKind::Rto) && !undecided {
             flow.dirs[side.index()].rto_open = true;
@@ -391,6 +426,7 @@ impl Detector {
     /// bounded. Taken events are not in [`Detector::finish`]'s [`Analysis`]; its counts
     /// still include them.
     pub fn take_events(&mut self) -> Vec<StallEvent> {
+        self.taken += 1;
         std::mem::take(&mut self.analysis.events)
     }
 
@@ -462,13 +498,10 @@ fn retire(
     keep_turns: bool,
 ) {
     let tally = tallies.remove(&flow.id).unwrap_or_default();
-    flows.push(verdict::summarise(
-        flow,
-        &tally.counts,
-        tally.lost,
-        tally.worst,
-        keep_turns,
-    ));
+    let paced = tally.paced.summary(&flow);
+    let mut summary = verdict::summarise(flow, &tally.counts, tally.lost, tally.worst, keep_turns);
+    summary.paced = paced;
+    flows.push(summary);
 }
 
 /// Runs the rules, in order, on `seg` against the flow state before it.
@@ -526,6 +559,7 @@ fn record(
         },
         backoffs: 0,
         backoff_ns: Span::ZERO,
+        paced: None,
     })
 }
 

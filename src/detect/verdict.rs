@@ -83,6 +83,10 @@ pub(crate) fn explain(event: &StallEvent) -> String {
     let peer = f.held_side.peer().name();
     let ms = f.delay_ns.as_millis_f64();
     match f.kind {
+        StallKind::NagleAckPaced => {
+            let paced = event.paced.as_deref().copied().unwrap_or_default();
+            super::ack_paced::explain(f.held_side, &paced)
+        }
         StallKind::NagleDelayedAck | StallKind::NagleMinor => {
             let w = &event.writes;
             let what = if w.len() >= 2 {
@@ -218,6 +222,7 @@ pub(crate) fn fixes(kind: StallKind, held: Side, example: Option<&StallEvent>) -
         StallKind::ZeroWindow => vec![format!(
             "make the {p} read sooner, or give it a larger SO_RCVBUF"
         )],
+        StallKind::NagleAckPaced => super::ack_paced::fixes(held),
     }
 }
 
@@ -248,7 +253,7 @@ pub(crate) fn events_by_flow(events: &[StallEvent]) -> FxHashMap<u64, Vec<&Stall
 /// Nagle holds left out).
 pub(crate) fn patterns<'a>(flow_events: &[&'a StallEvent]) -> Vec<Pattern<'a>> {
     let mut found: Vec<Pattern<'a>> = Vec::new();
-    for e in flow_events.iter().filter(|e| e.finding.kind.is_stall()) {
+    for e in flow_events.iter().filter(|e| e.finding.kind.is_reported()) {
         let (kind, held_side) = (e.finding.kind, e.finding.held_side);
         match found
             .iter_mut()
@@ -314,6 +319,9 @@ pub struct FlowSummary {
     /// Each answered turn's start and latency (µs), in order; empty unless
     /// [`DetectorConfig::keep_turns`](super::DetectorConfig::keep_turns) asked for them.
     pub turns: Vec<(Timestamp, u32)>,
+    /// Client's and server's writes paced by ACKs ([`StallKind::NagleAckPaced`]), when
+    /// sustained.
+    pub paced: [Option<super::Pacing>; 2],
 }
 
 impl FlowSummary {
@@ -397,6 +405,13 @@ impl FlowSummary {
             self.span_ns.1.max(later.span_ns.1),
         );
         self.turns.extend(later.turns);
+        for (mine, theirs) in self.paced.iter_mut().zip(later.paced) {
+            match (mine.as_mut(), theirs) {
+                (Some(m), Some(t)) => m.absorb(&t),
+                (None, t) => *mine = t,
+                _ => {}
+            }
+        }
     }
 }
 
@@ -456,6 +471,7 @@ pub(crate) fn summarise(
         continued: flow.continued,
         span_ns: (flow.first_seen, flow.last_seen()),
         turns,
+        paced: [None, None],
     }
 }
 

@@ -283,6 +283,7 @@ mod tests {
             peer_stack: None,
             backoffs: 0,
             backoff_ns: crate::flow::Span::ZERO,
+            paced: None,
         }
     }
 

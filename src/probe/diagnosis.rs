@@ -175,7 +175,10 @@ pub fn diagnose(
 /// holds, the reader that let its window close for a zero window, nobody for losses.
 fn culprit_of(kind: StallKind, held: Side) -> Option<Side> {
     match kind {
-        StallKind::NagleDelayedAck | StallKind::NagleMinor | StallKind::CorkTimer => Some(held),
+        StallKind::NagleDelayedAck
+        | StallKind::NagleMinor
+        | StallKind::NagleAckPaced
+        | StallKind::CorkTimer => Some(held),
         StallKind::ZeroWindow => Some(held.peer()),
         StallKind::Rto => None,
     }

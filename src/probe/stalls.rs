@@ -38,6 +38,8 @@ pub struct StallCounts {
     pub zero_window: u64,
     /// Nagle hold released by an ordinary ACK (one RTT; not a stall).
     pub nagle_minor: u64,
+    /// Writes paced by ACKs over a connection (one per connection and side; not a stall).
+    pub nagle_ack_paced: u64,
 }
 
 impl StallCounts {
@@ -51,6 +53,7 @@ impl StallCounts {
                 StallKind::Rto => &mut counts.rto,
                 StallKind::ZeroWindow => &mut counts.zero_window,
                 StallKind::NagleMinor => &mut counts.nagle_minor,
+                StallKind::NagleAckPaced => &mut counts.nagle_ack_paced,
             } += 1;
         }
         counts

@@ -10,7 +10,7 @@ use serde_json::json;
 use serde_json::ser::{CompactFormatter, Formatter};
 
 use crate::detect::verdict::{events_by_flow, explain, fixes, patterns, FlowSummary};
-use crate::detect::{Analysis, KindCounts, StallEvent, StallKind};
+use crate::detect::{Analysis, KindCounts, Pacing, StallEvent, StallKind};
 use crate::flow::Span;
 
 /// Extra facts about the input, beside the analysis.
@@ -116,7 +116,48 @@ pub fn write_event(buf: &mut Vec<u8>, e: &StallEvent, flow: &str) -> io::Result<
         }
         number.write_u32(buf, w)?;
     }
-    buf.extend_from_slice(b"]}");
+    buf.push(b']');
+    if let Some(p) = e.paced.as_deref() {
+        buf.extend_from_slice(b",\"nagle_ack_paced\":");
+        write_pacing(buf, f.held_side, p)?;
+    }
+    buf.push(b'}');
+    Ok(())
+}
+
+/// One side's [`Pacing`]: its holds, their cost, and the throughput estimate without them.
+fn write_pacing(buf: &mut Vec<u8>, held: crate::flow::Side, p: &Pacing) -> io::Result<()> {
+    let mut number = CompactFormatter;
+    buf.extend_from_slice(b"{\"held_side\":");
+    write_name(buf, Some(held.name()));
+    buf.extend_from_slice(b",\"holds\":");
+    number.write_u64(buf, p.holds)?;
+    buf.extend_from_slice(b",\"released_by_data\":");
+    number.write_u64(buf, p.by_data)?;
+    for (key, span) in [
+        (&b",\"delay_sum_ms\":"[..], p.delay_sum_ns),
+        (b",\"time_lost_ms\":", p.time_lost_ns),
+        (b",\"span_ms\":", p.span_ns),
+    ] {
+        buf.extend_from_slice(key);
+        number.write_f64(buf, ms(span))?;
+    }
+    buf.extend_from_slice(b",\"bytes\":");
+    number.write_u64(buf, p.bytes)?;
+    for (key, rate) in [
+        (&b",\"bytes_per_s\":"[..], p.bytes_per_s()),
+        (
+            b",\"bytes_per_s_without_estimate\":",
+            p.bytes_per_s_without(),
+        ),
+    ] {
+        buf.extend_from_slice(key);
+        match rate {
+            Some(r) => number.write_f64(buf, r.round())?,
+            None => buf.extend_from_slice(b"null"),
+        }
+    }
+    buf.extend_from_slice(b",\"estimate\":\"bytes / (span_ms - time_lost_ms)\"}");
     Ok(())
 }
 
@@ -145,6 +186,7 @@ pub struct KindsJson {
     rto: u64,
     zero_window: u64,
     nagle_minor: u64,
+    nagle_ack_paced: u64,
 }
 
 fn kinds(c: &KindCounts) -> KindsJson {
@@ -154,6 +196,7 @@ fn kinds(c: &KindCounts) -> KindsJson {
         rto: c.get(StallKind::Rto),
         zero_window: c.get(StallKind::ZeroWindow),
         nagle_minor: c.get(StallKind::NagleMinor),
+        nagle_ack_paced: c.get(StallKind::NagleAckPaced),
     }
 }
 
@@ -273,6 +316,22 @@ pub fn write_flow(
     buf.extend_from_slice(b",\"from\":");
     write_name(buf, Some(f.path_source.name()));
     buf.push(b'}');
+    if f.paced.iter().any(Option::is_some) {
+        // Only on flows with paced writes: other flows' JSON is as it was.
+        buf.extend_from_slice(b",\"nagle_ack_paced\":[");
+        let sides = [crate::flow::Side::Client, crate::flow::Side::Server];
+        let paced = sides
+            .iter()
+            .zip(&f.paced)
+            .filter_map(|(s, p)| Some((*s, p.as_ref()?)));
+        for (i, (side, p)) in paced.enumerate() {
+            if i > 0 {
+                buf.push(b',');
+            }
+            write_pacing(buf, side, p)?;
+        }
+        buf.push(b']');
+    }
     if let Some(outer) = outer {
         // Only for tunnelled flows: other flows' JSON is as it was.
         buf.extend_from_slice(b",\"outer\":{\"kind\":");

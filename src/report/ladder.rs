@@ -96,6 +96,9 @@ fn gap_text(ladder: &Ladder) -> String {
             format!("{ms:.1} ms: {held} holds data until {peer}'s delayed ACK")
         }
         StallKind::NagleMinor => format!("{ms:.1} ms: {held} holds data one RTT (Nagle)"),
+        StallKind::NagleAckPaced => {
+            format!("{held}'s writes wait for {peer}'s ACK, one round trip each (Nagle pacing)")
+        }
         StallKind::CorkTimer => format!("{ms:.1} ms: {held}'s data waits on its timer"),
         StallKind::Rto => format!("{ms:.1} ms: silence until the retransmission timer"),
         StallKind::ZeroWindow => format!("{ms:.1} ms: {peer}'s receive window is closed"),

@@ -12,11 +12,12 @@ use crate::flow::{ClientGuess, MssSource, Span};
 /// Flows described in detail; the rest are counted (the JSON has them all).
 const FLOWS_SHOWN: usize = 10;
 
-fn kinds_line(counts: &crate::detect::KindCounts) -> String {
+/// The kinds found, stalls only or (`paced`) with the writes paced by ACKs.
+fn kinds_line(counts: &crate::detect::KindCounts, paced: bool) -> String {
     let mut parts = Vec::new();
     for kind in StallKind::ALL {
         let n = counts.get(kind);
-        if n > 0 && kind.is_stall() {
+        if n > 0 && (kind.is_stall() || (paced && kind.is_reported())) {
             parts.push(format!("{n} {}", kind.name()));
         }
     }
@@ -52,7 +53,7 @@ pub fn summary(a: &Analysis, input: &InputFacts) -> String {
         );
     }
     let minor = a.counts.get(StallKind::NagleMinor);
-    let _ = write!(out, "stalls: {}", kinds_line(&a.counts));
+    let _ = write!(out, "stalls: {}", kinds_line(&a.counts, false));
     if minor > 0 {
         let _ = write!(
             out,
@@ -60,6 +61,14 @@ pub fn summary(a: &Analysis, input: &InputFacts) -> String {
         );
     }
     out.push('\n');
+    let paced = a.counts.get(StallKind::NagleAckPaced);
+    if paced > 0 {
+        let _ = writeln!(
+            out,
+            "paced: {paced} flow sides whose small writes each waited one round trip for an ACK \
+             (nagle_ack_paced: Nagle pacing a busy sender; not a 40 ms stall)"
+        );
+    }
     for (kind, reason, count) in a.undecided.entries() {
         let _ = writeln!(
             out,
@@ -88,9 +97,15 @@ pub fn summary(a: &Analysis, input: &InputFacts) -> String {
         let _ = writeln!(out, "not in this report: {unreadable}");
     }
 
-    let mut stalled: Vec<&FlowSummary> = a.flows.iter().filter(|f| f.counts.stalls() > 0).collect();
+    // Flows with stalls, and those whose writes were paced by ACKs.
+    let mut stalled: Vec<&FlowSummary> = a
+        .flows
+        .iter()
+        .filter(|f| f.counts.stalls() > 0 || f.counts.get(StallKind::NagleAckPaced) > 0)
+        .collect();
     stalled.sort_by(|x, y| y.time_lost_ns.cmp(&x.time_lost_ns).then(x.id.cmp(&y.id)));
-    if !stalled.is_empty() {
+    let with_stalls = stalled.iter().filter(|f| f.counts.stalls() > 0).count();
+    if with_stalls > 0 {
         let lost: Span = stalled.iter().map(|f| f.time_lost_ns).sum();
         let worst = stalled
             .iter()
@@ -101,7 +116,7 @@ pub fn summary(a: &Analysis, input: &InputFacts) -> String {
             out,
             "time lost: {} in {} of {} flows; longest stall {}",
             ms(lost),
-            stalled.len(),
+            with_stalls,
             a.flows.len(),
             ms(worst)
         );
@@ -124,7 +139,7 @@ pub fn summary(a: &Analysis, input: &InputFacts) -> String {
             "{}: {} requests, {}, {} lost, worst {}{latency}",
             f.label(),
             f.requests,
-            kinds_line(&f.counts),
+            kinds_line(&f.counts, true),
             ms(f.time_lost_ns),
             ms(f.worst_stall_ns),
         );

@@ -192,6 +192,7 @@ impl Hold {
             peer_stack: ack_delay.map(PeerStack::from_ack_delay),
             backoffs: 0,
             backoff_ns: Span::ZERO,
+            paced: None,
         }
     }
 }
