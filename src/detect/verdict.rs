@@ -53,6 +53,11 @@ impl PeerStack {
     }
 }
 
+/// One sentence naming a flow side's writes paced by ACKs, from its aggregate.
+pub(crate) fn explain_paced(held: Side, pacing: &super::Pacing) -> String {
+    super::ack_paced::explain(held, pacing)
+}
+
 /// What a side sends in a turn: the client requests, the server responds.
 fn message(side: Side) -> &'static str {
     match side {

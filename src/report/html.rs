@@ -243,6 +243,19 @@ pub fn analysis_page(a: &Analysis, input: &InputFacts, title: &str) -> anyhow::R
             "{minor} minor Nagle holds released by an ordinary ACK (one RTT each)"
         ));
     }
+    // Writes paced by ACKs: each flow side's holds, cost and throughput estimate.
+    let paced = a.events.iter().filter(|e| e.finding.kind == StallKind::NagleAckPaced);
+    for e in paced.take(TABLE_ROWS) {
+        let flow = flows.iter().find(|f| f.id == e.flow_id);
+        let side = e.finding.held_side;
+        let final_pacing = flow.and_then(|f| f.paced[side.index()]);
+        let pacing = final_pacing.or(e.paced.as_deref().copied()).unwrap_or_default();
+        page.facts.push(format!(
+            "nagle_ack_paced, flow {}: {}",
+            flow.map_or_else(String::new, |f| f.label()),
+            crate::detect::verdict::explain_paced(side, &pacing)
+        ));
+    }
     for unreadable in &input.unreadable {
         page.facts.push(format!("not in this report: {unreadable}"));
     }
@@ -261,6 +274,7 @@ pub fn analysis_page(a: &Analysis, input: &InputFacts, title: &str) -> anyhow::R
         "cork",
         "rto",
         "zero win",
+        "paced holds",
         "lost (ms)",
         "p50 (ms)",
         "p99 (ms)",
@@ -283,6 +297,10 @@ pub fn analysis_page(a: &Analysis, input: &InputFacts, title: &str) -> anyhow::R
                 count(StallKind::CorkTimer),
                 count(StallKind::Rto),
                 count(StallKind::ZeroWindow),
+                {
+                    let holds: u64 = f.paced.iter().flatten().map(|p| p.holds).sum();
+                    Cell::number(holds.to_string(), holds as f64)
+                },
                 Cell::number(
                     format!("{:.1}", f.time_lost_ns.as_millis_f64()),
                     f.time_lost_ns.as_millis_f64(),

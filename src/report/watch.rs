@@ -42,7 +42,7 @@ pub fn flow_label(client: Endpoint, server: Endpoint) -> String {
 pub fn fix_command(event: &StallEvent, owner: &Owner) -> Option<String> {
     let nagle = matches!(
         event.finding.kind,
-        StallKind::NagleDelayedAck | StallKind::NagleMinor
+        StallKind::NagleDelayedAck | StallKind::NagleMinor | StallKind::NagleAckPaced
     );
     (nagle && owner.side == event.finding.held_side).then(|| fix_for(owner.pid, owner.port))
 }
@@ -250,11 +250,11 @@ fn summary_fix(o: &OwnerStalls) -> Option<String> {
     (o.held && o.count(StallKind::NagleDelayedAck) > 0).then(|| fix_for(o.pid, o.port))
 }
 
-/// Counts by kind as `N kind, N kind`, stalls only; `no stalls` when none.
+/// Counts by kind as `N kind, N kind`, stalls and writes paced by ACKs; `no stalls` when none.
 fn kinds_text(count: impl Fn(StallKind) -> u64) -> String {
     let parts: Vec<String> = StallKind::ALL
         .iter()
-        .filter(|k| k.is_stall() && count(**k) > 0)
+        .filter(|k| k.is_reported() && count(**k) > 0)
         .map(|k| format!("{} {}", count(*k), k.name()))
         .collect();
     if parts.is_empty() {

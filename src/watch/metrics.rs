@@ -79,7 +79,7 @@ impl Metrics {
             .buckets(DELAY_BUCKETS.to_vec()),
             &["kind"],
         )?;
-        for kind in StallKind::ALL.into_iter().filter(|k| k.is_stall()) {
+        for kind in StallKind::ALL.into_iter().filter(|k| k.is_reported()) {
             for side in [Side::Client, Side::Server] {
                 stalls.with_label_values(&[kind.name(), side.name()]);
             }
@@ -126,10 +126,11 @@ impl Metrics {
         Ok(metrics)
     }
 
-    /// Counts one stall (minor Nagle holds are not stalls and are not counted).
+    /// Counts one stall, or one flow side found paced by ACKs (its delay: the holds' time so
+    /// far); minor Nagle holds are not counted.
     pub fn record_stall(&self, event: &StallEvent) {
         let f = &event.finding;
-        if !f.kind.is_stall() {
+        if !f.kind.is_reported() {
             return;
         }
         self.stalls
