@@ -308,31 +308,20 @@ fn mark(rungs: &mut [Rung], released: usize, event: &StallEvent) -> Option<usize
         r.from == side && r.len == 0 && r.flags & (flags::SYN | flags::FIN | flags::RST) == 0
     };
     match kind {
-        StallKind::NagleDelayedAck | StallKind::NagleMinor => {
+        StallKind::NagleDelayedAck | StallKind::NagleMinor | StallKind::NagleAckPaced => {
             rungs[released].mark = Some(Mark::Held);
-            let ack = (0..released)
-                .rev()
-                .find(|&i| is_pure_ack_from(&rungs[i], held.peer()))?;
+            // A paced hold (the one found when the side's holds became sustained) may be
+            // released by the peer's data carrying the ACK.
+            let releases = |r: &Rung| match kind {
+                StallKind::NagleAckPaced => r.from == held.peer(),
+                _ => is_pure_ack_from(r, held.peer()),
+            };
+            let ack = (0..released).rev().find(|&i| releases(&rungs[i]))?;
             rungs[ack].mark = Some(if kind == StallKind::NagleDelayedAck {
                 Mark::LateAck
             } else {
                 Mark::ReleasingAck
             });
-            let small = (0..ack).rev().find(|&i| {
-                is_data_from(&rungs[i], held)
-                    && is_sub_mss(u64::from(rungs[i].len), u64::from(event.mss))
-            })?;
-            rungs[small].mark = Some(Mark::SmallUnacked);
-            Some(longest_gap(rungs, small, ack))
-        }
-        // The hold found when the side's holds became sustained: released by the peer's next
-        // packet, pure ACK or data carrying the ACK.
-        StallKind::NagleAckPaced => {
-            rungs[released].mark = Some(Mark::Held);
-            let ack = (0..released)
-                .rev()
-                .find(|&i| rungs[i].from == held.peer())?;
-            rungs[ack].mark = Some(Mark::ReleasingAck);
             let small = (0..ack).rev().find(|&i| {
                 is_data_from(&rungs[i], held)
                     && is_sub_mss(u64::from(rungs[i].len), u64::from(event.mss))

@@ -1242,3 +1242,234 @@ fn real_memcached_is_clean() {
     assert_eq!(v["summary"]["flows"], 1);
     assert_eq!(v["summary"]["stall_total"], 0, "{}", v["summary"]);
 }
+
+/// A redis-server on a free loopback port, for as long as the guard lives.
+fn redis_server() -> (KillOnDrop, u16) {
+    let port = free_port();
+    let server = KillOnDrop(
+        Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed (scripts/install-deps)"),
+    );
+    wait_listening(port);
+    (server, port)
+}
+
+/// A pipelining client without TCP_NODELAY, as a raw socket speaking RESP: each batch writes
+/// `depth` SET commands one `sendall` each, then reads the replies; bounded in count and by a
+/// 10 s socket timeout.
+const PIPELINING_CLIENT: &str = r#"
+import socket, sys
+port, depth, batches, nodelay = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
+s = socket.create_connection(("127.0.0.1", port), timeout=10)
+if nodelay:
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+cmd = b"*3\r\n$3\r\nSET\r\n$3\r\nkey\r\n$5\r\nvalue\r\n"
+for _ in range(batches):
+    for _ in range(depth):
+        s.sendall(cmd)
+    got = b""
+    while got.count(b"\r\n") < depth:
+        data = s.recv(65536)
+        if not data:
+            sys.exit("redis closed the connection")
+        got += data
+s.close()
+"#;
+
+/// Runs `command` to success, within its own bounds.
+fn succeed(command: &mut Command) {
+    let out = command
+        .output()
+        .expect("the command runs (installed: scripts/install-deps)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Runs [`PIPELINING_CLIENT`] against `port`.
+fn pipeline_redis(port: u16, depth: u32, batches: u32, nodelay: bool) {
+    succeed(
+        Command::new("python3")
+            .args(["-c", PIPELINING_CLIENT, &port.to_string()])
+            .args([depth.to_string(), batches.to_string()])
+            .arg(if nodelay { "1" } else { "0" }),
+    );
+}
+
+/// Captures the traffic to `port` on loopback while `traffic` runs, and analyses it.
+fn capture_analyze(dir: &Scratch, name: &str, port: u16, traffic: impl FnOnce()) -> Value {
+    let file = dir.path(&format!("{name}.pcap"));
+    let dump = Tcpdump::start(&file, &["tcp", "port", &port.to_string()]);
+    traffic();
+    dump.stop();
+    analyze_json(&file)
+}
+
+/// The flows of `v` to `server_port` that carried more than a handshake.
+fn flows_to(v: &Value, server_port: u16) -> Vec<&Value> {
+    v["flows"]
+        .as_array()
+        .map(|flows| {
+            flows
+                .iter()
+                .filter(|f| f["server_port"] == server_port && f["packets"].as_u64() > Some(3))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A client pipelining 16 SETs per batch, each its own write, without TCP_NODELAY, against a
+/// real redis-server: the first command of a batch leaves, the rest wait for the ACK that
+/// redis's first reply carries. The client's writes are paced by ACKs, and said so with their
+/// cost; nothing of it is a 40 ms stall.
+#[test]
+fn pipelining_redis_client_without_nodelay_is_ack_paced() {
+    let _serial = support::serial();
+    let dir = Scratch::new("redis-pipeline");
+    let (_redis, port) = redis_server();
+    let v = capture_analyze(&dir, "pipeline", port, || {
+        pipeline_redis(port, 16, 200, false)
+    });
+    let flows = flows_to(&v, port);
+    assert_eq!(flows.len(), 1, "{}", v["summary"]);
+    let paced = &flows[0]["nagle_ack_paced"];
+    assert_eq!(paced[0]["held_side"], "client", "{}", flows[0]);
+    assert_eq!(paced.as_array().map(Vec::len), Some(1), "{paced}");
+    let holds = paced[0]["holds"].as_u64().unwrap_or(0);
+    assert!(holds >= 17, "{paced}");
+    let (lost, sum, span) = (
+        paced[0]["time_lost_ms"].as_f64().unwrap_or(f64::MAX),
+        paced[0]["delay_sum_ms"].as_f64().unwrap_or(0.0),
+        paced[0]["span_ms"].as_f64().unwrap_or(0.0),
+    );
+    assert!(lost > 0.0 && lost <= sum && lost <= span, "{paced}");
+    assert!(
+        paced[0]["bytes_per_s_without_estimate"].as_f64() > paced[0]["bytes_per_s"].as_f64(),
+        "{paced}"
+    );
+    assert_eq!(v["summary"]["stalls"]["nagle_ack_paced"], 1);
+    assert_eq!(v["summary"]["stall_total"], 0, "{}", v["summary"]);
+    let event = v["events"]
+        .as_array()
+        .and_then(|e| e.iter().find(|e| e["kind"] == "nagle_ack_paced"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(event["held_side"], "client", "{event}");
+    assert!(event["nagle_ack_paced"]["holds"].as_u64() >= Some(17));
+    // The text report names the pattern and the fix.
+    let text = run(&[
+        "analyze",
+        dir.path("pipeline.pcap").to_str().unwrap_or_default(),
+    ]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("nagle_ack_paced"), "{text}");
+    assert!(text.contains("set TCP_NODELAY on the client"), "{text}");
+    // The same client asking one command at a time answers each reply: no pacing.
+    let v = capture_analyze(&dir, "one-at-a-time", port, || {
+        pipeline_redis(port, 1, 400, false)
+    });
+    assert_eq!(
+        v["summary"]["stalls"]["nagle_ack_paced"], 0,
+        "{}",
+        v["summary"]
+    );
+}
+
+/// redis-benchmark pipelining 16 requests: hiredis writes each pipeline in one write and sets
+/// TCP_NODELAY, so nothing waits for an ACK: no pacing on any of its connections, and no stall.
+#[test]
+fn redis_benchmark_pipelined_is_not_ack_paced() {
+    let _serial = support::serial();
+    let dir = Scratch::new("redis-benchmark");
+    let (_redis, port) = redis_server();
+    let v = capture_analyze(&dir, "benchmark", port, || {
+        succeed(
+            Command::new("timeout")
+                .args(["60", "redis-benchmark", "-h", "127.0.0.1"])
+                .args([
+                    "-p",
+                    &port.to_string(),
+                    "-P",
+                    "16",
+                    "-n",
+                    "20000",
+                    "-c",
+                    "4",
+                ])
+                .args(["-t", "set,get", "-q"]),
+        )
+    });
+    assert!(flows_to(&v, port).len() >= 4, "{}", v["summary"]);
+    assert_eq!(
+        v["summary"]["stalls"]["nagle_ack_paced"], 0,
+        "{}",
+        v["summary"]
+    );
+    assert_eq!(v["summary"]["stall_total"], 0, "{}", v["summary"]);
+}
+
+/// A bulk sender writing 64 KiB at a time: limited by the receiver's window (a 4 KiB
+/// SO_RCVBUF, read 4 KiB at a time) or by nothing but the path. Whatever waits waits for the
+/// window or the congestion window, never for the ACK of a small segment: no pacing.
+#[test]
+fn bulk_transfers_are_not_ack_paced() {
+    const BULK: &str = r#"
+import socket, sys, threading
+rcvbuf, total = int(sys.argv[1]), int(sys.argv[2])
+ls = socket.socket()
+if rcvbuf:
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+ls.bind(("127.0.0.1", int(sys.argv[3])))
+ls.listen(1)
+def serve():
+    c, _ = ls.accept()
+    c.settimeout(20)
+    got = 0
+    while got < total:
+        data = c.recv(4096)
+        if not data:
+            break
+        got += len(data)
+    c.close()
+t = threading.Thread(target=serve)
+t.start()
+s = socket.create_connection(("127.0.0.1", int(sys.argv[3])), timeout=20)
+chunk, sent = b"x" * 65536, 0
+while sent < total:
+    s.sendall(chunk[: min(len(chunk), total - sent)])
+    sent += min(len(chunk), total - sent)
+s.shutdown(socket.SHUT_WR)
+t.join()
+s.close()
+"#;
+    let dir = Scratch::new("bulk");
+    for (rcvbuf, total) in [(4096, 4_000_000), (0, 20_000_000)] {
+        let port = free_port();
+        let v = capture_analyze(&dir, &format!("bulk-{rcvbuf}"), port, || {
+            succeed(
+                Command::new("python3")
+                    .args(["-c", BULK, &rcvbuf.to_string(), &total.to_string()])
+                    .arg(port.to_string()),
+            )
+        });
+        let flows = flows_to(&v, port);
+        assert_eq!(flows.len(), 1, "{}", v["summary"]);
+        assert!(
+            flows[0]["bytes_client_to_server"].as_u64() >= Some(total),
+            "{}",
+            flows[0]
+        );
+        assert_eq!(
+            v["summary"]["stalls"]["nagle_ack_paced"], 0,
+            "rcvbuf {rcvbuf}: {}",
+            flows[0]
+        );
+        assert!(flows[0]["nagle_ack_paced"].is_null(), "{}", flows[0]);
+    }
+}

@@ -22,8 +22,8 @@
 //!
 //! A flow's direction is paced once it has [`MIN_HOLDS`] such holds (more than a new
 //! connection's quick-ACK start releases, [`tcp_rules::MAX_QUICKACKS`]), or [`MIN_HOLDS_SLOW`]
-//! holds that cost at least [`MIN_SHARE_PERCENT`] % of the flow's time so far (a long path,
-//! where a few round trips matter). Then one event of the kind is emitted, updated while the
+//! holds of [`MIN_SLOW_HOLD`] on average that cost at least [`MIN_SHARE_PERCENT`] % of the
+//! flow's time so far (a long path, where a few round trips matter). Then one event of the kind is emitted, updated while the
 //! detector still holds it, and the flow's summary carries the final [`Pacing`]; the direction's
 //! holds are no longer counted as minor. Fewer holds stay `nagle_minor`.
 
@@ -35,8 +35,13 @@ use crate::tcp_rules;
 /// Holds that make a direction paced: more than the immediate ACKs of a new connection's
 /// quick-ACK mode can release (`TCP_MAX_QUICKACKS`, `tcp_incr_quickack`).
 pub const MIN_HOLDS: u64 = tcp_rules::MAX_QUICKACKS as u64 + 1;
-/// Fewer holds make a direction paced when they cost [`MIN_SHARE_PERCENT`] of the flow's time.
+/// Fewer holds make a direction paced when they cost [`MIN_SHARE_PERCENT`] of the flow's time
+/// and wait [`MIN_SLOW_HOLD`] each on average.
 pub const MIN_HOLDS_SLOW: u64 = 3;
+/// Mean hold that makes a few holds count: a path whose round trip is felt (a LAN's is a
+/// fraction of a millisecond). Early in a flow on loopback three holds of 50 µs are a large
+/// share of a short time, and say nothing.
+pub const MIN_SLOW_HOLD: Span = Span::from_millis(1);
 /// Share of the flow's time (first packet to the latest hold) lost to holds that makes a few
 /// holds paced.
 pub const MIN_SHARE_PERCENT: u64 = 10;
@@ -88,6 +93,7 @@ impl Pacing {
     fn sustained(&self, span: Span) -> bool {
         self.holds >= MIN_HOLDS
             || (self.holds >= MIN_HOLDS_SLOW
+                && self.delay_sum_ns >= MIN_SLOW_HOLD * self.holds
                 && self.time_lost_ns.as_nanos() * 100 >= span.as_nanos() * MIN_SHARE_PERCENT)
     }
 
@@ -155,6 +161,13 @@ pub(crate) fn hold(
     if in_flight >= me.mss || u64::from(in_flight) >= prev.window.max(1) {
         return None;
     }
+    // Captured on the sender's host, a release is in the softirq of the ACK: a later segment
+    // is the application's next write (a bulk sender's, whose partial segment is what it had
+    // copied so far), not held data.
+    let on_host = me.near_rtt.is_some_and(|leg| leg < ON_HOST_LEG);
+    if on_host && seg.ts_ns.since(prev.at) > SOFTIRQ_RELEASE {
+        return None;
+    }
     match finding {
         // On loopback a sender writing every few µs, TCP_NODELAY or not, has its next write
         // follow each ACK as closely as a release does: only writes gathered behind A show the
@@ -185,10 +198,8 @@ fn released_by_data(flow: &Flow, side: Side, seg: &Segment, in_flight: u32) -> O
     if !(me.snd_sml <= ack && prev.una_before < me.snd_sml) || me.last_data > prev.at {
         return None;
     }
-    if !me.near_rtt.is_some_and(|leg| leg < ON_HOST_LEG) {
-        return None;
-    }
-    if seg.ts_ns.since(prev.at) > SOFTIRQ_RELEASE || seg.payload_len <= in_flight {
+    let on_host = me.near_rtt.is_some_and(|leg| leg < ON_HOST_LEG);
+    if !on_host || seg.payload_len <= in_flight {
         return None;
     }
     Some(seg.ts_ns.since(me.last_data))
@@ -413,7 +424,7 @@ mod tests {
                 let t = 100_000 + i * 10_000;
                 w.data(true, t, 6)
                     .ack(false, t + rtt_us + 10)
-                    .data(true, t + rtt_us + 30, b_len);
+                    .data(true, t + rtt_us + 14, b_len);
                 w.data(false, t + 3 * rtt_us + 200, 10);
             }
             w.analyse()
@@ -441,7 +452,7 @@ mod tests {
             let t = 100_000 + i * 70_000;
             w.data(true, t, 6)
                 .ack(false, t + 30_000)
-                .data(true, t + 30_020, 7);
+                .data(true, t + 30_004, 7);
             w.data(false, t + 60_000, 10);
         }
         let a = w.analyse();

@@ -244,12 +244,17 @@ pub fn analysis_page(a: &Analysis, input: &InputFacts, title: &str) -> anyhow::R
         ));
     }
     // Writes paced by ACKs: each flow side's holds, cost and throughput estimate.
-    let paced = a.events.iter().filter(|e| e.finding.kind == StallKind::NagleAckPaced);
+    let paced = a
+        .events
+        .iter()
+        .filter(|e| e.finding.kind == StallKind::NagleAckPaced);
     for e in paced.take(TABLE_ROWS) {
         let flow = flows.iter().find(|f| f.id == e.flow_id);
         let side = e.finding.held_side;
         let final_pacing = flow.and_then(|f| f.paced[side.index()]);
-        let pacing = final_pacing.or(e.paced.as_deref().copied()).unwrap_or_default();
+        let pacing = final_pacing
+            .or(e.paced.as_deref().copied())
+            .unwrap_or_default();
         page.facts.push(format!(
             "nagle_ack_paced, flow {}: {}",
             flow.map_or_else(String::new, |f| f.label()),
