@@ -9,7 +9,7 @@ use crate::tcp_rules;
 use super::capture::{Captured, WireSegment};
 use super::client::RunLog;
 use super::stalls::{Stall, StallCounts};
-use super::upstream::Upstream;
+use super::upstream::{Process, Upstream};
 
 /// Most segments shown for one stalled turn.
 const EVIDENCE_LINES: usize = 12;
@@ -123,11 +123,13 @@ impl Diagnosis {
 
 /// Diagnoses `stalls` of the run `log`; `captured` holds the segment log when there was a
 /// capture.
+/// `server` is the process listening on the target's port, when it is on this host.
 pub fn diagnose(
     stalls: Vec<Stall>,
     log: &RunLog,
     source: Source,
     captured: Option<&Captured>,
+    server: Option<&Process>,
 ) -> Diagnosis {
     let counts = StallCounts::of(&stalls);
     let example = dominant(&stalls);
@@ -145,7 +147,7 @@ pub fn diagnose(
         _ => Vec::new(),
     };
     let hop = match (&example, captured) {
-        (Some(stall), Some(cap)) => hop_from_capture(stall, &cap.segments, log),
+        (Some(stall), Some(cap)) => hop_from_capture(stall, &cap.segments, log, server),
         (Some(_), None) => Some(
             "without a capture the probe cannot see ACKs, so it cannot place the held write; \
              run it with CAP_NET_RAW to compare the hold with the path's round trip"
@@ -154,10 +156,25 @@ pub fn diagnose(
         (None, Some(cap)) => upstream_pauses(&cap.segments),
         (None, None) => None,
     };
-    let advice = example
+    let mut advice = example
         .as_ref()
         .map(|s| fixes(s.kind, s.held, s.event.as_ref()))
         .unwrap_or_default();
+    // The server's own Nagle hold, and its process on this host: the live fix names it.
+    let nagle = |s: &Stall| matches!(s.kind, StallKind::NagleDelayedAck | StallKind::NagleMinor);
+    if let (Some(p), Some(s)) = (server, example.as_ref()) {
+        if s.held == Side::Server && nagle(s) {
+            let port = log
+                .connections
+                .iter()
+                .find_map(|c| c.remote)
+                .map_or(0, |r| r.port());
+            advice.push(format!(
+                "on this host, live: tcpstall fix {} --port {port} (pid {}, {})",
+                p.pid, p.pid, p.command
+            ));
+        }
+    }
     Diagnosis {
         source,
         counts,
@@ -332,7 +349,12 @@ fn handshake_rtt(conn: &[&WireSegment]) -> Option<u64> {
 
 /// Where the held write sits, from the gap between our ACK and the release against the
 /// handshake's round trip.
-fn hop_from_capture(stall: &Stall, segments: &[WireSegment], log: &RunLog) -> Option<String> {
+fn hop_from_capture(
+    stall: &Stall,
+    segments: &[WireSegment],
+    log: &RunLog,
+    server: Option<&Process>,
+) -> Option<String> {
     let conn: Vec<&WireSegment> = segments
         .iter()
         .filter(|s| s.local_port == stall.local_port)
@@ -377,10 +399,20 @@ fn hop_from_capture(stall: &Stall, segments: &[WireSegment], log: &RunLog) -> Op
              so the hold may sit behind it (a proxy's upstream connection)"
         )
     } else if on_this_host {
+        let (who, pid) = match server {
+            Some(p) => (
+                format!("pid {} ({}), listening on port {port},", p.pid, p.command),
+                p.pid.to_string(),
+            ),
+            None => (
+                format!("the process listening on port {port}"),
+                "PID".to_string(),
+            ),
+        };
         format!(
-            "the held write is on this host (loopback): the process listening on port {port} \
-             wrote it; its segment left {gap_text} after our ACK reached it. `tcpstall sockets \
-             PID` shows its sockets' TCP_NODELAY and `tcpstall fix PID --port {port}` sets it live"
+            "the held write is on this host (loopback): {who} wrote it; its segment left \
+             {gap_text} after our ACK reached it. `tcpstall sockets {pid}` shows its sockets' \
+             TCP_NODELAY and `tcpstall fix {pid} --port {port}` sets it live"
         )
     } else {
         format!(

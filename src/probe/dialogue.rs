@@ -41,10 +41,32 @@ pub struct Shape {
     pub send: Option<Vec<u8>>,
     /// Line protocol: the bytes that end a reply.
     pub until: Option<Vec<u8>>,
+    /// Requests written back to back, each its own write calls, before the replies are read.
+    pub pipeline: usize,
 }
 
-/// The dialogue for `target`.
+/// The dialogue for `target`: with `shape.pipeline` above 1, each timed exchange is a batch of
+/// that many requests, written one after the other as a pipelining client does, and their
+/// replies read after.
 pub fn build(target: &Target, shape: &Shape) -> anyhow::Result<Dialogue> {
+    let mut dialogue = single(target, shape)?;
+    if shape.pipeline > 1 {
+        let one = dialogue.request;
+        dialogue.request = Exchange {
+            writes: (0..shape.pipeline)
+                .flat_map(|_| one.writes.clone())
+                .collect(),
+            reply: Reply::Pipelined {
+                each: Box::new(one.reply),
+                count: shape.pipeline,
+            },
+        };
+    }
+    Ok(dialogue)
+}
+
+/// The dialogue for `target`, one request at a time.
+fn single(target: &Target, shape: &Shape) -> anyhow::Result<Dialogue> {
     let value = || vec![b'v'; shape.value_size];
     Ok(match target.protocol {
         Protocol::Http | Protocol::Https => {

@@ -16,6 +16,7 @@ pub mod dialogue;
 pub mod http;
 pub mod line;
 pub mod memcached;
+pub mod paced;
 pub mod redis;
 pub mod reply;
 pub mod socket;
@@ -69,6 +70,10 @@ pub struct ProbeArgs {
     /// Connections in parallel, each kept alive (1-64).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub connections: u16,
+    /// Requests written back to back on a connection, each its own write, before their replies
+    /// are read (1-256): a pipelining client. Each timed request (--requests) is then a batch.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub pipeline: u16,
     /// Seconds allowed for each connect, TLS handshake and request.
     #[arg(long, default_value_t = 2.0, value_parser = positive_seconds)]
     pub timeout: f64,
@@ -148,6 +153,10 @@ pub struct ProbeReport {
     pub notes: Vec<String>,
     /// What went wrong; the results above are what was measured before.
     pub errors: Vec<String>,
+    /// Writes paced by ACKs, and the TCP_NODELAY re-run's throughput.
+    pub ack_paced: paced::AckPaced,
+    /// Requests in each timed exchange (`--pipeline`).
+    pub pipeline: usize,
 }
 
 /// Runs the probe and prints its report; errors after some requests were answered are
@@ -161,6 +170,7 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
         value_size: args.size as usize,
         send: args.send.as_deref().map(target::unescape).transpose()?,
         until: args.until.as_deref().map(target::unescape).transpose()?,
+        pipeline: usize::from(args.pipeline),
     };
     let dialogue = dialogue::build(&target, &shape)?;
     let addrs = resolve(&target)?;
@@ -203,7 +213,29 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
             .unwrap_or_else(|| "no request was answered".to_string());
         return Err(anyhow!("probe of {}: {first}", target.display()));
     }
-    let mut diagnosis = diagnosis::diagnose(stalls, &log, source, captured.as_ref());
+    let server = proxy.as_ref().ok().cloned();
+    let mut diagnosis =
+        diagnosis::diagnose(stalls, &log, source, captured.as_ref(), server.as_ref());
+    let pipeline = usize::from(args.pipeline);
+    let mut ack_paced = paced::of(&log, captured.as_ref(), pipeline);
+    if ack_paced.own_writes_held(captured.is_some()) {
+        // The same run with TCP_NODELAY on the probe's sockets: the throughput it gains (or
+        // loses: on a short path the holds also gather requests into fewer segments).
+        let nodelay = Plan {
+            mode: SocketMode {
+                quickack: false,
+                nodelay: true,
+            },
+            deadline: Instant::now() + max_time,
+            ..plan.clone()
+        };
+        let rerun = observed_run(&nodelay, &dialogue, requests, usize::from(args.connections));
+        ack_paced.nodelay = Some(paced::nodelay_run(
+            &rerun.log,
+            rerun.captured.as_ref(),
+            pipeline,
+        ));
+    }
     let jiffy = upstream::jiffy();
     let (confirmation, remarks) = confirm_and_place(
         &plan,
@@ -228,6 +260,8 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
         .map(|t| t.latency.as_secs_f64() * 1e3)
         .collect();
     let mut report = assemble(&target, requests, &log, diagnosis, confirmation, jiffy);
+    report.ack_paced = ack_paced;
+    report.pipeline = pipeline;
     if let Some(note) = outside_note(&outside, &log) {
         report.notes.insert(0, note);
     }
@@ -649,5 +683,7 @@ fn assemble(
         retransmissions: infos.iter().map(|i| u64::from(i.total_retrans)).sum(),
         notes,
         errors: log.errors.clone(),
+        ack_paced: paced::of(log, None, 1),
+        pipeline: 1,
     }
 }

@@ -38,6 +38,13 @@ pub enum Reply {
     RedisBulk,
     /// Everything up to and including these bytes (a line protocol).
     Until(Vec<u8>),
+    /// `count` replies of one kind, one after the other: the answers to a pipelined batch.
+    Pipelined {
+        /// Each reply.
+        each: Box<Reply>,
+        /// How many.
+        count: usize,
+    },
 }
 
 impl Reply {
@@ -51,6 +58,34 @@ impl Reply {
             Reply::RedisOk => redis::parse_ok(buf),
             Reply::RedisBulk => redis::parse_bulk(buf),
             Reply::Until(end) => Ok(line::parse_until(buf, end)),
+            Reply::Pipelined { each, count } => {
+                let mut at = 0;
+                for i in 0..*count {
+                    match each.parse(&buf[at..])? {
+                        Parsed::Complete { close: true, .. } if i + 1 < *count => {
+                            return Err(format!(
+                                "the server closes the connection after answer {} of a \
+                                 pipelined batch of {count}",
+                                i + 1
+                            ));
+                        }
+                        Parsed::Complete { len, close } if i + 1 == *count => {
+                            return Ok(Parsed::Complete {
+                                len: at + len,
+                                close,
+                            });
+                        }
+                        Parsed::Complete { len, .. } => at += len,
+                        Parsed::Incomplete => return Ok(Parsed::Incomplete),
+                        Parsed::UntilClose => {
+                            return Err("an answer that ends when the server closes the \
+                                        connection (no length) cannot be pipelined"
+                                .to_string())
+                        }
+                    }
+                }
+                Ok(Parsed::Incomplete)
+            }
         }
     }
 }

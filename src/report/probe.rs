@@ -14,6 +14,29 @@ fn round3(x: f64) -> f64 {
     (x * 1e3).round() / 1e3
 }
 
+/// `ack_paced`: the paced sides (capture), the writes the kernel kept back (socket), the
+/// throughput, its estimate without the probe's holds, and the TCP_NODELAY re-run.
+fn ack_paced_json(p: &crate::probe::paced::AckPaced) -> Value {
+    json!({
+        "sides": p.sides.iter().map(|s| json!({
+            "held_side": s.held.name(),
+            "connections": s.connections,
+            "holds": s.holds,
+            "time_lost_ms": round3(s.time_lost.as_secs_f64() * 1e3),
+        })).collect::<Vec<Value>>(),
+        "held_writes": p.held_writes.0,
+        "later_writes": p.held_writes.1,
+        "requests_per_s": p.requests_per_s.map(f64::round),
+        "requests_per_s_without_estimate": p.estimate_per_s.map(f64::round),
+        "nodelay": p.nodelay.map(|n| json!({
+            "requests": n.requests,
+            "requests_per_s": n.requests_per_s.map(f64::round),
+            "paced_connections": n.paced_connections,
+        })),
+        "nodelay_gain_percent": p.gain_percent().map(|g| (g * 10.0).round() / 10.0),
+    })
+}
+
 /// The report as text.
 pub fn text(r: &ProbeReport) -> String {
     let d = &r.diagnosis;
@@ -57,6 +80,22 @@ pub fn text(r: &ProbeReport) -> String {
         c.nagle_minor,
         source_text(&d.source)
     );
+    let paced = crate::probe::paced::describe(&r.ack_paced);
+    if !paced.is_empty() {
+        let _ = writeln!(out, "ACK pacing (batches of {}):", r.pipeline);
+        for line in &paced {
+            let _ = writeln!(out, "  {line}");
+        }
+        if r.ack_paced
+            .own_writes_held(matches!(d.source, Source::Capture { .. }))
+        {
+            let _ = writeln!(
+                out,
+                "  a client pipelining like this without TCP_NODELAY pays it: set TCP_NODELAY on \
+                 its sockets, or write each batch in one call"
+            );
+        }
+    }
     if d.verdict() == "stall" {
         let _ = writeln!(
             out,
@@ -237,7 +276,10 @@ pub fn json(r: &ProbeReport) -> String {
             "rto": c.rto,
             "zero_window": c.zero_window,
             "nagle_minor": c.nagle_minor,
+            "nagle_ack_paced": c.nagle_ack_paced,
         },
+        "pipeline": r.pipeline,
+        "ack_paced": ack_paced_json(&r.ack_paced),
         "advice": d.advice,
         "confirmed": r.confirmation.as_ref().and_then(|conf| conf.confirmed),
         "confirmation": confirmation,
