@@ -244,12 +244,13 @@ pub const fn cork_timer_floor(srtt: Duration) -> Duration {
 pub const PATH_SLACK: Duration = Duration::from_millis(1);
 /// Data Nagle held leaves in the softirq that processes the releasing ACK (`tcp_rcv_established`
 /// → `tcp_ack` → `tcp_data_snd_check`), before any application can read what that packet
-/// carried. Measured on loopback (6.18, 2 busy cores): releases 3-6 µs after the packet; a
-/// Python client answering a reply 8 µs and more, redis-server answering a request, awake in
-/// its event loop, 13 µs (a wake-up or an epoll return, then two syscalls). A capture on the
-/// sender's host sees a release by the peer's *data* within this bound; a later segment may be
-/// the application's answer.
-pub const SOFTIRQ_RELEASE: Duration = Duration::from_micros(6);
+/// carried. Measured on loopback (6.18, 2 cores busy with other work): releases 3-7 µs after
+/// the packet; a Python client answering a reply 8 µs and more, the probe's next batch after
+/// its replies 16 µs and more (a wake-up, then a read and a write). A capture on the sender's
+/// host sees a release by the peer's *data* within this bound; a later segment is taken for
+/// the application's answer. The bound is not a proof (a process awake in its event loop may
+/// answer as fast): the rule also asks for writes gathered behind the small segment.
+pub const SOFTIRQ_RELEASE: Duration = Duration::from_micros(8);
 /// A capture whose round trip to a host is below this was taken on that host.
 pub const ON_HOST_LEG: Duration = Duration::from_micros(200);
 

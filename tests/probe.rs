@@ -199,21 +199,34 @@ fn assert_clean(v: &Value) {
     assert_eq!(v["requests"], 20, "{v}");
 }
 
-/// Probes CPython's keep-alive http.server: a stall, the server to blame, confirmed.
-fn probe_http_server(privilege: Privilege) -> Value {
+/// Probes CPython's keep-alive http.server: a stall, the server to blame, confirmed. Returns
+/// the report and the server's pid.
+fn probe_http_server(privilege: Privilege) -> (Value, u32) {
     let root = web_root();
     let server = python_server("probe/http_server.py", &[root.0.to_str().unwrap()]);
     let (code, v, err) = probe_json(privilege, &[&url("http", server.port)]);
     assert_eq!(code, 0, "{err}");
     assert_server_stall_confirmed(&v, privilege);
-    v
+    (v, server._child.0.id())
 }
 
 #[test]
 fn http_server_keep_alive_stalls_and_quickack_removes_it() {
-    let v = probe_http_server(Privilege::AsIs);
+    let (v, pid) = probe_http_server(Privilege::AsIs);
     assert_eq!(v["requests"], 20, "{v}");
+    // The server is on this host: the live fix names its pid, as `watch` names owners.
+    let fix = format!("tcpstall fix {pid} --port");
+    let advice = v["advice"].as_array().cloned().unwrap_or_default();
+    assert!(
+        advice
+            .iter()
+            .any(|a| a.as_str().unwrap_or("").contains(&fix)),
+        "{v}"
+    );
     if is_root() {
+        let hop = v["hop"].as_str().unwrap_or("");
+        assert!(hop.contains(&format!("pid {pid} (python3)")), "{v}");
+        assert!(hop.contains(&fix) && !hop.contains("PID"), "{v}");
         // The detector saw the header and body as two writes of the server.
         assert!(
             v["evidence"]["held_writes"].as_array().map_or(0, Vec::len) >= 2,
@@ -239,7 +252,7 @@ fn http_server_keep_alive_stalls_and_quickack_removes_it() {
 
 #[test]
 fn http_server_stall_without_capture() {
-    let v = probe_http_server(Privilege::NoNetRaw);
+    let (v, _) = probe_http_server(Privilege::NoNetRaw);
     let notes = v["notes"].to_string();
     assert!(notes.contains("weaker diagnosis"), "{v}");
 }
@@ -474,22 +487,19 @@ fn memcached_is_clean() {
     assert_clean(&v);
 }
 
+/// A redis-server on a free loopback port.
+fn redis_server() -> Server {
+    listening_server(|port| {
+        let mut c = Command::new("redis-server");
+        c.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"]);
+        c
+    })
+}
+
 #[test]
 fn redis_is_clean() {
-    let server = listening_server(|port| {
-        let mut c = Command::new("redis-server");
-        c.args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ]);
-        c
-    });
+    let server = redis_server();
     let (code, v, err) = probe_json(Privilege::AsIs, &[&url("redis", server.port)]);
     assert_eq!(code, 0, "{err}");
     assert_clean(&v);
@@ -497,6 +507,59 @@ fn redis_is_clean() {
     assert_eq!(code, 0, "{err}");
     assert_clean(&v);
     assert_eq!(v["evidence_source"], "socket", "{v}");
+}
+
+/// A pipelining probe against redis (16 GETs a batch, each its own write, no TCP_NODELAY):
+/// with a capture the detector finds the probe's own writes paced by ACKs; without one the
+/// socket sees most of the later writes kept back by the kernel. Either way the TCP_NODELAY
+/// re-run answers as many requests and its throughput is reported (gain or loss, as measured).
+#[test]
+fn pipelining_probe_against_redis_finds_its_writes_paced() {
+    let _serial = support::serial();
+    let server = redis_server();
+    let target = url("redis", server.port);
+    let args = ["--pipeline", "16", "--requests", "100", target.as_str()];
+    let (code, v, err) = probe_json(Privilege::AsIs, &args);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        (v["pipeline"].as_u64(), v["requests"].as_u64()),
+        (Some(16), Some(100)),
+        "{v}"
+    );
+    assert_eq!(v["stalls"]["nagle_delayed_ack"], 0, "{v}");
+    let paced = &v["ack_paced"];
+    if is_root() {
+        assert_eq!(v["evidence_source"], "capture", "{v}");
+        assert_eq!(paced["sides"][0]["held_side"], "client", "{paced}");
+        assert!(paced["sides"][0]["holds"].as_u64() >= Some(17), "{paced}");
+        assert!(v["stalls"]["nagle_ack_paced"].as_u64() >= Some(1), "{v}");
+        // With TCP_NODELAY the probe's writes leave at once: none is paced.
+        assert_eq!(paced["nodelay"]["paced_connections"], 0, "{paced}");
+        assert!(
+            paced["requests_per_s_without_estimate"].as_f64() > paced["requests_per_s"].as_f64()
+        );
+    }
+    assert_eq!(paced["nodelay"]["requests"], 1600, "{paced}");
+    assert!(paced["nodelay_gain_percent"].is_number(), "{paced}");
+    // Without CAP_NET_RAW: the socket's view.
+    let (code, v, err) = probe_json(Privilege::NoNetRaw, &args);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(v["evidence_source"], "socket", "{v}");
+    let paced = &v["ack_paced"];
+    let (held, later) = (
+        paced["held_writes"].as_u64(),
+        paced["later_writes"].as_u64(),
+    );
+    assert_eq!(later, Some(1500), "{paced}");
+    assert!(held.unwrap_or(0) * 2 > 1500, "{paced}");
+    assert_eq!(paced["nodelay"]["requests"], 1600, "{paced}");
+    // Text: the pacing, the re-run.
+    let out = run_probe(Privilege::AsIs, &args);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("ACK pacing (batches of 16)") && text.contains("TCP_NODELAY re-run"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -218,7 +218,7 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
         diagnosis::diagnose(stalls, &log, source, captured.as_ref(), server.as_ref());
     let pipeline = usize::from(args.pipeline);
     let mut ack_paced = paced::of(&log, captured.as_ref(), pipeline);
-    if ack_paced.own_writes_held(captured.is_some()) {
+    if ack_paced.own_writes_held() {
         // The same run with TCP_NODELAY on the probe's sockets: the throughput it gains (or
         // loses: on a short path the holds also gather requests into fewer segments).
         let nodelay = Plan {

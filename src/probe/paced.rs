@@ -54,14 +54,12 @@ pub struct NoDelayRun {
 }
 
 impl AckPaced {
-    /// The probe's own writes were paced (capture) or, without a capture, kept back by the
-    /// kernel in most batches: a TCP_NODELAY re-run tests it.
-    pub fn own_writes_held(&self, captured: bool) -> bool {
-        if captured {
-            return self.sides.iter().any(|s| s.held == Side::Client);
-        }
+    /// The probe's own writes were paced (the detector, from the capture) or kept back by the
+    /// kernel in most batches (the socket, with or without a capture): a TCP_NODELAY re-run
+    /// tests it.
+    pub fn own_writes_held(&self) -> bool {
         let (held, all) = self.held_writes;
-        all > 0 && held * 2 > all
+        self.sides.iter().any(|s| s.held == Side::Client) || (all > 0 && held * 2 > all)
     }
 
     /// The re-run's gain in requests per second, percent (negative: a loss).
@@ -196,11 +194,15 @@ pub fn describe(p: &AckPaced) -> Vec<String> {
              (TCP_INFO notsent > 0 right after the write: Nagle, with a small segment in flight)"
         ));
     }
-    if let (Some(now), Some(est)) = (p.requests_per_s, p.estimate_per_s) {
-        lines.push(format!(
+    match (p.requests_per_s, p.estimate_per_s) {
+        (Some(now), Some(est)) => lines.push(format!(
             "throughput {now:.0} requests/s; without the probe's holds at most {est:.0}/s \
              (estimate: requests / (run time − the holds' time per connection))"
-        ));
+        )),
+        (Some(now), None) if p.nodelay.is_some() => {
+            lines.push(format!("throughput {now:.0} requests/s"))
+        }
+        _ => {}
     }
     if let (Some(run), Some(gain)) = (p.nodelay, p.gain_percent()) {
         let paced = run
@@ -218,6 +220,19 @@ pub fn describe(p: &AckPaced) -> Vec<String> {
             }
         ));
     }
+    match p.gain_percent() {
+        Some(gain) if gain > 0.0 => lines.push(
+            "a client pipelining like this without TCP_NODELAY pays it: set TCP_NODELAY on its \
+             sockets, or write each batch in one call"
+                .to_string(),
+        ),
+        Some(_) => lines.push(
+            "here TCP_NODELAY did not help: on this short path the holds cost less than the \
+             segments they saved; on a longer path each hold costs a round trip"
+                .to_string(),
+        ),
+        None => {}
+    }
     lines
 }
 
@@ -234,8 +249,9 @@ mod tests {
             estimate_per_s: None,
             nodelay: None,
         };
-        assert!(p.own_writes_held(false));
-        assert!(!p.own_writes_held(true));
+        assert!(p.own_writes_held());
+        p.held_writes = (1, 10);
+        assert!(!p.own_writes_held());
         assert_eq!(p.gain_percent(), None);
         p.nodelay = Some(NoDelayRun {
             requests: 10,

@@ -86,15 +86,6 @@ pub fn text(r: &ProbeReport) -> String {
         for line in &paced {
             let _ = writeln!(out, "  {line}");
         }
-        if r.ack_paced
-            .own_writes_held(matches!(d.source, Source::Capture { .. }))
-        {
-            let _ = writeln!(
-                out,
-                "  a client pipelining like this without TCP_NODELAY pays it: set TCP_NODELAY on \
-                 its sockets, or write each batch in one call"
-            );
-        }
     }
     if d.verdict() == "stall" {
         let _ = writeln!(
