@@ -12,7 +12,7 @@ use std::net::IpAddr;
 use crate::capture::{for_each_segment, CaptureError};
 use crate::decode::{flags, Segment};
 use crate::detect::verdict::{explain, fixes};
-use crate::detect::{StallEvent, StallKind};
+use crate::detect::{Holder, Release, StallEvent, StallKind};
 use crate::flow::{Endpoint, SeqNumber, Span, Timestamp};
 use crate::tcp_rules::is_sub_mss;
 use crate::Side;
@@ -307,16 +307,16 @@ fn mark(rungs: &mut [Rung], released: usize, event: &StallEvent) -> Option<usize
     let is_pure_ack_from = |r: &Rung, side: Side| {
         r.from == side && r.len == 0 && r.flags & (flags::SYN | flags::FIN | flags::RST) == 0
     };
-    match kind {
-        StallKind::NagleDelayedAck | StallKind::NagleMinor => {
+    let info = kind.info();
+    match info.holder {
+        Holder::Nagle => {
             rungs[released].mark = Some(Mark::Held);
             let ack = (0..released)
                 .rev()
                 .find(|&i| is_pure_ack_from(&rungs[i], held.peer()))?;
-            rungs[ack].mark = Some(if kind == StallKind::NagleDelayedAck {
-                Mark::LateAck
-            } else {
-                Mark::ReleasingAck
+            rungs[ack].mark = Some(match info.release {
+                Release::DelayedAck => Mark::LateAck,
+                Release::Ack | Release::OwnTimer => Mark::ReleasingAck,
             });
             let small = (0..ack).rev().find(|&i| {
                 is_data_from(&rungs[i], held)
@@ -325,7 +325,7 @@ fn mark(rungs: &mut [Rung], released: usize, event: &StallEvent) -> Option<usize
             rungs[small].mark = Some(Mark::SmallUnacked);
             Some(longest_gap(rungs, small, ack))
         }
-        StallKind::ZeroWindow => {
+        Holder::PeerWindow => {
             rungs[released].mark = Some(Mark::Held);
             let zero =
                 (0..released).find(|&i| rungs[i].from == held.peer() && rungs[i].window == 0)?;
@@ -339,7 +339,7 @@ fn mark(rungs: &mut [Rung], released: usize, event: &StallEvent) -> Option<usize
             }
             Some(longest_gap(rungs, zero, released))
         }
-        StallKind::CorkTimer | StallKind::Rto => {
+        Holder::Cork | Holder::Loss => {
             rungs[released].mark = Some(Mark::SentByTimer);
             released.checked_sub(1)
         }

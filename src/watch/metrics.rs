@@ -79,7 +79,7 @@ impl Metrics {
             .buckets(DELAY_BUCKETS.to_vec()),
             &["kind"],
         )?;
-        for kind in StallKind::ALL.into_iter().filter(|k| k.is_stall()) {
+        for kind in StallKind::stalls() {
             for side in [Side::Client, Side::Server] {
                 stalls.with_label_values(&[kind.name(), side.name()]);
             }
