@@ -12,7 +12,7 @@ use std::net::IpAddr;
 use crate::capture::{for_each_segment, CaptureError};
 use crate::decode::{flags, Segment};
 use crate::detect::verdict::{explain, fixes};
-use crate::detect::{StallEvent, StallKind};
+use crate::detect::{Holder, Release, StallEvent, StallKind};
 use crate::flow::{Endpoint, SeqNumber, Span, Timestamp};
 use crate::tcp_rules::is_sub_mss;
 use crate::Side;
@@ -307,20 +307,21 @@ fn mark(rungs: &mut [Rung], released: usize, event: &StallEvent) -> Option<usize
     let is_pure_ack_from = |r: &Rung, side: Side| {
         r.from == side && r.len == 0 && r.flags & (flags::SYN | flags::FIN | flags::RST) == 0
     };
-    match kind {
-        StallKind::NagleDelayedAck | StallKind::NagleMinor | StallKind::NagleAckPaced => {
+    let info = kind.info();
+    match info.holder {
+        Holder::Nagle => {
             rungs[released].mark = Some(Mark::Held);
-            // A paced hold (the one found when the side's holds became sustained) may be
-            // released by the peer's data carrying the ACK.
-            let releases = |r: &Rung| match kind {
-                StallKind::NagleAckPaced => r.from == held.peer(),
-                _ => is_pure_ack_from(r, held.peer()),
+            // Writes paced by ACKs may be released by the peer's data carrying the ACK.
+            let releases = |r: &Rung| match info.release {
+                Release::Acks => r.from == held.peer(),
+                Release::DelayedAck | Release::Ack | Release::OwnTimer => {
+                    is_pure_ack_from(r, held.peer())
+                }
             };
             let ack = (0..released).rev().find(|&i| releases(&rungs[i]))?;
-            rungs[ack].mark = Some(if kind == StallKind::NagleDelayedAck {
-                Mark::LateAck
-            } else {
-                Mark::ReleasingAck
+            rungs[ack].mark = Some(match info.release {
+                Release::DelayedAck => Mark::LateAck,
+                Release::Ack | Release::OwnTimer | Release::Acks => Mark::ReleasingAck,
             });
             let small = (0..ack).rev().find(|&i| {
                 is_data_from(&rungs[i], held)
@@ -329,7 +330,7 @@ fn mark(rungs: &mut [Rung], released: usize, event: &StallEvent) -> Option<usize
             rungs[small].mark = Some(Mark::SmallUnacked);
             Some(longest_gap(rungs, small, ack))
         }
-        StallKind::ZeroWindow => {
+        Holder::PeerWindow => {
             rungs[released].mark = Some(Mark::Held);
             let zero =
                 (0..released).find(|&i| rungs[i].from == held.peer() && rungs[i].window == 0)?;
@@ -343,7 +344,7 @@ fn mark(rungs: &mut [Rung], released: usize, event: &StallEvent) -> Option<usize
             }
             Some(longest_gap(rungs, zero, released))
         }
-        StallKind::CorkTimer | StallKind::Rto => {
+        Holder::Cork | Holder::Loss => {
             rungs[released].mark = Some(Mark::SentByTimer);
             released.checked_sub(1)
         }

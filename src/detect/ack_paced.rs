@@ -28,9 +28,29 @@
 //! holds are no longer counted as minor. Fewer holds stay `nagle_minor`.
 
 use super::{Analysis, Finding, FlowTally, StallEvent, StallKind};
+use super::{Holder, KindInfo, Proof, Release};
 use crate::decode::Segment;
 use crate::flow::{Flow, Side, Span, Timestamp};
 use crate::tcp_rules;
+
+/// Writes paced by ACKs. No per-segment rule of its own: [`hold`] and [`record`] follow each
+/// flow side's holds, from the Nagle rule's minor holds and the releases by the peer's data.
+pub(crate) const KIND: KindInfo = KindInfo {
+    name: "nagle_ack_paced",
+    is_stall: false,
+    holder: Holder::Nagle,
+    release: Release::Acks,
+    proof: Proof::Timing,
+    rule: None,
+    column: "paced",
+    page_column: "paced",
+    gap: "{held}'s writes wait for {peer}'s ACK, one round trip each (Nagle pacing)",
+    explain: |event| {
+        let pacing = event.paced.as_deref().copied().unwrap_or_default();
+        explain(event.finding.held_side, &pacing)
+    },
+    fixes: |held, _| fixes(held),
+};
 
 /// Holds that make a direction paced: more than the immediate ACKs of a new connection's
 /// quick-ACK mode can release (`TCP_MAX_QUICKACKS`, `tcp_incr_quickack`).

@@ -3,10 +3,54 @@
 //! (`tcp_check_probe_timer`, `max(RTO, TCP_RTO_MIN)`: 200 ms-class, measured 204-212 ms on
 //! loopback) finally sends them.
 
-use super::{Finding, StallKind};
+use super::{Finding, Holder, KindInfo, Proof, Release, Rule, StallEvent, StallKind};
 use crate::decode::Segment;
 use crate::flow::{Flow, Side, Span};
 use crate::tcp_rules;
+
+/// Data held by TCP_CORK or MSG_MORE until the probe timer sent it.
+pub(crate) const KIND: KindInfo = KindInfo {
+    name: "cork_timer",
+    is_stall: true,
+    holder: Holder::Cork,
+    release: Release::OwnTimer,
+    proof: Proof::HeldLeg,
+    rule: Some(Rule { rank: 40, check }),
+    column: "cork",
+    page_column: "cork",
+    gap: "{held}'s data waits on its timer",
+    explain,
+    fixes: |held, _| {
+        vec![format!(
+            "clear TCP_CORK on the {} after the last write (or drop MSG_MORE from the last send)",
+            held.name()
+        )]
+    },
+};
+
+/// The partial tail of a write whose full segments left at once was held by the kernel:
+/// TCP_CORK or MSG_MORE. An answer that leaves ~200 ms after the request, all in one segment,
+/// looks the same on the wire as a server that worked 200 ms before writing.
+fn explain(event: &StallEvent) -> String {
+    let held = event.finding.held_side.name();
+    let peer = event.finding.held_side.peer().name();
+    let ms = event.finding.delay_ns.as_millis_f64();
+    if event.writes.len() > 1 {
+        format!(
+            "the {held}'s {} B tail left {ms:.1} ms after the full segments of its write, on the \
+             cork timer (TCP_CORK or MSG_MORE left set after the last write)",
+            event.released_bytes
+        )
+    } else {
+        format!(
+            "the {held}'s {} B answer left {ms:.1} ms after the {peer}'s request with nothing in \
+             flight: the TCP_CORK/MSG_MORE timer (~200 ms), or as long spent by the {held} before \
+             it wrote; a capture cannot tell them apart (`tcpstall sockets PID` shows TCP_CORK on \
+             the socket, `tcpstall trace` the writes)",
+            event.released_bytes
+        )
+    }
+}
 
 /// Shortest gap taken for the cork timer ([`tcp_rules::CORK_TIMER_MIN`]).
 pub(crate) const CORK_MIN: Span = Span::from_duration(tcp_rules::CORK_TIMER_MIN);

@@ -5,7 +5,7 @@
 //! counted from the peer's packet includes the leg to the held side (a cork gap, a Nagle
 //! release), and a timeout is told from a fast retransmit only by the peer's packets.
 
-use super::{Finding, StallKind};
+use super::{Finding, Proof, StallKind};
 use crate::flow::{Flow, Side};
 
 /// Why a claim is undecided. The names are the stable JSON names.
@@ -84,15 +84,10 @@ pub(crate) fn unsettled(flow: &Flow, side: Side, finding: &Finding) -> Option<Re
     }
     let peer_seen = flow.dir(side.peer()).seen;
     let held_leg = flow.dir(side).near_rtt;
-    match finding.kind {
-        // The retransmission timer is told from a fast retransmit by the peer's packets.
-        StallKind::Rto if !peer_seen => Some(Reason::OneDirection),
-        // Released by the peer's ACK, or counted from the peer's request: the leg to the held
-        // side is part of the gap.
-        StallKind::NagleDelayedAck | StallKind::CorkTimer if held_leg.is_none() => {
-            Some(Reason::PathUnknown)
-        }
-        _ => None,
+    match finding.kind.info().proof {
+        Proof::PeerSeen if !peer_seen => Some(Reason::OneDirection),
+        Proof::HeldLeg if held_leg.is_none() => Some(Reason::PathUnknown),
+        Proof::PeerSeen | Proof::HeldLeg | Proof::Timing => None,
     }
 }
 

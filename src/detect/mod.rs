@@ -7,16 +7,15 @@
 //! detector as `analyze`, so each rule is written once. The rules follow the capture detection
 //! rule of the project's LINUX-TCP notes: a new segment is examined against the flow state
 //! *before* it, in this order: closed window (`zero_window`), retransmission (`rto`),
-//! Nagle hold released by an ACK (`nagle`), cork timer (`cork`). Anything else that delays
-//! a turn is think time and never a stall.
+//! Nagle hold released by an ACK (`nagle`), cork timer (`cork`) (each rule's
+//! `Rule::rank`). Anything else that delays a turn is think time and never a stall.
+//!
+//! A kind is one file: its rule and every fact the reports spell about it (`KindInfo`),
+//! listed once in the `kinds!` line below (`kind.rs`).
 
-mod ack_paced;
-mod cork;
 pub mod evidence;
-mod nagle;
-mod rto;
+pub(crate) mod kind;
 pub(crate) mod verdict;
-mod zero_window;
 
 use rustc_hash::FxHashMap;
 
@@ -25,7 +24,55 @@ use crate::flow::{Endpoint, Flow, FlowTable, Side, Span, Timestamp};
 use crate::tcp_rules;
 
 pub use ack_paced::Pacing;
+pub(crate) use kind::{Holder, KindInfo, Proof, Release, Rule};
 pub use verdict::{FlowSummary, PeerStack};
+
+/// Makes, from one line per kind (`Variant in file`, in report order), the kind's module
+/// (whose `KIND` const holds its [`KindInfo`]), the [`StallKind`] variant and its place in
+/// [`StallKind::ALL`]: a new kind is its file and its line here.
+macro_rules! kinds {
+    ($($(#[$doc:meta])* $kind:ident in $file:ident,)+) => {
+        $(mod $file;)+
+
+        /// What delayed a turn. The names are the stable JSON names.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum StallKind {
+            $(
+                $(#[$doc])*
+                #[doc = concat!("\n\nIts facts and rule: `src/detect/", stringify!($file), ".rs`.")]
+                $kind,
+            )+
+        }
+
+        impl StallKind {
+            /// Every kind, in report order (the order of the JSON keys).
+            pub const ALL: [StallKind; [$(stringify!($kind)),+].len()] = [$(StallKind::$kind),+];
+
+            /// The kind's facts.
+            pub(crate) const fn info(self) -> &'static KindInfo {
+                match self {
+                    $(StallKind::$kind => &$file::KIND,)+
+                }
+            }
+        }
+    };
+}
+
+kinds! {
+    /// Nagle held a small segment until the peer's delayed ACK released it.
+    NagleDelayedAck in nagle,
+    /// TCP_CORK / MSG_MORE data sent by the 200 ms-class probe timer.
+    CorkTimer in cork,
+    /// A retransmission sent by the retransmission timer (no ACK triggered it).
+    Rto in rto,
+    /// The sender waited for the receiver to open a zero window.
+    ZeroWindow in zero_window,
+    /// Small writes each held one round trip for the ACK of the previous small segment,
+    /// sustained over a flow: one event per flow and side, not a 40 ms stall.
+    NagleAckPaced in ack_paced,
+    /// Nagle held a small segment until an ordinary (undelayed) ACK: about one RTT, minor.
+    NagleMinor in nagle_minor,
+}
 
 /// Events shorter than this are not stalls ([`tcp_rules::CLEAN_BOUND`]).
 pub(crate) const MIN_STALL: Span = Span::from_duration(tcp_rules::CLEAN_BOUND);
@@ -33,73 +80,45 @@ pub(crate) const MIN_STALL: Span = Span::from_duration(tcp_rules::CLEAN_BOUND);
 /// How often (capture time) the flow table is swept for closed and idle flows.
 const SWEEP_EVERY: Span = Span::from_millis(1_000);
 
-/// What delayed a turn. The names are the stable JSON names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum StallKind {
-    /// Nagle held a small segment until the peer's delayed ACK released it.
-    NagleDelayedAck,
-    /// Nagle held a small segment until an ordinary (undelayed) ACK: about one RTT, minor.
-    NagleMinor,
-    /// TCP_CORK / MSG_MORE data sent by the 200 ms-class probe timer.
-    CorkTimer,
-    /// A retransmission sent by the retransmission timer (no ACK triggered it).
-    Rto,
-    /// The sender waited for the receiver to open a zero window.
-    ZeroWindow,
-    /// Small writes each held one round trip for the ACK of the previous small segment,
-    /// sustained over a flow (`ack_paced`): one event per flow and side, not a 40 ms stall.
-    NagleAckPaced,
-}
+/// The kinds' rules in the order they are tried ([`Rule::rank`]).
+const RULES: [Option<Rule>; StallKind::ALL.len()] = kind::ranked(StallKind::ALL);
 
 impl StallKind {
-    /// Every kind, in report order.
-    pub const ALL: [StallKind; 6] = [
-        StallKind::NagleDelayedAck,
-        StallKind::CorkTimer,
-        StallKind::Rto,
-        StallKind::ZeroWindow,
-        StallKind::NagleAckPaced,
-        StallKind::NagleMinor,
-    ];
-
     /// Stable name, as in the JSON output.
     pub fn name(self) -> &'static str {
-        match self {
-            StallKind::NagleDelayedAck => "nagle_delayed_ack",
-            StallKind::NagleMinor => "nagle_minor",
-            StallKind::CorkTimer => "cork_timer",
-            StallKind::Rto => "rto",
-            StallKind::ZeroWindow => "zero_window",
-            StallKind::NagleAckPaced => "nagle_ack_paced",
-        }
+        self.info().name
     }
 
     /// Counts as a stall (a minor Nagle hold costs one RTT and is reported apart).
     pub fn is_stall(self) -> bool {
-        !matches!(self, StallKind::NagleMinor | StallKind::NagleAckPaced)
+        self.info().is_stall
     }
 
-    /// Reported as events of its own, printed and counted by `watch` (minor Nagle holds only on
-    /// request).
+    /// Reported as events of its own, printed and counted by `watch`: the stalls, and the
+    /// patterns over a flow (minor Nagle holds only on request).
     pub fn is_reported(self) -> bool {
-        self != StallKind::NagleMinor
+        self.is_stall() || self.info().release == Release::Acks
     }
 
+    /// Every kind that counts as a stall, in report order.
+    pub fn stalls() -> impl Iterator<Item = StallKind> {
+        StallKind::ALL.into_iter().filter(|k| k.is_stall())
+    }
+
+    /// Every kind reported as events of its own ([`StallKind::is_reported`]), in report order.
+    pub fn reported() -> impl Iterator<Item = StallKind> {
+        StallKind::ALL.into_iter().filter(|k| k.is_reported())
+    }
+
+    /// Position in [`StallKind::ALL`]: variants are declared in report order.
     fn index(self) -> usize {
-        match self {
-            StallKind::NagleDelayedAck => 0,
-            StallKind::CorkTimer => 1,
-            StallKind::Rto => 2,
-            StallKind::ZeroWindow => 3,
-            StallKind::NagleMinor => 4,
-            StallKind::NagleAckPaced => 5,
-        }
+        self as usize
     }
 }
 
-/// Counts per [`StallKind`].
+/// Counts per [`StallKind`]; serialised as one key per kind, in report order.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct KindCounts([u64; 6]);
+pub struct KindCounts([u64; StallKind::ALL.len()]);
 
 impl KindCounts {
     /// Count of `kind`.
@@ -117,13 +136,64 @@ impl KindCounts {
         *c = c.saturating_sub(n);
     }
 
+    /// Adds every count of `other`.
+    pub fn merge(&mut self, other: &KindCounts) {
+        for (mine, theirs) in self.0.iter_mut().zip(other.0) {
+            *mine += theirs;
+        }
+    }
+
     /// Sum over the kinds that are stalls (minor Nagle holds excluded).
     pub fn stalls(&self) -> u64 {
-        StallKind::ALL
-            .iter()
-            .filter(|k| k.is_stall())
-            .map(|k| self.get(*k))
-            .sum()
+        StallKind::stalls().map(|k| self.get(k)).sum()
+    }
+
+    /// Sum over every kind.
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+
+    /// `N kind, N kind` over the stall kinds found, in report order; `no stalls` when none.
+    pub fn stalls_text(&self) -> String {
+        self.text(StallKind::stalls())
+    }
+
+    /// [`KindCounts::stalls_text`] with the writes paced by ACKs.
+    pub fn reported_text(&self) -> String {
+        self.text(StallKind::reported())
+    }
+
+    fn text(&self, kinds: impl Iterator<Item = StallKind>) -> String {
+        let parts: Vec<String> = kinds
+            .filter(|k| self.get(*k) > 0)
+            .map(|k| format!("{} {}", self.get(k), k.name()))
+            .collect();
+        if parts.is_empty() {
+            "no stalls".to_string()
+        } else {
+            parts.join(", ")
+        }
+    }
+}
+
+impl FromIterator<StallKind> for KindCounts {
+    fn from_iter<I: IntoIterator<Item = StallKind>>(kinds: I) -> KindCounts {
+        let mut counts = KindCounts::default();
+        for kind in kinds {
+            counts.add(kind);
+        }
+        counts
+    }
+}
+
+impl serde::Serialize for KindCounts {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(StallKind::ALL.len()))?;
+        for kind in StallKind::ALL {
+            map.serialize_entry(kind.name(), &self.get(kind))?;
+        }
+        map.end()
     }
 }
 
@@ -253,9 +323,7 @@ impl Analysis {
         let mut all = parts.next().unwrap_or_default();
         for part in parts {
             all.packets += part.packets;
-            for kind in StallKind::ALL {
-                all.counts.0[kind.index()] += part.counts.get(kind);
-            }
+            all.counts.merge(&part.counts);
             all.events.extend(part.events);
             all.flows.extend(part.flows);
             all.undecided.extend(&part.undecided);
@@ -509,12 +577,10 @@ fn classify(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
     if !flow.dir(side).seen || flow.after_close {
         return None;
     }
-    // The window first: data resent as a closed window opens is the sender resuming, not a
-    // timeout.
-    zero_window::check(flow, side, seg)
-        .or_else(|| rto::check(flow, side, seg))
-        .or_else(|| nagle::check(flow, side, seg))
-        .or_else(|| cork::check(flow, side, seg))
+    RULES
+        .iter()
+        .flatten()
+        .find_map(|rule| (rule.check)(flow, side, seg))
 }
 
 /// Tallies a finding in its flow and builds its event (none for minor holds unless kept).
@@ -553,9 +619,10 @@ fn record(
         released_bytes: seg.payload_len,
         writes,
         mss: dir.mss,
-        peer_stack: match finding.kind {
-            StallKind::NagleDelayedAck => finding.ack_delay_ns.map(PeerStack::from_ack_delay),
-            _ => None,
+        // The delay of a delayed ACK names the peer's stack.
+        peer_stack: match finding.kind.info().release {
+            Release::DelayedAck => finding.ack_delay_ns.map(PeerStack::from_ack_delay),
+            Release::Ack | Release::OwnTimer | Release::Acks => None,
         },
         backoffs: 0,
         backoff_ns: Span::ZERO,

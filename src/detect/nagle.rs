@@ -6,10 +6,79 @@
 //! covered the small segment A. Whether that ACK was delayed (`tcp_send_delayed_ack`: 40 ms to
 //! 200 ms on Linux, ~200 ms on Windows) decides between a real stall and a one-RTT hold.
 
-use super::{Finding, StallKind};
+use super::verdict::{delack_cap_fix, held_address, message, route_fix, sizes};
+use super::{Finding, Holder, KindInfo, PeerStack, Proof, Release, Rule, StallEvent, StallKind};
 use crate::decode::Segment;
 use crate::flow::{Flow, Side, Span};
 use crate::tcp_rules;
+
+/// A Nagle hold released by the peer's delayed ACK: 40 ms or more a turn.
+pub(crate) const KIND: KindInfo = KindInfo {
+    name: "nagle_delayed_ack",
+    is_stall: true,
+    holder: Holder::Nagle,
+    release: Release::DelayedAck,
+    proof: Proof::HeldLeg,
+    // Also finds [`super::nagle_minor`]: one check, the ACK's delay decides.
+    rule: Some(Rule { rank: 30, check }),
+    column: "nagle",
+    page_column: "nagle×delack",
+    gap: "{held} holds data until {peer}'s delayed ACK",
+    explain: |event| explain_hold(event, "delayed "),
+    fixes: |held, example| hold_fixes(held, example, true),
+};
+
+/// The sentence of a Nagle hold; `ack` qualifies the peer's ACK that released it.
+pub(super) fn explain_hold(event: &StallEvent, ack: &str) -> String {
+    let f = &event.finding;
+    let held = f.held_side.name();
+    let peer = f.held_side.peer().name();
+    let ms = f.delay_ns.as_millis_f64();
+    let w = &event.writes;
+    let what = if w.len() >= 2 {
+        format!(
+            "the {held} writes the {} in {} writes ({}); the last waits for the {peer}'s {ack}ACK",
+            message(f.held_side),
+            w.len(),
+            sizes(w),
+        )
+    } else {
+        format!(
+            "the {held}'s {} B write waits for the {peer}'s {ack}ACK of its previous small segment",
+            event.released_bytes,
+        )
+    };
+    match event.peer_stack {
+        Some(stack) => format!("{what} ({ms:.1} ms; {peer} looks {})", stack.describe()),
+        None => format!("{what} ({ms:.1} ms)"),
+    }
+}
+
+/// The fixes of a Nagle hold of the `held` side; `delayed` when a delayed ACK released it.
+pub(super) fn hold_fixes(held: Side, example: Option<&StallEvent>, delayed: bool) -> Vec<String> {
+    let peer = example.and_then(|e| e.peer_stack);
+    let h = held.name();
+    let p = held.peer().name();
+    let mut fixes = vec![
+        format!(
+            "write the {} in one call on the {h} (one buffer, or writev/sendmsg)",
+            message(held)
+        ),
+        format!("set TCP_NODELAY on the {h}'s socket"),
+        format!("set TCP_QUICKACK on the {p}'s socket, again after every read"),
+    ];
+    // A minor hold waited for an ordinary ACK: a cap on the delayed ACK changes nothing; nor
+    // is a Linux option any use to a peer whose delay names another stack.
+    let linux_peer = matches!(peer, None | Some(PeerStack::Linux | PeerStack::Unknown));
+    if delayed && linux_peer {
+        fixes.push(format!(
+            "if the {h} cannot be changed, {}",
+            delack_cap_fix(p)
+        ));
+        fixes.extend(route_fix(p, h, example.map(held_address)));
+    }
+    fixes
+}
 
 /// An ACK that took at least this long after the small segment (path RTT removed) was a delayed
 /// ACK ([`tcp_rules::STALL_THRESHOLD`]: `TCP_DELACK_MIN` less a margin for rounding down).

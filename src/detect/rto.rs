@@ -6,9 +6,45 @@
 //! it costs about one RTT and is only counted in the flow. When nothing triggered it, the
 //! sender sat out a timer: a stall of at least the RTO (Linux `TCP_RTO_MIN` = 200 ms).
 
-use super::{Finding, StallKind, MIN_STALL};
+use super::{Finding, Holder, KindInfo, Proof, Release, Rule, StallEvent, StallKind, MIN_STALL};
 use crate::decode::Segment;
 use crate::flow::{Flow, Side};
+
+/// A loss recovered by the retransmission timer.
+pub(crate) const KIND: KindInfo = KindInfo {
+    name: "rto",
+    is_stall: true,
+    holder: Holder::Loss,
+    release: Release::OwnTimer,
+    proof: Proof::PeerSeen,
+    rule: Some(Rule { rank: 20, check }),
+    column: "rto",
+    page_column: "rto",
+    gap: "silence until the retransmission timer",
+    explain,
+    fixes: |_, _| vec!["find the packet loss on the path (retransmissions)".to_string()],
+};
+
+fn explain(event: &StallEvent) -> String {
+    let held = event.finding.held_side.name();
+    let delay = event.finding.delay_ns;
+    let ms = delay.as_millis_f64();
+    if event.backoffs > 0 {
+        format!(
+            "the {held} resent {} B after {:.1} ms of silence, then {} more times as the \
+             retransmission timer backed off, {ms:.1} ms in all: a loss recovered by the timer",
+            event.released_bytes,
+            (delay - event.backoff_ns).as_millis_f64(),
+            event.backoffs
+        )
+    } else {
+        format!(
+            "the {held} resent {} B after {ms:.1} ms of silence: a lost segment recovered by the \
+             retransmission timer",
+            event.released_bytes
+        )
+    }
+}
 
 /// Checks whether `seg` from `side` is a timer-driven retransmission.
 pub(crate) fn check(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {

@@ -59,14 +59,15 @@ pub(crate) fn explain_paced(held: Side, pacing: &super::Pacing) -> String {
 }
 
 /// What a side sends in a turn: the client requests, the server responds.
-fn message(side: Side) -> &'static str {
+pub(super) fn message(side: Side) -> &'static str {
     match side {
         Side::Client => "request",
         Side::Server => "response",
     }
 }
 
-fn sizes(writes: &[u32]) -> String {
+/// Write sizes as `148 B, then 127 B`.
+pub(super) fn sizes(writes: &[u32]) -> String {
     let mut s = String::new();
     for (i, w) in writes.iter().enumerate() {
         if i > 0 {
@@ -83,68 +84,7 @@ fn sizes(writes: &[u32]) -> String {
 
 /// One sentence naming the pattern in application terms.
 pub(crate) fn explain(event: &StallEvent) -> String {
-    let f = &event.finding;
-    let held = f.held_side.name();
-    let peer = f.held_side.peer().name();
-    let ms = f.delay_ns.as_millis_f64();
-    match f.kind {
-        StallKind::NagleAckPaced => {
-            let paced = event.paced.as_deref().copied().unwrap_or_default();
-            super::ack_paced::explain(f.held_side, &paced)
-        }
-        StallKind::NagleDelayedAck | StallKind::NagleMinor => {
-            let w = &event.writes;
-            let what = if w.len() >= 2 {
-                format!(
-                    "the {held} writes the {} in {} writes ({}); the last waits for the {peer}'s {}ACK",
-                    message(f.held_side),
-                    w.len(),
-                    sizes(w),
-                    if f.kind == StallKind::NagleDelayedAck { "delayed " } else { "" },
-                )
-            } else {
-                format!(
-                    "the {held}'s {} B write waits for the {peer}'s {}ACK of its previous small segment",
-                    event.released_bytes,
-                    if f.kind == StallKind::NagleDelayedAck { "delayed " } else { "" },
-                )
-            };
-            match event.peer_stack {
-                Some(stack) => format!("{what} ({ms:.1} ms; {peer} looks {})", stack.describe()),
-                None => format!("{what} ({ms:.1} ms)"),
-            }
-        }
-        // The partial tail of a write whose full segments left at once was held by the kernel:
-        // TCP_CORK or MSG_MORE. An answer that leaves ~200 ms after the request, all in one
-        // segment, looks the same on the wire as a server that worked 200 ms before writing.
-        StallKind::CorkTimer if event.writes.len() > 1 => format!(
-            "the {held}'s {} B tail left {ms:.1} ms after the full segments of its write, on the \
-             cork timer (TCP_CORK or MSG_MORE left set after the last write)",
-            event.released_bytes
-        ),
-        StallKind::CorkTimer => format!(
-            "the {held}'s {} B answer left {ms:.1} ms after the {peer}'s request with nothing in \
-             flight: the TCP_CORK/MSG_MORE timer (~200 ms), or as long spent by the {held} before \
-             it wrote; a capture cannot tell them apart (`tcpstall sockets PID` shows TCP_CORK on \
-             the socket, `tcpstall trace` the writes)",
-            event.released_bytes
-        ),
-        StallKind::Rto if event.backoffs > 0 => format!(
-            "the {held} resent {} B after {:.1} ms of silence, then {} more times as the \
-             retransmission timer backed off, {ms:.1} ms in all: a loss recovered by the timer",
-            event.released_bytes,
-            (f.delay_ns - event.backoff_ns).as_millis_f64(),
-            event.backoffs
-        ),
-        StallKind::Rto => format!(
-            "the {held} resent {} B after {ms:.1} ms of silence: a lost segment recovered by the \
-             retransmission timer",
-            event.released_bytes
-        ),
-        StallKind::ZeroWindow => format!(
-            "the {peer} advertised a zero window; the {held} waited {ms:.1} ms for it to read"
-        ),
-    }
+    (event.finding.kind.info().explain)(event)
 }
 
 /// The fix for the side that cannot change the writer Nagle holds: a lasting cap on the
@@ -195,40 +135,7 @@ pub(crate) fn held_address(event: &StallEvent) -> IpAddr {
 /// stall of that kind, for the ACKing side's stack as its delay named it and the writer's
 /// address.
 pub(crate) fn fixes(kind: StallKind, held: Side, example: Option<&StallEvent>) -> Vec<String> {
-    let peer = example.and_then(|e| e.peer_stack);
-    let h = held.name();
-    let p = held.peer().name();
-    match kind {
-        StallKind::NagleDelayedAck | StallKind::NagleMinor => {
-            let mut fixes = vec![
-                format!(
-                    "write the {} in one call on the {h} (one buffer, or writev/sendmsg)",
-                    message(held)
-                ),
-                format!("set TCP_NODELAY on the {h}'s socket"),
-                format!("set TCP_QUICKACK on the {p}'s socket, again after every read"),
-            ];
-            // A minor hold waited for an ordinary ACK: a cap on the delayed ACK changes nothing;
-            // nor is a Linux option any use to a peer whose delay names another stack.
-            let linux_peer = matches!(peer, None | Some(PeerStack::Linux | PeerStack::Unknown));
-            if kind == StallKind::NagleDelayedAck && linux_peer {
-                fixes.push(format!(
-                    "if the {h} cannot be changed, {}",
-                    delack_cap_fix(p)
-                ));
-                fixes.extend(route_fix(p, h, example.map(held_address)));
-            }
-            fixes
-        }
-        StallKind::CorkTimer => vec![format!(
-            "clear TCP_CORK on the {h} after the last write (or drop MSG_MORE from the last send)"
-        )],
-        StallKind::Rto => vec!["find the packet loss on the path (retransmissions)".to_string()],
-        StallKind::ZeroWindow => vec![format!(
-            "make the {p} read sooner, or give it a larger SO_RCVBUF"
-        )],
-        StallKind::NagleAckPaced => super::ack_paced::fixes(held),
-    }
+    (kind.info().fixes)(held, example)
 }
 
 /// A stall pattern of one flow: every event of one kind holding one side.
@@ -396,9 +303,7 @@ impl FlowSummary {
         self.retransmissions += later.retransmissions;
         self.capture_gaps += later.capture_gaps;
         self.requests += later.requests;
-        for (mine, theirs) in self.counts.0.iter_mut().zip(later.counts.0) {
-            *mine += theirs;
-        }
+        self.counts.merge(&later.counts);
         self.time_lost_ns += later.time_lost_ns;
         self.worst_stall_ns = self.worst_stall_ns.max(later.worst_stall_ns);
         self.latency_us = self.latency_us.or(later.latency_us);

@@ -2,9 +2,39 @@
 //! when the receive buffer is full) and the sender waited: zero-window probes
 //! (`tcp_send_probe0`) until a window update let the data go.
 
-use super::{Finding, StallKind};
+use super::{Finding, Holder, KindInfo, Proof, Release, Rule, StallEvent, StallKind};
 use crate::decode::Segment;
 use crate::flow::{Flow, PeerWindow, Side};
+
+/// The sender waited out the receiver's closed window.
+pub(crate) const KIND: KindInfo = KindInfo {
+    name: "zero_window",
+    is_stall: true,
+    holder: Holder::PeerWindow,
+    release: Release::Ack,
+    proof: Proof::Timing,
+    rule: Some(Rule { rank: 10, check }),
+    column: "zwin",
+    page_column: "zero win",
+    gap: "{peer}'s receive window is closed",
+    explain,
+    fixes: |held, _| {
+        vec![format!(
+            "make the {} read sooner, or give it a larger SO_RCVBUF",
+            held.peer().name()
+        )]
+    },
+};
+
+fn explain(event: &StallEvent) -> String {
+    let f = &event.finding;
+    format!(
+        "the {} advertised a zero window; the {} waited {:.1} ms for it to read",
+        f.held_side.peer().name(),
+        f.held_side.name(),
+        f.delay_ns.as_millis_f64()
+    )
+}
 
 /// Checks whether `seg`, new data from `side`, left right after the peer reopened a window it
 /// had closed.

@@ -6,7 +6,6 @@
 
 use std::time::Duration;
 
-use crate::detect::StallKind;
 use crate::flow::Side;
 use crate::lab::measure::LatencySummary;
 use crate::tcp_rules;
@@ -31,11 +30,13 @@ impl Remedy {
     /// The remedy that tests `stall`, when one does: only a Nagle hold released by a delayed
     /// ACK has one the client can apply.
     pub fn for_stall(stall: &Stall) -> Option<Remedy> {
-        match (stall.kind, stall.held) {
-            (StallKind::NagleDelayedAck, Side::Server) => Some(Remedy::QuickAck),
-            (StallKind::NagleDelayedAck, Side::Client) => Some(Remedy::NoDelay),
-            _ => None,
+        if !stall.kind.info().nagle_delayed_ack() {
+            return None;
         }
+        Some(match stall.held {
+            Side::Server => Remedy::QuickAck,
+            Side::Client => Remedy::NoDelay,
+        })
     }
 
     /// The socket mode of the re-run.
@@ -183,6 +184,7 @@ pub fn judge(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::detect::StallKind;
 
     fn stall(held: Side) -> Stall {
         Stall {

@@ -2,13 +2,13 @@
 //! culprit), one stalled turn as evidence, at which hop the held write sits, and what to change.
 
 use crate::detect::verdict::{explain, fixes};
-use crate::detect::StallKind;
+use crate::detect::{Holder, KindCounts, StallKind};
 use crate::flow::Side;
 use crate::tcp_rules;
 
 use super::capture::{Captured, WireSegment};
 use super::client::RunLog;
-use super::stalls::{Stall, StallCounts};
+use super::stalls::Stall;
 use super::upstream::{Process, Upstream};
 
 /// Most segments shown for one stalled turn.
@@ -82,7 +82,7 @@ pub struct Diagnosis {
     /// Evidence source.
     pub source: Source,
     /// Stalls per kind.
-    pub counts: StallCounts,
+    pub counts: KindCounts,
     /// The pattern that explains the run: the latest stall of the commonest kind and side.
     pub example: Option<Stall>,
     /// Who holds the write; `None` when clean or when the network is to blame.
@@ -131,7 +131,7 @@ pub fn diagnose(
     captured: Option<&Captured>,
     server: Option<&Process>,
 ) -> Diagnosis {
-    let counts = StallCounts::of(&stalls);
+    let counts: KindCounts = stalls.iter().map(|s| s.kind).collect();
     let example = dominant(&stalls);
     let culprit = example
         .as_ref()
@@ -191,13 +191,10 @@ pub fn diagnose(
 /// The side to change for a stall of `kind` holding `held`: the writer for Nagle and cork
 /// holds, the reader that let its window close for a zero window, nobody for losses.
 fn culprit_of(kind: StallKind, held: Side) -> Option<Side> {
-    match kind {
-        StallKind::NagleDelayedAck
-        | StallKind::NagleMinor
-        | StallKind::NagleAckPaced
-        | StallKind::CorkTimer => Some(held),
-        StallKind::ZeroWindow => Some(held.peer()),
-        StallKind::Rto => None,
+    match kind.info().holder {
+        Holder::Nagle | Holder::Cork => Some(held),
+        Holder::PeerWindow => Some(held.peer()),
+        Holder::Loss => None,
     }
 }
 
@@ -218,17 +215,18 @@ fn dominant(stalls: &[Stall]) -> Option<Stall> {
 /// The socket-only sentence for a stall.
 fn explain_from_socket(stall: &Stall) -> String {
     let ms = stall.delay_ns as f64 / 1e6;
-    match (stall.kind, stall.held) {
-        (StallKind::NagleDelayedAck, Side::Client) => format!(
+    // The socket alone finds Nagle holds and whole late replies (`stalls::from_socket`).
+    match (stall.kind.info().holder, stall.held) {
+        (Holder::Nagle, Side::Client) => format!(
             "our request's last write was held by the kernel (TCP_INFO: bytes not sent) and the \
              answer took {ms:.1} ms: Nagle held it until the server's delayed ACK"
         ),
-        (StallKind::NagleDelayedAck, Side::Server) => format!(
+        (Holder::Nagle, Side::Server) => format!(
             "the reply reached our socket in parts, the last {ms:.1} ms after the one before: \
              the server writes it in several writes and the last waited, for our delayed ACK as \
              far as the socket can tell"
         ),
-        _ => format!(
+        (Holder::Cork | Holder::Loss | Holder::PeerWindow, _) => format!(
             "the whole reply came {ms:.1} ms after the request: the server's TCP_CORK/MSG_MORE \
              timer (~200 ms) or as long spent by the server"
         ),
@@ -374,10 +372,7 @@ fn hop_from_capture(
                 .to_string(),
         );
     }
-    if !matches!(
-        stall.kind,
-        StallKind::NagleDelayedAck | StallKind::NagleMinor
-    ) {
+    if stall.kind.info().holder != Holder::Nagle {
         return None;
     }
     let release = conn

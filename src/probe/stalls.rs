@@ -25,46 +25,6 @@ pub struct Stall {
     pub event: Option<StallEvent>,
 }
 
-/// Counts per kind: the four stable JSON keys plus minor Nagle holds.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct StallCounts {
-    /// Nagle hold released by a delayed ACK.
-    pub nagle_delayed_ack: u64,
-    /// TCP_CORK / MSG_MORE timer.
-    pub cork_timer: u64,
-    /// Retransmission timeout.
-    pub rto: u64,
-    /// Zero window.
-    pub zero_window: u64,
-    /// Nagle hold released by an ordinary ACK (one RTT; not a stall).
-    pub nagle_minor: u64,
-    /// Writes paced by ACKs over a connection (one per connection and side; not a stall).
-    pub nagle_ack_paced: u64,
-}
-
-impl StallCounts {
-    /// Counts of `stalls`.
-    pub fn of(stalls: &[Stall]) -> StallCounts {
-        let mut counts = StallCounts::default();
-        for stall in stalls {
-            *match stall.kind {
-                StallKind::NagleDelayedAck => &mut counts.nagle_delayed_ack,
-                StallKind::CorkTimer => &mut counts.cork_timer,
-                StallKind::Rto => &mut counts.rto,
-                StallKind::ZeroWindow => &mut counts.zero_window,
-                StallKind::NagleMinor => &mut counts.nagle_minor,
-                StallKind::NagleAckPaced => &mut counts.nagle_ack_paced,
-            } += 1;
-        }
-        counts
-    }
-
-    /// Stalls (minor holds left out).
-    pub fn stalls(&self) -> u64 {
-        self.nagle_delayed_ack + self.cork_timer + self.rto + self.zero_window
-    }
-}
-
 /// The detector's events, for the connections of `log` only.
 pub fn from_capture(events: &[StallEvent], log: &RunLog) -> Vec<Stall> {
     events

@@ -24,7 +24,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::capture::live::{CaptureOptions, LiveCapture, OpenError, PacketSocket, PortFilter};
-use crate::detect::{Detector, DetectorConfig, PeerStack, StallEvent, StallKind};
+use crate::detect::{Detector, DetectorConfig, PeerStack, StallEvent};
 use crate::flow::{Endpoint, Side};
 use crate::process::procfs::{self, TcpState};
 use crate::tcp_rules::{self, DelackTimer};
@@ -632,7 +632,7 @@ impl HopWatch {
         let events = found
             .into_iter()
             .filter(|e| {
-                e.finding.kind == StallKind::NagleDelayedAck
+                e.finding.kind.info().nagle_delayed_ack()
                     && e.finding.held_side == Side::Server
                     && !ours.contains(&e.client.port)
                     && proxy_end(e.client)

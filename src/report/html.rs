@@ -17,10 +17,24 @@ use super::charts::{self, LabBar};
 use super::json::InputFacts;
 use super::ms;
 use crate::detect::verdict::{events_by_flow, explain, fixes, FlowSummary};
-use crate::detect::{Analysis, StallKind};
+use crate::detect::{Analysis, KindCounts, StallKind};
 use crate::flow::{Span, Timestamp};
 use crate::ladder::Ladder;
 use crate::probe::diagnosis::Culprit;
+
+/// The tables' headers of the reported kinds (the stalls, and writes paced by ACKs), in report
+/// order.
+fn stall_columns() -> impl Iterator<Item = &'static str> {
+    StallKind::reported().map(|kind| kind.info().page_column)
+}
+
+/// A row's counts of the reported kinds, in the order of [`stall_columns`].
+fn stall_cells(counts: &KindCounts) -> impl Iterator<Item = Cell> + '_ {
+    StallKind::reported().map(|kind| {
+        let n = counts.get(kind);
+        Cell::number(n.to_string(), n as f64)
+    })
+}
 
 /// Flows listed in the table (those that lost most time first).
 pub const TABLE_ROWS: usize = 500;
@@ -202,14 +216,9 @@ pub fn analysis_page(a: &Analysis, input: &InputFacts, title: &str) -> anyhow::R
         .map(|&((kind, held_side), _, example)| (kind, held_side, example));
     page.headline = match &main {
         Some(p) => {
-            let kinds: Vec<String> = StallKind::ALL
-                .iter()
-                .filter(|k| k.is_stall() && a.counts.get(**k) > 0)
-                .map(|k| format!("{} {}", a.counts.get(*k), k.name()))
-                .collect();
             format!(
                 "{} stalls cost {} in {stalled_flows} of {} flows; the {} holds: {}",
-                kinds.join(", "),
+                a.counts.stalls_text(),
                 ms(lost),
                 a.flows.len(),
                 p.1.name(),
@@ -272,40 +281,28 @@ pub fn analysis_page(a: &Analysis, input: &InputFacts, title: &str) -> anyhow::R
         ));
     }
 
-    page.headers = [
-        "flow",
-        "requests",
-        "nagle×delack",
-        "cork",
-        "rto",
-        "zero win",
-        "paced holds",
-        "lost (ms)",
-        "p50 (ms)",
-        "p99 (ms)",
-        "packets",
-        "captured at",
-    ]
-    .map(String::from)
-    .to_vec();
+    page.headers = ["flow", "requests"]
+        .into_iter()
+        .chain(stall_columns())
+        .chain([
+            "lost (ms)",
+            "p50 (ms)",
+            "p99 (ms)",
+            "packets",
+            "captured at",
+        ])
+        .map(String::from)
+        .collect();
     for f in flows.iter().take(TABLE_ROWS) {
-        let count = |k: StallKind| {
-            let n = f.counts.get(k);
-            Cell::number(n.to_string(), n as f64)
-        };
         page.rows.push(Row {
             stalled: f.counts.stalls() > 0,
-            cells: vec![
+            cells: [
                 Cell::text(f.label()),
                 Cell::number(f.requests.to_string(), f.requests as f64),
-                count(StallKind::NagleDelayedAck),
-                count(StallKind::CorkTimer),
-                count(StallKind::Rto),
-                count(StallKind::ZeroWindow),
-                {
-                    let holds: u64 = f.paced.iter().flatten().map(|p| p.holds).sum();
-                    Cell::number(holds.to_string(), holds as f64)
-                },
+            ]
+            .into_iter()
+            .chain(stall_cells(&f.counts))
+            .chain([
                 Cell::number(
                     format!("{:.1}", f.time_lost_ns.as_millis_f64()),
                     f.time_lost_ns.as_millis_f64(),
@@ -314,7 +311,8 @@ pub fn analysis_page(a: &Analysis, input: &InputFacts, title: &str) -> anyhow::R
                 ms_cell(f.latency_us.map(|l| l.1)),
                 Cell::number(f.packets.to_string(), f.packets as f64),
                 Cell::text(f.capture_point()),
-            ],
+            ])
+            .collect(),
         });
     }
     if flows.len() > TABLE_ROWS {
@@ -493,32 +491,24 @@ pub fn probe_page(
         page.facts.push(hop.clone());
     }
     page.facts.extend(report.notes.iter().cloned());
-    page.headers = [
-        "requests",
-        "p50 (ms)",
-        "p99 (ms)",
-        "max (ms)",
-        "nagle×delack",
-        "cork",
-        "rto",
-        "zero win",
-    ]
-    .map(String::from)
-    .to_vec();
+    page.headers = ["requests", "p50 (ms)", "p99 (ms)", "max (ms)"]
+        .into_iter()
+        .chain(stall_columns())
+        .map(String::from)
+        .collect();
     let number = |v: f64| Cell::number(format!("{v:.2}"), v);
     let count = |n: u64| Cell::number(n.to_string(), n as f64);
     page.rows.push(Row {
         stalled,
-        cells: vec![
+        cells: [
             count(report.requests as u64),
             number(report.latency.p50_ms),
             number(report.latency.p99_ms),
             number(report.latency.max_ms),
-            count(d.counts.nagle_delayed_ack),
-            count(d.counts.cork_timer),
-            count(d.counts.rto),
-            count(d.counts.zero_window),
-        ],
+        ]
+        .into_iter()
+        .chain(stall_cells(&d.counts))
+        .collect(),
     });
     let slow: Vec<f64> = latencies_ms
         .iter()

@@ -5,12 +5,11 @@
 use std::io::{self, Write};
 
 use rustc_hash::FxHashMap;
-use serde::Serialize;
 use serde_json::json;
 use serde_json::ser::{CompactFormatter, Formatter};
 
 use crate::detect::verdict::{events_by_flow, explain, fixes, patterns, FlowSummary};
-use crate::detect::{Analysis, KindCounts, Pacing, StallEvent, StallKind};
+use crate::detect::{Analysis, Pacing, StallEvent};
 use crate::flow::Span;
 
 /// Extra facts about the input, beside the analysis.
@@ -178,28 +177,6 @@ fn write_str(buf: &mut Vec<u8>, s: &str) -> io::Result<()> {
     serde_json::to_writer(buf, s).map_err(io::Error::from)
 }
 
-/// Counts per kind, under their stable names.
-#[derive(Serialize)]
-pub struct KindsJson {
-    nagle_delayed_ack: u64,
-    cork_timer: u64,
-    rto: u64,
-    zero_window: u64,
-    nagle_minor: u64,
-    nagle_ack_paced: u64,
-}
-
-fn kinds(c: &KindCounts) -> KindsJson {
-    KindsJson {
-        nagle_delayed_ack: c.get(StallKind::NagleDelayedAck),
-        cork_timer: c.get(StallKind::CorkTimer),
-        rto: c.get(StallKind::Rto),
-        zero_window: c.get(StallKind::ZeroWindow),
-        nagle_minor: c.get(StallKind::NagleMinor),
-        nagle_ack_paced: c.get(StallKind::NagleAckPaced),
-    }
-}
-
 /// A flow's label (`client-server`) and where the client's part ends in it.
 pub struct FlowLabel {
     text: String,
@@ -277,7 +254,7 @@ pub fn write_flow(
         number.write_u64(buf, value)?;
     }
     buf.extend_from_slice(b",\"stalls\":");
-    serde_json::to_writer(&mut *buf, &kinds(&f.counts))?;
+    serde_json::to_writer(&mut *buf, &f.counts)?;
     buf.extend_from_slice(b",\"time_lost_ms\":");
     number.write_f64(buf, ms(f.time_lost_ns))?;
     buf.extend_from_slice(b",\"worst_stall_ms\":");
@@ -379,7 +356,7 @@ pub fn write(out: &mut impl Write, a: &Analysis, input: &InputFacts) -> io::Resu
         "packets": input.records.max(a.packets),
         "tcp_segments": a.packets,
         "flows": a.flows.len(),
-        "stalls": kinds(&a.counts),
+        "stalls": &a.counts,
         "stall_total": a.stall_count(),
         "warnings": input.warnings,
         "flows_with_capture_gaps": a.flows.iter().filter(|f| f.capture_gaps > 0).count(),

@@ -5,7 +5,6 @@
 use std::io::{self, Write};
 
 use super::style::Style;
-use crate::detect::StallKind;
 use crate::ladder::{Ladder, Mark, Rung};
 use crate::Side;
 
@@ -88,21 +87,11 @@ fn arrow(pen: &Pen, label: &str, from: Side) -> String {
 
 /// The sentence on the gap the stall cost.
 fn gap_text(ladder: &Ladder) -> String {
-    let held = ladder.held_side.name();
-    let peer = ladder.held_side.peer().name();
     let ms = ladder.delay.as_millis_f64();
-    match ladder.kind {
-        StallKind::NagleDelayedAck => {
-            format!("{ms:.1} ms: {held} holds data until {peer}'s delayed ACK")
-        }
-        StallKind::NagleMinor => format!("{ms:.1} ms: {held} holds data one RTT (Nagle)"),
-        StallKind::NagleAckPaced => {
-            format!("{held}'s writes wait for {peer}'s ACK, one round trip each (Nagle pacing)")
-        }
-        StallKind::CorkTimer => format!("{ms:.1} ms: {held}'s data waits on its timer"),
-        StallKind::Rto => format!("{ms:.1} ms: silence until the retransmission timer"),
-        StallKind::ZeroWindow => format!("{ms:.1} ms: {peer}'s receive window is closed"),
-    }
+    format!(
+        "{ms:.1} ms: {}",
+        ladder.kind.info().gap_text(ladder.held_side)
+    )
 }
 
 /// Writes `ladder` to `out`.

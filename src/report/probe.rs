@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 
 use serde_json::{json, Value};
 
+use crate::detect::StallKind;
 use crate::probe::diagnosis::Source;
 use crate::probe::upstream::{Process, Upstream};
 use crate::probe::ProbeReport;
@@ -72,12 +73,12 @@ pub fn text(r: &ProbeReport) -> String {
     let c = &d.counts;
     let _ = writeln!(
         out,
-        "stalls: nagle_delayed_ack {}, cork_timer {}, rto {}, zero_window {} (minor Nagle holds {}); seen by {}",
-        c.nagle_delayed_ack,
-        c.cork_timer,
-        c.rto,
-        c.zero_window,
-        c.nagle_minor,
+        "stalls: {} (minor Nagle holds {}); seen by {}",
+        StallKind::stalls()
+            .map(|k| format!("{} {}", k.name(), c.get(k)))
+            .collect::<Vec<_>>()
+            .join(", "),
+        c.get(StallKind::NagleMinor),
         source_text(&d.source)
     );
     let paced = crate::probe::paced::describe(&r.ack_paced);
@@ -261,14 +262,7 @@ pub fn json(r: &ProbeReport) -> String {
         "max_ms": round3(r.latency.max_ms),
         "verdict": d.verdict(),
         "culprit": d.culprit.map(|s| s.name()),
-        "stalls": {
-            "nagle_delayed_ack": c.nagle_delayed_ack,
-            "cork_timer": c.cork_timer,
-            "rto": c.rto,
-            "zero_window": c.zero_window,
-            "nagle_minor": c.nagle_minor,
-            "nagle_ack_paced": c.nagle_ack_paced,
-        },
+        "stalls": c,
         "pipeline": r.pipeline,
         "ack_paced": ack_paced_json(&r.ack_paced),
         "advice": d.advice,

@@ -12,22 +12,6 @@ use crate::flow::{ClientGuess, MssSource, Span};
 /// Flows described in detail; the rest are counted (the JSON has them all).
 const FLOWS_SHOWN: usize = 10;
 
-/// The kinds found, stalls only or (`paced`) with the writes paced by ACKs.
-fn kinds_line(counts: &crate::detect::KindCounts, paced: bool) -> String {
-    let mut parts = Vec::new();
-    for kind in StallKind::ALL {
-        let n = counts.get(kind);
-        if n > 0 && (kind.is_stall() || (paced && kind.is_reported())) {
-            parts.push(format!("{n} {}", kind.name()));
-        }
-    }
-    if parts.is_empty() {
-        "no stalls".to_string()
-    } else {
-        parts.join(", ")
-    }
-}
-
 /// The summary and the stalled flows.
 pub fn summary(a: &Analysis, input: &InputFacts) -> String {
     let mut out = String::new();
@@ -53,7 +37,7 @@ pub fn summary(a: &Analysis, input: &InputFacts) -> String {
         );
     }
     let minor = a.counts.get(StallKind::NagleMinor);
-    let _ = write!(out, "stalls: {}", kinds_line(&a.counts, false));
+    let _ = write!(out, "stalls: {}", a.counts.stalls_text());
     if minor > 0 {
         let _ = write!(
             out,
@@ -139,7 +123,7 @@ pub fn summary(a: &Analysis, input: &InputFacts) -> String {
             "{}: {} requests, {}, {} lost, worst {}{latency}",
             f.label(),
             f.requests,
-            kinds_line(&f.counts, true),
+            f.counts.reported_text(),
             ms(f.time_lost_ns),
             ms(f.worst_stall_ns),
         );
@@ -228,21 +212,27 @@ pub fn flow_table(a: &Analysis) -> String {
     flow_table_with_tunnels(a, &crate::decode::OuterByFlow::default())
 }
 
+/// One column per kind, each as wide as its header and at least 4, each after a space.
+fn kind_columns<T: std::fmt::Display>(cell: impl Fn(StallKind) -> T) -> String {
+    let mut out = String::new();
+    for kind in StallKind::ALL {
+        let width = kind.info().column.len().max(4);
+        let _ = write!(out, " {:>width$}", cell(kind));
+    }
+    out
+}
+
 /// [`flow_table`], naming the outer tunnel of flows that came in one after their capture
 /// position.
 pub fn flow_table_with_tunnels(a: &Analysis, outers: &crate::decode::OuterByFlow) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<47} {:>7} {:>6} {:>5} {:>4} {:>4} {:>4} {:>5} {:>10} {:>9} {:>9} {:>7}  capture",
+        "{:<47} {:>7} {:>6}{} {:>10} {:>9} {:>9} {:>7}  capture",
         "flow (client-server)",
         "packets",
         "reqs",
-        "nagle",
-        "cork",
-        "rto",
-        "zwin",
-        "minor",
+        kind_columns(|kind| kind.info().column),
         "lost ms",
         "p50 ms",
         "p99 ms",
@@ -270,15 +260,11 @@ pub fn flow_table_with_tunnels(a: &Analysis, outers: &crate::decode::OuterByFlow
         }
         let _ = writeln!(
             out,
-            "{:<47} {:>7} {:>6} {:>5} {:>4} {:>4} {:>4} {:>5} {:>10.1} {:>9} {:>9} {:>7}  {}{guess}",
+            "{:<47} {:>7} {:>6}{} {:>10.1} {:>9} {:>9} {:>7}  {}{guess}",
             f.label(),
             f.packets,
             f.requests,
-            f.counts.get(StallKind::NagleDelayedAck),
-            f.counts.get(StallKind::CorkTimer),
-            f.counts.get(StallKind::Rto),
-            f.counts.get(StallKind::ZeroWindow),
-            f.counts.get(StallKind::NagleMinor),
+            kind_columns(|kind| f.counts.get(kind)),
             f.time_lost_ns.as_millis_f64(),
             p50,
             p99,

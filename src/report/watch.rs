@@ -13,7 +13,7 @@ use serde::Serialize;
 use super::json::write_event;
 use super::ms;
 use crate::detect::verdict::{explain, fixes};
-use crate::detect::{StallEvent, StallKind};
+use crate::detect::{Holder, KindCounts, StallEvent, StallKind};
 use crate::flow::Endpoint;
 use crate::watch::owner::{NoOwner, Owner};
 use crate::watch::summary::{OwnerStalls, WatchSummary};
@@ -40,10 +40,7 @@ pub fn flow_label(client: Endpoint, server: Endpoint) -> String {
 /// The command that switches Nagle off for the held socket: for Nagle stalls whose held side
 /// is the owner's socket.
 pub fn fix_command(event: &StallEvent, owner: &Owner) -> Option<String> {
-    let nagle = matches!(
-        event.finding.kind,
-        StallKind::NagleDelayedAck | StallKind::NagleMinor | StallKind::NagleAckPaced
-    );
+    let nagle = event.finding.kind.info().holder == Holder::Nagle;
     (nagle && owner.side == event.finding.held_side).then(|| fix_for(owner.pid, owner.port))
 }
 
@@ -58,7 +55,7 @@ fn fix_for(pid: u32, port: u16) -> String {
 /// socket); `None` when not a cork event of the held socket, or TCP_CORK was unreadable.
 pub fn cork_confirmed(event: &StallEvent, owner: Option<&Owner>) -> Option<bool> {
     let owner = owner?;
-    (event.finding.kind == StallKind::CorkTimer && owner.side == event.finding.held_side)
+    (event.finding.kind.info().holder == Holder::Cork && owner.side == event.finding.held_side)
         .then_some(owner.cork)
         .flatten()
 }
@@ -159,7 +156,7 @@ pub fn event_text(event: &StallEvent, found: Result<&Owner, &NoOwner>) -> String
         }
         None => {}
     }
-    if let Some(o) = owner.filter(|_| f.kind == StallKind::NagleDelayedAck) {
+    if let Some(o) = owner.filter(|_| f.kind.info().nagle_delayed_ack()) {
         if o.side == f.held_side {
             if o.nodelay == Some(true) {
                 let _ = writeln!(
@@ -247,21 +244,10 @@ pub fn write_event_json(
 
 /// The fix of a process whose own sockets were held by Nagle.
 fn summary_fix(o: &OwnerStalls) -> Option<String> {
-    (o.held && o.count(StallKind::NagleDelayedAck) > 0).then(|| fix_for(o.pid, o.port))
-}
-
-/// Counts by kind as `N kind, N kind`, stalls and writes paced by ACKs; `no stalls` when none.
-fn kinds_text(count: impl Fn(StallKind) -> u64) -> String {
-    let parts: Vec<String> = StallKind::ALL
-        .iter()
-        .filter(|k| k.is_reported() && count(**k) > 0)
-        .map(|k| format!("{} {}", count(*k), k.name()))
-        .collect();
-    if parts.is_empty() {
-        "no stalls".to_string()
-    } else {
-        parts.join(", ")
-    }
+    let nagle = StallKind::ALL
+        .into_iter()
+        .any(|k| k.info().nagle_delayed_ack() && o.stalls.get(k) > 0);
+    (o.held && nagle).then(|| fix_for(o.pid, o.port))
 }
 
 /// The closing summary as text.
@@ -300,7 +286,7 @@ pub fn summary_text(s: &WatchSummary) -> String {
         );
     }
     let _ = writeln!(out, "flows: {} ({} active)", s.flows, s.active_flows);
-    let _ = write!(out, "stalls: {}", kinds_text(|k| s.counts.get(k)));
+    let _ = write!(out, "stalls: {}", s.counts.reported_text());
     if s.counts.stalls() > 0 {
         let _ = write!(
             out,
@@ -334,7 +320,7 @@ pub fn summary_text(s: &WatchSummary) -> String {
                 } else {
                     " (peer of the held side)"
                 },
-                kinds_text(|k| o.count(k)),
+                o.stalls.stalls_text(),
             );
         }
     }
@@ -356,28 +342,6 @@ pub fn summary_text(s: &WatchSummary) -> String {
     out
 }
 
-/// Counts by kind under their stable names, in `analyze`'s order.
-#[derive(Serialize)]
-struct KindKeys {
-    nagle_delayed_ack: u64,
-    cork_timer: u64,
-    rto: u64,
-    zero_window: u64,
-    nagle_minor: u64,
-}
-
-impl KindKeys {
-    fn of(count: impl Fn(StallKind) -> u64) -> KindKeys {
-        KindKeys {
-            nagle_delayed_ack: count(StallKind::NagleDelayedAck),
-            cork_timer: count(StallKind::CorkTimer),
-            rto: count(StallKind::Rto),
-            zero_window: count(StallKind::ZeroWindow),
-            nagle_minor: count(StallKind::NagleMinor),
-        }
-    }
-}
-
 /// The closing summary as one JSON line: `{"summary":{...}}`.
 pub fn summary_json(s: &WatchSummary) -> String {
     #[derive(Serialize)]
@@ -392,7 +356,7 @@ pub fn summary_json(s: &WatchSummary) -> String {
         port: u16,
         side: &'static str,
         held: bool,
-        stalls: KindKeys,
+        stalls: KindCounts,
         fix: Option<String>,
     }
     #[derive(Serialize)]
@@ -406,7 +370,7 @@ pub fn summary_json(s: &WatchSummary) -> String {
         if_dropped: u64,
         flows: u64,
         active_flows: u64,
-        stalls: KindKeys,
+        stalls: KindCounts,
         held_side: Held,
         without_owner: u64,
         owners: Vec<OwnerJson<'a>>,
@@ -427,7 +391,7 @@ pub fn summary_json(s: &WatchSummary) -> String {
             if_dropped: s.drops.if_dropped,
             flows: s.flows,
             active_flows: s.active_flows,
-            stalls: KindKeys::of(|k| s.counts.get(k)),
+            stalls: s.counts,
             held_side: Held {
                 client: s.held[0],
                 server: s.held[1],
@@ -442,7 +406,7 @@ pub fn summary_json(s: &WatchSummary) -> String {
                     port: o.port,
                     side: o.side.name(),
                     held: o.held,
-                    stalls: KindKeys::of(|k| o.count(k)),
+                    stalls: o.stalls,
                     fix: summary_fix(o),
                 })
                 .collect(),

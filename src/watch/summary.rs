@@ -5,7 +5,7 @@ use rustc_hash::FxHashMap;
 
 use super::owner::Owner;
 use super::source::{DropStats, PacketCounts};
-use crate::detect::{KindCounts, StallEvent, StallKind};
+use crate::detect::{KindCounts, StallEvent};
 use crate::flow::Side;
 
 /// Processes listed in the summary at most; a host with more stalling (pid, port) pairs is
@@ -26,21 +26,13 @@ pub struct OwnerStalls {
     /// Whether its side's data was the data held (then `fix` applies to it).
     pub held: bool,
     /// Stalls by kind.
-    pub stalls: [u64; StallKind::ALL.len()],
+    pub stalls: KindCounts,
 }
 
 impl OwnerStalls {
-    /// Stalls of `kind`.
-    pub fn count(&self, kind: StallKind) -> u64 {
-        StallKind::ALL
-            .iter()
-            .position(|k| *k == kind)
-            .map_or(0, |i| self.stalls[i])
-    }
-
     /// All stalls.
     pub fn total(&self) -> u64 {
-        self.stalls.iter().sum()
+        self.stalls.total()
     }
 }
 
@@ -55,9 +47,6 @@ pub struct OwnerTally {
 impl OwnerTally {
     /// Counts `event` for `owner`.
     pub fn add(&mut self, event: &StallEvent, owner: &Owner) {
-        let Some(index) = StallKind::ALL.iter().position(|k| *k == event.finding.kind) else {
-            return;
-        };
         let key = (owner.pid, owner.port, owner.side);
         if !self.by_owner.contains_key(&key) && self.by_owner.len() >= OWNERS_KEPT {
             self.unlisted += 1;
@@ -69,9 +58,9 @@ impl OwnerTally {
             port: owner.port,
             side: owner.side,
             held: owner.side == event.finding.held_side,
-            stalls: [0; StallKind::ALL.len()],
+            stalls: KindCounts::default(),
         });
-        entry.stalls[index] += 1;
+        entry.stalls.add(event.finding.kind);
     }
 
     /// The owners, most stalls first.
