@@ -1,6 +1,20 @@
 //! `analyze --json`: the stable keys of ARCHITECTURE.md (`summary.packets`, `summary.flows`,
 //! `summary.stalls.{nagle_delayed_ack,cork_timer,rto,zero_window}`, `events[].{kind,flow,time,
 //! delay_ms,held_side,ack_side}`), plus keys scripts may find useful.
+//!
+//! Writes paced by ACKs (`nagle_ack_paced`, not a stall: `summary.stalls.nagle_ack_paced`
+//! counts the flow sides, not in `stall_total`): one event per paced flow side, its
+//! `delay_ms` the holds' time so far (their union), with `"nagle_ack_paced":{"held_side",
+//! "holds","released_by_data","delay_sum_ms","time_lost_ms","span_ms","bytes","bytes_per_s",
+//! "bytes_per_s_without_estimate","estimate"}`; the flow (`flows[].nagle_ack_paced`, a list,
+//! present only on paced flows) carries the same object with the final figures. `holds` counts
+//! the holds (`released_by_data`: those released by the peer's data carrying the ACK);
+//! `delay_sum_ms` sums each hold's delay (from the small segment to the released one, an upper
+//! bound of the wait); `time_lost_ms` is their union, never more than `span_ms` (first to last
+//! packet of the flow); `bytes_per_s` is the held side's new bytes over `span_ms`;
+//! `bytes_per_s_without_estimate` is an ESTIMATE, `bytes / (span_ms − time_lost_ms)`, named by
+//! `estimate`: an upper bound that assumes each hold's time would have gone to sending and
+//! ignores what the holds saved (writes gathered into fewer segments).
 
 use std::io::{self, Write};
 
