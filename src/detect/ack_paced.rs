@@ -265,16 +265,40 @@ pub(crate) fn record(
     p.bytes = flow.dir(side).bytes + u64::from(seg.payload_len);
     p.span_ns = seg.ts_ns.since(flow.first_seen);
     let counts = [&mut sink.analysis.counts, &mut sink.tally.counts];
+    let events = &mut sink.analysis.events;
+    let minor_here = |e: &StallEvent| {
+        e.flow_id == flow.id && e.finding.kind == StallKind::NagleMinor && e.finding.held_side == side
+    };
     if pacing.paced[i] {
-        // The direction is paced: its holds are the pacing, not minor holds.
+        // The direction is paced: its holds are the pacing, not minor holds (the one just
+        // recorded, when minor events are kept, is the last event).
         if minor {
             for c in counts {
                 c.remove(StallKind::NagleMinor, 1);
             }
+            if events.last().is_some_and(minor_here) {
+                events.pop();
+            }
         }
-        let current = pacing.event[i].filter(|(generation, _)| *generation == sink.generation);
-        let event = current.and_then(|(_, at)| sink.analysis.events.get_mut(at));
-        if let Some(e) = event.filter(|e| e.flow_id == flow.id) {
+        // The side's event, while the detector still holds it: at its index, or, when another
+        // side's minor events were dropped since, found again.
+        let ours = |e: &StallEvent| {
+            e.flow_id == flow.id
+                && e.finding.kind == StallKind::NagleAckPaced
+                && e.finding.held_side == side
+        };
+        let Some((generation, at)) = pacing.event[i] else {
+            return;
+        };
+        if generation != sink.generation {
+            return;
+        }
+        let at = match events.get(at) {
+            Some(e) if ours(e) => Some(at),
+            _ => events.iter().rposition(ours),
+        };
+        pacing.event[i] = at.map(|at| (generation, at));
+        if let Some(e) = at.and_then(|at| events.get_mut(at)) {
             e.finding.delay_ns = p.time_lost_ns;
             e.paced = Some(Box::new(*p));
         }
@@ -289,6 +313,10 @@ pub(crate) fn record(
     for c in counts {
         c.remove(StallKind::NagleMinor, earlier_minor);
         c.add(StallKind::NagleAckPaced);
+    }
+    // Once, when the side turns paced: its minor events still held are the pacing's holds.
+    if earlier_minor > 0 {
+        events.retain(|e| !minor_here(e));
     }
     let dir = flow.dir(side);
     let event = StallEvent {
@@ -314,8 +342,8 @@ pub(crate) fn record(
         backoff_ns: Span::ZERO,
         paced: Some(Box::new(*p)),
     };
-    pacing.event[i] = Some((sink.generation, sink.analysis.events.len()));
-    sink.analysis.events.push(event);
+    pacing.event[i] = Some((sink.generation, events.len()));
+    events.push(event);
 }
 
 /// One sentence naming the pattern, from the event's aggregate.
@@ -457,6 +485,18 @@ mod tests {
         assert_eq!(many.counts.get(StallKind::NagleMinor), 0);
         assert_eq!(many.flows[0].counts.get(StallKind::NagleMinor), 0);
         assert_eq!(many.flows[0].paced[0].map(|p| p.holds), Some(MIN_HOLDS + 5));
+        // The kept minor events go with their counts: the holds are the pacing's.
+        let minor_events = |a: &super::super::Analysis| {
+            a.events
+                .iter()
+                .filter(|e| e.finding.kind == StallKind::NagleMinor)
+                .count() as u64
+        };
+        assert_eq!(minor_events(&few), MIN_HOLDS - 1);
+        assert_eq!(minor_events(&many), 0);
+        assert_eq!(many.events.len(), 1);
+        let paced = many.events[0].paced.as_deref().map(|p| p.holds);
+        assert_eq!(paced, Some(MIN_HOLDS + 5), "the event kept up to date");
         let same_size = run(MIN_HOLDS + 5, 30, 6);
         assert_eq!(same_size.counts.get(StallKind::NagleAckPaced), 0);
         assert_eq!(same_size.counts.get(StallKind::NagleMinor), MIN_HOLDS + 5);
