@@ -21,6 +21,7 @@ pub mod report;
 pub mod route;
 pub mod sockopt;
 pub mod tcp_rules;
+pub mod units;
 pub mod watch;
 
 pub use flow::Side;

@@ -7,7 +7,7 @@
 
 use std::net::IpAddr;
 
-use crate::flow::{SeqNumber, Timestamp};
+use crate::units::{SeqNumber, Timestamp};
 mod arcnet;
 mod decap;
 mod ethernet;
