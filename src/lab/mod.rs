@@ -36,7 +36,6 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use serde::Serialize;
 
 use self::expect::SegmentRules;
 use self::own_traffic::{CaptureFile, OwnTraffic, RowVerdicts};
@@ -46,6 +45,7 @@ use self::scenarios::{ConnectionMode, Scenario, Variant, CATALOGUE, MAX_SIZE, SC
 use crate::capture::live::CaptureSummary;
 use crate::kernel::KernelFacts;
 use crate::report;
+pub(crate) use crate::report::model::lab::{CaptureReport, LabReport, PathReport};
 use crate::tcp_rules::{DELACK_MIN, STALL_MARGIN, STALL_THRESHOLD};
 use crate::Outcome;
 
@@ -201,55 +201,6 @@ where
         }
         Ok(value)
     }
-}
-
-/// The whole output of `lab --json`.
-#[derive(Debug, Serialize)]
-pub(crate) struct LabReport {
-    /// The running kernel's facts.
-    pub kernel: KernelFacts,
-    /// The header line: release, HZ, autocorking, delayed-ACK window.
-    pub kernel_summary: String,
-    /// One entry per row run.
-    pub rows: Vec<RowResult>,
-    /// The capture written with `--capture`, if any.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub capture: Option<CaptureReport>,
-    /// The emulated path of `--rtt`, if any.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub path: Option<PathReport>,
-}
-
-/// The emulated path a run used.
-#[derive(Debug, Serialize)]
-pub(crate) struct PathReport {
-    /// Round-trip time added by the relay.
-    pub rtt_ms: f64,
-    /// Bottleneck rate, if any.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub rate_mbit: Option<f64>,
-    /// The client's namespace (deleted when the run ended).
-    pub client_namespace: String,
-    /// The server's namespace (deleted when the run ended).
-    pub server_namespace: String,
-    /// `--peer`: the user-space stack playing one end.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub peer: Option<crate::peer::PeerReport>,
-}
-
-/// What `--capture` wrote.
-#[derive(Debug, Serialize)]
-pub(crate) struct CaptureReport {
-    /// The pcap file.
-    pub file: PathBuf,
-    /// Packets written.
-    pub packets: u64,
-    /// TCP connections captured.
-    pub flows: u64,
-    /// Connections whose FINs were not all seen before the capture stopped.
-    pub unclosed_flows: u64,
-    /// Packets the kernel dropped before the capture read them (0 for a complete capture).
-    pub dropped: u64,
 }
 
 /// Runs the lab.

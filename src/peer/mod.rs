@@ -24,6 +24,7 @@ use self::profile::Profile;
 use self::server::{PeerServer, ServerJob};
 use self::stack::PeerStack;
 use crate::lab::path::{NetNs, PathEnds, CLIENT_ADDR, SERVER_ADDR};
+pub use crate::report::model::lab::PeerReport;
 
 /// Which end of a row the peer plays.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -33,17 +34,6 @@ pub enum PeerSide {
     Client,
     /// The server.
     Server,
-}
-
-/// The peer as `lab --json` reports it (under `path`).
-#[derive(Debug, Clone, Serialize)]
-pub struct PeerReport {
-    /// The system it behaves like.
-    pub profile: &'static str,
-    /// The end it plays.
-    pub side: &'static str,
-    /// Its rules, in one line.
-    pub rules: &'static str,
 }
 
 /// A client job of any kind.

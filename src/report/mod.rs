@@ -5,6 +5,7 @@ pub mod html;
 pub mod json;
 pub mod lab;
 pub mod ladder;
+pub mod model;
 pub mod probe;
 pub mod sockets;
 pub mod style;

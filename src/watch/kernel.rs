@@ -25,11 +25,11 @@ use rustc_hash::FxHashMap;
 
 use super::metrics::{Metrics, Totals};
 use super::printer::{self, ToPrinter};
-use super::summary::WatchSummary;
 use super::WatchArgs;
 use crate::detect::{Finding, KindCounts, PeerStack, StallEvent, StallKind};
 use crate::flow::{Endpoint, Side, Span, Timestamp};
 use crate::process::procfs::{self, TcpState};
+use crate::report::model::watch::WatchSummary;
 use crate::tcp_rules;
 
 /// The compiled BPF programs (`scripts/build-bpf` rebuilds it from `bpf/nagle.bpf.c`),

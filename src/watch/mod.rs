@@ -15,7 +15,6 @@ pub mod metrics;
 pub mod owner;
 pub mod printer;
 pub mod source;
-pub mod summary;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,10 +26,10 @@ use clap::Args;
 
 use self::metrics::{Metrics, Totals};
 use self::printer::ToPrinter;
-use self::source::{LiveSource, PacketCounts, SourceError, SourceNotice};
-use self::summary::WatchSummary;
+use self::source::{LiveSource, SourceError, SourceNotice};
 use crate::decode::Segment;
 use crate::detect::{Detector, DetectorConfig};
+use crate::report::model::watch::{PacketCounts, WatchSummary};
 use crate::report::watch::{summary_json, summary_text};
 use crate::Outcome;
 

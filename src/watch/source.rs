@@ -15,6 +15,7 @@ use crate::capture::nflog::{LoggedPacket, NflogSocket};
 use crate::capture::ring::{Frame, Ring, RingError, RingOptions};
 use crate::decode::link::LinkType;
 use crate::decode::{Decap, Decoded, PacketMeta, Segment};
+pub use crate::report::model::watch::{DropStats, PacketCounts};
 
 /// Bytes kept of each packet: every header up to the end of TCP's options (link 20 + IPv6 40 +
 /// extension headers + TCP 60). The payload's length comes from the IP header (see
@@ -94,37 +95,6 @@ impl From<RingError> for SourceError {
                 reason: format!("{what}: {error}"),
             },
         }
-    }
-}
-
-/// The kernel's packet counters for the capture, since it started (`pcap_stats`: on Linux
-/// `PACKET_STATISTICS`, summed by libpcap). Counts are 64-bit here: libpcap's are 32-bit and
-/// wrap on a busy host within hours.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct DropStats {
-    /// Packets dropped because the capture buffer was full (tcpstall did not keep up).
-    pub dropped: u64,
-    /// Packets dropped by the interface or its driver.
-    pub if_dropped: u64,
-}
-
-/// What a pass over the captured packets handed on.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PacketCounts {
-    /// Packets captured.
-    pub packets: u64,
-    /// TCP segments decoded and handed on.
-    pub tcp_segments: u64,
-    /// Packets that are not TCP, non-first fragments, or undecodable.
-    pub skipped: u64,
-}
-
-impl PacketCounts {
-    /// Adds `other` to these counts.
-    pub fn add(&mut self, other: PacketCounts) {
-        self.packets += other.packets;
-        self.tcp_segments += other.tcp_segments;
-        self.skipped += other.skipped;
     }
 }
 

@@ -1,10 +1,9 @@
-//! What a `watch` run saw, for the closing summary: packets and drops, flows, stalls by kind
-//! and held side, and the local processes whose sockets stalled.
+//! What `tcpstall watch` hands its renderer ([`crate::report::watch`]): the process owning a
+//! stalled flow's socket, and what a run saw, for the closing summary: packets and drops, flows,
+//! stalls by kind and held side, and the local processes whose sockets stalled.
 
 use rustc_hash::FxHashMap;
 
-use super::owner::Owner;
-use super::source::{DropStats, PacketCounts};
 use crate::detect::{KindCounts, StallEvent, StallKind};
 use crate::flow::Side;
 
@@ -114,4 +113,93 @@ pub struct WatchSummary {
     pub owners: Vec<OwnerStalls>,
     /// Stalls of owners not listed.
     pub owners_unlisted: u64,
+}
+
+/// The process holding a flow's local socket, and the socket's options now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    /// Which side of the flow the socket is: the held side when it is local, else its peer.
+    pub side: Side,
+    /// The process.
+    pub pid: u32,
+    /// Its command name (`/proc/PID/comm`).
+    pub command: String,
+    /// The fd in that process; -1 when unknown (a socket of another network namespace).
+    pub fd: i32,
+    /// The socket's local port (what `tcpstall fix PID --port N` selects by).
+    pub port: u16,
+    /// TCP_NODELAY now; `None` when it could not be read.
+    pub nodelay: Option<bool>,
+    /// TCP_CORK now; `None` when it could not be read.
+    pub cork: Option<bool>,
+    /// Why the options could not be read.
+    pub unreadable: Option<String>,
+    /// The socket found is the server's listening socket: the connection itself had closed.
+    pub listener: bool,
+}
+
+impl Owner {
+    /// The process the kernel saw write `event`'s held bytes, when its socket is not in this
+    /// network namespace (a container's): no fd to name, no options to read.
+    pub fn writer(event: &StallEvent, pid: u32, command: String) -> Owner {
+        let held = event.finding.held_side;
+        Owner {
+            side: held,
+            pid,
+            command,
+            fd: -1,
+            port: match held {
+                Side::Client => event.client.port,
+                Side::Server => event.server.port,
+            },
+            nodelay: None,
+            cork: None,
+            unreadable: Some(
+                "the socket is in another network namespace; the kernel named its writer".into(),
+            ),
+            listener: false,
+        }
+    }
+}
+
+/// Why a stalled flow has no process to name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoOwner {
+    /// Neither endpoint is a socket in this host's network namespace: traffic passing through,
+    /// another namespace (a container's), or a connection closed before it was looked up.
+    NotLocal,
+    /// A socket of this host, held by no process tcpstall may inspect: another user's
+    /// `/proc/PID/fd` needs CAP_SYS_PTRACE (`proc_fd_permission`).
+    Hidden,
+}
+
+/// The kernel's packet counters for the capture, since it started (`pcap_stats`: on Linux
+/// `PACKET_STATISTICS`, summed by libpcap). Counts are 64-bit here: libpcap's are 32-bit and
+/// wrap on a busy host within hours.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DropStats {
+    /// Packets dropped because the capture buffer was full (tcpstall did not keep up).
+    pub dropped: u64,
+    /// Packets dropped by the interface or its driver.
+    pub if_dropped: u64,
+}
+
+/// What a pass over the captured packets handed on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PacketCounts {
+    /// Packets captured.
+    pub packets: u64,
+    /// TCP segments decoded and handed on.
+    pub tcp_segments: u64,
+    /// Packets that are not TCP, non-first fragments, or undecodable.
+    pub skipped: u64,
+}
+
+impl PacketCounts {
+    /// Adds `other` to these counts.
+    pub fn add(&mut self, other: PacketCounts) {
+        self.packets += other.packets;
+        self.tcp_segments += other.tcp_segments;
+        self.skipped += other.skipped;
+    }
 }
