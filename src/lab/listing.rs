@@ -7,8 +7,8 @@ use super::expect::{Geometry, WireOutcome};
 use super::explain::Explanation;
 use super::runner::RunSettings;
 use super::scenarios::{ConnectionMode, Expectation, Variant, SCENARIOS};
-use super::server::Protocol;
-use super::write::WriteStrategy;
+use crate::exchange::protocol::Protocol;
+use crate::exchange::write::WriteStrategy;
 pub(crate) use crate::report::model::lab::{ListedRow, ListedScenario, Listing};
 use crate::Side;
 

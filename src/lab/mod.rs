@@ -13,10 +13,8 @@
 pub mod client;
 pub(crate) mod expect;
 pub(crate) mod explain;
-pub(crate) mod framing;
 pub(crate) mod listing;
 pub mod measure;
-pub(crate) mod notes;
 pub(crate) mod own_traffic;
 pub(crate) mod path;
 pub(crate) mod runner;
@@ -24,7 +22,6 @@ pub(crate) mod scenarios;
 pub(crate) mod serve;
 pub(crate) mod server;
 pub(crate) mod workload;
-pub(crate) mod write;
 
 use std::fmt::Display;
 use std::io::Write as _;
@@ -246,7 +243,11 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
     };
     settings.path = emulated.as_ref().map(|p| p.ends().clone());
     if let (Some(profile), Some(ends)) = (args.peer, &settings.path) {
-        let peer = crate::peer::Peer::attach(profile, args.peer_side, ends)?;
+        let namespace = match args.peer_side {
+            crate::peer::PeerSide::Client => &ends.client,
+            crate::peer::PeerSide::Server => &ends.server,
+        };
+        let peer = crate::peer::Peer::attach(profile, args.peer_side, namespace)?;
         settings.peer = Some(Arc::new(peer));
     }
     // The rows' own traffic through the detector; with --capture also to the file. The

@@ -12,11 +12,12 @@ use std::sync::Mutex;
 
 use anyhow::Context;
 
-use super::path::{PathEnds, TUN_NAME};
+use super::path::PathEnds;
 use crate::capture::live::{
     CaptureOptions, CaptureSummary, LiveCapture, OpenError, PacketSocket, PortFilter,
 };
 use crate::detect::{Analysis, Detector, DetectorConfig, StallEvent, StallKind};
+use crate::netns::TUN_NAME;
 pub use crate::report::model::lab::DetectorVerdict;
 use crate::Side;
 

@@ -11,11 +11,11 @@ use super::client::{ClientConfig, Connection};
 use super::expect::{Geometry, SegmentRules, WireOutcome};
 use super::explain::{Explanation, PathNote};
 use super::measure::{stall_threshold_ms, LatencySummary};
-use super::notes::{describe_io, ErrorTally};
 use super::path::{own_packet_share, PathEnds};
 use super::scenarios::Variant;
 use super::server::{Server, ServerConfig, ServerNodelay};
 use super::workload::Exchange;
+use crate::exchange::notes::{describe_io, ErrorTally};
 use crate::kernel::{tcpext_counter, tcpext_counter_in};
 pub(crate) use crate::report::model::lab::RowResult;
 use crate::Side;
@@ -76,7 +76,7 @@ fn route_fix_on(
     };
     let (namespace, peer) = match fix.side {
         Side::Client => (&path.client, path.server_addr),
-        Side::Server => (&path.server, super::path::CLIENT_ADDR),
+        Side::Server => (&path.server, crate::netns::CLIENT_ADDR),
     };
     let change = match (fix.lever, settings.route_rto_min) {
         (RouteLever::QuickAck, _) => RouteChange::QuickAck,
@@ -392,7 +392,7 @@ impl RowServer {
         }
     }
 
-    fn stop(self) -> super::server::ServerReport {
+    fn stop(self) -> crate::exchange::ServerReport {
         match self {
             RowServer::Kernel(server) => server.stop(),
             RowServer::Peer(server) => server.stop(),

@@ -15,7 +15,7 @@ use smoltcp::wire::{HardwareAddress, IpAddress, IpCidr, IpEndpoint};
 use super::ack_policy::AckPolicy;
 use super::device::PolicyTun;
 use super::profile::{NagleRule, StackRules};
-use crate::lab::framing::FrameEnd;
+use crate::exchange::framing::FrameEnd;
 use crate::tcp_rules;
 
 /// Socket buffers of each connection: 64 KiB, Linux's default `tcp_rmem` order of magnitude.
