@@ -11,7 +11,7 @@
 //! a turn is think time and never a stall.
 
 mod cork;
-pub mod evidence;
+pub(crate) mod evidence;
 mod nagle;
 mod rto;
 pub(crate) mod verdict;

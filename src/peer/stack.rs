@@ -351,13 +351,6 @@ impl PeerStack {
         found.ok_or_else(|| io::Error::other("read: no message"))
     }
 
-    /// Whether the other end has closed its side and everything it sent was read.
-    pub fn peer_closed(&mut self, handle: SocketHandle) -> bool {
-        self.poll();
-        let socket = self.sockets.get_mut::<tcp::Socket>(handle);
-        !socket.may_recv() && !socket.can_recv()
-    }
-
     /// Waits until everything written is acknowledged.
     pub fn wait_until_acked(&mut self, handle: SocketHandle, deadline: Instant) -> io::Result<()> {
         let pending = |stack: &PeerStack| {

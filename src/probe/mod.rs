@@ -8,21 +8,21 @@
 //! weaker view the report owns up to. A stall it can blame on Nagle × delayed ACK is then
 //! re-run with the client-side remedy ([`confirm`]): it must vanish.
 
-pub mod capture;
-pub mod client;
-pub mod confirm;
-pub mod diagnosis;
-pub mod dialogue;
-pub mod http;
-pub mod line;
-pub mod memcached;
-pub mod redis;
-pub mod reply;
-pub mod socket;
-pub mod stalls;
-pub mod target;
-pub mod tls;
-pub mod upstream;
+pub(crate) mod capture;
+pub(crate) mod client;
+pub(crate) mod confirm;
+pub(crate) mod diagnosis;
+pub(crate) mod dialogue;
+pub(crate) mod http;
+pub(crate) mod line;
+pub(crate) mod memcached;
+pub(crate) mod redis;
+pub(crate) mod reply;
+pub(crate) mod socket;
+pub(crate) mod stalls;
+pub(crate) mod target;
+pub(crate) mod tls;
+pub(crate) mod upstream;
 
 use std::io::Write as _;
 use std::net::{SocketAddr, ToSocketAddrs};

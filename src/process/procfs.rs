@@ -236,13 +236,6 @@ pub(crate) fn thread_ids(pid: u32) -> io::Result<Vec<u32>> {
     Ok(tids)
 }
 
-/// The state letter of thread `tid` of `pid` (`R`, `S`, `T` stopped, `t` tracing stop...).
-pub fn thread_state(pid: u32, tid: u32) -> Option<char> {
-    let text = fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
-    // The command name in parentheses may hold spaces: the state follows the last ')'.
-    text.rsplit_once(')')?.1.trim_start().chars().next()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

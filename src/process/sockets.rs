@@ -95,9 +95,7 @@ impl SocketView {
 /// The TCP sockets of one process (and its children), and what could not be seen.
 #[derive(Debug, Clone)]
 pub struct ProcessSockets {
-    /// The process.
-    pub pid: u32,
-    /// The processes looked at: `pid`, then its descendants unless restricted to it.
+    /// The processes looked at: the target, then its descendants unless restricted to it.
     pub pids: Vec<u32>,
     /// Its TCP sockets, in the order first seen: by process (parents first), then by fd.
     pub sockets: Vec<SocketView>,
@@ -246,7 +244,6 @@ pub fn inspect_scope(pid: u32, tree: bool) -> Result<ProcessSockets, AccessError
     sockets.sort_by_key(|(order, _)| *order);
     let sockets = sockets.into_iter().map(|(_, view)| view).collect();
     Ok(ProcessSockets {
-        pid,
         pids: if tree { family } else { vec![pid] },
         sockets,
         missing,
@@ -381,7 +378,6 @@ fn owned_by_uid(pid: u32) -> Result<ProcessSockets, AccessError> {
     sockets.sort_by_key(|v| v.inode);
     let uid_text = crate::report::or_unknown(uid);
     Ok(ProcessSockets {
-        pid,
         pids: vec![pid],
         sockets,
         missing: Some(reason),

@@ -208,13 +208,8 @@ fn guess_notes(flows: &[FlowSummary]) -> String {
     out
 }
 
-/// `--flows`: one line per flow.
-pub fn flow_table(a: &Analysis) -> String {
-    flow_table_with_tunnels(a, &crate::decode::OuterByFlow::default())
-}
-
-/// [`flow_table`], naming the outer tunnel of flows that came in one after their capture
-/// position.
+/// `--flows`: one line per flow, naming the outer tunnel of flows that came in one after their
+/// capture position.
 pub fn flow_table_with_tunnels(a: &Analysis, outers: &crate::decode::OuterByFlow) -> String {
     let mut out = String::new();
     let _ = writeln!(

@@ -37,10 +37,6 @@ use crate::tcp_rules;
 /// allow.
 pub static NAGLE_BPF: &[u8] = aya::include_bytes_aligned!("../../bpf/nagle.bpf.o");
 
-/// SHA-256 of the BPF sources the committed object was built from, as `scripts/build-bpf`
-/// wrote it (a test compares it with the sources).
-pub const NAGLE_BPF_STAMP: &str = include_str!("../../bpf/nagle.bpf.stamp");
-
 /// The tracepoints the programs attach to, by program name (= tracepoint name).
 const TRACEPOINTS: [&str; 2] = ["sock_send_length", "tcp_probe"];
 

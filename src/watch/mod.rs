@@ -10,11 +10,11 @@
 //! It can run for days: events and retired flows are taken from the detector as they come,
 //! and the detector retires closed and idle flows, so memory follows the active flows.
 
-pub mod kernel;
+pub(crate) mod kernel;
 pub mod metrics;
-pub mod owner;
-pub mod printer;
-pub mod source;
+pub(crate) mod owner;
+pub(crate) mod printer;
+pub(crate) mod source;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -103,6 +103,7 @@ impl OwnerLookup {
     }
 
     /// Flows remembered (for tests of the memory bound).
+    #[cfg(test)]
     pub fn remembered(&self) -> usize {
         self.by_flow.len()
     }

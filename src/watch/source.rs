@@ -9,7 +9,7 @@ use std::time::Duration;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 use crate::capture::filter::interpret;
-use crate::capture::filter::{self, Compiler, FilterError, Framing};
+use crate::capture::filter::{self, FilterError, Framing};
 use crate::capture::live::OpenError;
 use crate::capture::nflog::{LoggedPacket, NflogSocket};
 use crate::capture::ring::{Frame, Ring, RingError, RingOptions};
@@ -117,7 +117,6 @@ enum Tap {
     Nflog {
         socket: NflogSocket,
         program: Vec<libc::sock_filter>,
-        compiler: Compiler,
         dropped: u64,
     },
 }
@@ -134,13 +133,6 @@ impl Tap {
         match self {
             Tap::Ring(ring) => ring.interface().to_string(),
             Tap::Nflog { socket, .. } => socket.name(),
-        }
-    }
-
-    fn compiler(&self) -> Compiler {
-        match self {
-            Tap::Ring(ring) => ring.compiler(),
-            Tap::Nflog { compiler, .. } => *compiler,
         }
     }
 }
@@ -222,7 +214,6 @@ impl LiveSource {
                     socket,
                     // An empty filter (TCP only) is the common case; it is still run.
                     program: compiled.program,
-                    compiler: compiled.compiler,
                     dropped: 0,
                 });
                 continue;
@@ -246,11 +237,6 @@ impl LiveSource {
             packet_number: 0,
             decap: Decap::default(),
         })
-    }
-
-    /// Who compiled the kernel filter (libpcap, or the built-in compiler without it).
-    pub fn compiler(&self) -> Option<Compiler> {
-        self.taps.first().map(Tap::compiler)
     }
 
     /// What changed since the last call (interfaces down or gone).
