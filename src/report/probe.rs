@@ -7,9 +7,7 @@ use std::fmt::Write as _;
 use serde_json::{json, Value};
 
 use crate::detect::StallKind;
-use crate::probe::diagnosis::Source;
-use crate::probe::upstream::{Process, Upstream};
-use crate::probe::ProbeReport;
+use crate::report::model::probe::{ProbeReport, Process, Source, Upstream};
 
 fn round3(x: f64) -> f64 {
     (x * 1e3).round() / 1e3
