@@ -214,17 +214,8 @@ fn keep_reading_on_interrupt() {
 }
 
 /// Runs the detector over `files` in order, on `workers` detector threads (flows split between
-/// them by 4-tuple; the result is the same for any number); warnings about damaged input go to
-/// stderr.
-pub fn analyse_files(
-    files: &[PathBuf],
-    config: DetectorConfig,
-    workers: usize,
-) -> anyhow::Result<(Analysis, InputFacts)> {
-    analyse_files_decap(files, config, workers, &DecapConfig::default())
-}
-
-/// [`analyse_files`], reading the extra overlay ports of `decap`.
+/// them by 4-tuple; the result is the same for any number), reading the extra overlay ports of
+/// `decap`; warnings about damaged input go to stderr.
 pub fn analyse_files_decap(
     files: &[PathBuf],
     config: DetectorConfig,

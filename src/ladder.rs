@@ -109,8 +109,6 @@ pub struct Ladder {
     pub client: Endpoint,
     /// Acceptor.
     pub server: Endpoint,
-    /// Capture time of the first rung.
-    pub start: Timestamp,
     /// How long the data waited.
     pub delay: Span,
     /// The segments, in capture order.
@@ -277,7 +275,6 @@ pub fn build(event: &StallEvent, segs: &[Segment]) -> Ladder {
         held_side: event.finding.held_side,
         client: event.client,
         server: event.server,
-        start,
         delay: event.finding.delay_ns,
         rungs,
         gap_after,

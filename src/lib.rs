@@ -4,23 +4,26 @@
 //! segment until the peer's delayed ACK (RFC 1122 §4.2.3.2, Linux `tcp_send_delayed_ack`)
 //! releases it: 40 ms on Linux, 200 ms on Windows. Every verb of the command line is a module
 //! here with one public entry point, `run`; they share one decoder ([`decode`]), one flow table
-//! ([`flow`]) and one detector ([`detect`]).
+//! (`flow`) and one detector ([`detect`]).
 
 pub mod analyze;
 pub mod capture;
 pub mod decode;
 pub mod detect;
-pub mod flow;
-pub mod kernel;
+pub(crate) mod exchange;
+pub(crate) mod flow;
+pub(crate) mod kernel;
 pub mod lab;
-pub mod ladder;
-pub mod peer;
+pub(crate) mod ladder;
+pub(crate) mod netns;
+pub(crate) mod peer;
 pub mod probe;
 pub mod process;
 pub mod report;
-pub mod route;
-pub mod sockopt;
+pub(crate) mod route;
+pub(crate) mod sockopt;
 pub mod tcp_rules;
+pub(crate) mod units;
 pub mod watch;
 
 pub use flow::Side;

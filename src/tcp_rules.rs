@@ -94,16 +94,10 @@ pub const MAX_QUICKACKS: u32 = 16;
 // Route metrics (Linux): the host-wide levers, set per route with rtnetlink (RTA_METRICS)
 // ---------------------------------------------------------------------------------------------
 
-/// `RTAX_QUICKACK`: a route with this metric non-zero keeps every connection on it in quick-ACK
-/// mode (`tcp_in_quickack_mode`: `dst_metric(dst, RTAX_QUICKACK)`), so each data segment is
-/// ACKed at once and no ACK waits for the delayed-ACK timer.
-pub const RTAX_QUICKACK: u16 = 15;
 /// `RTAX_RTO_MIN`: the route's floor of the retransmission timeout, in milliseconds
 /// (`dst_metric_rtt` converts it to jiffies). `tcp_rto_min` takes it only when its bit is set
 /// in `RTAX_LOCK` (`dst_metric_locked`), which is why `ip route ... rto_min` always locks it.
 pub const RTAX_RTO_MIN: u16 = 13;
-/// `RTAX_LOCK`: the metric whose value is a bit mask of the locked metrics (`1 << RTAX_*`).
-pub const RTAX_LOCK: u16 = 1;
 /// Since Linux 6.7 the delayed-ACK timeout is capped by the retransmission floor:
 /// `tcp_delack_max()` returns `min(icsk_delack_max, max(tcp_rto_min(sk), 2) - 1)` jiffies
 /// (commit "tcp: derive delack_max from rto_min"), so a route's locked `rto_min` caps the
@@ -188,7 +182,8 @@ pub fn delack_timers(jiffy: Duration) -> [DelackTimer; 3] {
 }
 
 /// The timer `wait` (a wait above the path's round trip) matches, if any.
-pub fn delack_timer_of(wait: Duration, jiffy: Duration) -> Option<DelackTimer> {
+#[cfg(test)]
+fn delack_timer_of(wait: Duration, jiffy: Duration) -> Option<DelackTimer> {
     delack_timers(jiffy)
         .into_iter()
         .find(|t| (t.low..=t.high).contains(&wait))
@@ -229,15 +224,6 @@ pub const CORK_TIMER_MIN: Duration = Duration::from_millis(195);
 /// loopback at HZ=250); the path's RTT is added, as the RTO grows with it (RFC 6298 §2).
 pub const CORK_TIMER_MAX: Duration = Duration::from_millis(260);
 
-/// The shortest wait a sender's cork (probe) timer can give on a path whose round trip is
-/// `srtt`: the timer is `max(icsk_rto, TCP_RTO_MIN)` (`tcp_probe0_base`), and the RTO is
-/// `srtt + rttvar` with `rttvar` never below `TCP_RTO_MIN` (`tcp_rtt_estimator`,
-/// `__tcp_set_rto`; RFC 6298 §2.3 with Linux's floor), so it is at least the round trip plus
-/// [`CORK_TIMER_MIN`]. A gap shorter than that, as the sender saw it, is the path, not the
-/// timer.
-pub const fn cork_timer_floor(srtt: Duration) -> Duration {
-    CORK_TIMER_MIN.saturating_add(srtt)
-}
 /// Slack of a capture clock and of scheduling when a segment is judged against the path: a
 /// segment reaching the capture point later than a packet it answers by less than the round
 /// trip to its sender, less this, cannot have been sent in answer to it.

@@ -4,13 +4,13 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 mod support;
-use support::KillOnDrop;
+use support::{lab, namespaces_of, KillOnDrop};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tcpstall");
 
@@ -18,47 +18,10 @@ const BIN: &str = env!("CARGO_BIN_EXE_tcpstall");
 const RTT_MS: f64 = 20.0;
 
 fn require_root() {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let euid = unsafe { libc::geteuid() };
-    assert_eq!(
-        euid, 0,
+    support::require_root(
         "tests/lab_path.rs needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN create and enter network \
-         namespaces): run `sudo scripts/test` or `sudo cargo test --release --test lab_path`"
+         namespaces)",
     );
-}
-
-/// Namespaces left by the lab process `pid` (`tcpstall-lab-<pid>-client` / `-server`).
-fn namespaces_of(pid: u32) -> Vec<String> {
-    let out = Command::new("ip")
-        .args(["netns", "list"])
-        .output()
-        .expect("ip netns list runs");
-    let prefix = format!("tcpstall-lab-{pid}-");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .filter(|name| name.starts_with(&prefix))
-        .map(str::to_string)
-        .collect()
-}
-
-/// Runs `tcpstall lab ARGS` and checks that its namespaces are gone afterwards.
-fn lab(args: &[&str]) -> Output {
-    let child = Command::new(BIN)
-        .arg("lab")
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the tcpstall binary runs");
-    let pid = child.id();
-    let out = child.wait_with_output().expect("tcpstall lab finishes");
-    assert_eq!(
-        namespaces_of(pid),
-        Vec::<String>::new(),
-        "lab {args:?} left namespaces behind"
-    );
-    out
 }
 
 fn lab_json(args: &[&str]) -> Vec<Value> {

@@ -4,7 +4,6 @@
 
 use std::io::Read;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -15,43 +14,11 @@ use tcpstall::lab::client::{ClientConfig, HttpClient};
 
 mod support;
 
+use support::process::{
+    fixture, json_of, json_ok, sockets_json, tcpstall, NobodyBinary, SplitServer, BIN,
+};
 use support::serial;
 use support::KillOnDrop;
-
-const BIN: &str = env!("CARGO_BIN_EXE_tcpstall");
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/process")
-        .join(name)
-}
-
-/// The Python server, its pid and port.
-struct Server {
-    child: KillOnDrop,
-    port: u16,
-}
-
-impl Server {
-    fn start(args: &[&str]) -> Server {
-        let mut command = Command::new("python3");
-        command.arg(fixture("split_server.py")).args(args);
-        let (child, port) = support::spawn_printing_port(&mut command, "the python3 split server");
-        Server { child, port }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.0.id()
-    }
-
-    fn addr(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.port))
-    }
-
-    fn still_running(&mut self) -> bool {
-        matches!(self.child.0.try_wait(), Ok(None))
-    }
-}
 
 /// The lab's keep-alive HTTP client: each request in one write, the response read in full.
 struct Client(HttpClient);
@@ -88,36 +55,6 @@ fn median_ms(times: &[Duration]) -> f64 {
     ms[ms.len() / 2]
 }
 
-fn tcpstall(args: &[&str]) -> Output {
-    Command::new(BIN)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("tcpstall runs")
-}
-
-fn json_of(output: &Output) -> Value {
-    serde_json::from_slice(&output.stdout).unwrap_or_else(|err| {
-        panic!(
-            "stdout is not JSON ({err}):\n{}\nstderr:\n{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        )
-    })
-}
-
-/// The JSON on stdout of a run that must have succeeded.
-fn json_ok(output: &Output) -> Value {
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(0), "{stderr}");
-    json_of(output)
-}
-
-fn sockets_json(pid: u32) -> Vec<Value> {
-    let out = tcpstall(&["sockets", &pid.to_string(), "--json"]);
-    json_ok(&out).as_array().expect("an array").clone()
-}
-
 fn find<'a>(sockets: &'a [Value], key: &str, value: &str) -> &'a Value {
     sockets
         .iter()
@@ -128,7 +65,7 @@ fn find<'a>(sockets: &'a [Value], key: &str, value: &str) -> &'a Value {
 #[test]
 fn fix_switches_nodelay_on_and_new_connections_stop_stalling() {
     let _serial = serial();
-    let mut server = Server::start(&[]);
+    let mut server = SplitServer::start(&[]);
     let pid = server.pid();
     let mut before = Client::connect(server.addr());
     let stalled = before.steady_requests(8);
@@ -196,7 +133,7 @@ fn fix_switches_nodelay_on_and_new_connections_stop_stalling() {
 #[test]
 fn fix_without_terminal_or_yes_changes_nothing() {
     let _serial = serial();
-    let server = Server::start(&[]);
+    let server = SplitServer::start(&[]);
     let pid = server.pid().to_string();
     let out = tcpstall(&["fix", &pid]);
     assert_eq!(out.status.code(), Some(2));
@@ -258,7 +195,7 @@ fn traced_socket<'a>(report: &'a Value, fd: &Value, local: &Value) -> &'a Value 
 #[test]
 fn trace_names_the_socket_that_writes_twice_before_reading() {
     let _serial = serial();
-    let server = Server::start(&["--single-write"]);
+    let server = SplitServer::start(&["--single-write"]);
     let (out, report, info) = trace_client(server.port, 6, "mixed", &["--fail-on-stall"]);
     assert_eq!(
         out.status.code(),
@@ -298,7 +235,7 @@ fn trace_names_the_socket_that_writes_twice_before_reading() {
 #[test]
 fn trace_follows_every_way_of_waiting_for_the_reply() {
     let _serial = serial();
-    let server = Server::start(&["--single-write"]);
+    let server = SplitServer::start(&["--single-write"]);
     // Blocking recv, select() then recv, epoll_wait then recv; TCP_QUICKACK on the sender does
     // not help its own split writes.
     for mode in [
@@ -328,7 +265,7 @@ fn trace_follows_every_way_of_waiting_for_the_reply() {
 #[test]
 fn trace_follows_replies_read_by_another_thread_or_program() {
     let _serial = serial();
-    let server = Server::start(&["--single-write"]);
+    let server = SplitServer::start(&["--single-write"]);
     // A reader thread already blocked in recv when the request goes out: its return ends the
     // burst, so single writes are clean and split writes are counted once per request.
     let (_, report, info) = trace_client(server.port, 6, "single-reader", &[]);
@@ -367,7 +304,7 @@ fn trace_follows_replies_read_by_another_thread_or_program() {
 #[test]
 fn trace_follows_sends_through_a_dup_and_sendmmsg() {
     let _serial = serial();
-    let server = Server::start(&["--single-write"]);
+    let server = SplitServer::start(&["--single-write"]);
     // The header through a dup closed before the read (the socket stays open through its
     // other fd), and two messages of one sendmmsg call (two sends for TCP).
     for mode in ["split-dup", "split-sendmmsg"] {
@@ -446,7 +383,7 @@ fn trace_of_a_program_that_cannot_start_is_a_clear_error() {
 /// Traces a client whose writes cannot stall on Nagle; checks the socket was followed (its
 /// sends counted) and nothing was blamed.
 fn assert_trace_finds_nothing(mode: &str, sends: u64, nodelay: bool) {
-    let server = Server::start(&["--single-write"]);
+    let server = SplitServer::start(&["--single-write"]);
     let (out, report, info) = trace_client(server.port, 6, mode, &["--fail-on-stall"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{mode}: {stderr}");
@@ -504,7 +441,7 @@ fn thread_states(pid: u32) -> Vec<(char, String)> {
 #[test]
 fn trace_attached_to_a_server_finds_its_split_writes_and_detaches() {
     let _serial = serial();
-    let mut server = Server::start(&[]);
+    let mut server = SplitServer::start(&[]);
     let addr = server.addr();
     let stop = Arc::new(AtomicBool::new(false));
     let load = {
@@ -562,7 +499,7 @@ fn trace_attached_to_a_server_finds_its_split_writes_and_detaches() {
 #[test]
 fn trace_detaches_on_ctrl_c_and_ends_when_the_target_exits() {
     let _serial = serial();
-    let mut server = Server::start(&[]);
+    let mut server = SplitServer::start(&[]);
     let pid = server.pid().to_string();
     let tracer = Command::new(BIN)
         .args(["trace", "-p", &pid, "--duration", "30", "--json"])
@@ -624,33 +561,6 @@ fn trace_detaches_on_ctrl_c_and_ends_when_the_target_exits() {
     );
 }
 
-/// Our binary where the `nobody` user can run it.
-fn binary_for_nobody() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("process-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let copy = dir.join("tcpstall");
-    std::fs::copy(BIN, &copy).expect("copy binary");
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod dir");
-    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).expect("chmod bin");
-    copy
-}
-
-fn as_nobody(binary: &Path, args: &[&str]) -> Output {
-    Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "--inh-caps=-all",
-        ])
-        .arg(binary)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("setpriv runs (util-linux)")
-}
-
 /// The socket of `sockets --json` output bound to 127.0.0.1:`port`.
 fn socket_on(shown: &Value, port: u16) -> &Value {
     let local = format!("127.0.0.1:{port}");
@@ -670,23 +580,23 @@ fn without_permission_errors_name_cap_sys_ptrace() {
         return;
     }
     let _serial = serial();
-    let server = Server::start(&[]);
+    let server = SplitServer::start(&[]);
     let pid = server.pid().to_string();
-    let binary = binary_for_nobody();
+    let binary = NobodyBinary::new();
 
-    let trace = as_nobody(&binary, &["trace", "-p", &pid, "--duration", "1"]);
+    let trace = binary.run("", &["trace", "-p", &pid, "--duration", "1"]);
     let stderr = String::from_utf8_lossy(&trace.stderr);
     assert_eq!(trace.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("CAP_SYS_PTRACE"), "{stderr}");
 
-    let fix = as_nobody(&binary, &["fix", &pid, "--yes"]);
+    let fix = binary.run("", &["fix", &pid, "--yes"]);
     let stderr = String::from_utf8_lossy(&fix.stderr);
     assert_eq!(fix.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("CAP_SYS_PTRACE"), "{stderr}");
     assert!(stderr.contains("nothing was changed"), "{stderr}");
 
     // sockets still shows what /proc allows, options unknown.
-    let sockets = as_nobody(&binary, &["sockets", &pid, "--json"]);
+    let sockets = binary.run("", &["sockets", &pid, "--json"]);
     let stderr = String::from_utf8_lossy(&sockets.stderr);
     assert_eq!(sockets.status.code(), Some(0), "{stderr}");
     assert!(stderr.contains("CAP_SYS_PTRACE"), "{stderr}");
@@ -706,7 +616,7 @@ fn without_permission_errors_name_cap_sys_ptrace() {
     );
 
     // --all without permission: the namespace's sockets, owners unknown, and why.
-    let all = as_nobody(&binary, &["sockets", "--all", "--json"]);
+    let all = binary.run("", &["sockets", "--all", "--json"]);
     let stderr = String::from_utf8_lossy(&all.stderr);
     assert_eq!(all.status.code(), Some(0), "{stderr}");
     assert!(stderr.contains("not fully readable"), "{stderr}");
@@ -718,7 +628,6 @@ fn without_permission_errors_name_cap_sys_ptrace() {
     assert!(sockets_json(server.pid())
         .iter()
         .all(|s| s["nodelay"] == false));
-    let _ = std::fs::remove_dir_all(binary.parent().expect("temp dir"));
 }
 
 #[test]

@@ -6,52 +6,21 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Output, Stdio};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 mod support;
 
+use support::process::{fixture, json_ok, sockets_json, tcpstall, NobodyBinary, SplitServer};
 use support::serial;
 use support::KillOnDrop;
-
-const BIN: &str = env!("CARGO_BIN_EXE_tcpstall");
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/process")
-        .join(name)
-}
 
 fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
-}
-
-fn tcpstall(args: &[&str]) -> Output {
-    Command::new(BIN)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("tcpstall runs")
-}
-
-fn json_ok(output: &Output) -> Value {
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(0), "{stderr}");
-    serde_json::from_slice(&output.stdout).unwrap_or_else(|err| {
-        panic!(
-            "stdout is not JSON ({err}):\n{}\nstderr:\n{stderr}",
-            String::from_utf8_lossy(&output.stdout)
-        )
-    })
-}
-
-fn sockets_json(pid: u32) -> Vec<Value> {
-    let out = tcpstall(&["sockets", &pid.to_string(), "--json"]);
-    json_ok(&out).as_array().expect("an array").clone()
 }
 
 fn median_ms(times: &[f64]) -> f64 {
@@ -356,25 +325,6 @@ fn fix_of_an_nginx_master_reaches_the_connections_its_workers_hold() {
     );
 }
 
-/// The Python split server (tests/fixtures/process/split_server.py), killed when dropped.
-struct SplitServer {
-    child: KillOnDrop,
-    port: u16,
-}
-
-impl SplitServer {
-    fn start(args: &[&str]) -> SplitServer {
-        let mut command = Command::new("python3");
-        command.arg(fixture("split_server.py")).args(args);
-        let (child, port) = support::spawn_printing_port(&mut command, "the python3 split server");
-        SplitServer { child, port }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.0.id()
-    }
-}
-
 /// tests/fixtures/process/paced_client.py, killed when dropped.
 struct PacedClient {
     child: KillOnDrop,
@@ -537,51 +487,6 @@ fn fix_delack_max_on_the_client_ends_the_servers_stall() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains(&format!("from {floor} µs")), "{stderr}");
     drop(server);
-}
-
-/// Our binary where the `nobody` user can run it, removed with the guard.
-struct NobodyBinary(PathBuf);
-
-impl NobodyBinary {
-    fn new() -> NobodyBinary {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = std::env::temp_dir().join(format!("process-tree-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let copy = dir.join("tcpstall");
-        std::fs::copy(BIN, &copy).expect("copy binary");
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        NobodyBinary(copy)
-    }
-
-    /// Runs the binary as nobody with exactly the capabilities `caps` (e.g. "+sys_ptrace"),
-    /// ambient so that they survive exec (setpriv).
-    fn run(&self, caps: &str, args: &[&str]) -> Output {
-        let mut command = Command::new("setpriv");
-        command.args(["--reuid=65534", "--regid=65534", "--clear-groups"]);
-        if caps.is_empty() {
-            command.arg("--inh-caps=-all");
-        } else {
-            command.args([
-                format!("--inh-caps=-all,{caps}"),
-                format!("--ambient-caps={caps}"),
-            ]);
-        }
-        command
-            .arg(&self.0)
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .expect("setpriv runs (util-linux)")
-    }
-}
-
-impl Drop for NobodyBinary {
-    fn drop(&mut self) {
-        if let Some(dir) = self.0.parent() {
-            let _ = std::fs::remove_dir_all(dir);
-        }
-    }
 }
 
 #[test]

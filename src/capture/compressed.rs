@@ -26,15 +26,6 @@ impl Compression {
             _ => None,
         }
     }
-
-    /// Its usual name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Compression::Gzip => "gzip",
-            Compression::Zstd => "zstd",
-            Compression::Lz4 => "lz4",
-        }
-    }
 }
 
 /// `input`, decompressed when it starts with a compression format's magic number, as it is

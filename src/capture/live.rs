@@ -127,7 +127,7 @@ pub struct PacketSocket {
 impl PacketSocket {
     /// Opens a packet socket on `interface` of the calling thread's network namespace (call
     /// it from a thread that entered a namespace to capture there, e.g. with
-    /// [`crate::lab::path::NetNs::run`]). Needs CAP_NET_RAW: without it the error is
+    /// [`crate::netns::NetNs::run`]). Needs CAP_NET_RAW: without it the error is
     /// [`OpenError::NoPermission`], which is how a caller checks whether it may capture.
     pub fn open(interface: &str) -> Result<PacketSocket, OpenError> {
         let system = |what: &'static str| {

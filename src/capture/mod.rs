@@ -4,15 +4,15 @@
 //! decoded by [`crate::decode`]; memory stays bounded by the largest record, never by the file.
 
 mod bpf;
-pub mod compressed;
+pub(crate) mod compressed;
 pub mod file;
-pub mod filter;
+pub(crate) mod filter;
 
 pub mod live;
-pub mod nflog;
+pub(crate) mod nflog;
 pub mod pcap_writer;
-pub mod ring;
-pub mod skipped;
+pub(crate) mod ring;
+pub(crate) mod skipped;
 
 use std::fmt;
 use std::fs::File;

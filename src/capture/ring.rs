@@ -71,7 +71,6 @@ pub struct Ring {
     next_block: usize,
     framing: Framing,
     interface: String,
-    compiler: filter::Compiler,
 }
 
 // SAFETY: the mapping belongs to the ring alone and lives as long as it; nothing else in the
@@ -152,7 +151,7 @@ impl Ring {
         } else {
             options.keep
         };
-        let CompiledFilter { program, compiler } = filter::compile(user_filter, framing, keep)?;
+        let CompiledFilter { program, .. } = filter::compile(user_filter, framing, keep)?;
         let loopback = nix::net::if_::if_nametoindex("lo").unwrap_or(1);
         let mut program = filter::drop_loopback_outgoing(&program, loopback);
         let io_error = |what: &'static str| {
@@ -201,7 +200,6 @@ impl Ring {
             next_block: 0,
             framing,
             interface: interface.to_string(),
-            compiler,
         };
         bind_packet_socket(&ring.fd, ifindex, libc::ETH_P_ALL as u16).map_err(system("bind"))?;
         Ok(ring)
@@ -215,11 +213,6 @@ impl Ring {
     /// How its frames begin.
     pub fn framing(&self) -> Framing {
         self.framing
-    }
-
-    /// Who compiled its filter.
-    pub fn compiler(&self) -> filter::Compiler {
-        self.compiler
     }
 
     /// The socket, to wait on with `poll` (readable when a block is handed over; an error

@@ -171,13 +171,6 @@ impl OuterByFlow {
         }
         self.0.get(&Self::key(a, b))
     }
-
-    /// Adds the connections of `other` not already known.
-    pub fn extend(&mut self, other: OuterByFlow) {
-        for (key, outer) in other.0 {
-            self.0.entry(key).or_insert(outer);
-        }
-    }
 }
 
 impl std::fmt::Display for Outer {

@@ -7,7 +7,7 @@
 
 use std::net::IpAddr;
 
-use crate::flow::{SeqNumber, Timestamp};
+use crate::units::{SeqNumber, Timestamp};
 mod arcnet;
 mod decap;
 mod ethernet;
@@ -19,13 +19,13 @@ pub mod link;
 mod llc;
 mod mpls;
 mod nflog;
-pub mod numbers;
+pub(crate) mod numbers;
 mod ppp;
 mod udp_overlays;
 mod wireless;
 use numbers::IPPROTO_TCP;
 
-pub use decap::{Decap, DecapConfig, Outer, OuterByFlow, TunnelKind, MAX_NESTING};
+pub use decap::{Decap, DecapConfig, Outer, OuterByFlow, TunnelKind};
 pub use ethernet::ethernet_payload;
 
 /// TCP header flag bits, as in the header's 13th byte (RFC 9293 §3.1, RFC 3168 for ECE/CWR).

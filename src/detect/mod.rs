@@ -13,7 +13,7 @@
 //! A kind is one file: its rule and every fact the reports spell about it (`KindInfo`),
 //! listed once in the `kinds!` line below (`kind.rs`).
 
-pub mod evidence;
+pub(crate) mod evidence;
 pub(crate) mod kind;
 pub(crate) mod verdict;
 

@@ -4,11 +4,10 @@
 use super::direction::Direction;
 use super::endpoint::Endpoint;
 use super::guess::{client_by_ports, ClientGuess, MssSource, PathSource};
-use super::seq::SeqNumber;
 use super::side::Side;
-use super::time::{Span, Timestamp};
 use super::turns::{Burst, Turns};
 use crate::decode::{flags, Segment};
+use crate::units::{SeqNumber, Span, Timestamp};
 
 /// Closed flows stay this long (capture time) so late ACKs and retransmitted FINs still match.
 pub(crate) const CLOSE_GRACE: Span = Span::from_millis(2_000);

@@ -2,11 +2,10 @@
 //! peer's window, and counters.
 
 use super::guess::MssSource;
-use super::seq::SeqNumber;
-use super::time::{Span, Timestamp};
 use super::turns::Burst;
 use crate::decode::Segment;
 use crate::tcp_rules;
+use crate::units::{SeqNumber, Span, Timestamp};
 
 /// The peer's receive window as it limits one side's sending.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -17,7 +17,8 @@
 //! - `direction`: the state of the data one side sends.
 //! - `guess`: client and MSS when the handshake was not captured.
 //! - `turns`: request/response turns and the writes of the current one.
-//! - `endpoint`, `side`, `seq`, `time`: the values the rest is written in.
+//! - `endpoint`, `side`: the values the rest is written in, with [`crate::units`]' sequence
+//!   numbers and times.
 
 mod connection;
 mod direction;
@@ -25,10 +26,8 @@ mod endpoint;
 mod guess;
 mod index;
 mod key;
-mod seq;
 mod side;
 mod table;
-mod time;
 mod turns;
 
 #[cfg(test)]
@@ -41,7 +40,7 @@ pub(crate) use direction::PeerWindow;
 pub use endpoint::Endpoint;
 pub use guess::{ClientGuess, MssSource, PathSource};
 pub(crate) use key::FlowKey;
-pub use seq::SeqNumber;
 pub use side::Side;
 pub(crate) use table::FlowTable;
-pub use time::{Span, Timestamp};
+// The values live below the decoder; re-exported where the flow table's users look for them.
+pub use crate::units::{SeqNumber, Span, Timestamp};

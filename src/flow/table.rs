@@ -10,8 +10,8 @@ use super::guess::ClientGuess;
 use super::index::SlotIndex;
 use super::key::{FlowKey, HashedKey};
 use super::side::Side;
-use super::time::{Span, Timestamp};
 use crate::decode::Segment;
+use crate::units::{Span, Timestamp};
 
 /// All active flows, keyed by normalised 4-tuple (FxHash: the key is not attacker-chosen in a
 /// way that matters for an offline analysis, and the hash is cheap).

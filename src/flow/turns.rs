@@ -2,7 +2,7 @@
 //! the turns took ([`Turns`]).
 
 use super::side::Side;
-use super::time::Timestamp;
+use crate::units::Timestamp;
 
 /// Turn latencies reserved at a flow's first answered turn.
 const LATENCIES_RESERVED: usize = 32;
@@ -101,7 +101,7 @@ impl Turns {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::flow::time::Span;
+    use crate::units::Span;
 
     /// Several client segments before the answer are one request; the turn runs to the
     /// server's last data before the next request.

@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use socket2::{Domain, Socket, Type};
 
-use super::framing::{self, FrameEnd, MessageReader};
-use super::path::NetNs;
-use super::write::WriteStrategy;
+use crate::exchange::framing::{self, FrameEnd, MessageReader};
+use crate::exchange::write::WriteStrategy;
+use crate::netns::NetNs;
 use crate::sockopt;
 
 /// How a client connection is set up.

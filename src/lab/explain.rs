@@ -7,7 +7,7 @@ use std::fmt;
 
 use super::expect::{Fit, Geometry, Hold, WireOutcome};
 use super::scenarios::{Expectation, Variant};
-use super::server::MEMCACHED_FIRST_WRITE_CAP;
+use crate::exchange::protocol::MEMCACHED_FIRST_WRITE_CAP;
 use crate::Side;
 
 /// What a row's explanation says: the catalogue's reason for a row, or, for a split row

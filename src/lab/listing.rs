@@ -3,64 +3,14 @@
 
 use std::time::Duration;
 
-use serde::Serialize;
-
 use super::expect::{Geometry, WireOutcome};
 use super::explain::Explanation;
 use super::runner::RunSettings;
 use super::scenarios::{ConnectionMode, Expectation, Variant, SCENARIOS};
-use super::server::Protocol;
-use super::write::WriteStrategy;
+use crate::exchange::protocol::Protocol;
+use crate::exchange::write::WriteStrategy;
+pub(crate) use crate::report::model::lab::{ListedRow, ListedScenario, Listing};
 use crate::Side;
-
-/// The catalogue as a run with these settings would use it.
-#[derive(Debug)]
-pub(crate) struct Listing {
-    /// The emulated path's round-trip time (`--rtt`), if any: it changes the stall rule.
-    pub rtt: Option<Duration>,
-    /// The scenarios with at least one selected row, in catalogue order.
-    pub scenarios: Vec<ListedScenario>,
-}
-
-/// A scenario of the listing (a stable JSON object of `lab --list --json`).
-#[derive(Debug, Serialize)]
-pub(crate) struct ListedScenario {
-    /// Its name.
-    pub name: &'static str,
-    /// One line about it.
-    pub description: &'static str,
-    /// Its selected rows.
-    pub variants: Vec<ListedRow>,
-}
-
-/// A row of the listing.
-#[derive(Debug, Serialize)]
-pub(crate) struct ListedRow {
-    /// The row's name in this run (`value-2400` with `--size 2400`).
-    pub name: String,
-    /// Payload size in effect, in bytes.
-    pub size: usize,
-    /// TCP_MAXSEG in effect, if any.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub mss: Option<u32>,
-    /// Whether Linux stalls it.
-    pub expected_stall: bool,
-    /// Round trips the exchange needs without a timer (1, or 2 when Nagle holds a tail).
-    pub round_trips: u32,
-    /// Which end's write Nagle holds when the row stalls as expected (`client`, `server`), as
-    /// in `lab --json`; absent when no stall is expected.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub held_side: Option<&'static str>,
-    /// What the row's server speaks (`echo`, `http`, `memcached`, `sink`), for a client of
-    /// `lab --serve`.
-    pub protocol: &'static str,
-    /// Whether the row's server stalls a typical client (each request in one write, Nagle
-    /// and delayed ACKs left on, connections kept alive), as `tcpstall probe` is: a row
-    /// fixed on the client's side meets such a client as its stalling row does.
-    pub typical_client_stall: bool,
-    /// Why.
-    pub explanation: String,
-}
 
 impl Listing {
     /// The listing of `selected` under `settings`, over a path of round-trip time `rtt`.

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
+pub use crate::report::model::lab::LatencySummary;
 use crate::tcp_rules;
 
 /// A row is stalled when its median is at least this many milliseconds
@@ -18,17 +19,6 @@ pub(crate) const STALL_THRESHOLD_MS: f64 = tcp_rules::STALL_THRESHOLD.as_millis(
 /// anyway; on loopback (`rtt` zero) this is [`STALL_THRESHOLD_MS`].
 pub(crate) fn stall_threshold_ms(round_trips: u32, rtt: Duration) -> f64 {
     f64::from(round_trips) * rtt.as_secs_f64() * 1000.0 + STALL_THRESHOLD_MS
-}
-
-/// Median, 99th percentile and maximum of a set of latencies, in milliseconds.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct LatencySummary {
-    /// Median.
-    pub p50_ms: f64,
-    /// 99th percentile.
-    pub p99_ms: f64,
-    /// Largest.
-    pub max_ms: f64,
 }
 
 impl LatencySummary {

@@ -13,10 +13,8 @@
 pub mod client;
 pub(crate) mod expect;
 pub(crate) mod explain;
-pub(crate) mod framing;
 pub(crate) mod listing;
 pub mod measure;
-pub(crate) mod notes;
 pub(crate) mod own_traffic;
 pub(crate) mod path;
 pub(crate) mod runner;
@@ -24,7 +22,6 @@ pub(crate) mod scenarios;
 pub(crate) mod serve;
 pub(crate) mod server;
 pub(crate) mod workload;
-pub(crate) mod write;
 
 use std::fmt::Display;
 use std::io::Write as _;
@@ -36,7 +33,6 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use serde::Serialize;
 
 use self::expect::SegmentRules;
 use self::own_traffic::{CaptureFile, OwnTraffic, RowVerdicts};
@@ -46,6 +42,7 @@ use self::scenarios::{ConnectionMode, Scenario, Variant, CATALOGUE, MAX_SIZE, SC
 use crate::capture::live::CaptureSummary;
 use crate::kernel::KernelFacts;
 use crate::report;
+pub(crate) use crate::report::model::lab::{CaptureReport, LabReport, PathReport};
 use crate::tcp_rules::{DELACK_MIN, STALL_MARGIN, STALL_THRESHOLD};
 use crate::Outcome;
 
@@ -203,55 +200,6 @@ where
     }
 }
 
-/// The whole output of `lab --json`.
-#[derive(Debug, Serialize)]
-pub(crate) struct LabReport {
-    /// The running kernel's facts.
-    pub kernel: KernelFacts,
-    /// The header line: release, HZ, autocorking, delayed-ACK window.
-    pub kernel_summary: String,
-    /// One entry per row run.
-    pub rows: Vec<RowResult>,
-    /// The capture written with `--capture`, if any.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub capture: Option<CaptureReport>,
-    /// The emulated path of `--rtt`, if any.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub path: Option<PathReport>,
-}
-
-/// The emulated path a run used.
-#[derive(Debug, Serialize)]
-pub(crate) struct PathReport {
-    /// Round-trip time added by the relay.
-    pub rtt_ms: f64,
-    /// Bottleneck rate, if any.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub rate_mbit: Option<f64>,
-    /// The client's namespace (deleted when the run ended).
-    pub client_namespace: String,
-    /// The server's namespace (deleted when the run ended).
-    pub server_namespace: String,
-    /// `--peer`: the user-space stack playing one end.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub peer: Option<crate::peer::PeerReport>,
-}
-
-/// What `--capture` wrote.
-#[derive(Debug, Serialize)]
-pub(crate) struct CaptureReport {
-    /// The pcap file.
-    pub file: PathBuf,
-    /// Packets written.
-    pub packets: u64,
-    /// TCP connections captured.
-    pub flows: u64,
-    /// Connections whose FINs were not all seen before the capture stopped.
-    pub unclosed_flows: u64,
-    /// Packets the kernel dropped before the capture read them (0 for a complete capture).
-    pub dropped: u64,
-}
-
 /// Runs the lab.
 pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
     let mut settings = settings_of(args);
@@ -295,7 +243,11 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
     };
     settings.path = emulated.as_ref().map(|p| p.ends().clone());
     if let (Some(profile), Some(ends)) = (args.peer, &settings.path) {
-        let peer = crate::peer::Peer::attach(profile, args.peer_side, ends)?;
+        let namespace = match args.peer_side {
+            crate::peer::PeerSide::Client => &ends.client,
+            crate::peer::PeerSide::Server => &ends.server,
+        };
+        let peer = crate::peer::Peer::attach(profile, args.peer_side, namespace)?;
         settings.peer = Some(Arc::new(peer));
     }
     // The rows' own traffic through the detector; with --capture also to the file. The

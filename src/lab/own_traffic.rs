@@ -6,19 +6,19 @@
 //! Capturing needs CAP_NET_RAW. Without it the lab runs as before and says so once; with
 //! `--capture FILE` the capture is required and its absence is an error.
 
-use std::fmt;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 use std::sync::Mutex;
 
 use anyhow::Context;
-use serde::ser::{Serialize, SerializeMap, SerializeStruct, Serializer};
 
-use super::path::{PathEnds, TUN_NAME};
+use super::path::PathEnds;
 use crate::capture::live::{
     CaptureOptions, CaptureSummary, LiveCapture, OpenError, PacketSocket, PortFilter,
 };
 use crate::detect::{Analysis, Detector, DetectorConfig, StallEvent, StallKind};
+use crate::netns::TUN_NAME;
+pub use crate::report::model::lab::DetectorVerdict;
 use crate::Side;
 
 /// A running capture of the lab's rows, every segment pushed into a [`Detector`].
@@ -174,17 +174,6 @@ fn open_socket(path: Option<&PathEnds>, at: super::CaptureAt) -> anyhow::Result<
     }
 }
 
-/// What the detector found in one row's flows: stalls by kind, and the side whose data
-/// waited. JSON: `{"stalls": {"nagle_delayed_ack": N, "cork_timer": N, "rto": N,
-/// "zero_window": N}, "held_side": "client" | "server" | null}`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DetectorVerdict {
-    /// Stalls of each kind that counts as a stall ([`StallKind::is_stall`]), in report order.
-    pub stalls: Vec<(StallKind, u64)>,
-    /// The side whose data most stalls held; `None` when there was no stall.
-    pub held_side: Option<Side>,
-}
-
 impl DetectorVerdict {
     /// The verdict on a row's stall events.
     fn of<'a>(events: impl Iterator<Item = &'a StallEvent>) -> DetectorVerdict {
@@ -215,44 +204,6 @@ impl DetectorVerdict {
     #[cfg(test)]
     pub fn total(&self) -> u64 {
         self.stalls.iter().map(|(_, n)| n).sum()
-    }
-}
-
-/// The table's column: `nagle_delayed_ack×19 client`, kinds joined by commas; `-` for none.
-impl fmt::Display for DetectorVerdict {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let found: Vec<String> = self
-            .stalls
-            .iter()
-            .filter(|(_, n)| *n > 0)
-            .map(|(kind, n)| format!("{}×{n}", kind.name()))
-            .collect();
-        let text = match (found.is_empty(), self.held_side) {
-            (true, _) => "-".to_string(),
-            (false, Some(side)) => format!("{} {}", found.join(","), side.name()),
-            (false, None) => found.join(","),
-        };
-        f.pad(&text)
-    }
-}
-
-impl Serialize for DetectorVerdict {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        /// The kinds by their stable names.
-        struct Stalls<'a>(&'a [(StallKind, u64)]);
-        impl Serialize for Stalls<'_> {
-            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-                let mut map = serializer.serialize_map(Some(self.0.len()))?;
-                for (kind, n) in self.0 {
-                    map.serialize_entry(kind.name(), n)?;
-                }
-                map.end()
-            }
-        }
-        let mut verdict = serializer.serialize_struct("DetectorVerdict", 2)?;
-        verdict.serialize_field("stalls", &Stalls(&self.stalls))?;
-        verdict.serialize_field("held_side", &self.held_side.map(Side::name))?;
-        verdict.end()
     }
 }
 

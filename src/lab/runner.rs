@@ -6,19 +6,18 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use serde::{Serialize, Serializer};
 
 use super::client::{ClientConfig, Connection};
 use super::expect::{Geometry, SegmentRules, WireOutcome};
 use super::explain::{Explanation, PathNote};
 use super::measure::{stall_threshold_ms, LatencySummary};
-use super::notes::{describe_io, ErrorTally};
-use super::own_traffic::DetectorVerdict;
 use super::path::{own_packet_share, PathEnds};
 use super::scenarios::Variant;
 use super::server::{Server, ServerConfig, ServerNodelay};
 use super::workload::Exchange;
+use crate::exchange::notes::{describe_io, ErrorTally};
 use crate::kernel::{tcpext_counter, tcpext_counter_in};
+pub(crate) use crate::report::model::lab::RowResult;
 use crate::Side;
 
 /// Knobs of a run that apply to every row.
@@ -77,7 +76,7 @@ fn route_fix_on(
     };
     let (namespace, peer) = match fix.side {
         Side::Client => (&path.client, path.server_addr),
-        Side::Server => (&path.server, super::path::CLIENT_ADDR),
+        Side::Server => (&path.server, crate::netns::CLIENT_ADDR),
     };
     let change = match (fix.lever, settings.route_rto_min) {
         (RouteLever::QuickAck, _) => RouteChange::QuickAck,
@@ -97,94 +96,6 @@ pub(crate) fn lab_delack_cap() -> std::io::Result<Duration> {
     Ok(Duration::from_millis(
         floor.as_micros().div_ceil(1000) as u64
     ))
-}
-
-/// One measured row, the result [`run_variant`] returns: the stable keys of `lab --json` and
-/// the lab's own additions.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct RowResult {
-    /// Scenario name.
-    pub scenario: &'static str,
-    /// Variant name; a row named by its size (`value-1400`) shows the size in use
-    /// (`value-2400` with `--size 2400`).
-    pub variant: String,
-    /// Requests completed (stream: writes).
-    pub requests: usize,
-    /// Median latency (stream: from a write to its last byte reaching the receiver).
-    pub p50_ms: f64,
-    /// 99th percentile latency.
-    pub p99_ms: f64,
-    /// Largest latency.
-    pub max_ms: f64,
-    /// Data segments of both ends per request (`tcpi_data_segs_out` deltas).
-    pub segments_per_request: f64,
-    /// p50 at or above `stall_threshold_ms`.
-    pub stalled: bool,
-    /// The p50 from which the row counts as stalled: the round trips its exchange needs
-    /// without any timer ([`WireOutcome::round_trips`]), times the path's RTT, plus 30 ms
-    /// (see [`super::measure::stall_threshold_ms`]); 30 ms on loopback.
-    pub stall_threshold_ms: f64,
-    /// Round-trip time of the emulated path (`lab --rtt`); absent on loopback.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub path_rtt_ms: Option<f64>,
-    /// What Linux is expected to do, from the catalogue ([`WireOutcome::stalls`]).
-    pub expected_stall: bool,
-    /// Why, from the kernel's rules.
-    pub explanation: String,
-    /// Requests that took at least the stall threshold: with a capture, the number of
-    /// Nagle × delayed-ACK events an analyzer should find in this row's flows.
-    pub stalled_requests: usize,
-    /// Which end's write Nagle holds when the row stalls as expected: `client` (the
-    /// connection's initiator) or `server`, as in `analyze --json`; absent when no stall is
-    /// expected.
-    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "side_name")]
-    pub held_side: Option<Side>,
-    /// What the stall detector found in the row's own captured traffic (stalls by kind, the
-    /// held side); `null` when the lab could not capture (no CAP_NET_RAW).
-    pub detector: Option<DetectorVerdict>,
-    /// The server's port: a flow to this port in a capture belongs to this row.
-    pub server_port: u16,
-    /// TCP connections the row opened.
-    pub connections: usize,
-    /// Payload size, in bytes.
-    pub size: usize,
-    /// Bytes of the two writes of the row's message as the split variants write it (echo
-    /// request, HTTP or memcached reply; a second part of 0: one write). The other variants
-    /// send the same bytes their own way.
-    pub message_parts: [usize; 2],
-    /// Payload bytes of a full segment in effect (MSS minus TCP options), the size the
-    /// message's parts are measured against.
-    pub payload_mss: usize,
-    /// TCP_MAXSEG set on both ends, if any.
-    pub mss: Option<u32>,
-    /// Data segments the clients sent.
-    pub client_data_segments: u64,
-    /// Data segments the server sent.
-    pub server_data_segments: u64,
-    /// Stream: data segments per write, at most 1 (1 = every write left as its own segment).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub own_segment_share: Option<f64>,
-    /// Stream over an emulated path: share of writes that left as a packet of their own (one
-    /// whole write, nothing merged), counted on the path as document 001 counted in Wireshark.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub own_packet_share: Option<f64>,
-    /// Stream: change of TcpExt TCPAutoCorking during the row (system-wide counter).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub autocorking_delta: Option<u64>,
-    /// Inherit: the option read on the accepted socket before anything was set on it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub inherited: Option<bool>,
-    /// What went wrong (timeouts, resets), if anything.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub errors: Vec<String>,
-}
-
-/// A side as the JSON names it (`client`, `server`).
-fn side_name<S: Serializer>(side: &Option<Side>, serializer: S) -> Result<S::Ok, S::Error> {
-    match side {
-        Some(side) => serializer.serialize_str(side.name()),
-        None => serializer.serialize_none(),
-    }
 }
 
 /// Runs `variant`; `watch_port` is called with the server's port before the first connect:
@@ -481,7 +392,7 @@ impl RowServer {
         }
     }
 
-    fn stop(self) -> super::server::ServerReport {
+    fn stop(self) -> crate::exchange::ServerReport {
         match self {
             RowServer::Kernel(server) => server.stop(),
             RowServer::Peer(server) => server.stop(),

@@ -4,7 +4,7 @@
 use super::explain::Why;
 use super::server::ServerNodelay;
 use super::workload::{self, Workload};
-use super::write::WriteStrategy;
+use crate::exchange::write::WriteStrategy;
 use crate::{tcp_rules, Side};
 
 /// The five experiments of the source documents.

@@ -3,7 +3,6 @@
 //! thread per accepted connection, every wait bounded by a read timeout and a deadline.
 //! Dropping a [`Server`] stops it, so a failing test never leaves one running.
 
-use std::collections::HashMap;
 use std::io::{self, Write as _};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::os::fd::AsFd;
@@ -15,71 +14,14 @@ use std::time::{Duration, Instant};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use socket2::{Domain, Socket, Type};
 
-use super::framing::{self, MessageReader};
-use super::notes::{describe_io, ErrorTally};
-use super::path::NetNs;
-use super::write::WriteStrategy;
+use crate::exchange::framing::{self, MessageReader};
+use crate::exchange::notes::describe_io;
+use crate::exchange::protocol::reply_to;
+use crate::exchange::protocol::Protocol;
+use crate::exchange::write::WriteStrategy;
+use crate::exchange::ServerReport;
+use crate::netns::NetNs;
 use crate::sockopt;
-
-/// memcached 1.4.4 capped the first write of a TCP reply at `UDP_MAX_PAYLOAD_SIZE`.
-pub(crate) const MEMCACHED_FIRST_WRITE_CAP: usize = 1400;
-
-/// Bytes of the first write of a `reply_len`-byte memcached reply; the rest is the second.
-pub(crate) fn memcached_first_write(reply_len: usize) -> usize {
-    reply_len.min(MEMCACHED_FIRST_WRITE_CAP)
-}
-
-/// The header block of the lab's HTTP reply for a `body_len`-byte file.
-pub fn http_response_head(body_len: usize, close: bool) -> String {
-    format!(
-        "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {body_len}\r\n{}\r\n",
-        if close { "Connection: close\r\n" } else { "" }
-    )
-}
-
-/// memcached's text-protocol reply to `get k` (flags 0) holding `value`.
-pub fn memcached_reply(value: &[u8]) -> Vec<u8> {
-    let mut reply = memcached_value_line(value.len()).into_bytes();
-    reply.extend_from_slice(value);
-    reply.extend_from_slice(MEMCACHED_TRAILER);
-    reply
-}
-
-/// Bytes of [`memcached_reply`] for a `value_len`-byte value.
-pub fn memcached_reply_len(value_len: usize) -> usize {
-    memcached_value_line(value_len).len() + value_len + MEMCACHED_TRAILER.len()
-}
-
-fn memcached_value_line(value_len: usize) -> String {
-    format!("VALUE k 0 {value_len}\r\n")
-}
-
-/// What follows the value: its `\r\n` and the end of the reply.
-const MEMCACHED_TRAILER: &[u8] = b"\r\nEND\r\n";
-
-/// What the server speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Protocol {
-    /// Reads a line, writes it back.
-    Echo,
-    /// HTTP/1.1: answers every request with `body_len` bytes, header and body as two parts;
-    /// keeps the connection unless the request says `Connection: close`.
-    Http {
-        /// Size of the file served.
-        body_len: usize,
-    },
-    /// memcached text protocol: answers `get <key>` with a `value_len`-byte value, the reply
-    /// cut like memcached 1.4.4's: the first [`MEMCACHED_FIRST_WRITE_CAP`] bytes, then the rest.
-    Memcached {
-        /// Size of the stored value.
-        value_len: usize,
-    },
-    /// Reads and discards, noting when each `chunk` bytes have arrived (one-way streams).
-    Sink {
-        /// Size of one write of the sender.
-        chunk: usize,
-    },
-}
 
 /// Who sets TCP_NODELAY on the server side.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,24 +81,6 @@ impl ServerConfig {
             namespace: None,
         }
     }
-}
-
-/// What a server saw, returned by [`Server::stop`].
-#[derive(Debug, Default, Clone)]
-pub struct ServerReport {
-    /// Connections accepted.
-    pub connections: u64,
-    /// Data segments the server sent (`tcpi_data_segs_out` of every accepted socket).
-    pub data_segs_out: u64,
-    /// TCP_NODELAY of the first accepted socket, read before any option is set on it.
-    pub accepted_nodelay: Option<bool>,
-    /// TCP_QUICKACK of the first accepted socket, read before any data.
-    pub accepted_quickack: Option<bool>,
-    /// Sink protocol: per client port, when each chunk had fully arrived.
-    pub arrivals: HashMap<u16, Vec<Instant>>,
-    /// Errors of the acceptor and the connection handlers (a timeout, a reset, running out
-    /// of file descriptors), counted, for the row's notes.
-    pub errors: ErrorTally,
 }
 
 /// A running lab server. Stops when [`Server::stop`] is called or when dropped.
@@ -338,32 +262,6 @@ fn lacks_resources(err: &io::Error) -> bool {
 fn note_error(report: &Mutex<ServerReport>, message: String) {
     if let Ok(mut r) = report.lock() {
         r.errors.push(message);
-    }
-}
-
-/// The reply to one request, in the parts the server writes, and whether the connection
-/// closes after it: the echoed line; HTTP's header block and body (closing when the request
-/// says `Connection: close`); memcached's reply cut like 1.4.4's. A sink answers nothing.
-pub(crate) fn reply_to(protocol: Protocol, request: &[u8]) -> (Vec<Vec<u8>>, bool) {
-    match protocol {
-        Protocol::Echo => (vec![request.to_vec()], false),
-        Protocol::Http { body_len } => {
-            let close = framing::header_value(request, "connection")
-                .is_some_and(|v| v.trim().eq_ignore_ascii_case("close"));
-            let head = http_response_head(body_len, close).into_bytes();
-            (vec![head, vec![b'x'; body_len]], close)
-        }
-        Protocol::Memcached { value_len } => {
-            let mut first = memcached_reply(&vec![b'v'; value_len]);
-            let rest = first.split_off(memcached_first_write(first.len()));
-            let parts = if rest.is_empty() {
-                vec![first]
-            } else {
-                vec![first, rest]
-            };
-            (parts, false)
-        }
-        Protocol::Sink { .. } => (Vec::new(), false),
     }
 }
 

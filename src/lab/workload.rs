@@ -4,8 +4,10 @@
 //! all read these descriptions; none of them matches on the workload.
 
 use super::client::http_get_request;
-use super::framing::{self, FrameEnd};
-use super::server::{http_response_head, memcached_first_write, memcached_reply_len, Protocol};
+use crate::exchange::framing::{self, FrameEnd};
+use crate::exchange::protocol::{
+    http_response_head, memcached_first_write, memcached_reply_len, Protocol,
+};
 use crate::Side;
 
 /// How the traffic of a row flows.
@@ -87,7 +89,7 @@ pub(crate) const HTTP: Workload = Workload {
 };
 
 /// memcached `get` of a `size`-byte value: the server cuts its reply like memcached 1.4.4,
-/// the first [`super::server::MEMCACHED_FIRST_WRITE_CAP`] bytes, then the rest.
+/// the first [`crate::exchange::protocol::MEMCACHED_FIRST_WRITE_CAP`] bytes, then the rest.
 pub(crate) const MEMCACHED: Workload = Workload {
     protocol: |size| Protocol::Memcached { value_len: size },
     exchange: Exchange::Turns {
@@ -141,7 +143,7 @@ pub(crate) fn echo_parts(size: usize) -> (Vec<u8>, Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lab::path::SERVER_ADDR;
+    use crate::netns::SERVER_ADDR;
 
     #[test]
     fn echo_line_of_13_bytes_is_hello_world() {

@@ -85,11 +85,6 @@ impl AckPolicy {
         }
     }
 
-    /// The rules in force.
-    pub fn rules(&self) -> StackRules {
-        self.rules
-    }
-
     /// Notes a segment that arrived from the other end.
     pub fn on_received(&mut self, flow: FlowKey, segment: SegmentShape, now: Instant) {
         if !segment.occupies_sequence() {

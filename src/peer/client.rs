@@ -5,8 +5,8 @@ use std::net::SocketAddrV4;
 use std::time::{Duration, Instant};
 
 use super::stack::{ConnOptions, PeerStack};
-use crate::lab::framing::FrameEnd;
-use crate::lab::write::WriteStrategy;
+use crate::exchange::framing::FrameEnd;
+use crate::exchange::write::WriteStrategy;
 
 /// A request/response row, as the peer's client runs it.
 #[derive(Debug, Clone)]

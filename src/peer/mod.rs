@@ -23,7 +23,8 @@ use self::client::{ClientRun, RequestJob, StreamJob};
 use self::profile::Profile;
 use self::server::{PeerServer, ServerJob};
 use self::stack::PeerStack;
-use crate::lab::path::{NetNs, PathEnds, CLIENT_ADDR, SERVER_ADDR};
+use crate::netns::{NetNs, CLIENT_ADDR, SERVER_ADDR};
+pub use crate::report::model::lab::PeerReport;
 
 /// Which end of a row the peer plays.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -33,17 +34,6 @@ pub enum PeerSide {
     Client,
     /// The server.
     Server,
-}
-
-/// The peer as `lab --json` reports it (under `path`).
-#[derive(Debug, Clone, Serialize)]
-pub struct PeerReport {
-    /// The system it behaves like.
-    pub profile: &'static str,
-    /// The end it plays.
-    pub side: &'static str,
-    /// Its rules, in one line.
-    pub rules: &'static str,
 }
 
 /// A client job of any kind.
@@ -68,12 +58,13 @@ pub struct Peer {
 }
 
 impl Peer {
-    /// Attaches a peer to the `side` end of `ends`.
-    pub fn attach(profile: Profile, side: PeerSide, ends: &PathEnds) -> anyhow::Result<Peer> {
-        let (namespace, addr, other) = match side {
-            PeerSide::Client => (ends.client.clone(), CLIENT_ADDR, SERVER_ADDR),
-            PeerSide::Server => (ends.server.clone(), SERVER_ADDR, CLIENT_ADDR),
+    /// Attaches a peer to the `side` end of the emulated path, that end's `namespace`.
+    pub fn attach(profile: Profile, side: PeerSide, namespace: &NetNs) -> anyhow::Result<Peer> {
+        let (addr, other) = match side {
+            PeerSide::Client => (CLIENT_ADDR, SERVER_ADDR),
+            PeerSide::Server => (SERVER_ADDR, CLIENT_ADDR),
         };
+        let namespace = namespace.clone();
         let tun = attach::attach_peer(&namespace, addr, other)
             .with_context(|| format!("cannot attach the {} peer", profile.name()))?;
         Ok(Peer {

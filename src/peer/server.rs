@@ -13,9 +13,10 @@ use smoltcp::iface::SocketHandle;
 
 use super::client::write_message;
 use super::stack::{ConnOptions, PeerStack};
-use crate::lab::framing::{self, FrameEnd};
-use crate::lab::server::{reply_to, Protocol, ServerReport};
-use crate::lab::write::WriteStrategy;
+use crate::exchange::framing::{self, FrameEnd};
+use crate::exchange::protocol::{reply_to, Protocol};
+use crate::exchange::write::WriteStrategy;
+use crate::exchange::ServerReport;
 
 /// The port the peer's server listens on (document 003's echo server's).
 pub const PEER_SERVER_PORT: u16 = 8000;

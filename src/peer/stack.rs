@@ -15,7 +15,7 @@ use smoltcp::wire::{HardwareAddress, IpAddress, IpCidr, IpEndpoint};
 use super::ack_policy::AckPolicy;
 use super::device::PolicyTun;
 use super::profile::{NagleRule, StackRules};
-use crate::lab::framing::FrameEnd;
+use crate::exchange::framing::FrameEnd;
 use crate::tcp_rules;
 
 /// Socket buffers of each connection: 64 KiB, Linux's default `tcp_rmem` order of magnitude.
@@ -349,13 +349,6 @@ impl PeerStack {
             Ok(false)
         })?;
         found.ok_or_else(|| io::Error::other("read: no message"))
-    }
-
-    /// Whether the other end has closed its side and everything it sent was read.
-    pub fn peer_closed(&mut self, handle: SocketHandle) -> bool {
-        self.poll();
-        let socket = self.sockets.get_mut::<tcp::Socket>(handle);
-        !socket.may_recv() && !socket.can_recv()
     }
 
     /// Waits until everything written is acknowledged.

@@ -12,19 +12,11 @@ use crate::tcp_rules;
 
 use super::socket::SocketMode;
 use super::stalls::Stall;
+pub use crate::report::model::probe::{Confirmation, Remedy};
 
 /// Requests of the confirmation run: enough past a new connection's quick-ACK start (the
 /// first turn is never held) for a stall to show again.
 pub const REQUESTS: usize = 10;
-
-/// What the confirmation run changes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Remedy {
-    /// TCP_QUICKACK re-armed after every read.
-    QuickAck,
-    /// TCP_NODELAY on the probe's socket.
-    NoDelay,
-}
 
 impl Remedy {
     /// The remedy that tests `stall`, when one does: only a Nagle hold released by a delayed
@@ -68,30 +60,6 @@ impl Remedy {
             Remedy::NoDelay => "TCP_NODELAY on the probe's socket",
         }
     }
-}
-
-/// The confirmation run's outcome.
-#[derive(Debug, Clone)]
-pub struct Confirmation {
-    /// What was changed.
-    pub remedy: Remedy,
-    /// Requests answered.
-    pub requests: usize,
-    /// Stalls of the diagnosed kind and side in the re-run.
-    pub stalls: u64,
-    /// Requests of the re-run a stall's worth slower than the first run's quickest.
-    pub slow: u64,
-    /// Median latency of the re-run, ms.
-    pub p50_ms: f64,
-    /// `Some(true)`: the stall vanished; `Some(false)`: it stayed; `None`: the re-run could
-    /// not tell (errors, or too few requests).
-    pub confirmed: Option<bool>,
-    /// Why `confirmed` is `None`, when it is.
-    pub undecided: Option<String>,
-    /// What the re-run did test, when the hold is out of its reach.
-    pub tested: Option<String>,
-    /// What it could not test: the hop it cannot reach.
-    pub untested: Option<String>,
 }
 
 impl Confirmation {

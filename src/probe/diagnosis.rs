@@ -10,94 +10,10 @@ use super::capture::{Captured, WireSegment};
 use super::client::RunLog;
 use super::stalls::Stall;
 use super::upstream::{Process, Upstream};
+pub use crate::report::model::probe::{Culprit, Diagnosis, EvidenceLine, Source};
 
 /// Most segments shown for one stalled turn.
 const EVIDENCE_LINES: usize = 12;
-
-/// Where the evidence comes from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Source {
-    /// A capture of the probe's own traffic on this interface, through the detector.
-    Capture {
-        /// The interface.
-        interface: String,
-        /// Packets the kernel dropped from the capture's buffer.
-        dropped: u64,
-    },
-    /// The probe's own socket only; the reason the capture was not possible.
-    Socket {
-        /// Why no capture.
-        reason: String,
-    },
-}
-
-/// One line of a stalled turn: a segment (capture) or a read/write (socket).
-#[derive(Debug, Clone, PartialEq)]
-pub struct EvidenceLine {
-    /// Milliseconds since the first line.
-    pub offset_ms: f64,
-    /// Who sent it.
-    pub from: Side,
-    /// Payload bytes (0 for a pure ACK).
-    pub bytes: u32,
-    /// What it is, in words.
-    pub what: String,
-}
-
-/// Who to change.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Culprit {
-    /// The probe's own request pattern.
-    Client,
-    /// The server at the far end of the probe's connection.
-    Server,
-    /// A connection behind the server (a proxy's to its application server): its writer's
-    /// hold waits for the proxy's delayed ACK, out of the probe's reach.
-    Upstream,
-}
-
-impl Culprit {
-    /// Stable name in the JSON output.
-    pub fn name(self) -> &'static str {
-        match self {
-            Culprit::Client => "client",
-            Culprit::Server => "server",
-            Culprit::Upstream => "upstream",
-        }
-    }
-}
-
-impl From<Side> for Culprit {
-    fn from(side: Side) -> Culprit {
-        match side {
-            Side::Client => Culprit::Client,
-            Side::Server => Culprit::Server,
-        }
-    }
-}
-
-/// The diagnosis of a run.
-#[derive(Debug, Clone)]
-pub struct Diagnosis {
-    /// Evidence source.
-    pub source: Source,
-    /// Stalls per kind.
-    pub counts: KindCounts,
-    /// The pattern that explains the run: the latest stall of the commonest kind and side.
-    pub example: Option<Stall>,
-    /// Who holds the write; `None` when clean or when the network is to blame.
-    pub culprit: Option<Culprit>,
-    /// One sentence naming the pattern.
-    pub explanation: Option<String>,
-    /// The stalled turn, segment by segment.
-    pub evidence: Vec<EvidenceLine>,
-    /// Where the held write sits, as far as the evidence tells.
-    pub hop: Option<String>,
-    /// What to change, best first.
-    pub advice: Vec<String>,
-    /// The stall behind the server, when the run points there.
-    pub upstream: Option<Upstream>,
-}
 
 impl Diagnosis {
     /// `clean` or `stall`.

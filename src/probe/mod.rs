@@ -8,22 +8,22 @@
 //! weaker view the report owns up to. A stall it can blame on Nagle × delayed ACK is then
 //! re-run with the client-side remedy ([`confirm`]): it must vanish.
 
-pub mod capture;
-pub mod client;
-pub mod confirm;
-pub mod diagnosis;
-pub mod dialogue;
-pub mod http;
-pub mod line;
-pub mod memcached;
-pub mod paced;
-pub mod redis;
-pub mod reply;
-pub mod socket;
-pub mod stalls;
-pub mod target;
-pub mod tls;
-pub mod upstream;
+pub(crate) mod capture;
+pub(crate) mod client;
+pub(crate) mod confirm;
+pub(crate) mod diagnosis;
+pub(crate) mod dialogue;
+pub(crate) mod http;
+pub(crate) mod line;
+pub(crate) mod memcached;
+pub(crate) mod paced;
+pub(crate) mod redis;
+pub(crate) mod reply;
+pub(crate) mod socket;
+pub(crate) mod stalls;
+pub(crate) mod target;
+pub(crate) mod tls;
+pub(crate) mod upstream;
 
 use std::io::Write as _;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -43,6 +43,7 @@ use self::target::Target;
 use self::upstream::Upstream;
 use crate::lab::measure::LatencySummary;
 use crate::report;
+pub use crate::report::model::probe::ProbeReport;
 use crate::Outcome;
 
 /// Most requests a run may make.
@@ -124,39 +125,6 @@ fn positive_seconds(text: &str) -> Result<f64, String> {
         Ok(s) if s > 0.0 && s <= 3600.0 => Ok(s),
         _ => Err(format!("{text:?} is not a number of seconds in (0, 3600]")),
     }
-}
-
-/// Everything a probe found, for the renderers.
-#[derive(Debug, Clone)]
-pub struct ProbeReport {
-    /// The target, as a URL.
-    pub target: String,
-    /// Timed requests answered.
-    pub requests: usize,
-    /// Requests asked for.
-    pub requests_asked: usize,
-    /// Connections opened.
-    pub connections: usize,
-    /// Latency of the answered requests.
-    pub latency: LatencySummary,
-    /// The diagnosis.
-    pub diagnosis: Diagnosis,
-    /// The confirmation re-run, when the diagnosis has a client-side remedy.
-    pub confirmation: Option<Confirmation>,
-    /// Handshake time of the first connection (the connect call), ms.
-    pub connect_ms: Option<f64>,
-    /// The first connection's lowest RTT (TCP_INFO `tcpi_min_rtt`), ms: the path without timers.
-    pub min_rtt_ms: Option<f64>,
-    /// Retransmissions over all connections (TCP_INFO).
-    pub retransmissions: u64,
-    /// Remarks that qualify the result.
-    pub notes: Vec<String>,
-    /// What went wrong; the results above are what was measured before.
-    pub errors: Vec<String>,
-    /// Writes paced by ACKs, and the TCP_NODELAY re-run's throughput.
-    pub ack_paced: paced::AckPaced,
-    /// Requests in each timed exchange (`--pipeline`).
-    pub pipeline: usize,
 }
 
 /// Runs the probe and prints its report; errors after some requests were answered are

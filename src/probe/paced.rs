@@ -9,66 +9,7 @@ use std::time::Duration;
 use super::capture::Captured;
 use super::client::RunLog;
 use crate::flow::Side;
-
-/// One side's pacing over the probe's connections (from the capture).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct PacedSide {
-    /// Whose writes waited.
-    pub held: Side,
-    /// Connections whose writes of that side were paced.
-    pub connections: usize,
-    /// Holds, all those connections.
-    pub holds: u64,
-    /// The holds' time, each connection's union summed.
-    pub time_lost: Duration,
-}
-
-/// The pacing of a run.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AckPaced {
-    /// Paced sides found by the detector (empty without a capture, or when none was).
-    pub sides: Vec<PacedSide>,
-    /// Writes after the first of a batch (`--pipeline`) that the kernel kept back, and all
-    /// such writes: the socket's view, with or without a capture.
-    pub held_writes: (u64, u64),
-    /// Requests per second over the run: answered requests over the time from the first
-    /// request to the last answer.
-    pub requests_per_s: Option<f64>,
-    /// Estimate without the probe's holds: requests over that time less each connection's
-    /// share of the holds' time (the time lost divided by the connections). An upper bound:
-    /// it ignores what the holds saved (requests gathered into fewer segments).
-    pub estimate_per_s: Option<f64>,
-    /// The TCP_NODELAY re-run, when the probe's own writes were paced or kept back.
-    pub nodelay: Option<NoDelayRun>,
-}
-
-/// The TCP_NODELAY re-run.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct NoDelayRun {
-    /// Requests answered.
-    pub requests: usize,
-    /// Requests per second.
-    pub requests_per_s: Option<f64>,
-    /// Its connections still paced on the probe's side (capture only).
-    pub paced_connections: Option<usize>,
-}
-
-impl AckPaced {
-    /// The probe's own writes were paced (the detector, from the capture) or kept back by the
-    /// kernel in most batches (the socket, with or without a capture): a TCP_NODELAY re-run
-    /// tests it.
-    pub fn own_writes_held(&self) -> bool {
-        let (held, all) = self.held_writes;
-        self.sides.iter().any(|s| s.held == Side::Client) || (all > 0 && held * 2 > all)
-    }
-
-    /// The re-run's gain in requests per second, percent (negative: a loss).
-    pub fn gain_percent(&self) -> Option<f64> {
-        let before = self.requests_per_s?;
-        let after = self.nodelay?.requests_per_s?;
-        (before > 0.0).then(|| (after / before - 1.0) * 100.0)
-    }
-}
+pub(crate) use crate::report::model::probe::{AckPaced, NoDelayRun, PacedSide};
 
 /// Requests each timed exchange carries.
 fn per_exchange(pipeline: usize) -> usize {
@@ -168,72 +109,6 @@ pub fn nodelay_run(log: &RunLog, captured: Option<&Captured>, pipeline: usize) -
                 .sum()
         }),
     }
-}
-
-/// The pacing in words, one line each; nothing when none was seen.
-pub fn describe(p: &AckPaced) -> Vec<String> {
-    let mut lines = Vec::new();
-    for s in &p.sides {
-        let whose = match s.held {
-            Side::Client => "the probe's own pipelined writes (as a client without TCP_NODELAY)",
-            Side::Server => "the server's writes",
-        };
-        lines.push(format!(
-            "nagle_ack_paced: {whose} waited for the ACK of the previous small segment {} times \
-             on {} connection{}, {:.3} ms in all",
-            s.holds,
-            s.connections,
-            if s.connections == 1 { "" } else { "s" },
-            s.time_lost.as_secs_f64() * 1e3
-        ));
-    }
-    let (held, all) = p.held_writes;
-    if held > 0 {
-        lines.push(format!(
-            "socket: {held} of {all} writes after a batch's first were kept back by the kernel \
-             (TCP_INFO notsent > 0 right after the write: Nagle, with a small segment in flight)"
-        ));
-    }
-    match (p.requests_per_s, p.estimate_per_s) {
-        (Some(now), Some(est)) => lines.push(format!(
-            "throughput {now:.0} requests/s; without the probe's holds at most {est:.0}/s \
-             (estimate: requests / (run time − the holds' time per connection))"
-        )),
-        (Some(now), None) if p.nodelay.is_some() => {
-            lines.push(format!("throughput {now:.0} requests/s"))
-        }
-        _ => {}
-    }
-    if let (Some(run), Some(gain)) = (p.nodelay, p.gain_percent()) {
-        let paced = run
-            .paced_connections
-            .map_or(String::new(), |n| format!(", {n} connections still paced"));
-        lines.push(format!(
-            "TCP_NODELAY re-run: {} requests, {:.0} requests/s ({gain:+.1} %{paced}){}",
-            run.requests,
-            run.requests_per_s.unwrap_or(0.0),
-            if gain < 0.0 {
-                ": slower, the holds gathered requests into fewer segments and the path's round \
-                 trip is short"
-            } else {
-                ""
-            }
-        ));
-    }
-    match p.gain_percent() {
-        Some(gain) if gain > 0.0 => lines.push(
-            "a client pipelining like this without TCP_NODELAY pays it: set TCP_NODELAY on its \
-             sockets, or write each batch in one call"
-                .to_string(),
-        ),
-        Some(_) => lines.push(
-            "here TCP_NODELAY did not help: on this short path the holds cost less than the \
-             segments they saved; on a longer path each hold costs a round trip"
-                .to_string(),
-        ),
-        None => {}
-    }
-    lines
 }
 
 #[cfg(test)]

@@ -8,22 +8,7 @@ use crate::tcp_rules;
 
 use super::client::{RunLog, Turn};
 
-/// One stall of a request.
-#[derive(Debug, Clone)]
-pub struct Stall {
-    /// The cause.
-    pub kind: StallKind,
-    /// The side whose data waited.
-    pub held: Side,
-    /// How long it waited, ns.
-    pub delay_ns: u64,
-    /// The probe's local port (the connection).
-    pub local_port: u16,
-    /// When the held data was released (capture) or reached the socket, ns since the epoch.
-    pub ts_ns: u64,
-    /// The detector's event, when a capture found it.
-    pub event: Option<StallEvent>,
-}
+pub use crate::report::model::probe::Stall;
 
 /// The detector's events, for the connections of `log` only.
 pub fn from_capture(events: &[StallEvent], log: &RunLog) -> Vec<Stall> {

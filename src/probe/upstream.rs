@@ -27,10 +27,11 @@ use crate::capture::live::{CaptureOptions, LiveCapture, OpenError, PacketSocket,
 use crate::detect::{Detector, DetectorConfig, PeerStack, StallEvent};
 use crate::flow::{Endpoint, Side};
 use crate::process::procfs::{self, TcpState};
-use crate::tcp_rules::{self, DelackTimer};
+use crate::tcp_rules;
 use crate::watch::owner::OwnerLookup;
 
 use super::client::RunLog;
+pub use crate::report::model::probe::{Backend, HeldUpstream, Process, TimerMode, Upstream};
 
 /// Fewest slow requests that make a pattern ("again and again"), not an accident.
 pub const MIN_REPEATS: usize = 3;
@@ -43,32 +44,6 @@ const SNAPSHOT_EVERY: Duration = Duration::from_millis(20);
 /// Slack after a request's end within which a release upstream still counts as its own: the
 /// proxy passes the answer on within microseconds on one host.
 const MATCH_SLACK_NS: u64 = 2_000_000;
-
-/// Latencies shaped like a timer: most slow requests one delayed-ACK time above the quickest.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TimerMode {
-    /// Requests judged.
-    pub requests: usize,
-    /// Requests at least [`tcp_rules::STALL_THRESHOLD`] slower than the quickest.
-    pub slow: usize,
-    /// Slow requests within the mode.
-    pub in_mode: usize,
-    /// The quickest request, ms: the path and the server's own time, no timer; the path's
-    /// round trip when even the quickest request waited ([`baseline`]).
-    pub quickest_ms: f64,
-    /// `quickest_ms` is the path's round trip ([`round_trip`]): no request was free of the wait.
-    pub from_round_trip: bool,
-    /// How much longer than the round trip the quickest request took, ms.
-    pub setup_ms: f64,
-    /// The mode's median wait above the quickest, ms.
-    pub mode_ms: f64,
-    /// The mode's shortest and longest waits above the quickest, ms.
-    pub low_ms: f64,
-    /// See `low_ms`.
-    pub high_ms: f64,
-    /// The timer it matches.
-    pub timer: DelackTimer,
-}
 
 impl TimerMode {
     /// The evidence in words.
@@ -224,52 +199,6 @@ pub fn timer_mode(
         high_ms: ms(mode[mode.len() - 1]),
         timer,
     })
-}
-
-/// A process, by pid and command name.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Process {
-    /// The process id.
-    pub pid: u32,
-    /// Its command name (`/proc/PID/comm`).
-    pub command: String,
-}
-
-/// The application server behind the proxy, as found on this host.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Backend {
-    /// The process holding the backend's socket.
-    pub process: Process,
-    /// Its TCP_NODELAY now, when readable.
-    pub nodelay: Option<bool>,
-}
-
-/// A hold on the proxy's connection upstream that accounts for the slow requests.
-#[derive(Debug, Clone)]
-pub struct HeldUpstream {
-    /// The backend's address (the server end of the proxy's connection).
-    pub address: SocketAddr,
-    /// The backend process, when it is on this host and visible.
-    pub backend: Option<Backend>,
-    /// The matching hold of median delay, as the detector saw it: it speaks for the others.
-    pub example: StallEvent,
-    /// Slow requests with a hold upstream released within their time.
-    pub matched: usize,
-    /// Slow requests.
-    pub slow: usize,
-}
-
-/// What was found behind the server, for the report (the JSON `upstream` object).
-#[derive(Debug, Clone, Default)]
-pub struct Upstream {
-    /// The process owning the target's listening socket (the proxy), when on this host.
-    pub proxy: Option<Process>,
-    /// The hold seen on the proxy's connection upstream, when it could be watched.
-    pub held: Option<HeldUpstream>,
-    /// The latency shape, when the latencies have it.
-    pub timer: Option<TimerMode>,
-    /// Why the hop behind the server could not be watched, when it could not.
-    pub unwatched: Option<String>,
 }
 
 impl Upstream {

@@ -15,12 +15,12 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Args;
-use serde::Serialize;
 
 use super::pidfd::{socket_inode, PidFds};
 use super::procfs::TcpState;
 use super::sockets::{inspect_scope, Holder, SocketView};
 use super::AccessError;
+pub use crate::report::model::sockets::{Action, DelackPlan, FixReport, FixedSocket};
 use crate::route::{Namespace, RouteChange, RouteRequest};
 use crate::sockopt;
 use crate::Outcome;
@@ -124,76 +124,6 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
         ));
     }
     Ok(Duration::from_secs_f64(seconds))
-}
-
-/// What `fix` does to one socket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Action {
-    /// TCP_NODELAY is switched on.
-    SetNodelay,
-    /// TCP_NODELAY was already on.
-    AlreadyNodelay,
-    /// The state has no future traffic to speed up (closing, time-wait...).
-    SkippedState,
-    /// TCP_DELACK_MAX_US is set (`--delack-max`).
-    SetDelackMax,
-    /// TCP_DELACK_MAX_US already holds the value asked for.
-    AlreadyDelackMax,
-}
-
-/// One socket's line of the plan and of the result.
-#[derive(Debug, Clone, Serialize)]
-pub struct FixedSocket {
-    /// The socket as `sockets` shows it before the change; its inode guards the change (the fd
-    /// is changed only while it still holds this socket).
-    #[serde(flatten)]
-    pub socket: SocketView,
-    /// What is (or would be) done.
-    pub action: Action,
-    /// TCP_NODELAY before.
-    pub nodelay_before: Option<bool>,
-    /// TCP_NODELAY read back after setting it; `None` for a dry run or when not applied.
-    pub nodelay_after: Option<bool>,
-    /// With `--delack-max`: TCP_DELACK_MAX_US read back after setting it, microseconds (the
-    /// value before is the socket's `delack_max_us`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub delack_max_us_after: Option<u32>,
-}
-
-/// What `--delack-max` asks and what the running kernel was checked to do with it.
-#[derive(Debug, Clone, Copy, Serialize)]
-pub struct DelackPlan {
-    /// The cap asked for, microseconds.
-    pub requested_us: u32,
-    /// What the kernel keeps for it (it counts in jiffies, rounding up), microseconds.
-    pub kept_us: u32,
-    /// The smallest value the kernel accepts (2 jiffies), microseconds.
-    pub floor_us: u32,
-    /// The largest value the kernel accepts (`TCP_DELACK_MAX`), microseconds.
-    pub ceiling_us: u32,
-    /// Connections accepted later by a listener with the cap inherit it.
-    pub listener_inherited: bool,
-}
-
-/// The result of `fix --json`.
-#[derive(Debug, Clone, Serialize)]
-pub struct FixReport {
-    /// The target.
-    pub pid: u32,
-    /// Nothing was changed.
-    pub dry_run: bool,
-    /// Changes were applied.
-    pub applied: bool,
-    /// Whether, on this kernel, an accepted socket inherits TCP_NODELAY from its listener.
-    pub listener_nodelay_inherited: bool,
-    /// Every TCP socket in the plan.
-    pub sockets: Vec<FixedSocket>,
-    /// The processes whose sockets are in the plan: the target, then its descendants.
-    pub pids: Vec<u32>,
-    /// With `--delack-max`: the cap asked for and what the kernel does with it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub delack_max: Option<DelackPlan>,
 }
 
 /// Whether this kernel copies TCP_NODELAY from a listener to the sockets it accepts: a

@@ -9,7 +9,7 @@
 
 pub mod fix;
 pub(crate) mod pidfd;
-pub mod procfs;
+pub(crate) mod procfs;
 pub mod sockets;
 pub mod trace;
 

@@ -60,32 +60,6 @@ impl WritesSinceRead {
     }
 }
 
-/// The sizes of one write-write-read and how long the read after it waited.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub(crate) struct Example {
-    /// Bytes of each send (at most 8 listed).
-    pub writes: Vec<u64>,
-    /// Sends before the read.
-    pub sends: u64,
-    /// From the end of the last send to the end of the wait, milliseconds.
-    pub wait_ms: f64,
-}
-
-impl Example {
-    /// "6 B, then 7 B, then a read waiting 41.2 ms".
-    pub fn describe(&self) -> String {
-        let mut parts: Vec<String> = self.writes.iter().map(|b| format!("{b} B")).collect();
-        if self.sends > self.writes.len() as u64 {
-            parts.push(format!("{} more", self.sends - self.writes.len() as u64));
-        }
-        format!(
-            "{}, then a read waiting {:.1} ms",
-            parts.join(", then "),
-            self.wait_ms
-        )
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -129,15 +103,5 @@ mod tests {
         b.extend_last(20);
         assert_eq!(b.sizes, vec![30]);
         assert!(!b.is_write_write_read());
-    }
-
-    #[test]
-    fn example_text() {
-        let e = Example {
-            writes: vec![6, 7],
-            sends: 2,
-            wait_ms: 41.23,
-        };
-        assert_eq!(e.describe(), "6 B, then 7 B, then a read waiting 41.2 ms");
     }
 }

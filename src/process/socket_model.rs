@@ -9,53 +9,16 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::events::{Actor, Event, TcpOption};
 use super::fd_table::{FdTable, Slot, SocketId};
-pub(crate) use super::pattern::Example;
 use super::pattern::WritesSinceRead;
+pub(crate) use crate::report::model::trace::{Example, TracedSocket, LONG_WAIT};
 use crate::tcp_rules;
-
-/// A wait this long after a write-write-read is the delayed ACK at work
-/// ([`tcp_rules::STALL_THRESHOLD`]).
-pub(crate) const LONG_WAIT: Duration = tcp_rules::STALL_THRESHOLD;
 
 /// MSS assumed when the socket's cannot be read (Ethernet with timestamps).
 const FALLBACK_MSS: u64 = tcp_rules::payload_mss(tcp_rules::DEFAULT_MSS_V4, true) as u64;
-
-/// What the tracer knows about one TCP socket it saw used; serialised as is in `trace --json`.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub(crate) struct TracedSocket {
-    /// Process (thread-group id) that used it first.
-    pub pid: u32,
-    /// Its fd there.
-    pub fd: i32,
-    /// Local address, once known.
-    pub local: Option<SocketAddr>,
-    /// Remote address, once known.
-    pub remote: Option<SocketAddr>,
-    /// TCP_NODELAY as last seen (read from the socket or from a setsockopt call).
-    pub nodelay: bool,
-    /// TCP_NODELAY was switched on at some point (setsockopt seen or read on the socket).
-    pub nodelay_ever_set: bool,
-    /// TCP_CORK as last seen.
-    pub cork: bool,
-    /// setsockopt(TCP_QUICKACK, 1) calls: the program re-arms immediate ACKs on this socket.
-    pub quickack_sets: u64,
-    /// MSS for sending (TCP_MAXSEG).
-    pub mss: u64,
-    /// Send syscalls that moved data.
-    pub sends: u64,
-    /// Read calls on the socket.
-    pub reads: u64,
-    /// Write-write-read sequences found.
-    pub write_write_read: u64,
-    /// Of those, how many were followed by a wait of at least 30 ms.
-    pub waits_over_30ms: u64,
-    /// The write-write-read with the longest wait.
-    pub example: Option<Example>,
-}
 
 impl TracedSocket {
     /// A socket first seen at fd `fd` of `pid`, nothing known of it yet.

@@ -7,11 +7,11 @@ use std::os::fd::AsFd;
 
 use anyhow::Context;
 use clap::Args;
-use serde::Serialize;
 
 use super::pidfd::{socket_inode, PidFd, PidFds};
 use super::procfs::{self, FdListError, TcpEntry, TcpState};
 use super::AccessError;
+pub use crate::report::model::sockets::{Holder, InfoView, SocketView};
 use crate::sockopt;
 use crate::Outcome;
 
@@ -34,90 +34,6 @@ pub struct SocketsArgs {
     /// shown with it, each socket once with every process holding it).
     #[arg(long, conflicts_with = "all")]
     pub no_tree: bool,
-}
-
-/// A process holding a socket, and the socket's fd there.
-#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
-pub struct Holder {
-    /// The process.
-    pub pid: u32,
-    /// The fd in that process.
-    pub fd: i32,
-}
-
-/// The TCP_INFO fields that explain a stall, from the kernel's `tcp_get_info`.
-#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
-pub struct InfoView {
-    /// Smoothed RTT, microseconds.
-    pub rtt_us: u32,
-    /// Delayed-ACK timeout the socket predicts (`icsk_ack.ato`), microseconds.
-    pub ato_us: u32,
-    /// Segments in flight (`packets_out`).
-    pub unacked: u32,
-    /// Bytes written and not yet sent (what Nagle or cork holds).
-    pub notsent_bytes: u32,
-    /// MSS used for sending.
-    pub snd_mss: u32,
-    /// Data segments sent.
-    pub data_segs_out: u32,
-    /// Data segments received.
-    pub data_segs_in: u32,
-}
-
-impl From<sockopt::TcpInfo> for InfoView {
-    fn from(info: sockopt::TcpInfo) -> InfoView {
-        InfoView {
-            rtt_us: info.rtt,
-            ato_us: info.ato,
-            unacked: info.unacked,
-            notsent_bytes: info.notsent_bytes,
-            snd_mss: info.snd_mss,
-            data_segs_out: info.data_segs_out,
-            data_segs_in: info.data_segs_in,
-        }
-    }
-}
-
-/// One TCP socket of a process. Option fields are `None` (JSON null) when they could not be read.
-#[derive(Debug, Clone, Serialize)]
-pub struct SocketView {
-    /// Process holding the socket; `None` (JSON null) when /proc did not tell which process
-    /// holds it (its fds were not readable).
-    pub pid: Option<u32>,
-    /// Its fd in that process; `None` when /proc/PID/fd was not readable.
-    pub fd: Option<i32>,
-    /// Socket inode (`socket:[N]`).
-    pub inode: u64,
-    /// Local address.
-    pub local: String,
-    /// Remote address (`0.0.0.0:0` for listeners).
-    pub remote: String,
-    /// Kernel TCP state.
-    pub state: TcpState,
-    /// A listening socket: connections it accepts copy its options (`inet_csk_clone_lock`).
-    pub listening: bool,
-    /// TCP_NODELAY: true when Nagle is off.
-    pub nodelay: Option<bool>,
-    /// TCP_CORK.
-    pub cork: Option<bool>,
-    /// TCP_QUICKACK as read back: true while not in ping-pong (delayed-ACK) mode.
-    pub quickack: Option<bool>,
-    /// TCP_INFO summary.
-    pub tcp_info: Option<InfoView>,
-    /// The socket can meet a Nagle × delayed-ACK stall: Nagle on, not corked, and either
-    /// request/response traffic so far or a listener whose accepted sockets inherit Nagle.
-    pub can_stall: Option<bool>,
-    /// Caught in the act: bytes written but not sent while a segment is unacknowledged, on a
-    /// socket with Nagle on and no cork, i.e. `tcp_nagle_check` is holding data until an ACK.
-    pub held_now: Option<bool>,
-    /// What could not be read and why.
-    pub unknown_reason: Option<String>,
-    /// Every process holding the socket (a listener a master shares with its workers, a
-    /// socket inherited across fork), by pid; `pid`/`fd` name the first. Empty when unknown.
-    pub holders: Vec<Holder>,
-    /// TCP_DELACK_MAX_US, the socket's cap on its delayed ACK, in microseconds; `None` when
-    /// unreadable or the kernel lacks the option.
-    pub delack_max_us: Option<u32>,
 }
 
 impl SocketView {
@@ -179,9 +95,7 @@ impl SocketView {
 /// The TCP sockets of one process (and its children), and what could not be seen.
 #[derive(Debug, Clone)]
 pub struct ProcessSockets {
-    /// The process.
-    pub pid: u32,
-    /// The processes looked at: `pid`, then its descendants unless restricted to it.
+    /// The processes looked at: the target, then its descendants unless restricted to it.
     pub pids: Vec<u32>,
     /// Its TCP sockets, in the order first seen: by process (parents first), then by fd.
     pub sockets: Vec<SocketView>,
@@ -330,7 +244,6 @@ pub fn inspect_scope(pid: u32, tree: bool) -> Result<ProcessSockets, AccessError
     sockets.sort_by_key(|(order, _)| *order);
     let sockets = sockets.into_iter().map(|(_, view)| view).collect();
     Ok(ProcessSockets {
-        pid,
         pids: if tree { family } else { vec![pid] },
         sockets,
         missing,
@@ -465,7 +378,6 @@ fn owned_by_uid(pid: u32) -> Result<ProcessSockets, AccessError> {
     sockets.sort_by_key(|v| v.inode);
     let uid_text = crate::report::or_unknown(uid);
     Ok(ProcessSockets {
-        pid,
         pids: vec![pid],
         sockets,
         missing: Some(reason),
@@ -562,6 +474,7 @@ pub fn run(args: &SocketsArgs) -> anyhow::Result<Outcome> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{Read, Write};
     use std::net::{TcpListener, TcpStream};
 
     #[test]
@@ -688,5 +601,47 @@ mod tests {
              attempts read the sockets within the hold and missed it, {too_slow} took longer \
              than the hold"
         );
+    }
+
+    /// A connection of this process after a few turns in which the server writes each reply in
+    /// two parts: the client side delays its ACKs.
+    #[test]
+    fn the_table_advises_the_delack_cap_on_the_client_side_only() {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let mut client = TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+        let (mut server, _) = listener.accept().expect("accept");
+        let mut buf = [0u8; 64];
+        for _ in 0..6 {
+            client.write_all(b"request").expect("request");
+            server.read_exact(&mut buf[..7]).expect("read request");
+            server.write_all(b"head").expect("head");
+            server.write_all(b"body").expect("body");
+            client.read_exact(&mut buf[..8]).expect("reply");
+        }
+        let found = inspect(std::process::id()).expect("own sockets");
+        let client_local = client.local_addr().expect("addr").to_string();
+        let server_local = server.local_addr().expect("addr").to_string();
+        let mine: Vec<SocketView> = found
+            .sockets
+            .into_iter()
+            .filter(|v| v.local == client_local || v.local == server_local)
+            .collect();
+        let mut text = Vec::new();
+        crate::report::sockets::write_table(&mut text, &mine, None).expect("written");
+        let text = String::from_utf8(text).expect("utf-8");
+        let kernel_has_cap = mine.iter().all(|v| v.delack_max_us.is_some());
+        assert_eq!(
+            text.contains(&format!("delayed ACKs: pid {}", std::process::id()))
+                && text.contains(&client_local),
+            kernel_has_cap,
+            "{text}"
+        );
+        assert!(
+            !text.lines().any(
+                |l| l.starts_with("delayed ACKs:") && l.contains(&format!("{server_local} ->"))
+            ),
+            "the listener's side is a server: {text}"
+        );
+        assert!(!text.contains("shared:"), "one holder each: {text}");
     }
 }

@@ -20,7 +20,7 @@ use crate::detect::verdict::{events_by_flow, explain, fixes, FlowSummary};
 use crate::detect::{Analysis, KindCounts, StallKind};
 use crate::flow::{Span, Timestamp};
 use crate::ladder::Ladder;
-use crate::probe::diagnosis::Culprit;
+use crate::report::model::probe::Culprit;
 
 /// The tables' headers of the reported kinds (the stalls, and writes paced by ACKs), in report
 /// order.
@@ -365,7 +365,7 @@ pub fn analysis_page(a: &Analysis, input: &InputFacts, title: &str) -> anyhow::R
 
 /// The page of a lab run: the catalogue as a chart (each row's p50 and p99, stalled rows
 /// against their fixes), the table of rows, the ladders of the stalled rows.
-pub(crate) fn lab_page(report: &crate::lab::LabReport) -> anyhow::Result<Page> {
+pub(crate) fn lab_page(report: &super::model::lab::LabReport) -> anyhow::Result<Page> {
     let rows = &report.rows;
     let stalled = rows.iter().filter(|r| r.stalled).count();
     let unexpected = rows
@@ -436,7 +436,7 @@ pub(crate) fn lab_page(report: &crate::lab::LabReport) -> anyhow::Result<Page> {
 /// The page of a probe: the verdict, the culprit and what to change, the confirmation, the
 /// latency histogram of the requests (`latencies_ms`) with the delayed-ACK modes marked.
 pub fn probe_page(
-    report: &crate::probe::ProbeReport,
+    report: &super::model::probe::ProbeReport,
     latencies_ms: &[f64],
 ) -> anyhow::Result<Page> {
     let d = &report.diagnosis;

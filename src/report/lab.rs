@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::lab::listing::{ListedScenario, Listing};
-use crate::lab::LabReport;
+use crate::report::model::lab::{LabReport, ListedScenario, Listing};
 use crate::tcp_rules::{DELACK_MIN, STALL_MARGIN, STALL_THRESHOLD};
 
 /// When a row counts as stalled: on loopback, or over a path of the given RTT.

@@ -1,16 +1,17 @@
 //! Rendering results: terminal tables and stable JSON.
 
-pub mod charts;
-pub mod html;
-pub mod json;
-pub mod lab;
-pub mod ladder;
-pub mod probe;
-pub mod sockets;
+pub(crate) mod charts;
+pub(crate) mod html;
+pub(crate) mod json;
+pub(crate) mod lab;
+pub(crate) mod ladder;
+pub(crate) mod model;
+pub(crate) mod probe;
+pub(crate) mod sockets;
 pub mod style;
-pub mod text;
-pub mod trace;
-pub mod watch;
+pub(crate) mod text;
+pub(crate) mod trace;
+pub(crate) mod watch;
 
 use std::io::{self, Write};
 

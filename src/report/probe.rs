@@ -7,9 +7,7 @@ use std::fmt::Write as _;
 use serde_json::{json, Value};
 
 use crate::detect::StallKind;
-use crate::probe::diagnosis::Source;
-use crate::probe::upstream::{Process, Upstream};
-use crate::probe::ProbeReport;
+use crate::report::model::probe::{AckPaced, ProbeReport, Process, Source, Upstream};
 
 fn round3(x: f64) -> f64 {
     (x * 1e3).round() / 1e3
@@ -17,7 +15,7 @@ fn round3(x: f64) -> f64 {
 
 /// `ack_paced`: the paced sides (capture), the writes the kernel kept back (socket), the
 /// throughput, its estimate without the probe's holds, and the TCP_NODELAY re-run.
-fn ack_paced_json(p: &crate::probe::paced::AckPaced) -> Value {
+fn ack_paced_json(p: &AckPaced) -> Value {
     json!({
         "sides": p.sides.iter().map(|s| json!({
             "held_side": s.held.name(),
@@ -36,6 +34,74 @@ fn ack_paced_json(p: &crate::probe::paced::AckPaced) -> Value {
         })),
         "nodelay_gain_percent": p.gain_percent().map(|g| (g * 10.0).round() / 10.0),
     })
+}
+
+/// The pacing in words, one line each; nothing when none was seen.
+fn describe_paced(p: &AckPaced) -> Vec<String> {
+    let mut lines = Vec::new();
+    for s in &p.sides {
+        let whose = match s.held {
+            crate::Side::Client => {
+                "the probe's own pipelined writes (as a client without TCP_NODELAY)"
+            }
+            crate::Side::Server => "the server's writes",
+        };
+        lines.push(format!(
+            "nagle_ack_paced: {whose} waited for the ACK of the previous small segment {} times \
+             on {} connection{}, {:.3} ms in all",
+            s.holds,
+            s.connections,
+            if s.connections == 1 { "" } else { "s" },
+            s.time_lost.as_secs_f64() * 1e3
+        ));
+    }
+    let (held, all) = p.held_writes;
+    if held > 0 {
+        lines.push(format!(
+            "socket: {held} of {all} writes after a batch's first were kept back by the kernel \
+             (TCP_INFO notsent > 0 right after the write: Nagle, with a small segment in flight)"
+        ));
+    }
+    match (p.requests_per_s, p.estimate_per_s) {
+        (Some(now), Some(est)) => lines.push(format!(
+            "throughput {now:.0} requests/s; without the probe's holds at most {est:.0}/s \
+             (estimate: requests / (run time − the holds' time per connection))"
+        )),
+        (Some(now), None) if p.nodelay.is_some() => {
+            lines.push(format!("throughput {now:.0} requests/s"))
+        }
+        _ => {}
+    }
+    if let (Some(run), Some(gain)) = (p.nodelay, p.gain_percent()) {
+        let paced = run
+            .paced_connections
+            .map_or(String::new(), |n| format!(", {n} connections still paced"));
+        lines.push(format!(
+            "TCP_NODELAY re-run: {} requests, {:.0} requests/s ({gain:+.1} %{paced}){}",
+            run.requests,
+            run.requests_per_s.unwrap_or(0.0),
+            if gain < 0.0 {
+                ": slower, the holds gathered requests into fewer segments and the path's round \
+                 trip is short"
+            } else {
+                ""
+            }
+        ));
+    }
+    match p.gain_percent() {
+        Some(gain) if gain > 0.0 => lines.push(
+            "a client pipelining like this without TCP_NODELAY pays it: set TCP_NODELAY on its \
+             sockets, or write each batch in one call"
+                .to_string(),
+        ),
+        Some(_) => lines.push(
+            "here TCP_NODELAY did not help: on this short path the holds cost less than the \
+             segments they saved; on a longer path each hold costs a round trip"
+                .to_string(),
+        ),
+        None => {}
+    }
+    lines
 }
 
 /// The report as text.
@@ -81,7 +147,7 @@ pub fn text(r: &ProbeReport) -> String {
         c.get(StallKind::NagleMinor),
         source_text(&d.source)
     );
-    let paced = crate::probe::paced::describe(&r.ack_paced);
+    let paced = describe_paced(&r.ack_paced);
     if !paced.is_empty() {
         let _ = writeln!(out, "ACK pacing (batches of {}):", r.pipeline);
         for line in &paced {

@@ -4,9 +4,9 @@
 
 use std::io::{self, Write};
 
-use crate::process::fix::{Action, DelackPlan, FixReport, FixedSocket};
-use crate::process::procfs::TcpState;
-use crate::process::sockets::{InfoView, SocketView};
+use crate::report::model::sockets::{
+    Action, DelackPlan, FixReport, FixedSocket, InfoView, SocketView, TcpState,
+};
 use crate::report::or_unknown;
 
 fn on_off(value: Option<bool>) -> &'static str {
@@ -316,53 +316,4 @@ pub(crate) fn write_result(out: &mut impl Write, report: &FixReport) -> io::Resu
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::io::Read;
-    use std::net::{TcpListener, TcpStream};
-
-    /// A connection of this process after a few turns in which the server writes each reply in
-    /// two parts: the client side delays its ACKs.
-    #[test]
-    fn the_table_advises_the_delack_cap_on_the_client_side_only() {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-        let mut client = TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
-        let (mut server, _) = listener.accept().expect("accept");
-        let mut buf = [0u8; 64];
-        for _ in 0..6 {
-            client.write_all(b"request").expect("request");
-            server.read_exact(&mut buf[..7]).expect("read request");
-            server.write_all(b"head").expect("head");
-            server.write_all(b"body").expect("body");
-            client.read_exact(&mut buf[..8]).expect("reply");
-        }
-        let found = crate::process::sockets::inspect(std::process::id()).expect("own sockets");
-        let client_local = client.local_addr().expect("addr").to_string();
-        let server_local = server.local_addr().expect("addr").to_string();
-        let mine: Vec<SocketView> = found
-            .sockets
-            .into_iter()
-            .filter(|v| v.local == client_local || v.local == server_local)
-            .collect();
-        let mut text = Vec::new();
-        write_table(&mut text, &mine, None).expect("written");
-        let text = String::from_utf8(text).expect("utf-8");
-        let kernel_has_cap = mine.iter().all(|v| v.delack_max_us.is_some());
-        assert_eq!(
-            text.contains(&format!("delayed ACKs: pid {}", std::process::id()))
-                && text.contains(&client_local),
-            kernel_has_cap,
-            "{text}"
-        );
-        assert!(
-            !text.lines().any(
-                |l| l.starts_with("delayed ACKs:") && l.contains(&format!("{server_local} ->"))
-            ),
-            "the listener's side is a server: {text}"
-        );
-        assert!(!text.contains("shared:"), "one holder each: {text}");
-    }
 }

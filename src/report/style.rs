@@ -34,6 +34,7 @@ pub struct Style {
 
 impl Style {
     /// Plain ASCII, no colour: what files, pipes and golden tests get.
+    #[cfg(test)]
     pub const PLAIN: Style = Style {
         color: false,
         unicode: false,

@@ -207,11 +207,6 @@ fn guess_notes(flows: &[FlowSummary]) -> String {
     out
 }
 
-/// `--flows`: one line per flow.
-pub fn flow_table(a: &Analysis) -> String {
-    flow_table_with_tunnels(a, &crate::decode::OuterByFlow::default())
-}
-
 /// One column per kind, each as wide as its header and at least 4, each after a space.
 fn kind_columns<T: std::fmt::Display>(cell: impl Fn(StallKind) -> T) -> String {
     let mut out = String::new();
@@ -222,8 +217,8 @@ fn kind_columns<T: std::fmt::Display>(cell: impl Fn(StallKind) -> T) -> String {
     out
 }
 
-/// [`flow_table`], naming the outer tunnel of flows that came in one after their capture
-/// position.
+/// `--flows`: one line per flow, naming the outer tunnel of flows that came in one after their
+/// capture position.
 pub fn flow_table_with_tunnels(a: &Analysis, outers: &crate::decode::OuterByFlow) -> String {
     let mut out = String::new();
     let _ = writeln!(

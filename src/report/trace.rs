@@ -4,7 +4,7 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
-use crate::process::socket_model::{TracedSocket, LONG_WAIT};
+use crate::report::model::trace::{TracedSocket, LONG_WAIT};
 
 /// What to change on a socket with write-write-reads.
 pub(crate) const FIX: &str = "send each message with one call: build it in one buffer, or pass \
@@ -159,7 +159,7 @@ pub(crate) fn write_text(report: &TraceReport, out: &mut impl Write) -> io::Resu
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::process::socket_model::Example;
+    use crate::report::model::trace::Example;
 
     // The expected outputs were written by the renderer `trace` had before it moved here, on
     // these same reports, plus the line offering the peer's delayed-ACK cap: nothing else changes.

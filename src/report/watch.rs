@@ -15,8 +15,7 @@ use super::ms;
 use crate::detect::verdict::{explain, fixes};
 use crate::detect::{Holder, KindCounts, StallEvent, StallKind};
 use crate::flow::Endpoint;
-use crate::watch::owner::{NoOwner, Owner};
-use crate::watch::summary::{OwnerStalls, WatchSummary};
+use crate::report::model::watch::{NoOwner, Owner, OwnerStalls, WatchSummary};
 
 /// Seconds in a day, for the time of day.
 const DAY_S: u64 = 86_400;

@@ -23,7 +23,7 @@ use netlink_packet_route::AddressFamily;
 use serde::Serialize;
 
 use crate::kernel::KernelFacts;
-use crate::lab::path::NetNs;
+use crate::netns::NetNs;
 use crate::tcp_rules;
 use crate::Outcome;
 

@@ -25,21 +25,17 @@ use rustc_hash::FxHashMap;
 
 use super::metrics::{Metrics, Totals};
 use super::printer::{self, ToPrinter};
-use super::summary::WatchSummary;
 use super::WatchArgs;
 use crate::detect::{Finding, KindCounts, PeerStack, StallEvent, StallKind};
 use crate::flow::{Endpoint, Side, Span, Timestamp};
 use crate::process::procfs::{self, TcpState};
+use crate::report::model::watch::WatchSummary;
 use crate::tcp_rules;
 
 /// The compiled BPF programs (`scripts/build-bpf` rebuilds it from `bpf/nagle.bpf.c`),
 /// aligned: the ELF reader reads its headers in place, which `include_bytes!` alone does not
 /// allow.
 pub static NAGLE_BPF: &[u8] = aya::include_bytes_aligned!("../../bpf/nagle.bpf.o");
-
-/// SHA-256 of the BPF sources the committed object was built from, as `scripts/build-bpf`
-/// wrote it (a test compares it with the sources).
-pub const NAGLE_BPF_STAMP: &str = include_str!("../../bpf/nagle.bpf.stamp");
 
 /// The tracepoints the programs attach to, by program name (= tracepoint name).
 const TRACEPOINTS: [&str; 2] = ["sock_send_length", "tcp_probe"];

@@ -10,12 +10,11 @@
 //! It can run for days: events and retired flows are taken from the detector as they come,
 //! and the detector retires closed and idle flows, so memory follows the active flows.
 
-pub mod kernel;
+pub(crate) mod kernel;
 pub mod metrics;
-pub mod owner;
-pub mod printer;
-pub mod source;
-pub mod summary;
+pub(crate) mod owner;
+pub(crate) mod printer;
+pub(crate) mod source;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,10 +26,10 @@ use clap::Args;
 
 use self::metrics::{Metrics, Totals};
 use self::printer::ToPrinter;
-use self::source::{LiveSource, PacketCounts, SourceError, SourceNotice};
-use self::summary::WatchSummary;
+use self::source::{LiveSource, SourceError, SourceNotice};
 use crate::decode::Segment;
 use crate::detect::{Detector, DetectorConfig};
+use crate::report::model::watch::{PacketCounts, WatchSummary};
 use crate::report::watch::{summary_json, summary_text};
 use crate::Outcome;
 

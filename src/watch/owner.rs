@@ -19,67 +19,11 @@ use crate::process::pidfd::{socket_inode, PidFd};
 use crate::process::procfs::{self, TcpState};
 use crate::sockopt;
 
+pub use crate::report::model::watch::{NoOwner, Owner};
+
 /// Processes found owning stalled sockets, looked at first on the next search: a server that
 /// stalls on one connection usually stalls on the next.
 const RECENT_OWNERS: usize = 16;
-
-/// The process holding a flow's local socket, and the socket's options now.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Owner {
-    /// Which side of the flow the socket is: the held side when it is local, else its peer.
-    pub side: Side,
-    /// The process.
-    pub pid: u32,
-    /// Its command name (`/proc/PID/comm`).
-    pub command: String,
-    /// The fd in that process; -1 when unknown (a socket of another network namespace).
-    pub fd: i32,
-    /// The socket's local port (what `tcpstall fix PID --port N` selects by).
-    pub port: u16,
-    /// TCP_NODELAY now; `None` when it could not be read.
-    pub nodelay: Option<bool>,
-    /// TCP_CORK now; `None` when it could not be read.
-    pub cork: Option<bool>,
-    /// Why the options could not be read.
-    pub unreadable: Option<String>,
-    /// The socket found is the server's listening socket: the connection itself had closed.
-    pub listener: bool,
-}
-
-impl Owner {
-    /// The process the kernel saw write `event`'s held bytes, when its socket is not in this
-    /// network namespace (a container's): no fd to name, no options to read.
-    pub fn writer(event: &StallEvent, pid: u32, command: String) -> Owner {
-        let held = event.finding.held_side;
-        Owner {
-            side: held,
-            pid,
-            command,
-            fd: -1,
-            port: match held {
-                Side::Client => event.client.port,
-                Side::Server => event.server.port,
-            },
-            nodelay: None,
-            cork: None,
-            unreadable: Some(
-                "the socket is in another network namespace; the kernel named its writer".into(),
-            ),
-            listener: false,
-        }
-    }
-}
-
-/// Why a stalled flow has no process to name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NoOwner {
-    /// Neither endpoint is a socket in this host's network namespace: traffic passing through,
-    /// another namespace (a container's), or a connection closed before it was looked up.
-    NotLocal,
-    /// A socket of this host, held by no process tcpstall may inspect: another user's
-    /// `/proc/PID/fd` needs CAP_SYS_PTRACE (`proc_fd_permission`).
-    Hidden,
-}
 
 /// Where a flow's local socket was found.
 #[derive(Debug, Clone)]
@@ -159,6 +103,7 @@ impl OwnerLookup {
     }
 
     /// Flows remembered (for tests of the memory bound).
+    #[cfg(test)]
     pub fn remembered(&self) -> usize {
         self.by_flow.len()
     }

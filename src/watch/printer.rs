@@ -6,8 +6,8 @@ use std::sync::mpsc::{Receiver, SyncSender};
 use std::thread::JoinHandle;
 
 use super::owner::{NoOwner, Owner, OwnerLookup};
-use super::summary::OwnerTally;
 use crate::detect::StallEvent;
+use crate::report::model::watch::OwnerTally;
 use crate::report::watch::{event_text, write_event_json};
 
 /// Messages from the capture loop.

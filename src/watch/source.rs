@@ -9,12 +9,13 @@ use std::time::Duration;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 use crate::capture::filter::interpret;
-use crate::capture::filter::{self, Compiler, FilterError, Framing};
+use crate::capture::filter::{self, FilterError, Framing};
 use crate::capture::live::OpenError;
 use crate::capture::nflog::{LoggedPacket, NflogSocket};
 use crate::capture::ring::{Frame, Ring, RingError, RingOptions};
 use crate::decode::link::LinkType;
 use crate::decode::{Decap, Decoded, PacketMeta, Segment};
+pub use crate::report::model::watch::{DropStats, PacketCounts};
 
 /// Bytes kept of each packet: every header up to the end of TCP's options (link 20 + IPv6 40 +
 /// extension headers + TCP 60). The payload's length comes from the IP header (see
@@ -97,37 +98,6 @@ impl From<RingError> for SourceError {
     }
 }
 
-/// The kernel's packet counters for the capture, since it started (`pcap_stats`: on Linux
-/// `PACKET_STATISTICS`, summed by libpcap). Counts are 64-bit here: libpcap's are 32-bit and
-/// wrap on a busy host within hours.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct DropStats {
-    /// Packets dropped because the capture buffer was full (tcpstall did not keep up).
-    pub dropped: u64,
-    /// Packets dropped by the interface or its driver.
-    pub if_dropped: u64,
-}
-
-/// What a pass over the captured packets handed on.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PacketCounts {
-    /// Packets captured.
-    pub packets: u64,
-    /// TCP segments decoded and handed on.
-    pub tcp_segments: u64,
-    /// Packets that are not TCP, non-first fragments, or undecodable.
-    pub skipped: u64,
-}
-
-impl PacketCounts {
-    /// Adds `other` to these counts.
-    pub fn add(&mut self, other: PacketCounts) {
-        self.packets += other.packets;
-        self.tcp_segments += other.tcp_segments;
-        self.skipped += other.skipped;
-    }
-}
-
 /// A change in what is watched, for the user to hear of.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SourceNotice {
@@ -147,7 +117,6 @@ enum Tap {
     Nflog {
         socket: NflogSocket,
         program: Vec<libc::sock_filter>,
-        compiler: Compiler,
         dropped: u64,
     },
 }
@@ -164,13 +133,6 @@ impl Tap {
         match self {
             Tap::Ring(ring) => ring.interface().to_string(),
             Tap::Nflog { socket, .. } => socket.name(),
-        }
-    }
-
-    fn compiler(&self) -> Compiler {
-        match self {
-            Tap::Ring(ring) => ring.compiler(),
-            Tap::Nflog { compiler, .. } => *compiler,
         }
     }
 }
@@ -252,7 +214,6 @@ impl LiveSource {
                     socket,
                     // An empty filter (TCP only) is the common case; it is still run.
                     program: compiled.program,
-                    compiler: compiled.compiler,
                     dropped: 0,
                 });
                 continue;
@@ -276,11 +237,6 @@ impl LiveSource {
             packet_number: 0,
             decap: Decap::default(),
         })
-    }
-
-    /// Who compiled the kernel filter (libpcap, or the built-in compiler without it).
-    pub fn compiler(&self) -> Option<Compiler> {
-        self.taps.first().map(Tap::compiler)
     }
 
     /// What changed since the last call (interfaces down or gone).

@@ -1,10 +1,11 @@
 //! Plumbing shared by the integration tests: child processes that never outlive a test, the
 //! first line a server prints (its port) read with a time bound, root required, the lab run,
 //! a self-signed certificate, a build script run in the tests' build directory, Python's
-//! http.server (python_http.rs).
+//! http.server (python_http.rs), the process tests' fixtures and servers (process.rs).
 
 #![allow(dead_code)] // each test binary uses its own part of this module
 
+pub mod process;
 pub mod python_http;
 
 use std::io::{BufRead, BufReader, Read};
@@ -152,14 +153,40 @@ pub fn require_root(needs: &str) {
     );
 }
 
-/// `tcpstall lab ARGS`, run to its end: its status and output, whatever they are.
+/// `tcpstall lab ARGS`, run to its end: its status and output, whatever they are. Whatever
+/// they are, the run leaves none of its network namespaces behind (`--rtt` creates two).
 pub fn lab(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_tcpstall"))
+    let child = Command::new(env!("CARGO_BIN_EXE_tcpstall"))
         .arg("lab")
         .args(args)
         .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the tcpstall binary runs");
+    let pid = child.id();
+    let out = child.wait_with_output().expect("tcpstall lab finishes");
+    assert_eq!(
+        namespaces_of(pid),
+        Vec::<String>::new(),
+        "lab {args:?} left namespaces behind"
+    );
+    out
+}
+
+/// Namespaces left by the lab process `pid` (`tcpstall-lab-<pid>-client` / `-server`).
+pub fn namespaces_of(pid: u32) -> Vec<String> {
+    let out = Command::new("ip")
+        .args(["netns", "list"])
         .output()
-        .expect("the tcpstall binary runs")
+        .expect("ip netns list runs");
+    let prefix = format!("tcpstall-lab-{pid}-");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|name| name.starts_with(&prefix))
+        .map(str::to_string)
+        .collect()
 }
 
 /// `tcpstall lab --json ARGS`, which must succeed: the whole report.

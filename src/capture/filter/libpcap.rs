@@ -78,6 +78,7 @@ fn symbols(library: libloading::Library) -> Result<Library, libloading::Error> {
 }
 
 /// Whether the host's libpcap can be loaded.
+#[cfg(test)]
 pub(crate) fn available() -> bool {
     library().is_ok()
 }

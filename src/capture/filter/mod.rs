@@ -14,8 +14,6 @@ mod expr;
 pub(crate) mod interpret;
 mod libpcap;
 
-use std::fmt;
-
 /// How the frames a packet socket hands over begin, which decides the offsets a filter reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Framing {
@@ -52,31 +50,11 @@ impl Framing {
     }
 }
 
-/// Which compiler produced a program.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Compiler {
-    /// The host's libpcap.
-    Libpcap,
-    /// tcpstall's own, for the common expressions.
-    Builtin,
-}
-
-impl fmt::Display for Compiler {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Compiler::Libpcap => "libpcap",
-            Compiler::Builtin => "built-in",
-        })
-    }
-}
-
 /// A filter ready to attach.
 #[derive(Debug, Clone)]
 pub struct CompiledFilter {
     /// The classic BPF program.
     pub program: Vec<libc::sock_filter>,
-    /// Who compiled it.
-    pub compiler: Compiler,
 }
 
 /// What the built-in compiler takes, for the messages that send a user there.
@@ -170,10 +148,7 @@ fn compile_with(
                         filter: user.to_string(),
                     });
                 }
-                return Ok(CompiledFilter {
-                    program,
-                    compiler: Compiler::Libpcap,
-                });
+                return Ok(CompiledFilter { program });
             }
             Err(libpcap::LibpcapError::Rejected(reason)) => {
                 return Err(FilterError::Invalid {
@@ -194,7 +169,6 @@ fn compile_with(
                     jf: 0,
                     k: keep,
                 }],
-                compiler: Compiler::Builtin,
             });
         }
         return Err(FilterError::NeedsLibpcap {
@@ -210,17 +184,15 @@ fn compile_with(
         reason: format!("{} is not compiled without it; {missing}", unsupported.0),
     })?;
     codegen::compile(parsed.as_ref(), framing, keep)
-        .map(|program| CompiledFilter {
-            program,
-            compiler: Compiler::Builtin,
-        })
+        .map(|program| CompiledFilter { program })
         .ok_or_else(|| FilterError::TooLong {
             filter: user.to_string(),
         })
 }
 
 /// Whether libpcap can be loaded on this host (the whole filter language is then available).
-pub fn libpcap_available() -> bool {
+#[cfg(test)]
+fn libpcap_available() -> bool {
     libpcap::available()
 }
 
@@ -562,7 +534,6 @@ mod tests {
         assert!(err.to_string().contains("802.11"), "{err}");
         if libpcap_available() {
             let ours = compile_with("port 80", Framing::Radiotap, KEEP, true).expect("libpcap");
-            assert_eq!(ours.compiler, Compiler::Libpcap);
             assert_eq!(run(&ours.program, &p), KEEP);
             let other = compile_with("port 81", Framing::Radiotap, KEEP, true).expect("libpcap");
             assert_eq!(run(&other.program, &p), 0);

@@ -1,0 +1,8 @@
+//! The plain data each report renders, one file per verb: the verbs fill these in and hand them
+//! over, and the renderers read them without knowing the verbs (this module imports no verb).
+
+pub mod lab;
+pub mod probe;
+pub mod sockets;
+pub mod trace;
+pub mod watch;
