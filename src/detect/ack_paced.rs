@@ -141,6 +141,8 @@ pub(crate) struct FlowPacing {
     /// detector's events, until a consumer takes it.
     event: [Option<(u64, usize)>; 2],
     paced: [bool; 2],
+    /// The side was seen sending with Nagle off ([`Seen::NagleOff`]).
+    nagle_off: [bool; 2],
 }
 
 impl FlowPacing {
@@ -165,12 +167,18 @@ pub(crate) fn hold(
     side: Side,
     seg: &Segment,
     finding: Option<&Finding>,
-) -> Option<Span> {
+) -> Option<Seen> {
     let me = flow.dir(side);
     let prev = flow.prev?;
     // B: new data ending in a partial segment, after a small segment A.
     if !me.is_new_data(seg) || !me.last_data_small || !me.is_small(seg) {
         return None;
+    }
+    // A still unacknowledged as B leaves: Nagle would have held B (`tcp_minshall_check`), so
+    // the side has it off (TCP_NODELAY). The ACK that releases a hold passes the capture point
+    // before the data it releases, wherever the capture is taken.
+    if me.una_known && me.snd_una < me.snd_sml {
+        return Some(Seen::NagleOff);
     }
     if prev.side != side.peer() || prev.window_limited || prev.window == 0 {
         return None;
@@ -192,12 +200,22 @@ pub(crate) fn hold(
         // On loopback a sender writing every few µs, TCP_NODELAY or not, has its next write
         // follow each ACK as closely as a release does: only writes gathered behind A show the
         // hold there. On a longer path a sender not held does not wait for ACKs.
-        Some(f) if f.kind == StallKind::NagleMinor => {
-            (seg.payload_len > in_flight || round_trip(flow) >= ON_HOST_LEG).then_some(f.delay_ns)
-        }
+        Some(f) if f.kind == StallKind::NagleMinor => (seg.payload_len > in_flight
+            || round_trip(flow) >= ON_HOST_LEG)
+            .then_some(Seen::Hold(f.delay_ns)),
         Some(_) => None,
-        None => released_by_data(flow, side, seg, in_flight),
+        None => released_by_data(flow, side, seg, in_flight).map(Seen::Hold),
     }
+}
+
+/// What [`hold`] saw in a segment.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Seen {
+    /// A hold for the ACK of the previous small segment, that long.
+    Hold(Span),
+    /// A small segment sent while an earlier one was unacknowledged: the side's Nagle is off,
+    /// and none of its waits is a Nagle hold.
+    NagleOff,
 }
 
 /// The path's round trip as the capture point sees it (both legs; unknown legs count 0).
@@ -235,20 +253,30 @@ pub(crate) struct Sink<'a> {
     pub(crate) generation: u64,
 }
 
-/// Counts a hold of `side` ending at `seg` that waited `delay`; `minor` when it was counted as a
-/// minor Nagle hold. Emits the direction's event when its holds become sustained and keeps it
-/// up to date while the detector still holds it.
+/// Counts a hold of `side` ending at `seg` ([`Seen::Hold`]); `minor` when it was counted as a
+/// minor Nagle hold. A side seen with Nagle off is never paced. Emits the direction's event
+/// when its holds become sustained and keeps it up to date while the detector still holds it.
 pub(crate) fn record(
     sink: Sink<'_>,
     flow: &Flow,
     side: Side,
     seg: &Segment,
-    delay: Span,
+    seen: Seen,
     minor: bool,
     ordinal: u64,
 ) {
     let i = side.index();
     let pacing = &mut sink.tally.paced;
+    let delay = match seen {
+        Seen::Hold(delay) if !pacing.nagle_off[i] => delay,
+        Seen::Hold(_) => return,
+        Seen::NagleOff => {
+            // Its holds so far were the timing's coincidences; a side already paced keeps its
+            // event.
+            pacing.nagle_off[i] = true;
+            return;
+        }
+    };
     let p = &mut pacing.dirs[i];
     // A hold waited no longer than the flow has existed.
     let delay = delay.min(seg.ts_ns.since(flow.first_seen));
@@ -502,6 +530,34 @@ mod tests {
         assert_eq!(same_size.counts.get(StallKind::NagleMinor), MIN_HOLDS + 5);
         let long_path = run(MIN_HOLDS + 5, 2_000, 6);
         assert_eq!(long_path.counts.get(StallKind::NagleAckPaced), 1);
+    }
+
+    /// A server with TCP_NODELAY writing a header and, 11 µs later, a body: mostly the body
+    /// leaves before the client's quick ACK of the header, which Nagle would never allow; now
+    /// and then the ACK comes first and the body follows it within the softirq bound. Those
+    /// are coincidences, not holds: the side is never paced.
+    #[test]
+    fn a_side_seen_with_nagle_off_is_not_paced() {
+        let mut w = Wire::handshake(30, 65_483);
+        for i in 0..60 {
+            let t = 1_000 + i * 700;
+            w.data(true, t, 144).data(false, t + 30, 238);
+            if i % 3 == 0 {
+                w.data(false, t + 40, 615).ack(true, t + 41);
+            } else {
+                w.ack(true, t + 41).data(false, t + 42, 615);
+            }
+        }
+        let a = w.analyse();
+        assert_eq!(a.counts.get(StallKind::NagleAckPaced), 0, "{:?}", a.counts);
+        // Without the tell-tale turns the same timing is taken for holds.
+        let mut w = Wire::handshake(30, 65_483);
+        for i in 0..60 {
+            let t = 1_000 + i * 700;
+            w.data(true, t, 144).data(false, t + 30, 238);
+            w.ack(true, t + 41).data(false, t + 42, 615);
+        }
+        assert_eq!(w.analyse().counts.get(StallKind::NagleAckPaced), 1);
     }
 
     /// On a long path a few holds are most of the flow's time.

@@ -443,13 +443,13 @@ impl Detector {
             }
         }
         let settled = finding.filter(|_| !undecided);
-        if let Some(delay) = ack_paced::hold(flow, side, seg, settled.as_ref()) {
+        if let Some(seen) = ack_paced::hold(flow, side, seg, settled.as_ref()) {
             let sink = ack_paced::Sink {
                 analysis: &mut self.analysis,
                 tally: self.tallies.entry(flow.id).or_default(),
                 generation: self.taken,
             };
-            ack_paced::record(sink, flow, side, seg, delay, settled.is_some(), ordinal);
+            ack_paced::record(sink, flow, side, seg, seen, settled.is_some(), ordinal);
         }
         flow.update(seg, side);
         if matches!(finding, Some(f) if f.kind == StallKind::Rto) && !undecided {
