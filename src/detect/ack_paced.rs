@@ -146,22 +146,26 @@ pub(crate) struct FlowPacing {
 }
 
 impl FlowPacing {
-    /// The paced directions' aggregates, as the flow retires.
-    pub(crate) fn summary(&self, flow: &Flow) -> [Option<Pacing>; 2] {
+    /// The paced directions' aggregates, as the flow retires (none when neither is paced).
+    pub(crate) fn summary(&self, flow: &Flow) -> Option<Box<[Option<Pacing>; 2]>> {
+        if !self.paced.iter().any(|p| *p) {
+            return None;
+        }
         let span = flow.last_seen().since(flow.first_seen);
-        [Side::Client, Side::Server].map(|side| {
+        Some(Box::new([Side::Client, Side::Server].map(|side| {
             let i = side.index();
             self.paced[i].then(|| Pacing {
                 bytes: flow.dir(side).bytes,
                 span_ns: span,
                 ..self.dirs[i]
             })
-        })
+        })))
     }
 }
 
 /// The delay of the hold `seg` ends, when it is one: `finding` is what the other rules made of
 /// the segment (a minor Nagle hold, or nothing).
+#[inline]
 pub(crate) fn hold(
     flow: &Flow,
     side: Side,
@@ -266,7 +270,8 @@ pub(crate) fn record(
     ordinal: u64,
 ) {
     let i = side.index();
-    let pacing = &mut sink.tally.paced;
+    // Allocated at the flow's first hold: most flows have none.
+    let pacing = &mut **sink.tally.paced.get_or_insert_with(Default::default);
     let delay = match seen {
         Seen::Hold(delay) if !pacing.nagle_off[i] => delay,
         Seen::Hold(_) => return,
@@ -467,11 +472,11 @@ mod tests {
         let p = e.paced.as_deref().copied().unwrap_or_default();
         assert_eq!(p.holds, 40, "the event is kept up to date");
         assert_eq!(p.by_data, 40);
-        let f = a.flows[0].paced[0].expect("the flow's aggregate");
+        let f = a.flows[0].paced()[0].expect("the flow's aggregate");
         assert_eq!(f.holds, 40);
         assert!(f.time_lost_ns <= f.span_ns && f.time_lost_ns <= f.delay_sum_ns);
         assert!(f.bytes_per_s_without() > f.bytes_per_s());
-        assert!(a.flows[0].paced[1].is_none());
+        assert!(a.flows[0].paced()[1].is_none());
     }
 
     /// The same exchange where the client's next command follows the reply after 12 µs, or is
@@ -512,7 +517,7 @@ mod tests {
         assert_eq!(many.counts.get(StallKind::NagleAckPaced), 1);
         assert_eq!(many.counts.get(StallKind::NagleMinor), 0);
         assert_eq!(many.flows[0].counts.get(StallKind::NagleMinor), 0);
-        assert_eq!(many.flows[0].paced[0].map(|p| p.holds), Some(MIN_HOLDS + 5));
+        assert_eq!(many.flows[0].paced()[0].map(|p| p.holds), Some(MIN_HOLDS + 5));
         // The kept minor events go with their counts: the holds are the pacing's.
         let minor_events = |a: &super::super::Analysis| {
             a.events
@@ -573,7 +578,7 @@ mod tests {
         }
         let a = w.analyse();
         assert_eq!(a.counts.get(StallKind::NagleAckPaced), 1, "{:?}", a.counts);
-        let p = a.flows[0].paced[0].expect("paced");
+        let p = a.flows[0].paced()[0].expect("paced");
         assert!(p.time_lost_ns >= MS * 30 * MIN_HOLDS_SLOW - MS);
     }
 

@@ -356,7 +356,7 @@ struct FlowTally {
     /// beyond it, and the total never exceeds the flow's span.
     lost_until: Timestamp,
     /// Holds for the ACK of the previous small segment, per side.
-    paced: ack_paced::FlowPacing,
+    paced: Option<Box<ack_paced::FlowPacing>>,
 }
 
 /// The streaming stall detector.
@@ -566,9 +566,9 @@ fn retire(
     keep_turns: bool,
 ) {
     let tally = tallies.remove(&flow.id).unwrap_or_default();
-    let paced = tally.paced.summary(&flow);
+    let paced = tally.paced.as_ref().and_then(|p| p.summary(&flow));
     let mut summary = verdict::summarise(flow, &tally.counts, tally.lost, tally.worst, keep_turns);
-    summary.paced = paced;
+    summary.pacing = paced;
     flows.push(summary);
 }
 

@@ -232,11 +232,17 @@ pub struct FlowSummary {
     /// [`DetectorConfig::keep_turns`](super::DetectorConfig::keep_turns) asked for them.
     pub turns: Vec<(Timestamp, u32)>,
     /// Client's and server's writes paced by ACKs ([`StallKind::NagleAckPaced`]), when
-    /// sustained.
-    pub paced: [Option<super::Pacing>; 2],
+    /// sustained ([`FlowSummary::paced`]); boxed, as few flows have any.
+    pub(crate) pacing: Option<Box<[Option<super::Pacing>; 2]>>,
 }
 
 impl FlowSummary {
+    /// Client's and server's writes paced by ACKs ([`StallKind::NagleAckPaced`]), when
+    /// sustained.
+    pub fn paced(&self) -> [Option<super::Pacing>; 2] {
+        self.pacing.as_deref().copied().unwrap_or([None, None])
+    }
+
     /// `client-server`, the flow's name in reports.
     pub fn label(&self) -> String {
         let mut label = String::with_capacity(48);
@@ -315,12 +321,18 @@ impl FlowSummary {
             self.span_ns.1.max(later.span_ns.1),
         );
         self.turns.extend(later.turns);
-        for (mine, theirs) in self.paced.iter_mut().zip(later.paced) {
-            match (mine.as_mut(), theirs) {
-                (Some(m), Some(t)) => m.absorb(&t),
-                (None, t) => *mine = t,
-                _ => {}
+        match (&mut self.pacing, later.pacing) {
+            (Some(mine), Some(theirs)) => {
+                for (mine, theirs) in mine.iter_mut().zip(*theirs) {
+                    match (mine.as_mut(), theirs) {
+                        (Some(m), Some(t)) => m.absorb(&t),
+                        (None, t) => *mine = t,
+                        _ => {}
+                    }
+                }
             }
+            (mine @ None, theirs) => *mine = theirs,
+            _ => {}
         }
     }
 }
@@ -381,7 +393,7 @@ pub(crate) fn summarise(
         continued: flow.continued,
         span_ns: (flow.first_seen, flow.last_seen()),
         turns,
-        paced: [None, None],
+        pacing: None,
     }
 }
 

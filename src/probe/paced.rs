@@ -42,7 +42,7 @@ pub fn from_capture(captured: &Captured, log: &RunLog) -> Vec<PacedSide> {
         .iter()
         .filter(|f| ours(f.client.port));
     for flow in flows {
-        for (held, pacing) in [Side::Client, Side::Server].into_iter().zip(flow.paced) {
+        for (held, pacing) in [Side::Client, Side::Server].into_iter().zip(flow.paced()) {
             let Some(p) = pacing else { continue };
             let lost = Duration::from_nanos(p.time_lost_ns.as_nanos());
             match sides.iter_mut().find(|s| s.held == held) {

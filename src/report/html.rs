@@ -260,7 +260,7 @@ pub fn analysis_page(a: &Analysis, input: &InputFacts, title: &str) -> anyhow::R
     for e in paced.take(TABLE_ROWS) {
         let flow = flows.iter().find(|f| f.id == e.flow_id);
         let side = e.finding.held_side;
-        let final_pacing = flow.and_then(|f| f.paced[side.index()]);
+        let final_pacing = flow.and_then(|f| f.paced()[side.index()]);
         let pacing = final_pacing
             .or(e.paced.as_deref().copied())
             .unwrap_or_default();

@@ -307,13 +307,13 @@ pub fn write_flow(
     buf.extend_from_slice(b",\"from\":");
     write_name(buf, Some(f.path_source.name()));
     buf.push(b'}');
-    if f.paced.iter().any(Option::is_some) {
+    if let Some(pacing) = f.pacing.as_deref() {
         // Only on flows with paced writes: other flows' JSON is as it was.
         buf.extend_from_slice(b",\"nagle_ack_paced\":[");
         let sides = [crate::flow::Side::Client, crate::flow::Side::Server];
         let paced = sides
             .iter()
-            .zip(&f.paced)
+            .zip(pacing)
             .filter_map(|(s, p)| Some((*s, p.as_ref()?)));
         for (i, (side, p)) in paced.enumerate() {
             if i > 0 {
