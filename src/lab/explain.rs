@@ -63,6 +63,15 @@ pub(crate) enum Why {
     ListenerQuickack,
     /// The reply fits memcached's first write: one write.
     ReplyInFirstWrite,
+    /// Pipeline/concurrent: each request its own write, Nagle on.
+    PipelineNagle,
+    /// Pipeline/concurrent: TCP_NODELAY on the client.
+    PipelineNodelay,
+    /// Pipeline/concurrent: the batch in one gathering `writev`.
+    PipelineGather,
+    /// Pipeline/concurrent: the client fixed, the server's replies each its own write with
+    /// Nagle on.
+    PipelineServerNagle,
     /// The first write fills at least one full segment.
     FirstWriteFull,
     /// The second write starts with a full segment.
@@ -149,6 +158,10 @@ impl fmt::Display for Explanation {
             Why::StreamNodelay => f.write_str("TCP_NODELAY: every write leaves at once unless autocorking defers it (tcp_should_autocork: an earlier skb of the socket still queued below TCP); lo has no qdisc, so that is rare"),
             Why::ListenerNodelay => write!(f, "HTTP header and body in two writes ({first} B + {second} B), TCP_NODELAY set on the listener only: accepted sockets are copies of it (nonagle included), so no stall"),
             Why::ListenerQuickack => write!(f, "echo split ({first} B + {second} B), TCP_QUICKACK=0 (ping-pong) set on the listener only: not carried over to accepted sockets, and quick-ACK is no lasting setting anyway; ping-pong starts after the first turn and the split request stalls"),
+            Why::PipelineNagle => write!(f, "each request its own write, Nagle on: the first {first} B request leaves, the next {second} B wait in tcp_nagle_check behind it (Minshall: a sub-MSS segment unacknowledged) and leave together when its ACK comes; the server answers at once (TCP_NODELAY, as redis), so the ACK rides on the first reply: one round trip more per batch, no timer"),
+            Why::PipelineNodelay => write!(f, "client TCP_NODELAY: every request leaves as written ({message} B per batch); one round trip per batch"),
+            Why::PipelineGather => write!(f, "the batch in one gathering writev of {message} B ({segments}): nothing behind an unacknowledged sub-MSS segment, one round trip per batch"),
+            Why::PipelineServerNagle => write!(f, "the client sends its batch in one writev of {message} B, but the server writes each {first} B reply apart with Nagle on: the first reply leaves alone, the others wait behind it in tcp_nagle_check; the client, its batch out and nothing left to send, is in ping-pong mode and has one small segment to ACK (a second would make tcp_cleanup_rbuf ACK at once, ICSK_ACK_PUSHED2), so the odd reply waits for its delayed-ACK timer"),
             Why::ReplyInFirstWrite => write!(f, "the {message} B reply fits memcached's {MEMCACHED_FIRST_WRITE_CAP} B first write: one write ({segments}), nothing left behind for Nagle to hold"),
             Why::FirstWriteFull => write!(f, "{writer} writes {first} B then {second} B, and the first write fills at least one {mss} B segment: Nagle waits only behind a sub-MSS segment (tcp_minshall_check), and with more than one MSS unacknowledged the {peer} ACKs at once (__tcp_ack_snd_check), so no timer is waited for"),
             Why::SecondWriteFull => write!(f, "{writer} writes {first} B then {second} B: the second write starts with a full {mss} B segment that Nagle never holds; with more than one MSS unacknowledged the {peer} ACKs at once (__tcp_ack_snd_check), releasing the tail"),

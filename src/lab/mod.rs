@@ -257,6 +257,9 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
     let mut settings = settings_of(args);
     let shape = path_shape_of(args);
     let mut selected = select(args)?;
+    if args.peer.is_some() {
+        selected = without_batched_rows(selected, !args.scenario.is_empty())?;
+    }
     if args.peer.is_some() && args.peer_side == crate::peer::PeerSide::Server {
         selected = peer_server_rows(selected, !args.scenario.is_empty())?;
     }
@@ -341,6 +344,7 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
         rows.push(row);
     }
     progress.finish_and_clear();
+    runner::set_throughput_lost(&mut rows);
     let captured = capture.map(OwnTraffic::finish).transpose()?;
     let mut ladders = Vec::new();
     if let Some((_, verdicts)) = &captured {
@@ -612,6 +616,26 @@ fn peer_server_rows(selected: Vec<Variant>, named: bool) -> anyhow::Result<Vec<V
         );
     }
     Ok(served)
+}
+
+/// The rows a peer can play: not the pipeline and concurrent rows, whose client keeps
+/// requests in flight on kernel sockets. Named explicitly, they are an error; in the whole
+/// catalogue they are left out, saying so.
+fn without_batched_rows(selected: Vec<Variant>, named: bool) -> anyhow::Result<Vec<Variant>> {
+    let (kept, batched): (Vec<Variant>, Vec<Variant>) = selected
+        .into_iter()
+        .partition(|v| v.workload.batches().is_none());
+    if batched.is_empty() {
+        return Ok(kept);
+    }
+    if named || kept.is_empty() {
+        bail!(
+            "--peer runs one request at a time: the pipeline and concurrent rows need the \
+             kernel at both ends; run them without --peer"
+        );
+    }
+    eprintln!("tcpstall: --peer: the pipeline and concurrent rows are left out (they need the kernel at both ends)");
+    Ok(kept)
 }
 
 /// Fewest requests that let a keep-alive row show a stall: the first data a connection

@@ -142,6 +142,15 @@ pub(crate) struct RowResult {
     /// What the stall detector found in the row's own captured traffic (stalls by kind, the
     /// held side); `null` when the lab could not capture (no CAP_NET_RAW).
     pub detector: Option<DetectorVerdict>,
+    /// Pipeline and concurrent rows: the kind of event the rules say a capture of the row
+    /// shows (`nagle_ack_paced`: holds paced by ordinary ACKs; `nagle_delayed_ack`: released
+    /// by the delayed-ACK timer); absent where nothing is held.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expected_detector_kind: Option<&'static str>,
+    /// The kind the row's detector check looks for: the expected kind as the detector names
+    /// it today ([`super::own_traffic::kind_checked`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detector_kind_checked: Option<&'static str>,
     /// The server's port: a flow to this port in a capture belongs to this row.
     pub server_port: u16,
     /// TCP connections the row opened.
@@ -171,6 +180,14 @@ pub(crate) struct RowResult {
     /// Stream: change of TcpExt TCPAutoCorking during the row (system-wide counter).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub autocorking_delta: Option<u64>,
+    /// Pipeline and concurrent: requests answered per second of the row's rounds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub requests_per_second: Option<f64>,
+    /// Pipeline and concurrent: share of the request rate lost against the row's scenario's
+    /// `nodelay` row on the same path (0.4: 40 % fewer requests per second); absent on that
+    /// row and when it was not run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub throughput_lost: Option<f64>,
     /// Inherit: the option read on the accepted socket before anything was set on it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub inherited: Option<bool>,
@@ -311,6 +328,10 @@ pub(crate) fn run_variant(
             .count(),
         held_side: expected.held_side(),
         detector: None,
+        expected_detector_kind: expected.detector_kind(variant),
+        detector_kind_checked: expected
+            .detector_kind(variant)
+            .map(super::own_traffic::kind_checked),
         server_port: addr.port(),
         connections: outcome.connections,
         size,
@@ -330,9 +351,35 @@ pub(crate) fn run_variant(
         } else {
             None
         },
+        requests_per_second: outcome
+            .busy
+            .filter(|busy| !busy.is_zero())
+            .map(|busy| outcome.requests as f64 / busy.as_secs_f64()),
+        throughput_lost: None,
         inherited,
         errors: outcome.errors.lines(),
     })
+}
+
+/// The variant every batched row's rate is compared with: the same scenario with TCP_NODELAY.
+const RATE_REFERENCE: &str = "nodelay";
+
+/// Sets each batched row's [`RowResult::throughput_lost`] against its scenario's `nodelay`
+/// row of the same run (same path), when that row ran.
+pub(crate) fn set_throughput_lost(rows: &mut [RowResult]) {
+    let references: Vec<(&'static str, f64)> = rows
+        .iter()
+        .filter(|r| r.variant == RATE_REFERENCE)
+        .filter_map(|r| Some((r.scenario, r.requests_per_second?)))
+        .collect();
+    for row in rows.iter_mut().filter(|r| r.variant != RATE_REFERENCE) {
+        let reference = references.iter().find(|(s, _)| *s == row.scenario);
+        if let (Some(&(_, reference)), Some(rate)) = (reference, row.requests_per_second) {
+            if reference > 0.0 {
+                row.throughput_lost = Some(1.0 - rate / reference);
+            }
+        }
+    }
 }
 
 /// The server of `variant` with a `size`-byte payload and TCP_MAXSEG `mss`, as its row runs
@@ -409,6 +456,8 @@ struct ClientOutcome {
     latencies: Vec<Duration>,
     /// Stream: per client port, when each write was handed to the kernel.
     stream_writes: Vec<(u16, Vec<Instant>)>,
+    /// Batched rows: time spent in rounds, for the request rate.
+    busy: Option<Duration>,
     errors: ErrorTally,
 }
 
@@ -418,8 +467,14 @@ fn run_client(row: &RowContext<'_>) -> ClientOutcome {
     let mut outcome = ClientOutcome::default();
     let workload = row.variant.workload;
     let per_request = row.variant.per_request();
-    let Exchange::Turns { reply_end } = workload.exchange else {
-        return run_stream(row);
+    let reply_end = match workload.exchange {
+        Exchange::Turns { reply_end } => reply_end,
+        Exchange::OneWay => return run_stream(row),
+        Exchange::Batches {
+            reply_end,
+            depth,
+            connections,
+        } => return run_batches(row, reply_end, depth, connections),
     };
     // The request's parts, written with the row's strategy.
     let request = (workload.request)(row.size, &row.addr.to_string(), per_request);
@@ -465,6 +520,133 @@ fn run_client(row: &RowContext<'_>) -> ClientOutcome {
         row.settings.row_timeout,
     );
     outcome
+}
+
+/// Runs a batched row: every round, `depth` requests written on each of `connections`
+/// connections with the row's strategy, then the replies read as they come, one thread
+/// polling every socket (an event loop). A request's latency runs from its round's start to
+/// its reply; `busy` is the time spent in rounds, for the rate.
+fn run_batches(
+    row: &RowContext<'_>,
+    reply_end: super::framing::FrameEnd,
+    depth: usize,
+    connections: usize,
+) -> ClientOutcome {
+    let mut outcome = ClientOutcome::default();
+    let request = (row.variant.workload.request)(row.size, &row.addr.to_string(), false);
+    let parts: Vec<&[u8]> = request.iter().map(Vec::as_slice).collect();
+    let mut conns = Vec::with_capacity(connections);
+    for _ in 0..connections {
+        match Connection::connect(row.addr, row.client) {
+            Ok(conn) => conns.push(conn),
+            Err(err) => {
+                outcome
+                    .errors
+                    .push(describe_io(&format!("connect to {}", row.addr), &err));
+                break;
+            }
+        }
+    }
+    outcome.connections = conns.len();
+    let mut busy = Duration::ZERO;
+    let mut rounds = 0;
+    while outcome.errors.is_empty()
+        && rounds < row.settings.requests
+        && Instant::now() < row.deadline
+    {
+        match batch_round(row, &mut conns, &parts, reply_end, depth) {
+            Ok((latencies, took)) => {
+                outcome.requests += latencies.len();
+                outcome.latencies.extend(latencies);
+                busy += took;
+            }
+            Err(err) => outcome.errors.push(format!("round {}: {err}", rounds + 1)),
+        }
+        rounds += 1;
+    }
+    outcome.busy = Some(busy);
+    for conn in conns {
+        finish_connection(&mut Some(conn), &mut outcome);
+    }
+    note_timeout(
+        &mut outcome,
+        row.settings.requests * depth * connections,
+        row.settings.row_timeout,
+    );
+    outcome
+}
+
+/// One round of a batched row: the requests written on every connection, then every reply
+/// read; the latency of each reply from the round's start, and the round's duration.
+fn batch_round(
+    row: &RowContext<'_>,
+    conns: &mut [Connection],
+    parts: &[&[u8]],
+    reply_end: super::framing::FrameEnd,
+    depth: usize,
+) -> std::io::Result<(Vec<Duration>, Duration)> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::io::Read;
+    use std::os::fd::AsFd;
+    let start = Instant::now();
+    for conn in conns.iter_mut() {
+        row.variant
+            .client_write
+            .write_message(conn.stream(), parts)?;
+    }
+    let mut pending = vec![depth; conns.len()];
+    let mut buffers = vec![Vec::new(); conns.len()];
+    let mut latencies = Vec::with_capacity(depth * conns.len());
+    let mut chunk = vec![0u8; 64 * 1024];
+    while pending.iter().any(|&n| n > 0) {
+        let left = row
+            .deadline
+            .saturating_duration_since(Instant::now())
+            .min(row.client.timeout);
+        let waiting: Vec<usize> = (0..conns.len()).filter(|&i| pending[i] > 0).collect();
+        let mut fds: Vec<PollFd<'_>> = waiting
+            .iter()
+            .map(|&i| PollFd::new(conns[i].as_fd(), PollFlags::POLLIN))
+            .collect();
+        let timeout =
+            PollTimeout::try_from(left.as_millis().min(60_000) as i32).unwrap_or(PollTimeout::ZERO);
+        let ready = match poll(&mut fds, timeout) {
+            Ok(0) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!(
+                        "{} replies still missing after {} ms",
+                        pending.iter().sum::<usize>(),
+                        start.elapsed().as_millis()
+                    ),
+                ))
+            }
+            Ok(_) => fds
+                .iter()
+                .map(|fd| fd.revents().is_some_and(|r| !r.is_empty()))
+                .collect::<Vec<bool>>(),
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(err) => return Err(err.into()),
+        };
+        drop(fds);
+        for (&i, _) in waiting.iter().zip(ready).filter(|(_, r)| *r) {
+            let read = conns[i].stream().read(&mut chunk)?;
+            if read == 0 {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "server closed the connection before replying",
+                ));
+            }
+            let now = Instant::now();
+            buffers[i].extend_from_slice(&chunk[..read]);
+            while let Some(end) = reply_end(&buffers[i]) {
+                buffers[i].drain(..end);
+                pending[i] = pending[i].saturating_sub(1);
+                latencies.push(now.saturating_duration_since(start));
+            }
+        }
+    }
+    Ok((latencies, start.elapsed()))
 }
 
 /// The server of a row: the kernel's, or the peer's (`lab --peer-side server`).
@@ -516,6 +698,13 @@ fn peer_client(peer: &crate::peer::Peer, row: &RowContext<'_>) -> ClientOutcome 
             options,
             deadline: row.deadline,
         }),
+        Exchange::Batches { .. } => {
+            outcome.errors.push(
+                "the peer runs one request at a time; run the pipeline and concurrent rows \
+                 without --peer",
+            );
+            return outcome;
+        }
         Exchange::OneWay => ClientJob::Stream(StreamJob {
             server,
             payload: parts.concat(),

@@ -156,6 +156,25 @@ pub(crate) fn write_table(out: &mut impl Write, report: &LabReport) -> io::Resul
         if let Some(own) = r.own_packet_share {
             why = format!("{:.0}% of writes sent alone; {why}", own * 100.0);
         }
+        if let (Some(kind), Some(expected), Some(detector)) = (
+            r.detector_kind_checked,
+            r.expected_detector_kind,
+            &r.detector,
+        ) {
+            let named = if kind == expected {
+                String::new()
+            } else {
+                format!(", for {expected}")
+            };
+            why = format!("capture: {kind}×{}{named}; {why}", detector.count_of(kind));
+        }
+        if let Some(rate) = r.requests_per_second {
+            let lost = r
+                .throughput_lost
+                .map(|lost| format!(", {:+.0}% vs nodelay", -lost * 100.0))
+                .unwrap_or_default();
+            why = format!("{rate:.0} req/s{lost}; {why}");
+        }
         if let Some(inherited) = r.inherited {
             why = format!("inherited: {}; {why}", yes_no(inherited));
         }
