@@ -14,7 +14,7 @@ use super::explain::{Explanation, PathNote};
 use super::measure::{stall_threshold_ms, LatencySummary};
 use super::notes::{describe_io, ErrorTally};
 use super::own_traffic::DetectorVerdict;
-use super::path::{own_packet_share, PathEnds};
+use super::path::{own_packet_share, pushed_packet_share, PathEnds};
 use super::scenarios::Variant;
 use super::server::{Server, ServerConfig, ServerNodelay};
 use super::workload::Exchange;
@@ -177,6 +177,11 @@ pub(crate) struct RowResult {
     /// whole write, nothing merged), counted on the path as document 001 counted in Wireshark.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub own_packet_share: Option<f64>,
+    /// Stream over an emulated path: share of the client's data packets that carry PSH, as
+    /// document 001 counted ("packets sent without buffering", a share of packets: 2 of 9
+    /// when ten writes merge behind the first).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pushed_packet_share: Option<f64>,
     /// Stream: change of TcpExt TCPAutoCorking during the row (system-wide counter).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub autocorking_delta: Option<u64>,
@@ -344,6 +349,9 @@ pub(crate) fn run_variant(
         own_packet_share: path
             .filter(|_| is_stream)
             .map(|ends| own_packet_share(&ends.segments, addr.port(), size, outcome.requests)),
+        pushed_packet_share: path
+            .filter(|_| is_stream)
+            .map(|ends| pushed_packet_share(&ends.segments, addr.port())),
         autocorking_delta: if is_stream {
             corking_before
                 .zip(corking_after)

@@ -154,7 +154,11 @@ pub(crate) fn write_table(out: &mut impl Write, report: &LabReport) -> io::Resul
             );
         }
         if let Some(own) = r.own_packet_share {
-            why = format!("{:.0}% of writes sent alone; {why}", own * 100.0);
+            let pushed = r
+                .pushed_packet_share
+                .map(|p| format!(" ({:.1}% of packets pushed)", p * 100.0))
+                .unwrap_or_default();
+            why = format!("{:.0}% of writes sent alone{pushed}; {why}", own * 100.0);
         }
         if let (Some(kind), Some(expected), Some(detector)) = (
             r.detector_kind_checked,
