@@ -223,8 +223,9 @@ fn every_catalogue_row_detector_agrees_with_its_latency() {
 
 /// The pipeline and concurrent rows say which kind of event their capture should show
 /// (`expected_detector_kind`, from the rules) and which kind the check looks for today
-/// (`detector_kind_checked`: `nagle_ack_paced` is still reported as `nagle_minor`, the one
-/// switch being `kind_checked` in src/lab/own_traffic.rs); the capture shows it.
+/// (`detector_kind_checked`), which the capture shows. `nagle_ack_paced` is not a detector
+/// kind yet: its rows are not checked until `kind_checked` in src/lab/own_traffic.rs says so
+/// (today's `nagle_minor` misses those holds over a path and finds some in the NODELAY rows).
 #[test]
 fn batched_rows_show_the_kind_of_hold_their_rules_expect() {
     require_root();
@@ -235,7 +236,7 @@ fn batched_rows_show_the_kind_of_hold_their_rules_expect() {
         let checked = row["detector_kind_checked"].as_str();
         match (row["variant"].as_str().expect("variant"), expected) {
             ("nagle", Some("nagle_ack_paced")) => {
-                assert!(matches!(checked, Some("nagle_ack_paced" | "nagle_minor")))
+                assert!(matches!(checked, None | Some("nagle_ack_paced")))
             }
             ("server-nagle", Some("nagle_delayed_ack")) => {
                 assert_eq!(checked, expected, "{}", name(row))

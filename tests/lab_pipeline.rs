@@ -15,24 +15,7 @@ const NO_STALL_MAX_MS: f64 = tcpstall::tcp_rules::CLEAN_BOUND.as_millis() as f64
 /// keep each run short.
 const ROUNDS: &str = "8";
 
-fn rows_of(args: &[&str]) -> Vec<Value> {
-    let report = support::lab_report(args);
-    let rows = report["rows"].as_array().expect("rows").clone();
-    for row in &rows {
-        assert!(row["errors"].is_null(), "{}: {}", name(row), row["errors"]);
-    }
-    rows
-}
-
-fn name(row: &Value) -> String {
-    format!("{}/{}", row["scenario"], row["variant"])
-}
-
-fn row<'a>(rows: &'a [Value], scenario: &str, variant: &str) -> &'a Value {
-    rows.iter()
-        .find(|r| r["scenario"] == scenario && r["variant"] == variant)
-        .unwrap_or_else(|| panic!("no row {scenario}/{variant}"))
-}
+use support::{lab_row as row, lab_rows as rows_of, row_name as name};
 
 fn number(row: &Value, key: &str) -> f64 {
     row[key]

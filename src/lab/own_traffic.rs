@@ -179,14 +179,17 @@ fn open_socket(path: Option<&PathEnds>, at: super::CaptureAt) -> anyhow::Result<
 }
 
 /// The detector kind a row's capture is checked against, for the kind the rules expect
-/// (`expect::WireOutcome::detector_kind`). The one place to switch when the detector gains
-/// `nagle_ack_paced` (ACK-paced Nagle holds aggregated per flow): until then it reports those
-/// holds as `nagle_minor`, so that is what the check looks for; then return `expected` as it
-/// is.
-pub(crate) fn kind_checked(expected: &'static str) -> &'static str {
+/// (`expect::WireOutcome::detector_kind`); `None`: not checked yet. The one place to switch
+/// when the detector gains `nagle_ack_paced` (ACK-paced Nagle holds aggregated per flow):
+/// return `Some(expected)` for it too. Until then the check is skipped for it, since the
+/// detector's `nagle_minor` cannot stand in: over a path the held requests leave on the ACK
+/// carried by the first reply (data, which the detector takes for the application reacting,
+/// not for a Nagle release), and on loopback it also counts minor holds in the TCP_NODELAY
+/// rows, where Nagle holds nothing.
+pub(crate) fn kind_checked(expected: &'static str) -> Option<&'static str> {
     match expected {
-        super::expect::ACK_PACED_KIND => StallKind::NagleMinor.name(),
-        other => other,
+        super::expect::ACK_PACED_KIND => None,
+        other => Some(other),
     }
 }
 

@@ -147,8 +147,8 @@ pub(crate) struct RowResult {
     /// by the delayed-ACK timer); absent where nothing is held.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub expected_detector_kind: Option<&'static str>,
-    /// The kind the row's detector check looks for: the expected kind as the detector names
-    /// it today ([`super::own_traffic::kind_checked`]).
+    /// The kind the row's detector check looks for: the expected kind where the detector has
+    /// it today, absent where it does not yet ([`super::own_traffic::kind_checked`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detector_kind_checked: Option<&'static str>,
     /// The server's port: a flow to this port in a capture belongs to this row.
@@ -336,7 +336,7 @@ pub(crate) fn run_variant(
         expected_detector_kind: expected.detector_kind(variant),
         detector_kind_checked: expected
             .detector_kind(variant)
-            .map(super::own_traffic::kind_checked),
+            .and_then(super::own_traffic::kind_checked),
         server_port: addr.port(),
         connections: outcome.connections,
         size,

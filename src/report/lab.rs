@@ -160,17 +160,14 @@ pub(crate) fn write_table(out: &mut impl Write, report: &LabReport) -> io::Resul
                 .unwrap_or_default();
             why = format!("{:.0}% of writes sent alone{pushed}; {why}", own * 100.0);
         }
-        if let (Some(kind), Some(expected), Some(detector)) = (
-            r.detector_kind_checked,
-            r.expected_detector_kind,
-            &r.detector,
-        ) {
-            let named = if kind == expected {
-                String::new()
-            } else {
-                format!(", for {expected}")
+        if let (Some(expected), Some(detector)) = (r.expected_detector_kind, &r.detector) {
+            why = match r.detector_kind_checked {
+                Some(kind) => format!("capture: {kind}×{}; {why}", detector.count_of(kind)),
+                None => format!(
+                    "capture: {expected} expected, not a detector kind yet (nagle_minor×{}); {why}",
+                    detector.count_of("nagle_minor")
+                ),
             };
-            why = format!("capture: {kind}×{}{named}; {why}", detector.count_of(kind));
         }
         if let Some(rate) = r.requests_per_second {
             let lost = r
