@@ -209,9 +209,12 @@ impl WireOutcome {
             && small(geometry.first);
         let server_nagle = variant.server_nodelay == ServerNodelay::Off;
         let server_held = server_nagle && depth > 1 && small(geometry.first);
+        // A first reply of more than one full segment is ACKed at once
+        // (`__tcp_ack_snd_check`), timer or not.
+        let acked_at_once = geometry.first > geometry.mss;
         let hold = match (server_held, variant.expected, client_held) {
-            (true, Expectation::Stall, _) => Hold::ForDelayedAck(Side::Server),
-            (true, Expectation::NoStall, _) => Hold::ForAck(Side::Server),
+            (true, Expectation::Stall, _) if !acked_at_once => Hold::ForDelayedAck(Side::Server),
+            (true, _, _) => Hold::ForAck(Side::Server),
             (false, _, true) => Hold::ForAck(Side::Client),
             (false, _, false) => Hold::Nothing,
         };
@@ -429,6 +432,24 @@ mod tests {
             ("http", "split", None, Some(88), ForAck(Server), 5),
             ("http", "short", Some(100_000), Some(1460), Nothing, 72),
             ("stream", "nagle-0ms", Some(4000), Some(1460), Nothing, 3),
+            // 2000 B commands at 1448 B segments end in a partial segment, which the next
+            // ones wait behind; a reply of two segments is ACKed at once, no timer.
+            (
+                "pipeline",
+                "nagle",
+                Some(2000),
+                Some(1460),
+                ForAck(Client),
+                2 + 21 + 32,
+            ),
+            (
+                "pipeline",
+                "server-nagle",
+                Some(2000),
+                Some(1460),
+                ForAck(Server),
+                23 + 2 + 21,
+            ),
             ("echo", "single", Some(65_536), Some(88), Nothing, 863 * 2),
         ];
         for &(scenario, name, size, mss, hold, segments) in cases {
