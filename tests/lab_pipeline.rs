@@ -123,3 +123,40 @@ fn over_a_path_nagle_costs_a_round_trip_per_batch_and_a_gathering_write_does_not
         }
     }
 }
+
+/// The receiver's side: a Windows-like client ACKs every second segment or on its 200 ms
+/// timer. The server holds every reply after the first (Nagle) until that one is ACKed, so
+/// the odd reply left alone waits for the 200 ms timer; the client's own Nagle costs one
+/// round trip, as the kernel's.
+#[test]
+fn a_windows_client_leaves_the_odd_reply_to_its_200_ms_timer() {
+    support::require_root(
+        "lab --rtt --peer needs CAP_NET_ADMIN and CAP_SYS_ADMIN (network namespaces, TUN devices)",
+    );
+    let _serial = support::serial();
+    let rtt = 20.0;
+    let rows = rows_of(&[
+        "--rtt",
+        "20",
+        "--peer",
+        "windows",
+        "--scenario",
+        "pipeline",
+        "--variant",
+        "nagle,server-nagle",
+        "--requests",
+        "5",
+    ]);
+    let held = row(&rows, "pipeline", "server-nagle");
+    assert!(
+        number(held, "p50_ms") >= 2.0 * rtt + 150.0,
+        "server-nagle p50 {} ms",
+        number(held, "p50_ms")
+    );
+    let nagle = row(&rows, "pipeline", "nagle");
+    assert!(
+        number(nagle, "p50_ms") < 2.0 * rtt + STALL_MIN_MS,
+        "nagle p50 {} ms",
+        number(nagle, "p50_ms")
+    );
+}

@@ -258,7 +258,7 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
     let shape = path_shape_of(args);
     let mut selected = select(args)?;
     if args.peer.is_some() {
-        selected = without_batched_rows(selected, !args.scenario.is_empty())?;
+        selected = without_many_connection_rows(selected, !args.scenario.is_empty())?;
     }
     if args.peer.is_some() && args.peer_side == crate::peer::PeerSide::Server {
         selected = peer_server_rows(selected, !args.scenario.is_empty())?;
@@ -618,23 +618,31 @@ fn peer_server_rows(selected: Vec<Variant>, named: bool) -> anyhow::Result<Vec<V
     Ok(served)
 }
 
-/// The rows a peer can play: not the pipeline and concurrent rows, whose client keeps
-/// requests in flight on kernel sockets. Named explicitly, they are an error; in the whole
-/// catalogue they are left out, saying so.
-fn without_batched_rows(selected: Vec<Variant>, named: bool) -> anyhow::Result<Vec<Variant>> {
-    let (kept, batched): (Vec<Variant>, Vec<Variant>) = selected
-        .into_iter()
-        .partition(|v| v.workload.batches().is_none());
-    if batched.is_empty() {
+/// The rows a peer can play: not the concurrent rows, whose client drives many connections
+/// from one thread on kernel sockets (the peer's stack drives one at a time, and its server
+/// serves one at a time). Named explicitly, they are an error; in the whole catalogue they
+/// are left out, saying so.
+fn without_many_connection_rows(
+    selected: Vec<Variant>,
+    named: bool,
+) -> anyhow::Result<Vec<Variant>> {
+    let (kept, many): (Vec<Variant>, Vec<Variant>) = selected.into_iter().partition(|v| {
+        v.workload
+            .batches()
+            .is_none_or(|(_, connections)| connections == 1)
+    });
+    if many.is_empty() {
         return Ok(kept);
     }
     if named || kept.is_empty() {
         bail!(
-            "--peer runs one request at a time: the pipeline and concurrent rows need the \
-             kernel at both ends; run them without --peer"
+            "--peer drives one connection at a time: the concurrent rows need the kernel at \
+             both ends; run them without --peer"
         );
     }
-    eprintln!("tcpstall: --peer: the pipeline and concurrent rows are left out (they need the kernel at both ends)");
+    eprintln!(
+        "tcpstall: --peer: the concurrent rows are left out (they need the kernel at both ends)"
+    );
     Ok(kept)
 }
 

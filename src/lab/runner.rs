@@ -695,21 +695,31 @@ fn peer_client(peer: &crate::peer::Peer, row: &RowContext<'_>) -> ClientOutcome 
     let workload = row.variant.workload;
     let per_request = row.variant.per_request();
     let parts = (workload.request)(row.size, &row.addr.to_string(), per_request);
-    let job = match workload.exchange {
-        Exchange::Turns { reply_end } => ClientJob::Requests(RequestJob {
+    let turns = |reply_end, replies| {
+        ClientJob::Requests(RequestJob {
             server,
-            parts,
+            parts: parts.clone(),
             write: row.variant.client_write,
             reply_end,
+            replies,
             requests: row.settings.requests,
             per_request,
             options,
             deadline: row.deadline,
-        }),
+        })
+    };
+    let job = match workload.exchange {
+        Exchange::Turns { reply_end } => turns(reply_end, 1),
+        // One connection: a pipeline's turns, each answered request by request.
+        Exchange::Batches {
+            reply_end,
+            depth,
+            connections: 1,
+        } => turns(reply_end, depth),
         Exchange::Batches { .. } => {
             outcome.errors.push(
-                "the peer runs one request at a time; run the pipeline and concurrent rows \
-                 without --peer",
+                "the peer drives one connection at a time; run the concurrent rows without \
+                 --peer",
             );
             return outcome;
         }
@@ -732,13 +742,15 @@ fn peer_client(peer: &crate::peer::Peer, row: &RowContext<'_>) -> ClientOutcome 
             outcome.client_segments = run.data_segments;
             outcome.latencies = run.latencies;
             outcome.stream_writes = run.stream_writes;
+            outcome.busy = workload.batches().map(|_| run.busy);
             for error in run.errors {
                 outcome.errors.push(error);
             }
             if !workload.is_one_way() {
+                let (depth, _) = workload.batches().unwrap_or((1, 1));
                 note_timeout(
                     &mut outcome,
-                    row.settings.requests,
+                    row.settings.requests * depth,
                     row.settings.row_timeout,
                 );
             }
