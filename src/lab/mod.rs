@@ -629,7 +629,7 @@ fn without_many_connection_rows(
     let (kept, many): (Vec<Variant>, Vec<Variant>) = selected.into_iter().partition(|v| {
         v.workload
             .batches()
-            .is_none_or(|(_, connections)| connections == 1)
+            .map_or(true, |(_, connections)| connections == 1)
     });
     if many.is_empty() {
         return Ok(kept);
