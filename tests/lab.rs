@@ -763,7 +763,18 @@ fn list_json_is_the_catalogue() {
         .iter()
         .map(|s| s["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["echo", "http", "memcached", "stream", "inherit"]);
+    assert_eq!(
+        names,
+        [
+            "echo",
+            "http",
+            "memcached",
+            "stream",
+            "inherit",
+            "pipeline",
+            "concurrent"
+        ]
+    );
     let echo: Vec<(&str, bool)> = scenarios[0]["variants"]
         .as_array()
         .unwrap()

@@ -22,23 +22,10 @@ fn require_root() {
 fn lab_rows(args: &[&str]) -> Vec<Value> {
     let mut all = vec!["--rtt", "20"];
     all.extend_from_slice(args);
-    let report = support::lab_report(&all);
-    let rows = report["rows"].as_array().expect("rows").clone();
-    for row in &rows {
-        assert!(row["errors"].is_null(), "{}: {}", name(row), row["errors"]);
-    }
-    rows
+    support::lab_rows(&all)
 }
 
-fn name(row: &Value) -> String {
-    format!("{}/{}", row["scenario"], row["variant"])
-}
-
-fn row<'a>(rows: &'a [Value], scenario: &str, variant: &str) -> &'a Value {
-    rows.iter()
-        .find(|r| r["scenario"] == scenario && r["variant"] == variant)
-        .unwrap_or_else(|| panic!("no row {scenario}/{variant}"))
-}
+use support::{lab_row as row, row_name as name};
 
 fn p50(row: &Value) -> f64 {
     row["p50_ms"].as_f64().expect("p50_ms")

@@ -202,6 +202,37 @@ pub fn lab_report(args: &[&str]) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).expect("lab --json prints JSON")
 }
 
+/// `tcpstall lab --json ARGS`, which must succeed: its rows, each checked error-free.
+pub fn lab_rows(args: &[&str]) -> Vec<serde_json::Value> {
+    let report = lab_report(args);
+    let rows = report["rows"].as_array().expect("rows").clone();
+    for row in &rows {
+        assert!(
+            row["errors"].is_null(),
+            "{}: {}",
+            row_name(row),
+            row["errors"]
+        );
+    }
+    rows
+}
+
+/// A lab row's `scenario/variant`, for failure messages.
+pub fn row_name(row: &serde_json::Value) -> String {
+    format!("{}/{}", row["scenario"], row["variant"])
+}
+
+/// The row `scenario/variant` of `rows`.
+pub fn lab_row<'a>(
+    rows: &'a [serde_json::Value],
+    scenario: &str,
+    variant: &str,
+) -> &'a serde_json::Value {
+    rows.iter()
+        .find(|r| r["scenario"] == scenario && r["variant"] == variant)
+        .unwrap_or_else(|| panic!("no row {scenario}/{variant}"))
+}
+
 /// Runs `scripts/NAME ARGS` with the tests' build directory as CARGO_TARGET_DIR (so that what
 /// it builds reuses this build), its progress on stderr; the path it prints on its last line.
 pub fn build_with_script(name: &str, args: &[&str]) -> std::path::PathBuf {
