@@ -6,6 +6,7 @@
 //! `include/net/tcp.h` (6.12) and checked on a 6.18 kernel; where a figure depends on the
 //! running kernel (HZ, `tcp_timestamps`), the caller measures it ([`crate::kernel`]).
 
+use std::ops::RangeInclusive;
 use std::time::Duration;
 
 // ---------------------------------------------------------------------------------------------
@@ -66,6 +67,10 @@ pub fn is_sub_mss(payload: u64, payload_mss: u64) -> bool {
     }
     payload % payload_mss.max(1) != 0
 }
+
+/// Bytes of the IPv4 and TCP headers without options: an MSS is the MTU less these (RFC 9293
+/// §3.7.1, RFC 879).
+pub const IPV4_TCP_HEADERS: u32 = 40;
 
 /// A receiver ACKs at once, not delayed, when more than one full-sized segment is unacknowledged
 /// (`__tcp_ack_snd_check`: `rcv_nxt - rcv_wup > icsk_ack.rcv_mss`).
@@ -189,6 +194,18 @@ fn delack_timer_of(wait: Duration, jiffy: Duration) -> Option<DelackTimer> {
         .find(|t| (t.low..=t.high).contains(&wait))
 }
 
+/// ACK delays (the path's round trip taken off, whole milliseconds) that name a peer's stack
+/// from a capture, where neither the peer's jiffy nor its scheduling is known: Linux's timer
+/// ([`DELACK_MIN`], 40 ms rounded up by up to a jiffy at HZ=100, and FreeBSD 13's 40 ms),
+/// from [`STALL_THRESHOLD`] to 65 ms.
+pub const LINUX_ACK_DELAY_MS: RangeInclusive<u64> = STALL_THRESHOLD.as_millis() as u64..=65;
+/// macOS's timer ([`MACOS_DELACK`], firing between 100 and 200 ms) or older BSD's 100 ms, up
+/// to where Windows' range starts.
+pub const MACOS_ACK_DELAY_MS: RangeInclusive<u64> = 66..=179;
+/// Windows' timer ([`WINDOWS_DELACK`], `TcpDelAckTicks` 2 × 100 ms), or macOS's at its upper
+/// end, with 60 ms for a late tick and a busy peer.
+pub const WINDOWS_ACK_DELAY_MS: RangeInclusive<u64> = 180..=260;
+
 /// Scheduling and clock slack allowed around a timer's expiry when a wait is matched to it.
 pub const TIMER_SLACK: Duration = Duration::from_millis(4);
 
@@ -237,6 +254,19 @@ pub const fn nanos(d: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The ranges that name a peer's stack follow one another without a gap and hold each
+    /// stack's nominal timer.
+    #[test]
+    fn ack_delay_ranges_hold_their_timers() {
+        let ms = |d: Duration| d.as_millis() as u64;
+        assert!(LINUX_ACK_DELAY_MS.contains(&ms(DELACK_MIN)));
+        assert!(MACOS_ACK_DELAY_MS.contains(&ms(MACOS_DELACK)));
+        assert!(WINDOWS_ACK_DELAY_MS.contains(&ms(WINDOWS_DELACK)));
+        assert_eq!(LINUX_ACK_DELAY_MS.end() + 1, *MACOS_ACK_DELAY_MS.start());
+        assert_eq!(MACOS_ACK_DELAY_MS.end() + 1, *WINDOWS_ACK_DELAY_MS.start());
+        assert_eq!(*LINUX_ACK_DELAY_MS.start(), ms(STALL_THRESHOLD));
+    }
 
     #[test]
     fn sub_mss_is_the_kernels_remainder_test() {

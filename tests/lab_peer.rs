@@ -34,8 +34,8 @@ fn p50(row: &Value) -> f64 {
 /// p50 less the round trips the row needs without any timer: what a timer added.
 fn wait_beyond_path(row: &Value) -> f64 {
     let threshold = row["stall_threshold_ms"].as_f64().expect("threshold");
-    // The threshold is round trips x RTT + 30 ms.
-    p50(row) - (threshold - 30.0)
+    // The threshold is round trips x RTT + the stall threshold.
+    p50(row) - (threshold - support::STALL_MIN_MS)
 }
 
 #[test]

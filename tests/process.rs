@@ -70,7 +70,7 @@ fn fix_switches_nodelay_on_and_new_connections_stop_stalling() {
     let mut before = Client::connect(server.addr());
     let stalled = before.steady_requests(8);
     assert!(
-        median_ms(&stalled) >= 30.0,
+        median_ms(&stalled) >= support::STALL_MIN_MS,
         "header and body in two writes should stall on the delayed ACK: {stalled:?}"
     );
 
@@ -258,7 +258,7 @@ fn trace_follows_every_way_of_waiting_for_the_reply() {
         );
         assert!(socket["example"]["wait_ms"]
             .as_f64()
-            .is_some_and(|ms| ms >= 30.0));
+            .is_some_and(|ms| ms >= support::STALL_MIN_MS));
     }
 }
 

@@ -104,16 +104,19 @@ impl Geometry {
     }
 
     /// How the writes meet the MSS. Nagle holds a segment only while an earlier **sub-MSS**
-    /// segment is unacknowledged (`tcp_nagle_check` → `tcp_minshall_check`), never a full one;
-    /// the receiver delays its ACK only while at most one MSS is unacknowledged
-    /// (`__tcp_ack_snd_check`). So the second write waits for the delayed-ACK timer only when
-    /// both writes are below one MSS.
+    /// segment is unacknowledged (`tcp_nagle_check` → `tcp_minshall_check`), never a full one:
+    /// the second write's full segments leave at once, and with the first write they are more
+    /// than one MSS unacknowledged, which the receiver ACKs at once
+    /// ([`tcp_rules::acks_at_once`]). So the second write waits for the delayed-ACK timer only
+    /// when both writes are below one MSS.
     pub fn fit(&self) -> Fit {
+        let mss = self.mss.max(1);
+        let unacked = self.first + self.second / mss * mss;
         if self.second == 0 {
             Fit::OneWrite
         } else if self.first >= self.mss {
             Fit::FirstFull
-        } else if self.second >= self.mss {
+        } else if tcp_rules::acks_at_once(unacked as u64, mss as u64) {
             Fit::SecondFull
         } else {
             Fit::BothSmall

@@ -22,19 +22,6 @@ use crate::flow::{Span, Timestamp};
 use crate::ladder::Ladder;
 use crate::report::model::probe::Culprit;
 
-/// The tables' headers of the stall kinds, in report order.
-fn stall_columns() -> impl Iterator<Item = &'static str> {
-    StallKind::stalls().map(|kind| kind.info().page_column)
-}
-
-/// A row's counts of the stall kinds, in the order of [`stall_columns`].
-fn stall_cells(counts: &KindCounts) -> impl Iterator<Item = Cell> + '_ {
-    StallKind::stalls().map(|kind| {
-        let n = counts.get(kind);
-        Cell::number(n.to_string(), n as f64)
-    })
-}
-
 /// Flows listed in the table (those that lost most time first).
 pub const TABLE_ROWS: usize = 500;
 /// Flows with a histogram and a timeline.
@@ -170,6 +157,19 @@ impl Page {
             fixes: l.fixes.clone(),
         });
     }
+}
+
+/// The tables' headers of the stall kinds, in report order.
+fn stall_columns() -> impl Iterator<Item = &'static str> {
+    StallKind::stalls().map(|kind| kind.info().page_column)
+}
+
+/// A row's counts of the stall kinds, in the order of [`stall_columns`].
+fn stall_cells(counts: &KindCounts) -> impl Iterator<Item = Cell> + '_ {
+    StallKind::stalls().map(|kind| {
+        let n = counts.get(kind);
+        Cell::number(n.to_string(), n as f64)
+    })
 }
 
 fn ms_cell(us: Option<u32>) -> Cell {

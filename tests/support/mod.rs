@@ -15,6 +15,17 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+/// A turn that waited for the 40 ms delayed-ACK timer lasts at least this many ms: the rule's
+/// threshold, the timer's floor less its margin (`tcp_rules::STALL_THRESHOLD`).
+pub const STALL_MIN_MS: f64 = tcpstall::tcp_rules::STALL_THRESHOLD.as_millis() as f64;
+/// A turn no timer held stays under this many ms (`tcp_rules::CLEAN_BOUND`).
+pub const NO_STALL_MAX_MS: f64 = tcpstall::tcp_rules::CLEAN_BOUND.as_millis() as f64;
+
+/// The stall rule as the lab writes it: `>= 30 ms`.
+pub fn stall_rule_text() -> String {
+    format!(">= {STALL_MIN_MS} ms")
+}
+
 /// A child process killed and reaped when the test ends, passing or failing.
 pub struct KillOnDrop(pub Child);
 
