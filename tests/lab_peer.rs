@@ -41,6 +41,7 @@ fn wait_beyond_path(row: &Value) -> f64 {
 #[test]
 fn windows_client_waits_200_ms_for_memcached_value_1400_and_its_ack_fix_does_not() {
     require_root();
+    let _serial = support::serial();
     let rows = lab_rows(&[
         "--peer",
         "windows",
@@ -70,6 +71,7 @@ fn windows_client_waits_200_ms_for_memcached_value_1400_and_its_ack_fix_does_not
 #[test]
 fn windows_server_holds_the_echo_ack_200_ms_and_client_nodelay_avoids_it() {
     require_root();
+    let _serial = support::serial();
     // Document 000 on Windows: the server is the side that delays its ACK.
     let rows = lab_rows(&[
         "--peer",
@@ -100,6 +102,7 @@ fn windows_server_holds_the_echo_ack_200_ms_and_client_nodelay_avoids_it() {
 #[test]
 fn linux_profile_agrees_with_the_kernel_on_every_echo_and_http_row_on_either_side() {
     require_root();
+    let _serial = support::serial();
     let args = ["--scenario", "echo,http", "--requests", "10"];
     let kernel = lab_rows(&args);
     for side in ["client", "server"] {
@@ -162,6 +165,7 @@ fn analyze_events(pcap: &Path) -> Vec<Value> {
 #[test]
 fn analyze_names_the_peers_stack_from_its_captured_delayed_ack() {
     require_root();
+    let _serial = support::serial();
     let dir = std::env::temp_dir().join(format!("tcpstall-lab-peer-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     for (profile, scenario, variant, stack) in [
