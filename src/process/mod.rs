@@ -16,6 +16,7 @@ pub mod trace;
 mod events;
 mod fd_probe;
 mod fd_table;
+pub(crate) mod kernel_trace;
 mod launch;
 mod pattern;
 pub(crate) mod privilege;
