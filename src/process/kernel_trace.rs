@@ -177,7 +177,8 @@ pub(crate) fn unavailable() -> Option<String> {
         return Some("its BPF programs are built for x86-64 syscalls only".into());
     }
     let has = |cap| privilege::has_effective_cap(cap).unwrap_or(false);
-    if !has(CAP_SYS_ADMIN) && !(has(CAP_BPF) && has(CAP_PERFMON)) {
+    let allowed = has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON));
+    if !allowed {
         return Some(
             "it needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN, or root), which tcpstall does \
              not have"
@@ -407,7 +408,7 @@ impl Feeder {
 fn ended(pid: u32) -> bool {
     !procfs::process_exists(pid)
         || procfs::status_text(pid, "State")
-            .is_none_or(|s| s.starts_with('Z') || s.starts_with('X'))
+            .map_or(true, |s| s.starts_with('Z') || s.starts_with('X'))
 }
 
 /// Follows process `pid` through the kernel's tracepoints for at most `limit`, or until it
@@ -418,6 +419,11 @@ pub(crate) fn trace_process(
     limit: Duration,
 ) -> anyhow::Result<Traced> {
     let guard = SignalGuard::install()?;
+    eprintln!(
+        "tcpstall: following pid {pid} through the kernel's tracepoints (it is never stopped); \
+         {} s, its end or Ctrl-C ends the trace",
+        limit.as_secs_f64()
+    );
     let started = Instant::now();
     let mut feeder = Feeder {
         model: SocketModel::new(RecordedFacts::default()),
