@@ -150,8 +150,10 @@ fn trace_running(pid: u32, limit: Duration, force_ptrace: bool) -> anyhow::Resul
     if let Some(thread) = AccessError::thread_of(pid) {
         return Err(thread.into());
     }
-    if let Some(zombie) = super::zombie(pid, "trace") {
-        return Err(zombie.into());
+    // Tcpstall itself, a kernel thread, a zombie: refused whichever way it would be followed.
+    if let Some(cause) = super::refusal_cause(pid) {
+        let action = "follow the syscalls".to_string();
+        return Err(AccessError::Refused { action, pid, cause }.into());
     }
     if !force_ptrace {
         let why = match kernel_trace::unavailable() {
