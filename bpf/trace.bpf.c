@@ -26,15 +26,10 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
 
-#define AF_INET 2
-#define AF_INET6 10
-#define TCP_NAGLE_OFF 1
-#define TCP_NAGLE_CORK 2
 #define S_IFMT 00170000
 #define S_IFSOCK 0140000
 #define EAGAIN 11
 #define MSG_MORE 0x8000
-#define IPPROTO_TCP_LEVEL 6
 #define TCP_NODELAY 1
 #define TCP_CORK 3
 #define TCP_QUICKACK 12
@@ -141,6 +136,8 @@ enum {
 	COUNT_SLOTS = 2,
 };
 
+#include "shared.h"
+
 /* Thread-group ids followed; user space puts the target in, forks add their children. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -161,31 +158,6 @@ struct {
 	__uint(max_entries, 4 << 20);
 } records SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, COUNT_SLOTS);
-	__type(key, __u32);
-	__type(value, __u64);
-} counts SEC(".maps");
-
-static __always_inline void count(__u32 slot)
-{
-	__u64 *c = bpf_map_lookup_elem(&counts, &slot);
-	if (c)
-		*c += 1;
-}
-
-static __always_inline int seq_before(__u32 a, __u32 b)
-{
-	return (__s32)(a - b) < 0;
-}
-
-static __always_inline int is_tcp(struct sock *sk)
-{
-	__u16 family = BPF_CORE_READ(sk, __sk_common.skc_family);
-	return (family == AF_INET || family == AF_INET6) &&
-	       BPF_CORE_READ(sk, sk_protocol) == 6 && BPF_CORE_READ(sk, sk_type) == 1;
-}
 
 /* The TCP sock behind fd `fd` of the current process (and its inode), or 0. */
 static __always_inline struct sock *tcp_of_fd(__s32 fd, __u64 *inode)
@@ -395,7 +367,7 @@ int sys_enter(__u64 *ctx)
 	case NR_setsockopt: {
 		__u64 level = BPF_CORE_READ(regs, si);
 		__u64 name = BPF_CORE_READ(regs, dx);
-		if (level != IPPROTO_TCP_LEVEL ||
+		if (level != IPPROTO_TCP ||
 		    (name != TCP_NODELAY && name != TCP_CORK && name != TCP_QUICKACK))
 			return 0;
 		int value = 0;
@@ -515,29 +487,29 @@ int sched_process_fork(__u64 *ctx)
 	return 0;
 }
 
+/* A record of `kind` about the current thread, if it is followed. */
+static __always_inline void tell(__u8 kind, __u32 arg)
+{
+	if (!followed(bpf_get_current_pid_tgid() >> 32))
+		return;
+	struct record *r = new_record(kind);
+	if (!r)
+		return;
+	r->arg = arg;
+	submit(r);
+}
+
 SEC("tp_btf/sched_process_exec")
 int sched_process_exec(__u64 *ctx)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-	if (!followed(id >> 32))
-		return 0;
-	struct record *r = new_record(REC_EXEC);
-	if (!r)
-		return 0;
-	r->arg = (__u32)ctx[1]; /* old_pid: the thread's id before exec */
-	submit(r);
+	tell(REC_EXEC, (__u32)ctx[1]); /* old_pid: the thread's id before exec */
 	return 0;
 }
 
 SEC("tp_btf/sched_process_exit")
 int sched_process_exit(__u64 *ctx)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-	if (!followed(id >> 32))
-		return 0;
-	struct record *r = new_record(REC_EXIT);
-	if (r)
-		submit(r);
+	tell(REC_EXIT, 0);
 	return 0;
 }
 

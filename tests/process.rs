@@ -871,25 +871,7 @@ fn trace_refuses_a_process_that_already_has_a_tracer() {
     let _serial = serial();
     let target = KillOnDrop(Command::new("sleep").arg("20").spawn().expect("sleep runs"));
     let pid = target.0.id().to_string();
-    let strace = KillOnDrop(
-        Command::new("strace")
-            .args(["-p", &pid, "-o", "/dev/null"])
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("strace runs (scripts/install-deps)"),
-    );
-    let strace_pid = strace.0.id().to_string();
-    let traced_by = || {
-        std::fs::read_to_string(format!("/proc/{pid}/status"))
-            .unwrap_or_default()
-            .lines()
-            .find_map(|l| l.strip_prefix("TracerPid:").map(|v| v.trim().to_string()))
-    };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while traced_by().as_deref() != Some(strace_pid.as_str()) {
-        assert!(Instant::now() < deadline, "strace did not attach");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let (_strace, strace_pid) = support::strace_attached(&pid);
     let out = tcpstall(&["trace", "-p", &pid, "--ptrace", "--duration", "1"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");

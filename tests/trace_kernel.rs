@@ -341,23 +341,7 @@ fn a_process_already_under_strace_is_followed_too() {
     let _serial = serial();
     let target = KillOnDrop(Command::new("sleep").arg("20").spawn().expect("sleep runs"));
     let pid = target.0.id().to_string();
-    let strace = KillOnDrop(
-        Command::new("strace")
-            .args(["-p", &pid, "-o", "/dev/null"])
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("strace runs (scripts/install-deps)"),
-    );
-    let traced = || {
-        std::fs::read_to_string(format!("/proc/{pid}/status"))
-            .unwrap_or_default()
-            .contains(&format!("TracerPid:\t{}", strace.0.id()))
-    };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !traced() {
-        assert!(Instant::now() < deadline, "strace did not attach");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let (_strace, strace_pid) = support::strace_attached(&pid);
     // ptrace allows one tracer; the tracepoints need none.
     let out = Command::new(BIN)
         .args(["trace", "-p", &pid, "--duration", "0.3", "--json"])
@@ -369,10 +353,14 @@ fn a_process_already_under_strace_is_followed_too() {
         report_of(&String::from_utf8_lossy(&out.stdout), &stderr)["method"],
         "tracepoints"
     );
-    assert!(traced(), "strace still traces it");
+    assert_eq!(
+        support::tracer_of(&pid),
+        Some(strace_pid),
+        "strace still traces it"
+    );
 }
 
 #[test]
 fn the_committed_object_is_built_from_its_source() {
-    support::assert_bpf_object_fresh("trace", &["trace.bpf.c", "trace.h", "nagle.h"]);
+    support::assert_bpf_object_fresh("trace", &["trace.bpf.c", "trace.h", "nagle.h", "shared.h"]);
 }

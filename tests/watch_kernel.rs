@@ -373,5 +373,5 @@ fn without_privileges_the_error_names_the_capabilities() {
 
 #[test]
 fn the_committed_object_is_built_from_its_source() {
-    support::assert_bpf_object_fresh("nagle", &["nagle.bpf.c", "nagle.h"]);
+    support::assert_bpf_object_fresh("nagle", &["nagle.bpf.c", "nagle.h", "shared.h"]);
 }

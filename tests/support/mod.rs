@@ -306,3 +306,30 @@ pub fn assert_bpf_object_fresh(name: &str, sources: &[&str]) {
         "bpf/{name}.bpf.o differs from a fresh build of its source: run scripts/build-bpf"
     );
 }
+
+/// strace attached to process `pid` (`strace -p`), once the target's TracerPid names it: the
+/// strace process and its pid.
+pub fn strace_attached(pid: &str) -> (KillOnDrop, String) {
+    let strace = KillOnDrop(
+        Command::new("strace")
+            .args(["-p", pid, "-o", "/dev/null"])
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("strace runs (scripts/install-deps)"),
+    );
+    let strace_pid = strace.0.id().to_string();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while tracer_of(pid).as_deref() != Some(strace_pid.as_str()) {
+        assert!(Instant::now() < deadline, "strace did not attach");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (strace, strace_pid)
+}
+
+/// The TracerPid of process `pid`, as /proc/PID/status has it.
+pub fn tracer_of(pid: &str) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("TracerPid:").map(|v| v.trim().to_string()))
+}
