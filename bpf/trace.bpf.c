@@ -6,7 +6,8 @@
  *  - sys_enter / sys_exit (raw_syscalls): for the processes in `targets` (thread-group ids;
  *    every other process leaves after one map lookup), the followed syscalls on TCP sockets
  *    (the fd is looked up in the caller's fd table: an S_IFSOCK inode whose sock is TCP):
- *    reads and their returns, waits (poll's and select's readable fds copied), close, dup,
+ *    reads and their returns, waits of a thread that sent since its last read (poll's and
+ *    select's readable fds copied), close, dup,
  *    setsockopt of TCP_NODELAY / TCP_CORK / TCP_QUICKACK. A send only marks the thread as
  *    sending on an fd.
  *  - sock:sock_send_length, after each sendmsg of the socket layer (sock_sendmsg_nosec), in
@@ -153,6 +154,15 @@ struct {
 	__type(value, struct inflight);
 } inflight SEC(".maps");
 
+/* Threads that sent on a TCP socket since their last read returned: only their waits can end
+ * sends (a wait of any other thread is not recorded, which saves two records a wait). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, __u8);
+} senders SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 4 << 20);
@@ -263,6 +273,8 @@ static __always_inline void copy_words(__u8 *to, const void *from, __u32 words)
 /* A wait begins: poll's pollfd array or select's readable bitmap is copied for user space. */
 static __always_inline void wait_begins(__u32 tid, __u8 how, __u64 a0, __u64 a1)
 {
+	if (!bpf_map_lookup_elem(&senders, &tid))
+		return;
 	struct record *r = new_record(REC_WAIT_BEGUN);
 	if (!r)
 		return;
@@ -397,6 +409,8 @@ int sys_exit(__u64 *ctx)
 		r = new_record(REC_READ);
 		if (r && ret == -EAGAIN)
 			r->flags |= FLAG_EAGAIN;
+		else
+			bpf_map_delete_elem(&senders, &tid);
 		break;
 	case CALL_WAIT:
 		r = new_record(REC_WAIT_ENDED);
@@ -463,6 +477,8 @@ int sock_send_length(__u64 *ctx)
 		r->flags |= FLAG_HELD;
 	r->value = unsent;
 	submit(r);
+	__u8 one = 1;
+	bpf_map_update_elem(&senders, &tid, &one, BPF_ANY);
 	return 0;
 }
 
