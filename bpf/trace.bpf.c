@@ -7,7 +7,8 @@
  *    every other process leaves after one map lookup), the followed syscalls on TCP sockets
  *    (the fd is looked up in the caller's fd table: an S_IFSOCK inode whose sock is TCP):
  *    reads and their returns, waits of a thread that sent since its last read (poll's and
- *    select's readable fds copied), close, dup,
+ *    select's readable fds copied), connect and accept (a socket is named by the fd it was
+ *    connected or accepted at), close, dup,
  *    setsockopt of TCP_NODELAY / TCP_CORK / TCP_QUICKACK. A send only marks the thread as
  *    sending on an fd.
  *  - sock:sock_send_length, after each sendmsg of the socket layer (sock_sendmsg_nosec), in
@@ -30,6 +31,7 @@
 #define S_IFMT 00170000
 #define S_IFSOCK 0140000
 #define EAGAIN 11
+#define EINPROGRESS 115
 #define MSG_MORE 0x8000
 #define TCP_NODELAY 1
 #define TCP_CORK 3
@@ -48,6 +50,8 @@
 #define NR_dup 32
 #define NR_dup2 33
 #define NR_sendfile 40
+#define NR_connect 42
+#define NR_accept 43
 #define NR_sendto 44
 #define NR_recvfrom 45
 #define NR_sendmsg 46
@@ -59,6 +63,7 @@
 #define NR_ppoll 271
 #define NR_epoll_pwait 281
 #define NR_dup3 292
+#define NR_accept4 288
 #define NR_recvmmsg 299
 #define NR_sendmmsg 307
 #define NR_epoll_pwait2 441
@@ -74,6 +79,7 @@
 #define REC_FORK 8
 #define REC_EXEC 9
 #define REC_EXIT 10
+#define REC_OPENED 11
 
 #define FLAG_MORE 1
 #define FLAG_HELD 2      /* Nagle holds this send's tail now */
@@ -94,6 +100,8 @@ enum call {
 	CALL_WAIT = 3,
 	CALL_DUP = 4,
 	CALL_OPTION = 5,
+	CALL_CONNECT = 6,
+	CALL_ACCEPT = 7,
 };
 
 struct inflight {
@@ -363,6 +371,13 @@ int sys_enter(__u64 *ctx)
 		submit(r);
 		return 0;
 	}
+	case NR_connect:
+		begin(tid, CALL_CONNECT, fd, 0, 0);
+		return 0;
+	case NR_accept:
+	case NR_accept4:
+		begin(tid, CALL_ACCEPT, fd, 0, 0);
+		return 0;
 	case NR_dup:
 		begin(tid, CALL_DUP, fd, (__u32)-1, 0);
 		return 0;
@@ -420,6 +435,25 @@ int sys_exit(__u64 *ctx)
 			r = new_record(REC_DUP);
 			if (r)
 				r->arg = f->arg == (__u32)-1 ? (__u32)ret : f->arg;
+		}
+		break;
+	case CALL_CONNECT:
+		/* A connection from this fd: the socket is named by it from now on. */
+		if (ret == 0 || ret == -EINPROGRESS)
+			r = new_record(REC_OPENED);
+		break;
+	case CALL_ACCEPT:
+		/* A new connection at the returned fd (not the listener's). */
+		if (ret >= 0) {
+			__u64 inode = 0;
+			struct sock *sk = tcp_of_fd((__s32)ret, &inode);
+			if (sk && (r = new_record(REC_OPENED))) {
+				r->ret = ret;
+				r->fd = (__s32)ret;
+				describe(r, sk, inode);
+				submit(r);
+			}
+			r = 0;
 		}
 		break;
 	case CALL_OPTION:

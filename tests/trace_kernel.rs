@@ -217,6 +217,67 @@ fn an_http_server_is_followed_without_being_stopped_and_its_split_answers_named(
     server.requests(2);
 }
 
+/// `python3 client.py PORT REQUESTS MODE` followed by `trace -p` from its first syscall: a
+/// shell waiting on a FIFO is followed, then let go to exec the client (the same process). The
+/// report, what the client says of its connections, and the client's pid; every thread of it
+/// sampled all along, never stopped.
+fn client_under_trace(port: u16, requests: usize, mode: &str) -> (Value, Value, u32) {
+    let fifo = std::env::temp_dir().join(format!(
+        "tcpstall-trace-kernel-{}-{mode}.fifo",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&fifo);
+    let made = Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success(), "mkfifo {}", fifo.display());
+    let client = Command::new("sh")
+        .args(["-c", r#"read -r _ < "$0"; exec "$@""#])
+        .arg(&fifo)
+        .arg("python3")
+        .arg(fixture("client.py"))
+        .args([&port.to_string(), &requests.to_string(), mode])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("sh runs");
+    let mut client = KillOnDrop(client);
+    let pid = client.0.id();
+    let watch = StateWatch::start(pid);
+    let (trace, stderr) = start_trace(pid, &["--duration", "60", "--json"]);
+    std::fs::write(&fifo, b"go\n").expect("let the client go");
+    let _ = std::fs::remove_file(&fifo);
+    let info_line = support::first_line_within(
+        client.0.stderr.take().expect("client stderr"),
+        Duration::from_secs(10),
+    )
+    .expect("the client names its connections");
+    let info: Value = serde_json::from_str(&info_line).expect("client info is JSON");
+    let (code, out, errors) = finish(trace, stderr, Duration::from_secs(40));
+    let status = client.0.wait().expect("client ends");
+    assert!(
+        status.success(),
+        "{mode}: the client ran to its end: {status}"
+    );
+    assert_eq!(code, Some(0), "{mode}: {errors}");
+    watch.assert_never_stopped();
+    let report = report_of(&out, &errors);
+    assert_eq!(report["method"], "tracepoints", "{mode}");
+    assert_eq!(
+        report["interrupted"], false,
+        "{mode}: the target's end ended it"
+    );
+    (report, info, pid)
+}
+
+/// The socket the client named, in the report.
+fn client_socket<'a>(report: &'a Value, connection: &Value) -> &'a Value {
+    sockets(report)
+        .iter()
+        .find(|s| s["fd"] == connection["fd"] && s["local"] == connection["local"])
+        .unwrap_or_else(|| panic!("the client's socket {connection} is reported: {report:#}"))
+}
+
 #[test]
 fn a_client_writing_twice_is_named_by_fd_and_pid_and_its_end_ends_the_trace() {
     require_tracepoints!();
@@ -226,44 +287,58 @@ fn a_client_writing_twice_is_named_by_fd_and_pid_and_its_end_ends_the_trace() {
         .arg(fixture("split_server.py"))
         .arg("--single-write");
     let (_server, port) = spawn_printing_port(&mut command, "the python3 split server");
-    // A client whose requests (header, then body) are held by Nagle until the server's
-    // delayed ACK: about 40 ms each, 5 s or more in all.
-    let client = Command::new("python3")
-        .arg(fixture("client.py"))
-        .args([&port.to_string(), "120", "split-blocking"])
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("python3 runs");
-    let mut client = KillOnDrop(client);
-    let pid = client.0.id();
-    let info_line = support::first_line_within(
-        client.0.stderr.take().expect("client stderr"),
-        Duration::from_secs(10),
-    )
-    .expect("the client names its connection");
-    let info: Value = serde_json::from_str(&info_line).expect("client info is JSON");
-    let watch = StateWatch::start(pid);
-    let (trace, stderr) = start_trace(pid, &["--duration", "60", "--json"]);
-    let (code, out, errors) = finish(trace, stderr, Duration::from_secs(40));
-    let status = client.0.wait().expect("client ends");
-    assert!(status.success(), "the client ran to its end: {status}");
-    assert_eq!(code, Some(0), "{errors}");
-    let report = report_of(&out, &errors);
-    assert_eq!(report["method"], "tracepoints");
-    assert_eq!(report["interrupted"], false, "the target's end ended it");
-    let guilty = sockets(&report)
-        .iter()
-        .find(|s| s["fd"] == info[0]["fd"] && s["local"] == info[0]["local"])
-        .unwrap_or_else(|| panic!("the client's socket {info} is reported: {report:#}"));
+    // Header then body, each request held by Nagle until the server's delayed ACK.
+    let (report, info, pid) = client_under_trace(port, 12, "split-blocking");
+    let guilty = client_socket(&report, &info[0]);
     assert_eq!(guilty["pid"], pid);
     assert_eq!(guilty["remote"], format!("127.0.0.1:{port}").as_str());
+    assert_eq!(guilty["sends"], 24, "{guilty:#}");
     assert!(
         guilty["write_write_read"].as_u64().is_some_and(|n| n >= 10),
         "{guilty:#}"
     );
     assert_eq!(guilty["example"]["writes"], serde_json::json!([60, 10]));
     assert!(guilty["fix"].as_str().is_some_and(|f| f.contains("writev")));
-    watch.assert_never_stopped();
+}
+
+#[test]
+fn every_way_of_sending_and_waiting_is_followed() {
+    require_tracepoints!();
+    let _serial = serial();
+    let mut command = Command::new("python3");
+    command
+        .arg(fixture("split_server.py"))
+        .arg("--single-write");
+    let (_server, port) = spawn_printing_port(&mut command, "the python3 split server");
+    // Waits named by select and epoll, a reader thread, sends through a dup, both parts in one
+    // sendmmsg call (one send each, as the kernel makes them): all write-write-reads.
+    for mode in [
+        "split",
+        "split-select",
+        "split-epoll",
+        "split-reader",
+        "split-dup",
+        "split-sendmmsg",
+    ] {
+        let (report, info, _) = client_under_trace(port, 8, mode);
+        let guilty = client_socket(&report, &info[0]);
+        assert!(
+            guilty["write_write_read"].as_u64().is_some_and(|n| n >= 6),
+            "{mode}: {guilty:#}"
+        );
+        assert_eq!(
+            guilty["example"]["writes"],
+            serde_json::json!([60, 10]),
+            "{mode}"
+        );
+    }
+    // One write per request, and split writes with TCP_NODELAY: nothing to name.
+    for mode in ["single", "nodelay-split"] {
+        let (report, info, _) = client_under_trace(port, 8, mode);
+        let socket = client_socket(&report, &info[0]);
+        assert_eq!(socket["write_write_read"], 0, "{mode}: {socket:#}");
+        assert!(socket["sends"].as_u64().is_some_and(|n| n >= 8), "{mode}");
+    }
 }
 
 #[test]

@@ -61,6 +61,7 @@ const REC_OPTION: u8 = 7;
 const REC_FORK: u8 = 8;
 const REC_EXEC: u8 = 9;
 const REC_EXIT: u8 = 10;
+const REC_OPENED: u8 = 11;
 
 /// Record flags (`FLAG_*`).
 const FLAG_MORE: u8 = 1;
@@ -344,6 +345,8 @@ impl Feeder {
                     more: r.flags & FLAG_MORE != 0,
                 }
             }
+            // connect or accept: the model opens a socket at this fd, as for an accept.
+            REC_OPENED => Event::Accepted { fd: r.fd },
             REC_READ => Event::Read {
                 fd: r.fd,
                 returned: r.flags & FLAG_EAGAIN == 0,
