@@ -372,7 +372,10 @@ fn sigint_ends_the_trace_and_the_target_runs_on() {
     assert_eq!(unsafe { libc::kill(trace.0.id() as i32, libc::SIGINT) }, 0);
     let (code, out, errors) = finish(trace, stderr, Duration::from_secs(10));
     assert_eq!(code, Some(0), "{errors}");
-    assert!(out.starts_with(&format!("traced pid {pid} ")), "{out}");
+    assert!(
+        out.starts_with(&format!("traced pid {pid} (still running, never stopped)")),
+        "{out}"
+    );
     watch.assert_never_stopped();
     assert!(
         matches!(server.0.try_wait(), Ok(None)),

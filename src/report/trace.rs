@@ -86,6 +86,9 @@ fn label(s: &TracedSocket) -> String {
 pub(crate) fn write_text(report: &TraceReport, out: &mut impl Write) -> io::Result<()> {
     let target = match (&report.command, report.pid) {
         (Some(cmd), _) => cmd.join(" "),
+        (None, Some(pid)) if report.interrupted && report.method == "tracepoints" => {
+            format!("pid {pid} (still running, never stopped)")
+        }
         (None, Some(pid)) if report.interrupted => format!("pid {pid} (detached)"),
         (None, Some(pid)) => format!("pid {pid} (exited during the trace)"),
         (None, None) => String::new(),
