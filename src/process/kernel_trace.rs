@@ -194,6 +194,22 @@ pub(crate) fn unavailable() -> Option<String> {
     None
 }
 
+/// Why process `pid` cannot be followed through the tracepoints when the kernel allows them:
+/// a 32-bit program makes its syscalls with other numbers (arch/x86/entry/syscalls/
+/// syscall_32.tbl), which the programs do not read. Its ELF class, from /proc/PID/exe.
+pub(crate) fn unavailable_for(pid: u32) -> Option<String> {
+    use std::io::Read;
+    let mut head = [0u8; 5];
+    let read = std::fs::File::open(format!("/proc/{pid}/exe"))
+        .and_then(|mut exe| exe.read_exact(&mut head));
+    // EI_CLASS 1: ELFCLASS32. An unreadable executable is left to the programs to follow.
+    (read.is_ok() && head[..4] == *b"\x7fELF" && head[4] == 1).then(|| {
+        format!(
+            "pid {pid} runs a 32-bit program, whose syscall numbers its BPF programs do not read"
+        )
+    })
+}
+
 /// Why loading failed, in the words of `trace` (the loader's own errors speak of `watch`).
 pub(crate) fn load_failure(err: &KernelError) -> String {
     // The verifier's refusal comes as EACCES with its whole log: its last lines say why.
@@ -558,6 +574,11 @@ mod tests {
         r[49] = FLAG_NO_READFDS;
         r[51] = WAIT_SELECT;
         assert_eq!(Record::parse(&r).expect("parses").readable(), Some(vec![]));
+    }
+
+    #[test]
+    fn a_64_bit_program_can_be_followed() {
+        assert_eq!(unavailable_for(std::process::id()), None);
     }
 
     #[test]

@@ -156,7 +156,7 @@ fn trace_running(pid: u32, limit: Duration, force_ptrace: bool) -> anyhow::Resul
         return Err(AccessError::Refused { action, pid, cause }.into());
     }
     if !force_ptrace {
-        let why = match kernel_trace::unavailable() {
+        let why = match kernel_trace::unavailable().or_else(|| kernel_trace::unavailable_for(pid)) {
             Some(why) => why,
             None => match kernel_trace::KernelTracer::open(pid) {
                 Ok(kernel) => return kernel_trace::trace_process(kernel, pid, limit),
