@@ -373,47 +373,5 @@ fn without_privileges_the_error_names_the_capabilities() {
 
 #[test]
 fn the_committed_object_is_built_from_its_source() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let bpf = root.join("bpf");
-    // The stamp scripts/build-bpf writes: SHA-256 over `sha256sum nagle.bpf.c nagle.h`.
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg("sha256sum nagle.bpf.c nagle.h | sha256sum | cut -d' ' -f1")
-        .current_dir(&bpf)
-        .output()
-        .expect("sh runs");
-    let stamp = std::fs::read_to_string(bpf.join("nagle.bpf.stamp")).expect("the stamp");
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        stamp.trim(),
-        "bpf/nagle.bpf.c or nagle.h changed since bpf/nagle.bpf.o was built: run scripts/build-bpf"
-    );
-    // Where the compiler is installed, the object itself is rebuilt and compared.
-    let has_clang = Command::new("sh")
-        .args([
-            "-c",
-            "command -v clang-14 && test -f /usr/include/bpf/bpf_helpers.h",
-        ])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !has_clang {
-        eprintln!("clang-14 or libbpf-dev not installed: the object was not rebuilt");
-        return;
-    }
-    let fresh = std::env::temp_dir().join(format!("tcpstall-nagle-{}.o", std::process::id()));
-    let status = Command::new(root.join("scripts/build-bpf"))
-        .arg(&fresh)
-        .status()
-        .expect("scripts/build-bpf runs");
-    assert!(status.success(), "scripts/build-bpf failed");
-    let (built, committed) = (
-        std::fs::read(&fresh).expect("the rebuilt object"),
-        std::fs::read(bpf.join("nagle.bpf.o")).expect("the committed object"),
-    );
-    let _ = std::fs::remove_file(&fresh);
-    assert!(
-        built == committed,
-        "bpf/nagle.bpf.o differs from a fresh build of its source: run scripts/build-bpf"
-    );
+    support::assert_bpf_object_fresh("nagle", &["nagle.bpf.c", "nagle.h", "shared.h"]);
 }

@@ -273,7 +273,7 @@ fn refused(err: &dyn std::fmt::Display) -> bool {
     .any(|s| text.contains(s))
 }
 
-fn chain(err: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn chain(err: &(dyn std::error::Error + 'static)) -> String {
     let mut text = err.to_string();
     let mut source = err.source();
     // The chain of an error is short; the bound keeps a cyclic one from looping.
@@ -290,43 +290,53 @@ fn chain(err: &(dyn std::error::Error + 'static)) -> String {
     text
 }
 
+/// Loads a committed BPF object and attaches its programs, each a `tp_btf` program named as
+/// its tracepoint, in `hooks`' order. Dropping the result detaches them.
+pub(crate) fn load_btf_tracepoints(
+    object: &[u8],
+    hooks: &[&'static str],
+) -> Result<Ebpf, KernelError> {
+    // Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK; later ones to the cgroup.
+    // Raising it is harmless where it is not needed, and may fail unprivileged: ignored.
+    let unlimited = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: setrlimit reads the struct passed; no other memory is touched.
+    let _ = unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) };
+
+    let btf = Btf::from_sys_fs().map_err(|e| KernelError::NoBtf(chain(&e)))?;
+    let mut bpf = Ebpf::load(object).map_err(|e| {
+        let text = chain(&e);
+        if refused(&text) {
+            KernelError::NotAllowed(text)
+        } else {
+            KernelError::Load(text)
+        }
+    })?;
+    for &hook in hooks {
+        let hook_err = |why: String| {
+            if refused(&why) {
+                KernelError::NotAllowed(format!("{hook}: {why}"))
+            } else {
+                KernelError::Hook { hook, why }
+            }
+        };
+        let program: &mut BtfTracePoint = bpf
+            .program_mut(hook)
+            .ok_or_else(|| KernelError::Load(format!("the object has no program {hook}")))?
+            .try_into()
+            .map_err(|e| KernelError::Load(chain(&e)))?;
+        program.load(hook, &btf).map_err(|e| hook_err(chain(&e)))?;
+        program.attach().map_err(|e| hook_err(chain(&e)))?;
+    }
+    Ok(bpf)
+}
+
 impl KernelSource {
     /// Loads and attaches the programs.
     pub fn open() -> Result<KernelSource, KernelError> {
-        // Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK; later ones to the cgroup.
-        // Raising it is harmless where it is not needed, and may fail unprivileged: ignored.
-        let unlimited = libc::rlimit {
-            rlim_cur: libc::RLIM_INFINITY,
-            rlim_max: libc::RLIM_INFINITY,
-        };
-        // SAFETY: setrlimit reads the struct passed; no other memory is touched.
-        let _ = unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) };
-
-        let btf = Btf::from_sys_fs().map_err(|e| KernelError::NoBtf(chain(&e)))?;
-        let mut bpf = Ebpf::load(NAGLE_BPF).map_err(|e| {
-            let text = chain(&e);
-            if refused(&text) {
-                KernelError::NotAllowed(text)
-            } else {
-                KernelError::Load(text)
-            }
-        })?;
-        for hook in TRACEPOINTS {
-            let hook_err = |why: String| {
-                if refused(&why) {
-                    KernelError::NotAllowed(format!("{hook}: {why}"))
-                } else {
-                    KernelError::Hook { hook, why }
-                }
-            };
-            let program: &mut BtfTracePoint = bpf
-                .program_mut(hook)
-                .ok_or_else(|| KernelError::Load(format!("the object has no program {hook}")))?
-                .try_into()
-                .map_err(|e| KernelError::Load(chain(&e)))?;
-            program.load(hook, &btf).map_err(|e| hook_err(chain(&e)))?;
-            program.attach().map_err(|e| hook_err(chain(&e)))?;
-        }
+        let mut bpf = load_btf_tracepoints(NAGLE_BPF, &TRACEPOINTS)?;
         let ring = bpf
             .take_map("events")
             .ok_or_else(|| KernelError::Load("the object has no map `events`".into()))
@@ -375,7 +385,7 @@ impl KernelSource {
     }
 }
 
-fn clock_ns(clock: libc::clockid_t) -> i64 {
+pub(crate) fn clock_ns(clock: libc::clockid_t) -> i64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,

@@ -320,3 +320,85 @@ pub fn serial() -> std::sync::MutexGuard<'static, ()> {
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
+
+/// The committed BPF object `bpf/NAME.bpf.o` is built from its `sources` (in bpf/): its stamp
+/// is their hash as `scripts/build-bpf` writes it and, where clang-14 and libbpf-dev are
+/// installed, a fresh build of them is the same bytes.
+pub fn assert_bpf_object_fresh(name: &str, sources: &[&str]) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let bpf = root.join("bpf");
+    let fix = format!(
+        "bpf/{} changed since bpf/{name}.bpf.o was built: run scripts/build-bpf",
+        sources.join(" or ")
+    );
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "sha256sum {} | sha256sum | cut -d' ' -f1",
+            sources.join(" ")
+        ))
+        .current_dir(&bpf)
+        .output()
+        .expect("sh runs");
+    let stamp = std::fs::read_to_string(bpf.join(format!("{name}.bpf.stamp"))).expect("the stamp");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        stamp.trim(),
+        "{fix}"
+    );
+    let has_clang = Command::new("sh")
+        .args([
+            "-c",
+            "command -v clang-14 && test -f /usr/include/bpf/bpf_helpers.h",
+        ])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has_clang {
+        eprintln!("clang-14 or libbpf-dev not installed: bpf/{name}.bpf.o was not rebuilt");
+        return;
+    }
+    let fresh = std::env::temp_dir().join(format!("tcpstall-{name}-{}.o", std::process::id()));
+    let status = Command::new(root.join("scripts/build-bpf"))
+        .arg(&fresh)
+        .arg(name)
+        .status()
+        .expect("scripts/build-bpf runs");
+    assert!(status.success(), "scripts/build-bpf failed");
+    let (built, committed) = (
+        std::fs::read(&fresh).expect("the rebuilt object"),
+        std::fs::read(bpf.join(format!("{name}.bpf.o"))).expect("the committed object"),
+    );
+    let _ = std::fs::remove_file(&fresh);
+    assert!(
+        built == committed,
+        "bpf/{name}.bpf.o differs from a fresh build of its source: run scripts/build-bpf"
+    );
+}
+
+/// strace attached to process `pid` (`strace -p`), once the target's TracerPid names it: the
+/// strace process and its pid.
+pub fn strace_attached(pid: &str) -> (KillOnDrop, String) {
+    let strace = KillOnDrop(
+        Command::new("strace")
+            .args(["-p", pid, "-o", "/dev/null"])
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("strace runs (scripts/install-deps)"),
+    );
+    let strace_pid = strace.0.id().to_string();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while tracer_of(pid).as_deref() != Some(strace_pid.as_str()) {
+        assert!(Instant::now() < deadline, "strace did not attach");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (strace, strace_pid)
+}
+
+/// The TracerPid of process `pid`, as /proc/PID/status has it.
+pub fn tracer_of(pid: &str) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("TracerPid:").map(|v| v.trim().to_string()))
+}
