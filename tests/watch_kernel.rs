@@ -171,6 +171,8 @@ fn stalls_on(events: &[Value], port: u16) -> Vec<&Value> {
 #[test]
 fn held_answers_are_caught_with_the_servers_pid_as_the_capture_sees_them() {
     require_kernel!();
+    // Host-wide: another test's holds would be this one's.
+    let _serial = support::serial();
     let (server, port) = python_server(false);
     let filter = format!("tcp port {port}");
     let kernel = Background::start(&["--kernel", "--json", "--duration", "4"], "k");
@@ -211,6 +213,8 @@ fn held_answers_are_caught_with_the_servers_pid_as_the_capture_sees_them() {
 #[test]
 fn the_metrics_count_the_kernels_holds() {
     require_kernel!();
+    // Host-wide: another test's holds would be this one's.
+    let _serial = support::serial();
     let (_server, port) = python_server(false);
     let kernel = Background::start(
         &[
@@ -261,6 +265,8 @@ fn the_metrics_count_the_kernels_holds() {
 #[test]
 fn a_nodelay_server_holds_nothing() {
     require_kernel!();
+    // Host-wide: another test's holds would be this one's.
+    let _serial = support::serial();
     let (_server, port) = python_server(true);
     let kernel = Background::start(&["--kernel", "--json", "--minor", "--duration", "2"], "n");
     requests(port, REQUESTS);
@@ -300,6 +306,8 @@ impl Drop for Netns {
 #[test]
 fn a_server_in_another_network_namespace_is_named_by_the_kernel() {
     require_kernel!();
+    // Host-wide: another test's holds would be this one's.
+    let _serial = support::serial();
     let ns = Netns::new();
     let (server, port) = python_server_in(Some(&ns.0), false);
     let kernel = Background::start(&["--kernel", "--json", "--duration", "3"], "ns");
@@ -320,6 +328,8 @@ fn a_server_in_another_network_namespace_is_named_by_the_kernel() {
 #[test]
 fn the_labs_stalls_are_the_kernels() {
     require_kernel!();
+    // Host-wide: another test's holds would be this one's.
+    let _serial = support::serial();
     let kernel = Background::start(&["--kernel", "--json", "--duration", "6"], "l");
     let lab = Command::new(BIN)
         .args(["lab", "--scenario", "http", "--requests", "10", "--json"])
