@@ -34,6 +34,23 @@ pub struct SocketsArgs {
     /// shown with it, each socket once with every process holding it).
     #[arg(long, conflicts_with = "all")]
     pub no_tree: bool,
+    /// Where the sockets are read: `auto` (with --all, every socket of the host in one pass
+    /// of the kernel's socket iterator where it loads, else each process in turn; with a
+    /// PID, each process), `kernel` (the iterator, or an error saying what it lacks), `proc`
+    /// (each process: its fds, getsockopt on duplicates, sock_diag).
+    #[arg(long, value_enum, default_value_t = Source::Auto)]
+    pub source: Source,
+}
+
+/// Where `sockets` reads the sockets from.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// The kernel's iterator for --all where it loads, else each process.
+    Auto,
+    /// The kernel's socket iterator (BPF `iter/tcp`): CAP_BPF and CAP_PERFMON.
+    Kernel,
+    /// Each process's fds, read through duplicates (`pidfd_getfd`).
+    Proc,
 }
 
 /// A process holding a socket, and the socket's fd there.
@@ -118,10 +135,17 @@ pub struct SocketView {
     /// TCP_DELACK_MAX_US, the socket's cap on its delayed ACK, in microseconds; `None` when
     /// unreadable or the kernel lacks the option.
     pub delack_max_us: Option<u32>,
+    /// The holder's command name (`sockets --all` from the kernel); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// What the kernel's socket says besides the options (`sockets --all` from the kernel's
+    /// iterator); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<super::host_sockets::KernelView>,
 }
 
 impl SocketView {
-    fn from_proc(pid: Option<u32>, fd: Option<i32>, entry: &TcpEntry) -> SocketView {
+    pub(crate) fn from_proc(pid: Option<u32>, fd: Option<i32>, entry: &TcpEntry) -> SocketView {
         SocketView {
             pid,
             fd,
@@ -142,6 +166,8 @@ impl SocketView {
                 _ => Vec::new(),
             },
             delack_max_us: None,
+            command: None,
+            kernel: None,
         }
     }
 
@@ -154,7 +180,7 @@ impl SocketView {
         port_of(&self.local) == Some(port) || port_of(&self.remote) == Some(port)
     }
 
-    fn judge(&mut self) {
+    pub(crate) fn judge(&mut self) {
         self.can_stall = match (self.nodelay, self.cork) {
             (None, _) => None,
             (Some(true), _) | (_, Some(true)) => Some(false),
@@ -479,8 +505,68 @@ fn owned_by_uid(pid: u32) -> Result<ProcessSockets, AccessError> {
 
 /// Runs `tcpstall sockets`.
 pub fn run(args: &SocketsArgs) -> anyhow::Result<Outcome> {
-    let mut views = Vec::new();
     let mut notes = Vec::new();
+    let kernel_asked = match args.source {
+        Source::Kernel => true,
+        Source::Proc => false,
+        Source::Auto => args.pid.is_none(),
+    };
+    let mut views = None;
+    if kernel_asked {
+        match from_kernel(args) {
+            Ok(found) => {
+                notes.extend(found.notes);
+                views = Some(found.sockets);
+            }
+            Err(err) if args.source == Source::Kernel => return Err(err),
+            Err(err) => eprintln!(
+                "tcpstall: {err}; reading each process's sockets instead (its fds, getsockopt \
+                 on duplicates, sock_diag)"
+            ),
+        }
+    }
+    let kernel_rows = views.is_some();
+    let mut views = match views {
+        Some(views) => views,
+        None => per_process(args, &mut notes)?,
+    };
+    if let Some(port) = args.port {
+        views.retain(|v| v.uses_port(port));
+    }
+    for note in &notes {
+        eprintln!("tcpstall: {note}");
+    }
+    if args.json {
+        crate::report::print_stdout(&(serde_json::to_string_pretty(&views)? + "\n"))?;
+    } else {
+        let mut stdout = std::io::stdout().lock();
+        let fix_pid = args.pid.filter(|_| !args.no_tree);
+        if kernel_rows {
+            crate::report::sockets::write_kernel_table(&mut stdout, &views, fix_pid)?;
+        } else {
+            crate::report::sockets::write_table(&mut stdout, &views, fix_pid)?;
+        }
+        std::io::Write::flush(&mut stdout)?;
+    }
+    Ok(Outcome::Done)
+}
+
+/// Every socket of the host (or of the PID's tree) in one pass of the kernel's iterator.
+fn from_kernel(args: &SocketsArgs) -> anyhow::Result<super::host_sockets::HostSockets> {
+    let tree = match args.pid {
+        Some(pid) if !procfs::process_exists(pid) => {
+            return Err(AccessError::NoSuchProcess { pid }.into())
+        }
+        Some(pid) if args.no_tree => Some(vec![pid]),
+        Some(pid) => Some(super::tree::process_tree(pid)),
+        None => None,
+    };
+    Ok(super::host_sockets::read(tree.as_deref())?)
+}
+
+/// The sockets of the PID's tree, or of every process, each read through a duplicate.
+fn per_process(args: &SocketsArgs, notes: &mut Vec<String>) -> anyhow::Result<Vec<SocketView>> {
+    let mut views = Vec::new();
     if let Some(pid) = args.pid {
         let found = inspect_scope(pid, !args.no_tree)?;
         notes.extend(found.missing);
@@ -542,21 +628,7 @@ pub fn run(args: &SocketsArgs) -> anyhow::Result<Outcome> {
             ));
         }
     }
-    if let Some(port) = args.port {
-        views.retain(|v| v.uses_port(port));
-    }
-    for note in &notes {
-        eprintln!("tcpstall: {note}");
-    }
-    if args.json {
-        crate::report::print_stdout(&(serde_json::to_string_pretty(&views)? + "\n"))?;
-    } else {
-        let mut stdout = std::io::stdout().lock();
-        let fix_pid = args.pid.filter(|_| !args.no_tree);
-        crate::report::sockets::write_table(&mut stdout, &views, fix_pid)?;
-        std::io::Write::flush(&mut stdout)?;
-    }
-    Ok(Outcome::Done)
+    Ok(views)
 }
 
 #[cfg(test)]

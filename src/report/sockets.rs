@@ -5,6 +5,7 @@
 use std::io::{self, Write};
 
 use crate::process::fix::{Action, DelackPlan, FixReport, FixedSocket};
+use crate::process::host_sockets::KernelView;
 use crate::process::procfs::TcpState;
 use crate::process::sockets::{InfoView, SocketView};
 use crate::report::or_unknown;
@@ -120,6 +121,96 @@ pub(crate) fn write_table(
             v.remote,
             v.tcp_info.map_or(0, |i| i.ato_us / 1000)
         )?;
+    }
+    Ok(())
+}
+
+/// The `sockets --all` table from the kernel's iterator: every TCP socket of the host, its
+/// owner, Nagle and cork, the delayed ACK it owes and its ping-pong count, the bytes it holds
+/// unsent; then a line per socket holding bytes now, and per socket that can stall.
+pub(crate) fn write_kernel_table(
+    out: &mut impl Write,
+    views: &[SocketView],
+    fix_pid: Option<u32>,
+) -> io::Result<()> {
+    if views.is_empty() {
+        return writeln!(out, "no TCP sockets");
+    }
+    writeln!(
+        out,
+        "{:>7} {:<15} {:<22} {:<22} {:<11} {:<7} {:<4} {:<6} {:>4} {:>7} {:>5} {:>5} {:>6}",
+        "PID",
+        "COMMAND",
+        "LOCAL",
+        "REMOTE",
+        "STATE",
+        "NODELAY",
+        "CORK",
+        "DELACK",
+        "PING",
+        "UNSENT",
+        "INFL",
+        "CWND",
+        "MSS"
+    )?;
+    for v in views {
+        let k = v.kernel.as_ref();
+        let num = |f: fn(&KernelView) -> u32| k.map_or("-".to_string(), |k| f(k).to_string());
+        let delack = match k {
+            Some(k) if k.delack_pending => k.delay_text().unwrap_or_else(|| "owed".to_string()),
+            Some(_) => "-".to_string(),
+            None => "?".to_string(),
+        };
+        writeln!(
+            out,
+            "{:>7} {:<15} {:<22} {:<22} {:<11} {:<7} {:<4} {:<6} {:>4} {:>7} {:>5} {:>5} {:>6}",
+            or_unknown(v.pid),
+            v.command.as_deref().unwrap_or("-"),
+            v.local,
+            if v.listening { "*" } else { &v.remote },
+            v.state.name(),
+            on_off(v.nodelay),
+            on_off(v.cork),
+            delack,
+            num(|k| u32::from(k.pingpong)),
+            num(|k| k.unsent),
+            num(|k| k.packets_out),
+            num(|k| k.snd_cwnd),
+            num(|k| k.mss_cache),
+        )?;
+    }
+    for v in views {
+        let Some(k) = &v.kernel else { continue };
+        let why = if v.held_now == Some(true) {
+            "Nagle holds them until the ACK of the segment in flight"
+        } else if v.cork == Some(true) && k.unsent > 0 {
+            "TCP_CORK holds them until uncorked or the cork timer"
+        } else if k.autocork_pending {
+            "autocorking holds them until earlier data leaves the qdisc"
+        } else {
+            continue;
+        };
+        writeln!(
+            out,
+            "held now: pid {} {} -> {}: {} B written and not sent, {} segment(s) in flight: {why}",
+            or_unknown(v.pid),
+            v.local,
+            v.remote,
+            k.unsent,
+            k.packets_out
+        )?;
+    }
+    for v in views.iter().filter(|v| v.can_stall == Some(true)) {
+        let Some(pid) = v.pid else { continue };
+        if v.listening {
+            writeln!(
+                out,
+                "can stall: pid {pid} {} listening with Nagle on: every connection it accepts \
+                 inherits Nagle (tcpstall fix {})",
+                v.local,
+                fix_pid.unwrap_or(pid)
+            )?;
+        }
     }
     Ok(())
 }
