@@ -1,8 +1,8 @@
 //! `tcpstall watch --kernel`: Nagle holds seen by BPF programs on the kernel's tracepoints,
 //! against the packet capture on the same traffic (Python's http.server with HTTP/1.1
 //! keep-alive, which writes header and body apart), a TCP_NODELAY server that never holds,
-//! and the lab's split-writing server. The committed BPF object is checked against its
-//! source.
+//! and the lab's split-writing server. The committed BPF objects (scripts/build-bpf's list) are
+//! checked against their sources.
 //!
 //! The live tests need root (CAP_BPF + CAP_PERFMON) and a kernel that lets BPF programs on
 //! its BTF tracepoints load; where it does not they say why and pass without checking.
@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{command_in, spawn_printing_port, KillOnDrop};
+use support::{command_in, spawn_printing_port, KillOnDrop, Netns};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tcpstall");
 
@@ -22,31 +22,11 @@ const BIN: &str = env!("CARGO_BIN_EXE_tcpstall");
 /// receiver is in quick-ACK mode), each later one ~40 ms.
 const REQUESTS: usize = 8;
 
-/// Why the kernel cannot be watched here, or `None` when it can.
-fn kernel_unavailable() -> Option<String> {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("not root: BPF needs CAP_BPF + CAP_PERFMON".into());
-    }
-    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
-        return Some("the kernel has no BTF (/sys/kernel/btf/vmlinux)".into());
-    }
-    let out = Command::new(BIN)
-        .args(["watch", "--kernel", "--json", "--duration", "0.1"])
-        .output()
-        .expect("the tcpstall binary runs");
-    (!out.status.success()).then(|| {
-        format!(
-            "the kernel refused the programs: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        )
-    })
-}
-
 /// Skips the calling test (with a message) where the kernel cannot be watched.
 macro_rules! require_kernel {
     () => {
-        if let Some(why) = kernel_unavailable() {
+        let probe = ["watch", "--kernel", "--json", "--duration", "0.1"];
+        if let Some(why) = support::bpf_unavailable(BIN, &probe) {
             eprintln!("skipped: watch --kernel cannot run here: {why}");
             return;
         }
@@ -272,35 +252,10 @@ fn a_nodelay_server_holds_nothing() {
     );
 }
 
-/// A network namespace of its own, loopback up, deleted when the test ends.
-struct Netns(String);
-
-impl Netns {
-    fn new() -> Netns {
-        let name = format!("tcpstall-wk-{}", std::process::id());
-        let ip = |args: &[&str]| {
-            let status = Command::new("ip").args(args).status().expect("ip runs");
-            assert!(status.success(), "ip {args:?}: {status}");
-        };
-        ip(&["netns", "add", &name]);
-        let ns = Netns(name);
-        ip(&["netns", "exec", &ns.0, "ip", "link", "set", "lo", "up"]);
-        ns
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "delete", &self.0])
-            .status();
-    }
-}
-
 #[test]
 fn a_server_in_another_network_namespace_is_named_by_the_kernel() {
     require_kernel!();
-    let ns = Netns::new();
+    let ns = Netns::new("wk");
     let (server, port) = python_server_in(Some(&ns.0), false);
     let kernel = Background::start(&["--kernel", "--json", "--duration", "3"], "ns");
     requests_in(Some(&ns.0), port, REQUESTS);
@@ -371,24 +326,32 @@ fn without_privileges_the_error_names_the_capabilities() {
     );
 }
 
+/// The objects scripts/build-bpf builds: (name, headers its stamp covers), from its list.
+fn bpf_objects(root: &Path) -> Vec<(String, Vec<String>)> {
+    let script = std::fs::read_to_string(root.join("scripts/build-bpf")).expect("the script");
+    let list = script
+        .split_once("objects='")
+        .and_then(|(_, rest)| rest.split_once('\''))
+        .map(|(list, _)| list)
+        .expect("the object list in scripts/build-bpf");
+    list.lines()
+        .filter_map(|l| {
+            let mut words = l.split_whitespace().map(str::to_string);
+            Some((words.next()?, words.collect()))
+        })
+        .collect()
+}
+
 #[test]
-fn the_committed_object_is_built_from_its_source() {
+fn the_committed_objects_are_built_from_their_source() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let bpf = root.join("bpf");
-    // The stamp scripts/build-bpf writes: SHA-256 over `sha256sum nagle.bpf.c nagle.h`.
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg("sha256sum nagle.bpf.c nagle.h | sha256sum | cut -d' ' -f1")
-        .current_dir(&bpf)
-        .output()
-        .expect("sh runs");
-    let stamp = std::fs::read_to_string(bpf.join("nagle.bpf.stamp")).expect("the stamp");
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        stamp.trim(),
-        "bpf/nagle.bpf.c or nagle.h changed since bpf/nagle.bpf.o was built: run scripts/build-bpf"
+    let objects = bpf_objects(root);
+    assert!(
+        objects.iter().any(|(name, _)| name == "nagle"),
+        "{objects:?}"
     );
-    // Where the compiler is installed, the object itself is rebuilt and compared.
+    // Where the compiler is installed, each object itself is rebuilt and compared.
     let has_clang = Command::new("sh")
         .args([
             "-c",
@@ -397,23 +360,44 @@ fn the_committed_object_is_built_from_its_source() {
         .stdout(Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
-    if !has_clang {
-        eprintln!("clang-14 or libbpf-dev not installed: the object was not rebuilt");
-        return;
+    for (name, headers) in &objects {
+        // The stamp scripts/build-bpf writes: SHA-256 over `sha256sum NAME.bpf.c HEADERS`.
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "sha256sum {name}.bpf.c {} | sha256sum | cut -d' ' -f1",
+                headers.join(" ")
+            ))
+            .current_dir(&bpf)
+            .output()
+            .expect("sh runs");
+        let stamp =
+            std::fs::read_to_string(bpf.join(format!("{name}.bpf.stamp"))).expect("the stamp");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            stamp.trim(),
+            "bpf/{name}.bpf.c or its headers changed since bpf/{name}.bpf.o was built: run \
+             scripts/build-bpf"
+        );
+        if !has_clang {
+            eprintln!("clang-14 or libbpf-dev not installed: bpf/{name}.bpf.o was not rebuilt");
+            continue;
+        }
+        let fresh = std::env::temp_dir().join(format!("tcpstall-{name}-{}.o", std::process::id()));
+        let status = Command::new(root.join("scripts/build-bpf"))
+            .arg(name)
+            .arg(&fresh)
+            .status()
+            .expect("scripts/build-bpf runs");
+        assert!(status.success(), "scripts/build-bpf {name} failed");
+        let (built, committed) = (
+            std::fs::read(&fresh).expect("the rebuilt object"),
+            std::fs::read(bpf.join(format!("{name}.bpf.o"))).expect("the committed object"),
+        );
+        let _ = std::fs::remove_file(&fresh);
+        assert!(
+            built == committed,
+            "bpf/{name}.bpf.o differs from a fresh build of its source: run scripts/build-bpf"
+        );
     }
-    let fresh = std::env::temp_dir().join(format!("tcpstall-nagle-{}.o", std::process::id()));
-    let status = Command::new(root.join("scripts/build-bpf"))
-        .arg(&fresh)
-        .status()
-        .expect("scripts/build-bpf runs");
-    assert!(status.success(), "scripts/build-bpf failed");
-    let (built, committed) = (
-        std::fs::read(&fresh).expect("the rebuilt object"),
-        std::fs::read(bpf.join("nagle.bpf.o")).expect("the committed object"),
-    );
-    let _ = std::fs::remove_file(&fresh);
-    assert!(
-        built == committed,
-        "bpf/nagle.bpf.o differs from a fresh build of its source: run scripts/build-bpf"
-    );
 }

@@ -136,23 +136,37 @@ pub(crate) fn write_kernel_table(
     if views.is_empty() {
         return writeln!(out, "no TCP sockets");
     }
-    writeln!(
-        out,
-        "{:>7} {:<15} {:<22} {:<22} {:<11} {:<7} {:<4} {:<6} {:>4} {:>7} {:>5} {:>5} {:>6}",
-        "PID",
-        "COMMAND",
-        "LOCAL",
-        "REMOTE",
-        "STATE",
-        "NODELAY",
-        "CORK",
-        "DELACK",
-        "PING",
-        "UNSENT",
-        "INFL",
-        "CWND",
-        "MSS"
-    )?;
+    // (title, width; negative: left-aligned) of each column, then the cells of a row.
+    const COLUMNS: [(&str, i8); 13] = [
+        ("PID", 7),
+        ("COMMAND", -15),
+        ("LOCAL", -22),
+        ("REMOTE", -22),
+        ("STATE", -11),
+        ("NODELAY", -7),
+        ("CORK", -4),
+        ("DELACK", -6),
+        ("PING", 4),
+        ("UNSENT", 7),
+        ("INFL", 5),
+        ("CWND", 5),
+        ("MSS", 6),
+    ];
+    let line = |out: &mut dyn Write, cells: &[String]| -> io::Result<()> {
+        let mut text = String::new();
+        for ((_, width), cell) in COLUMNS.iter().zip(cells) {
+            let w = usize::from(width.unsigned_abs());
+            let padded = if *width < 0 {
+                format!("{cell:<w$} ")
+            } else {
+                format!("{cell:>w$} ")
+            };
+            text.push_str(&padded);
+        }
+        writeln!(out, "{}", text.trim_end())
+    };
+    let titles: Vec<String> = COLUMNS.iter().map(|(t, _)| t.to_string()).collect();
+    line(out, &titles)?;
     for v in views {
         let k = v.kernel.as_ref();
         let num = |f: fn(&KernelView) -> u32| k.map_or("-".to_string(), |k| f(k).to_string());
@@ -161,22 +175,24 @@ pub(crate) fn write_kernel_table(
             Some(_) => "-".to_string(),
             None => "?".to_string(),
         };
-        writeln!(
+        let remote = if v.listening { "*" } else { &v.remote };
+        line(
             out,
-            "{:>7} {:<15} {:<22} {:<22} {:<11} {:<7} {:<4} {:<6} {:>4} {:>7} {:>5} {:>5} {:>6}",
-            or_unknown(v.pid),
-            v.command.as_deref().unwrap_or("-"),
-            v.local,
-            if v.listening { "*" } else { &v.remote },
-            v.state.name(),
-            on_off(v.nodelay),
-            on_off(v.cork),
-            delack,
-            num(|k| u32::from(k.pingpong)),
-            num(|k| k.unsent),
-            num(|k| k.packets_out),
-            num(|k| k.snd_cwnd),
-            num(|k| k.mss_cache),
+            &[
+                or_unknown(v.pid),
+                v.command.clone().unwrap_or_else(|| "-".to_string()),
+                v.local.clone(),
+                remote.to_string(),
+                v.state.name().to_string(),
+                on_off(v.nodelay).to_string(),
+                on_off(v.cork).to_string(),
+                delack,
+                num(|k| u32::from(k.pingpong)),
+                num(|k| k.unsent),
+                num(|k| k.packets_out),
+                num(|k| k.snd_cwnd),
+                num(|k| k.mss_cache),
+            ],
         )?;
     }
     for v in views {

@@ -251,3 +251,55 @@ pub fn serial() -> std::sync::MutexGuard<'static, ()> {
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
+
+/// A network namespace of its own, loopback up, deleted when the test ends; `tag` tells the
+/// tests apart in its name.
+pub struct Netns(pub String);
+
+impl Netns {
+    /// Creates it (needs root).
+    pub fn new(tag: &str) -> Netns {
+        let name = format!("tcpstall-{tag}-{}", std::process::id());
+        let ns = Netns(name);
+        ns.run(&["ip", "netns", "add", &ns.0], false);
+        ns.run(&["ip", "link", "set", "lo", "up"], true);
+        ns
+    }
+
+    /// Runs `args` (inside the namespace when `inside`), which must succeed.
+    pub fn run(&self, args: &[&str], inside: bool) {
+        let mut command = command_in(inside.then_some(self.0.as_str()), args[0]);
+        let status = command.args(&args[1..]).status().expect("the command runs");
+        assert!(status.success(), "{args:?}: {status}");
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "delete", &self.0])
+            .status();
+    }
+}
+
+/// Why tcpstall's BPF programs cannot run here, or `None` when they can: not root, no BTF, or
+/// `bin ARGS` (a short run of the verb that loads them) failed, with its error.
+pub fn bpf_unavailable(bin: &str, args: &[&str]) -> Option<String> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("not root: BPF needs CAP_BPF + CAP_PERFMON".into());
+    }
+    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
+        return Some("the kernel has no BTF (/sys/kernel/btf/vmlinux)".into());
+    }
+    let out = Command::new(bin)
+        .args(args)
+        .output()
+        .expect("the tcpstall binary runs");
+    (!out.status.success()).then(|| {
+        format!(
+            "the kernel refused the programs: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )
+    })
+}
