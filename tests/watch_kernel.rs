@@ -213,8 +213,9 @@ fn the_metrics_count_the_kernels_holds() {
         })
         .expect("the metrics address announced");
     requests(port, REQUESTS);
-    // Read within the run: the holds reach the counters at the next 10 ms poll.
-    std::thread::sleep(Duration::from_millis(300));
+    // Read within the run: the holds reach the counters at the next 10 ms poll, the kernel's
+    // own counters at the next 500 ms tick.
+    std::thread::sleep(Duration::from_millis(700));
     let mut stream = std::net::TcpStream::connect(&addr).expect("connect to the metrics");
     stream
         .set_read_timeout(Some(Duration::from_secs(5)))
@@ -226,16 +227,125 @@ fn the_metrics_count_the_kernels_holds() {
     let mut body = String::new();
     let _ = stream.read_to_string(&mut body);
     let name = r#"tcpstall_watch_stalls_total{held_side="server",kind="nagle_delayed_ack"}"#;
-    let count: u64 = body
-        .lines()
-        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
-        .unwrap_or_else(|| panic!("{name} missing:\n{body}"));
+    let value = |name: &str| -> u64 {
+        body.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{name} missing:\n{body}"))
+    };
+    let count = value(name);
     let events = kernel.lines();
     // Other traffic of the host may add its own holds; this server's are among them.
     assert!(
         count >= stalls_on(&events, port).len() as u64 && count >= (REQUESTS - 2) as u64,
         "{count}\n{body}"
     );
+    // Every hold began in the kernel's count; the short ones are counted apart.
+    assert!(
+        value("tcpstall_watch_kernel_holds_total") >= count,
+        "{body}"
+    );
+    for series in [
+        r#"tcpstall_watch_kernel_short_holds_total{below="1ms"}"#,
+        r#"tcpstall_watch_kernel_short_holds_total{below="stall_threshold"}"#,
+        r#"tcpstall_watch_kernel_holds_ended_total{by="close"}"#,
+    ] {
+        value(series);
+    }
+}
+
+/// A client in network namespace `ns` whose server's segments to it are dropped (nft), so
+/// its second small write waits with nothing to release it; then, per `ending`: `rto` (the
+/// retransmission timer resends the first; after 0.6 s the drop is lifted and the server
+/// writes, its segment acknowledging), `close` or `reset` (the client closes after 0.1 s,
+/// plainly or with SO_LINGER 0). Returns the server's port.
+fn held_then(ns: &Netns, ending: &str) -> u16 {
+    let script = format!(
+        r#"
+import socket, struct, subprocess, time
+L = socket.socket(); L.bind(("127.0.0.1", 0)); L.listen(1)
+lp = L.getsockname()[1]
+c = socket.create_connection(("127.0.0.1", lp)); s, _ = L.accept()
+nft = lambda *a: subprocess.run(["nft", *a], check=True)
+nft("add", "table", "inet", "t")
+nft("add chain inet t out {{ type filter hook output priority 0; }}")
+nft(f"add rule inet t out tcp sport {{lp}} tcp dport {{c.getsockname()[1]}} drop")
+c.send(b"a" * 10); c.send(b"b" * 10)
+ending = "{ending}"
+time.sleep(0.6 if ending == "rto" else 0.1)
+if ending == "reset":
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+if ending != "rto":
+    c.close()
+nft("flush", "ruleset")
+if ending == "rto":
+    s.send(b"z")
+time.sleep(0.2)
+print(lp, flush=True)
+"#
+    );
+    let out = command_in(Some(&ns.0), "python3")
+        .args(["-c", &script])
+        .output()
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("the port")
+}
+
+#[test]
+fn a_hold_released_by_the_retransmission_timer_is_named() {
+    require_kernel!();
+    let ns = Netns::new("wr");
+    // No tail-loss probe: the RTO alone resends.
+    ns.run(&["sysctl", "-qw", "net.ipv4.tcp_early_retrans=0"], true);
+    let kernel = Background::start(&["--kernel", "--json", "--minor", "--duration", "5"], "r");
+    let port = held_then(&ns, "rto");
+    let events = kernel.lines();
+    let held: Vec<&Value> = events.iter().filter(|e| e["server_port"] == port).collect();
+    assert_eq!(held.len(), 1, "{events:?}");
+    assert_eq!(held[0]["release"], "rto", "{}", held[0]);
+    assert_eq!(held[0]["kind"], "rto", "{}", held[0]);
+    assert_eq!(held[0]["held_side"], "client", "{}", held[0]);
+    // Held until the drop was lifted, 0.6 s after the writes.
+    assert!(held[0]["delay_ms"].as_f64() >= Some(500.0), "{}", held[0]);
+}
+
+#[test]
+fn a_hold_ended_by_close_or_reset_is_reported_ended_not_lost() {
+    require_kernel!();
+    for ending in ["close", "reset"] {
+        let ns = Netns::new(&format!("w{ending}"));
+        let kernel = Background::start(&["--kernel", "--json", "--duration", "4"], ending);
+        let port = held_then(&ns, ending);
+        let lines = kernel.lines();
+        let suffix = format!(":{port}");
+        let ended: Vec<&Value> = lines
+            .iter()
+            .filter(|l| {
+                l["ended"]["flow"]
+                    .as_str()
+                    .is_some_and(|f| f.ends_with(&suffix))
+            })
+            .collect();
+        assert_eq!(ended.len(), 1, "{ending}: {lines:?}");
+        let e = &ended[0]["ended"];
+        assert_eq!(e["by"], ending, "{e}");
+        assert_eq!(e["bytes"], 10, "{e}");
+        assert_eq!(e["command"], "python3", "{e}");
+        // From the held write to the close, 0.1 s later.
+        let ms = e["delay_ms"].as_f64().unwrap_or(0.0);
+        assert!((90.0..400.0).contains(&ms), "{e}");
+        assert!(
+            !lines.iter().any(|l| l["server_port"] == port),
+            "{ending}: not a stall: {lines:?}"
+        );
+    }
 }
 
 #[test]
