@@ -303,3 +303,19 @@ pub fn bpf_unavailable(bin: &str, args: &[&str]) -> Option<String> {
         )
     })
 }
+
+/// `bin ARGS` run as user nobody (setpriv), to its end; `None` (said on stderr) when the
+/// tests do not run as root and cannot drop to another user.
+pub fn as_nobody(bin: &str, args: &[&str]) -> Option<std::process::Output> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: dropping privileges with setpriv needs root");
+        return None;
+    }
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", bin])
+        .args(args)
+        .output()
+        .expect("setpriv runs");
+    Some(out)
+}
