@@ -168,10 +168,20 @@ pub fn read(tree: Option<&[u32]>) -> Result<HostSockets, IterError> {
     let (holders, unreadable) = holders_by_inode(pids.iter().copied().filter(|p| *p != me));
     let facts = KernelFacts::read();
     let threshold = kernel::pingpong_threshold(&facts);
+    let mut commands: HashMap<u32, Option<String>> = HashMap::new();
     let mut sockets: Vec<SocketView> = records
         .iter()
         .filter(|r| tree.is_none() || holders.contains_key(&r.inode))
-        .filter_map(|r| view_of(r, holders.get(&r.inode), facts.hz, threshold))
+        .filter_map(|r| {
+            let mut view = view_of(r, holders.get(&r.inode), facts.hz, threshold)?;
+            if let Some(pid) = view.pid {
+                view.command = commands
+                    .entry(pid)
+                    .or_insert_with(|| procfs::comm_of(pid))
+                    .clone();
+            }
+            Some(view)
+        })
         .collect();
     // Owned sockets by process and fd, then the rest (no file: TIME_WAIT, orphans) by port.
     sockets.sort_by(|a, b| {
@@ -232,7 +242,6 @@ fn view_of(
     let first = holders.and_then(|h| h.first()).copied();
     let mut view = SocketView::from_proc(first.map(|h| h.pid), first.map(|h| h.fd), &entry);
     view.holders = holders.cloned().unwrap_or_default();
-    view.command = first.and_then(|h| procfs::comm_of(h.pid));
     if !r.full {
         view.unknown_reason = Some(format!(
             "{}: a socket without options (the kernel keeps only its addresses)",
