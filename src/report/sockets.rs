@@ -218,7 +218,13 @@ pub(crate) fn write_kernel_table(
     }
     for v in views.iter().filter(|v| v.can_stall == Some(true)) {
         let Some(pid) = v.pid else { continue };
-        if v.listening {
+        // Connections it accepted that all have TCP_NODELAY: the server sets it itself.
+        let mut accepted = views
+            .iter()
+            .filter(|c| !c.listening && c.pid == v.pid && local_port(c) == local_port(v))
+            .peekable();
+        let sets_it_itself = accepted.peek().is_some() && accepted.all(|c| c.nodelay == Some(true));
+        if v.listening && !sets_it_itself {
             writeln!(
                 out,
                 "can stall: pid {pid} {} listening with Nagle on: every connection it accepts \
@@ -229,6 +235,11 @@ pub(crate) fn write_kernel_table(
         }
     }
     Ok(())
+}
+
+/// A socket's local port, as written.
+fn local_port(v: &SocketView) -> Option<&str> {
+    v.local.rsplit_once(':').map(|(_, port)| port)
 }
 
 /// A client-side connection (its local port is none of the listeners shown) that receives
