@@ -347,4 +347,53 @@ mod tests {
         assert!(!corked.kernel.expect("kernel view").delack_pending);
         assert!(SockRecord::parse(&[0u8; 40]).is_none(), "short record");
     }
+
+    /// The client side of a connection after request/response turns (ping-pong mode), once
+    /// a small answer arrived: its ACK waits for the delayed-ACK timer (40 ms), and the
+    /// kernel's record says so while it runs.
+    #[test]
+    fn a_delayed_ack_owed_shows_while_its_timer_runs() {
+        use std::io::{Read, Write};
+        use std::net::{TcpListener, TcpStream};
+        use std::time::{Duration, Instant};
+        let iter = match Iter::load(SOCKETS_BPF, PROGRAM, "tcp") {
+            Ok(iter) => iter,
+            Err(err) => {
+                eprintln!("skipped: the socket iterator cannot load here: {err}");
+                return;
+            }
+        };
+        let owed = |local: SocketAddr| -> Option<SockRecord> {
+            let bytes = iter.read_pass().expect("a pass");
+            bytes
+                .chunks_exact(RECORD_LEN)
+                .filter_map(SockRecord::parse)
+                .find(|r| r.local == local && r.ack_pending & ICSK_ACK_TIMER != 0)
+        };
+        // Attempts absorb a descheduled test: the timer runs 40 ms.
+        for _ in 0..20 {
+            let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+            let mut client =
+                TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+            let (mut server, _) = listener.accept().expect("accept");
+            let mut byte = [0u8; 1];
+            for _ in 0..4 {
+                client.write_all(b"q").expect("request");
+                server.read_exact(&mut byte).expect("read request");
+                server.write_all(b"a").expect("answer");
+                client.read_exact(&mut byte).expect("read answer");
+            }
+            server.write_all(b"x").expect("a small answer");
+            let local = client.local_addr().expect("addr");
+            let sent = Instant::now();
+            while sent.elapsed() < Duration::from_millis(30) {
+                if let Some(r) = owed(local) {
+                    assert!(r.ack_pingpong >= 1, "{r:?}");
+                    assert!(r.delack_due_jiffies > 0, "the timer is ahead: {r:?}");
+                    return;
+                }
+            }
+        }
+        panic!("no delayed ACK seen owed on the client side in 20 attempts");
+    }
 }
