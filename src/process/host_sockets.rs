@@ -353,8 +353,7 @@ mod tests {
     /// kernel's record says so while it runs.
     #[test]
     fn a_delayed_ack_owed_shows_while_its_timer_runs() {
-        use std::io::{Read, Write};
-        use std::net::{TcpListener, TcpStream};
+        use std::io::Write;
         use std::time::{Duration, Instant};
         let iter = match Iter::load(SOCKETS_BPF, PROGRAM, "tcp") {
             Ok(iter) => iter,
@@ -372,17 +371,7 @@ mod tests {
         };
         // Attempts absorb a descheduled test: the timer runs 40 ms.
         for _ in 0..20 {
-            let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-            let mut client =
-                TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
-            let (mut server, _) = listener.accept().expect("accept");
-            let mut byte = [0u8; 1];
-            for _ in 0..4 {
-                client.write_all(b"q").expect("request");
-                server.read_exact(&mut byte).expect("read request");
-                server.write_all(b"a").expect("answer");
-                client.read_exact(&mut byte).expect("read answer");
-            }
+            let (_listener, client, mut server) = super::super::sockets::ping_pong_pair(4);
             server.write_all(b"x").expect("a small answer");
             let local = client.local_addr().expect("addr");
             let sent = Instant::now();

@@ -631,6 +631,31 @@ fn per_process(args: &SocketsArgs, notes: &mut Vec<String>) -> anyhow::Result<Ve
     Ok(views)
 }
 
+/// A loopback connection after `turns` one-byte request/response turns: (listener, client,
+/// server), the client in ping-pong mode (it delays its ACKs, `inet_csk_enter_pingpong_mode`).
+#[cfg(test)]
+pub(crate) fn ping_pong_pair(
+    turns: usize,
+) -> (
+    std::net::TcpListener,
+    std::net::TcpStream,
+    std::net::TcpStream,
+) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let mut client =
+        std::net::TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+    let (mut server, _) = listener.accept().expect("accept");
+    let mut byte = [0u8; 1];
+    for _ in 0..turns {
+        client.write_all(b"q").expect("request");
+        server.read_exact(&mut byte).expect("read request");
+        server.write_all(b"a").expect("response");
+        client.read_exact(&mut byte).expect("read response");
+    }
+    (listener, client, server)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -713,17 +738,8 @@ mod tests {
     /// are delayed), then the server writes twice; the second write waits for the ACK of the
     /// first, one delayed-ACK timeout (40 ms).
     fn hold_seen_once() -> Attempt {
-        use std::io::{Read, Write};
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-        let mut client = TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
-        let (mut server, _) = listener.accept().expect("accept");
-        let mut byte = [0u8; 1];
-        for _ in 0..4 {
-            client.write_all(b"q").expect("request");
-            server.read_exact(&mut byte).expect("read request");
-            server.write_all(b"a").expect("response");
-            client.read_exact(&mut byte).expect("read response");
-        }
+        use std::io::Write;
+        let (_listener, client, mut server) = ping_pong_pair(4);
         server.write_all(&[1u8; 10]).expect("first write");
         let written = std::time::Instant::now();
         server.write_all(&[2u8; 10]).expect("second write");
