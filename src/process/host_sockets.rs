@@ -152,7 +152,7 @@ pub struct HostSockets {
 /// restricts the result to the sockets those processes hold (a process tree); `None` keeps
 /// every socket, each named by the process holding it where /proc tells.
 pub fn read(tree: Option<&[u32]>) -> Result<HostSockets, IterError> {
-    let iter = Iter::load(super::host_sockets::SOCKETS_BPF, PROGRAM, "tcp")?;
+    let iter = Iter::load(SOCKETS_BPF, PROGRAM, "tcp")?;
     let bytes = iter
         .read_pass()
         .map_err(|e| IterError::Load(format!("reading the iterator: {e}")))?;
