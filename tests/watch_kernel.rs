@@ -1,7 +1,9 @@
 //! `tcpstall watch --kernel`: Nagle holds seen by BPF programs on the kernel's tracepoints,
 //! against the packet capture on the same traffic (Python's http.server with HTTP/1.1
 //! keep-alive, which writes header and body apart), a TCP_NODELAY server that never holds,
-//! and the lab's split-writing server. The committed BPF objects (scripts/build-bpf's list) are
+//! and the lab's split-writing server; holds no ACK ends (the peer's segments dropped by a
+//! netfilter rule in a namespace of the test's own): released by the retransmission timer,
+//! ended by close or by reset. The committed BPF objects (scripts/build-bpf's list) are
 //! checked against their sources.
 //!
 //! The live tests need root (CAP_BPF + CAP_PERFMON) and a kernel that lets BPF programs on
