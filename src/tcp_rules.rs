@@ -95,6 +95,20 @@ pub const RTO_MIN: Duration = Duration::from_millis(200);
 /// ping-pong mode starts (`inet_csk_inc_pingpong_cnt`).
 pub const MAX_QUICKACKS: u32 = 16;
 
+/// The release from which `TCP_PINGPONG_THRESH` is 1 again (the revert of "tcp: change
+/// pingpong threshold to 3", which Linux 5.1 to 6.1 carry).
+pub const PINGPONG_THRESH_1_SINCE: (u32, u32) = (6, 2);
+
+/// `TCP_PINGPONG_THRESH`: ping-pong (delayed-ACK) mode from this many request/response turns
+/// (`inet_csk_in_pingpong_mode`); 3 on Linux 5.1 to 6.1, 1 before and since.
+pub const fn pingpong_threshold(since_6_2: bool) -> u8 {
+    if since_6_2 {
+        1
+    } else {
+        3
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Route metrics (Linux): the host-wide levers, set per route with rtnetlink (RTA_METRICS)
 // ---------------------------------------------------------------------------------------------

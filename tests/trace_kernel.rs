@@ -440,5 +440,5 @@ fn a_process_already_under_strace_is_followed_too() {
 
 #[test]
 fn the_committed_object_is_built_from_its_source() {
-    support::assert_bpf_object_fresh("trace", &["trace.bpf.c", "trace.h", "nagle.h", "shared.h"]);
+    support::assert_bpf_object_fresh("trace");
 }

@@ -7,7 +7,9 @@
 //! process's own socket, so that getsockopt/setsockopt act on it); the kernel's TCP tables
 //! (sock_diag netlink, `/proc/net/tcp`) only for what cannot be duplicated.
 
+pub mod bpf_iter;
 pub mod fix;
+pub mod host_sockets;
 pub(crate) mod pidfd;
 pub(crate) mod procfs;
 pub mod sockets;

@@ -321,21 +321,41 @@ pub fn serial() -> std::sync::MutexGuard<'static, ()> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// The committed BPF object `bpf/NAME.bpf.o` is built from its `sources` (in bpf/): its stamp
-/// is their hash as `scripts/build-bpf` writes it and, where clang-14 and libbpf-dev are
-/// installed, a fresh build of them is the same bytes.
-pub fn assert_bpf_object_fresh(name: &str, sources: &[&str]) {
+/// The objects `scripts/build-bpf` builds: (name, the headers its stamp covers besides
+/// NAME.bpf.c), from the script's own list.
+pub fn bpf_objects() -> Vec<(String, Vec<String>)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let script = std::fs::read_to_string(root.join("scripts/build-bpf")).expect("the script");
+    let list = script
+        .split_once("objects='")
+        .and_then(|(_, rest)| rest.split_once('\''))
+        .map(|(list, _)| list)
+        .expect("the object list in scripts/build-bpf");
+    list.lines()
+        .filter_map(|l| {
+            let mut words = l.split_whitespace().map(str::to_string);
+            Some((words.next()?, words.collect()))
+        })
+        .collect()
+}
+
+/// The committed BPF object `bpf/NAME.bpf.o` is built from its sources (in bpf/, as
+/// `scripts/build-bpf` lists them): its stamp is their hash as the script writes it and, where
+/// clang-14 and libbpf-dev are installed, a fresh build of them is the same bytes.
+pub fn assert_bpf_object_fresh(name: &str) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let bpf = root.join("bpf");
-    let fix = format!(
-        "bpf/{} changed since bpf/{name}.bpf.o was built: run scripts/build-bpf",
-        sources.join(" or ")
-    );
+    let headers = bpf_objects()
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, headers)| headers)
+        .unwrap_or_else(|| panic!("scripts/build-bpf does not list {name}"));
+    // The stamp scripts/build-bpf writes: SHA-256 over `sha256sum NAME.bpf.c HEADERS`.
     let out = Command::new("sh")
         .arg("-c")
         .arg(format!(
-            "sha256sum {} | sha256sum | cut -d' ' -f1",
-            sources.join(" ")
+            "sha256sum {name}.bpf.c {} | sha256sum | cut -d' ' -f1",
+            headers.join(" ")
         ))
         .current_dir(&bpf)
         .output()
@@ -344,7 +364,8 @@ pub fn assert_bpf_object_fresh(name: &str, sources: &[&str]) {
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
         stamp.trim(),
-        "{fix}"
+        "bpf/{name}.bpf.c or its headers changed since bpf/{name}.bpf.o was built: run \
+         scripts/build-bpf"
     );
     let has_clang = Command::new("sh")
         .args([
@@ -360,11 +381,11 @@ pub fn assert_bpf_object_fresh(name: &str, sources: &[&str]) {
     }
     let fresh = std::env::temp_dir().join(format!("tcpstall-{name}-{}.o", std::process::id()));
     let status = Command::new(root.join("scripts/build-bpf"))
-        .arg(&fresh)
         .arg(name)
+        .arg(&fresh)
         .status()
         .expect("scripts/build-bpf runs");
-    assert!(status.success(), "scripts/build-bpf failed");
+    assert!(status.success(), "scripts/build-bpf {name} failed");
     let (built, committed) = (
         std::fs::read(&fresh).expect("the rebuilt object"),
         std::fs::read(bpf.join(format!("{name}.bpf.o"))).expect("the committed object"),
@@ -401,4 +422,72 @@ pub fn tracer_of(pid: &str) -> Option<String> {
         .unwrap_or_default()
         .lines()
         .find_map(|l| l.strip_prefix("TracerPid:").map(|v| v.trim().to_string()))
+}
+
+/// A network namespace of its own, loopback up, deleted when the test ends; `tag` tells the
+/// tests apart in its name.
+pub struct Netns(pub String);
+
+impl Netns {
+    /// Creates it (needs root).
+    pub fn new(tag: &str) -> Netns {
+        let name = format!("tcpstall-{tag}-{}", std::process::id());
+        let ns = Netns(name);
+        ns.run(&["ip", "netns", "add", &ns.0], false);
+        ns.run(&["ip", "link", "set", "lo", "up"], true);
+        ns
+    }
+
+    /// Runs `args` (inside the namespace when `inside`), which must succeed.
+    pub fn run(&self, args: &[&str], inside: bool) {
+        let mut command = command_in(inside.then_some(self.0.as_str()), args[0]);
+        let status = command.args(&args[1..]).status().expect("the command runs");
+        assert!(status.success(), "{args:?}: {status}");
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "delete", &self.0])
+            .status();
+    }
+}
+
+/// Why tcpstall's BPF programs cannot run here, or `None` when they can: not root, no BTF, or
+/// `bin ARGS` (a short run of the verb that loads them) failed, with its error.
+pub fn bpf_unavailable(bin: &str, args: &[&str]) -> Option<String> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("not root: BPF needs CAP_BPF + CAP_PERFMON".into());
+    }
+    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
+        return Some("the kernel has no BTF (/sys/kernel/btf/vmlinux)".into());
+    }
+    let out = Command::new(bin)
+        .args(args)
+        .output()
+        .expect("the tcpstall binary runs");
+    (!out.status.success()).then(|| {
+        format!(
+            "the kernel refused the programs: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )
+    })
+}
+
+/// `bin ARGS` run as user nobody (setpriv), to its end; `None` (said on stderr) when the
+/// tests do not run as root and cannot drop to another user.
+pub fn as_nobody(bin: &str, args: &[&str]) -> Option<std::process::Output> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: dropping privileges with setpriv needs root");
+        return None;
+    }
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", bin])
+        .args(args)
+        .output()
+        .expect("setpriv runs");
+    Some(out)
 }
