@@ -15,6 +15,13 @@
  *    (BPF_RB_NO_WAKEUP): user space polls every 10 ms, so a busy host pays no wake-up per
  *    hold.
  *
+ * A hold may also end without the ACK: a timer sends the held bytes (the tail-loss probe
+ * sends new data whatever Nagle says, tcp_send_loss_probe; the zero-window probe,
+ * tcp_write_wakeup), seen at the next segment received as bytes already sent; or the
+ * socket closes (sock:inet_sock_set_state: to FIN_WAIT1 or LAST_ACK the FIN pushes them
+ * out, to CLOSE a reset or abort discards them). tcp:tcp_retransmit_skb marks a hold whose
+ * small segment the RTO or the loss probe resent: its ACK came only after that timer.
+ *
  * Holds shorter than MIN_EMIT_NS are only counted. A write that empties the queue by itself
  * (the held bytes reached a full segment) ends the hold without a record.
  *
@@ -24,20 +31,24 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
 
-#define AF_INET 2
-#define AF_INET6 10
-#define IPPROTO_TCP 6
-#define SOCK_STREAM 1
-/* include/net/tcp.h: TCP_NAGLE_OFF 1 (TCP_NODELAY), TCP_NAGLE_CORK 2 (TCP_CORK); either
- * disables the Nagle test (tcp_nagle_check). */
-#define TCP_NAGLE_OFF 1
-#define TCP_NAGLE_CORK 2
-
 /* Holds shorter than this are counted, not sent to user space. */
 #define MIN_EMIT_NS 1000000ULL
 
 /* How a hold ended; the values are read by src/watch/kernel.rs. */
-#define RELEASE_ACK 1
+#define RELEASE_ACK 1    /* the ACK of the small segment */
+#define RELEASE_TLP 2    /* the tail-loss probe timer */
+#define RELEASE_RTO 3    /* the retransmission timer */
+#define RELEASE_PROBE0 4 /* the zero-window probe timer */
+#define RELEASE_PUSHED 5 /* sent without an ACK or a timer: TCP_NODELAY set, uncorked */
+#define RELEASE_CLOSE 6  /* close(): the FIN pushed them */
+#define RELEASE_RESET 7  /* reset or abort: discarded */
+
+/* include/net/tcp_states.h, include/net/inet_connection_sock.h, enum tcp_ca_state */
+#define TCP_FIN_WAIT1 4
+#define TCP_CLOSE 7
+#define TCP_LAST_ACK 9
+#define ICSK_TIME_LOSS_PROBE 5
+#define TCP_CA_LOSS 4
 
 /* A hold in progress, per socket. */
 struct pending {
@@ -48,10 +59,12 @@ struct pending {
 	__u32 sml; /* end of the small segment in flight: the ACK past it releases */
 	__u32 mss;
 	__u32 min_rtt_us;
+	__u32 end_seq; /* write_seq after the hold's latest write: sent once snd_nxt reaches it */
 	__u16 family;
 	__u16 lport;
 	__u16 rport;
-	__u16 pad;
+	__u8 timer;    /* RELEASE_TLP or RELEASE_RTO: a timer resent the small segment */
+	__u8 retrans;  /* segments resent during the hold */
 	__u8 saddr[16];
 	__u8 daddr[16];
 	char comm[16];
@@ -71,10 +84,11 @@ struct hold {
 	__u16 lport;
 	__u16 rport;
 	__u8 release;
-	__u8 pad;
+	__u8 retrans;
 	__u8 saddr[16];
 	__u8 daddr[16];
 	char comm[16];
+	__u32 sent_ago; /* jiffies before end_ns that the bytes left (lsndtime), timer releases */
 };
 
 /* Counters, one slot each, per CPU. */
@@ -83,8 +97,12 @@ enum {
 	COUNT_SHORT = 1,      /* released in under MIN_EMIT_NS */
 	COUNT_RING_FULL = 2,  /* records lost: the ring was full */
 	COUNT_BY_WRITE = 3,   /* ended by a write that sent everything */
-	COUNT_SLOTS = 4,
+	COUNT_BY_CLOSE = 4,   /* ended by close(): the FIN pushed the bytes */
+	COUNT_BY_RESET = 5,   /* ended by a reset or abort */
+	COUNT_SLOTS = 6,
 };
+
+#include "shared.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -98,33 +116,6 @@ struct {
 	__uint(max_entries, 1 << 20);
 } events SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, COUNT_SLOTS);
-	__type(key, __u32);
-	__type(value, __u64);
-} counts SEC(".maps");
-
-static __always_inline void count(__u32 slot)
-{
-	__u64 *c = bpf_map_lookup_elem(&counts, &slot);
-	if (c)
-		*c += 1;
-}
-
-/* Sequence-space comparison (include/net/tcp.h before()). */
-static __always_inline int seq_before(__u32 a, __u32 b)
-{
-	return (__s32)(a - b) < 0;
-}
-
-static __always_inline int is_tcp(struct sock *sk)
-{
-	__u16 family = BPF_CORE_READ(sk, __sk_common.skc_family);
-	return (family == AF_INET || family == AF_INET6) &&
-	       BPF_CORE_READ(sk, sk_protocol) == IPPROTO_TCP &&
-	       BPF_CORE_READ(sk, sk_type) == SOCK_STREAM;
-}
 
 SEC("tp_btf/sock_send_length")
 int sock_send_length(__u64 *ctx)
@@ -166,6 +157,7 @@ int sock_send_length(__u64 *ctx)
 	if (p && seq_before(snd_una, p->sml)) {
 		p->unsent = unsent;
 		p->write_bytes = (__u32)ret;
+		p->end_seq = write_seq;
 		return 0;
 	}
 	struct pending n = {};
@@ -174,6 +166,7 @@ int sock_send_length(__u64 *ctx)
 	n.unsent = unsent;
 	n.write_bytes = (__u32)ret;
 	n.sml = sml;
+	n.end_seq = write_seq;
 	n.mss = mss;
 	/* The path's round trip without delayed ACKs in it (tcp_update_rtt_min), to tell the
 	 * peer's ACK delay from the wait. */
@@ -196,37 +189,22 @@ int sock_send_length(__u64 *ctx)
 	return 0;
 }
 
-SEC("tp_btf/tcp_probe")
-int tcp_probe(__u64 *ctx)
+/* Sends the completed hold to user space (or counts it, when short or the ring is full) and
+ * forgets it. */
+static __always_inline void finish(struct pending *p, __u64 key, __u8 release, __u32 sent_ago)
 {
-	struct sock *sk = (struct sock *)ctx[0];
-	struct sk_buff *skb = (struct sk_buff *)ctx[1];
-	__u64 key = (__u64)sk;
-
-	struct pending *p = bpf_map_lookup_elem(&holds, &key);
-	if (!p)
-		return 0;
-	/* The segment's acknowledgment number: bytes 8..11 of its TCP header. */
-	unsigned char *head = BPF_CORE_READ(skb, head);
-	__u16 th = BPF_CORE_READ(skb, transport_header);
-	__u32 ack_be = 0;
-	if (bpf_probe_read_kernel(&ack_be, sizeof(ack_be), head + th + 8))
-		return 0;
-	__u32 ack = __builtin_bswap32(ack_be);
-	if (seq_before(ack, p->sml))
-		return 0; /* the small segment is still unacknowledged: the hold goes on */
-
 	__u64 now = bpf_ktime_get_ns();
 	if (now - p->start_ns < MIN_EMIT_NS) {
-		count(COUNT_SHORT);
+		if (release == RELEASE_ACK)
+			count(COUNT_SHORT);
 		bpf_map_delete_elem(&holds, &key);
-		return 0;
+		return;
 	}
 	struct hold *h = bpf_ringbuf_reserve(&events, sizeof(*h), 0);
 	if (!h) {
 		count(COUNT_RING_FULL);
 		bpf_map_delete_elem(&holds, &key);
-		return 0;
+		return;
 	}
 	h->sk = key;
 	h->start_ns = p->start_ns;
@@ -239,13 +217,100 @@ int tcp_probe(__u64 *ctx)
 	h->family = p->family;
 	h->lport = p->lport;
 	h->rport = p->rport;
-	h->release = RELEASE_ACK;
-	h->pad = 0;
+	h->release = release;
+	h->retrans = p->retrans;
+	h->sent_ago = sent_ago;
 	__builtin_memcpy(h->saddr, p->saddr, 16);
 	__builtin_memcpy(h->daddr, p->daddr, 16);
 	__builtin_memcpy(h->comm, p->comm, 16);
 	bpf_ringbuf_submit(h, BPF_RB_NO_WAKEUP);
 	bpf_map_delete_elem(&holds, &key);
+}
+
+SEC("tp_btf/tcp_probe")
+int tcp_probe(__u64 *ctx)
+{
+	struct sock *sk = (struct sock *)ctx[0];
+	struct sk_buff *skb = (struct sk_buff *)ctx[1];
+	struct tcp_sock *tp = (struct tcp_sock *)sk;
+	__u64 key = (__u64)sk;
+
+	struct pending *p = bpf_map_lookup_elem(&holds, &key);
+	if (!p)
+		return 0;
+	/* The held bytes left before this segment came: not its ACK but a timer sent them (or
+	 * an option change pushed them), lsndtime jiffies ago. */
+	if (!seq_before(BPF_CORE_READ(tp, snd_nxt), p->end_seq)) {
+		struct inet_connection_sock *icsk = (struct inet_connection_sock *)sk;
+		__u8 release = RELEASE_PUSHED;
+		if (BPF_CORE_READ(tp, tlp_high_seq))
+			release = RELEASE_TLP;
+		else if (BPF_CORE_READ(icsk, icsk_probes_out))
+			release = RELEASE_PROBE0;
+		else if (p->timer)
+			release = p->timer;
+		__u32 ago = (__u32)bpf_jiffies64() - BPF_CORE_READ(tp, lsndtime);
+		finish(p, key, release, ago);
+		return 0;
+	}
+	/* The segment's acknowledgment number: bytes 8..11 of its TCP header. */
+	unsigned char *head = BPF_CORE_READ(skb, head);
+	__u16 th = BPF_CORE_READ(skb, transport_header);
+	__u32 ack_be = 0;
+	if (bpf_probe_read_kernel(&ack_be, sizeof(ack_be), head + th + 8))
+		return 0;
+	__u32 ack = __builtin_bswap32(ack_be);
+	if (seq_before(ack, p->sml))
+		return 0; /* the small segment is still unacknowledged: the hold goes on */
+	/* Its ACK, but after a timer resent the small segment: that timer's wait. */
+	finish(p, key, p->timer ? p->timer : RELEASE_ACK, 0);
+	return 0;
+}
+
+/* A segment resent while a hold waits: by the tail-loss probe (its timer is the one
+ * pending, tcp_write_timer_handler), by the RTO (tcp_enter_loss set the Loss state), or
+ * by fast retransmit (an ACK's doing: no timer). */
+SEC("tp_btf/tcp_retransmit_skb")
+int tcp_retransmit_skb(__u64 *ctx)
+{
+	struct sock *sk = (struct sock *)ctx[0];
+	__u64 key = (__u64)sk;
+
+	struct pending *p = bpf_map_lookup_elem(&holds, &key);
+	if (!p)
+		return 0;
+	struct inet_connection_sock *icsk = (struct inet_connection_sock *)sk;
+	if (BPF_CORE_READ(icsk, icsk_pending) == ICSK_TIME_LOSS_PROBE)
+		p->timer = RELEASE_TLP;
+	else if (BPF_CORE_READ_BITFIELD_PROBED(icsk, icsk_ca_state) == TCP_CA_LOSS)
+		p->timer = RELEASE_RTO;
+	if (p->retrans < 255)
+		p->retrans += 1;
+	return 0;
+}
+
+/* The socket closes while a hold waits: close() queues the FIN and pushes the held bytes
+ * with it (tcp_send_fin, TCP_NAGLE_OFF); a reset or abort discards them. Either way the
+ * hold has ended, and is reported as ended, not lost. */
+SEC("tp_btf/inet_sock_set_state")
+int inet_sock_set_state(__u64 *ctx)
+{
+	struct sock *sk = (struct sock *)ctx[0];
+	int newstate = (int)ctx[2];
+	__u64 key = (__u64)sk;
+
+	if (newstate != TCP_FIN_WAIT1 && newstate != TCP_LAST_ACK && newstate != TCP_CLOSE)
+		return 0;
+	struct pending *p = bpf_map_lookup_elem(&holds, &key);
+	if (!p)
+		return 0;
+	if (newstate == TCP_CLOSE) {
+		count(COUNT_BY_RESET);
+		finish(p, key, RELEASE_RESET, 0);
+	} else {
+		count(COUNT_BY_CLOSE);
+		finish(p, key, RELEASE_CLOSE, 0);
+	}
 	return 0;
 }
 

@@ -66,6 +66,14 @@ struct tcp_sock {
 	__u32 snd_una;
 	struct minmax rtt_min;
 	__u32 packets_out;
+	__u32 lsndtime;
+	__u32 tlp_high_seq;
+} __attribute__((preserve_access_index));
+
+struct inet_connection_sock {
+	__u8 icsk_ca_state : 5;
+	__u8 icsk_pending;
+	__u8 icsk_probes_out;
 } __attribute__((preserve_access_index));
 
 struct sk_buff {

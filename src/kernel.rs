@@ -84,6 +84,22 @@ pub fn read_sysctl_u64(path: &str) -> Option<u64> {
     fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
+/// The ping-pong count from which a socket delays its ACKs (`inet_csk_in_pingpong_mode`:
+/// `icsk_ack.pingpong >= threshold`, what TCP_QUICKACK reads back inverted): the namespace's
+/// `net.ipv4.tcp_pingpong_thresh` where the kernel has it, else the compiled
+/// `TCP_PINGPONG_THRESH` of the release ([`tcp_rules::pingpong_threshold`]).
+pub fn pingpong_threshold(facts: &KernelFacts) -> u8 {
+    read_sysctl_u64("/proc/sys/net/ipv4/tcp_pingpong_thresh")
+        .and_then(|v| u8::try_from(v).ok())
+        .unwrap_or_else(|| {
+            tcp_rules::pingpong_threshold(
+                facts
+                    .release_at_least(tcp_rules::PINGPONG_THRESH_1_SINCE)
+                    .unwrap_or(true),
+            )
+        })
+}
+
 /// CONFIG_HZ from `/boot/config-RELEASE`, else from `/proc/config.gz` (CONFIG_IKCONFIG_PROC).
 fn config_hz(release: &str) -> Option<u32> {
     let text = fs::read_to_string(format!("/boot/config-{release}"))

@@ -6,6 +6,7 @@
 //! `include/net/tcp.h` (6.12) and checked on a 6.18 kernel; where a figure depends on the
 //! running kernel (HZ, `tcp_timestamps`), the caller measures it ([`crate::kernel`]).
 
+use std::ops::RangeInclusive;
 use std::time::Duration;
 
 // ---------------------------------------------------------------------------------------------
@@ -67,6 +68,10 @@ pub fn is_sub_mss(payload: u64, payload_mss: u64) -> bool {
     payload % payload_mss.max(1) != 0
 }
 
+/// Bytes of the IPv4 and TCP headers without options: an MSS is the MTU less these (RFC 9293
+/// §3.7.1, RFC 879).
+pub const IPV4_TCP_HEADERS: u32 = 40;
+
 /// A receiver ACKs at once, not delayed, when more than one full-sized segment is unacknowledged
 /// (`__tcp_ack_snd_check`: `rcv_nxt - rcv_wup > icsk_ack.rcv_mss`).
 pub fn acks_at_once(unacked_bytes: u64, rcv_mss: u64) -> bool {
@@ -89,6 +94,20 @@ pub const RTO_MIN: Duration = Duration::from_millis(200);
 /// Immediate ACKs a new connection gets before it may delay them (`TCP_MAX_QUICKACKS`), until
 /// ping-pong mode starts (`inet_csk_inc_pingpong_cnt`).
 pub const MAX_QUICKACKS: u32 = 16;
+
+/// The release from which `TCP_PINGPONG_THRESH` is 1 again (the revert of "tcp: change
+/// pingpong threshold to 3", which Linux 5.1 to 6.1 carry).
+pub const PINGPONG_THRESH_1_SINCE: (u32, u32) = (6, 2);
+
+/// `TCP_PINGPONG_THRESH`: ping-pong (delayed-ACK) mode from this many request/response turns
+/// (`inet_csk_in_pingpong_mode`); 3 on Linux 5.1 to 6.1, 1 before and since.
+pub const fn pingpong_threshold(since_6_2: bool) -> u8 {
+    if since_6_2 {
+        1
+    } else {
+        3
+    }
+}
 
 // ---------------------------------------------------------------------------------------------
 // Route metrics (Linux): the host-wide levers, set per route with rtnetlink (RTA_METRICS)
@@ -189,6 +208,18 @@ fn delack_timer_of(wait: Duration, jiffy: Duration) -> Option<DelackTimer> {
         .find(|t| (t.low..=t.high).contains(&wait))
 }
 
+/// ACK delays (the path's round trip taken off, whole milliseconds) that name a peer's stack
+/// from a capture, where neither the peer's jiffy nor its scheduling is known: Linux's timer
+/// ([`DELACK_MIN`], 40 ms rounded up by up to a jiffy at HZ=100, and FreeBSD 13's 40 ms),
+/// from [`STALL_THRESHOLD`] to 65 ms.
+pub const LINUX_ACK_DELAY_MS: RangeInclusive<u64> = STALL_THRESHOLD.as_millis() as u64..=65;
+/// macOS's timer ([`MACOS_DELACK`], firing between 100 and 200 ms) or older BSD's 100 ms, up
+/// to where Windows' range starts.
+pub const MACOS_ACK_DELAY_MS: RangeInclusive<u64> = 66..=179;
+/// Windows' timer ([`WINDOWS_DELACK`], `TcpDelAckTicks` 2 × 100 ms), or macOS's at its upper
+/// end, with 60 ms for a late tick and a busy peer.
+pub const WINDOWS_ACK_DELAY_MS: RangeInclusive<u64> = 180..=260;
+
 /// Scheduling and clock slack allowed around a timer's expiry when a wait is matched to it.
 pub const TIMER_SLACK: Duration = Duration::from_millis(4);
 
@@ -248,6 +279,19 @@ pub const fn nanos(d: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The ranges that name a peer's stack follow one another without a gap and hold each
+    /// stack's nominal timer.
+    #[test]
+    fn ack_delay_ranges_hold_their_timers() {
+        let ms = |d: Duration| d.as_millis() as u64;
+        assert!(LINUX_ACK_DELAY_MS.contains(&ms(DELACK_MIN)));
+        assert!(MACOS_ACK_DELAY_MS.contains(&ms(MACOS_DELACK)));
+        assert!(WINDOWS_ACK_DELAY_MS.contains(&ms(WINDOWS_DELACK)));
+        assert_eq!(LINUX_ACK_DELAY_MS.end() + 1, *MACOS_ACK_DELAY_MS.start());
+        assert_eq!(MACOS_ACK_DELAY_MS.end() + 1, *WINDOWS_ACK_DELAY_MS.start());
+        assert_eq!(*LINUX_ACK_DELAY_MS.start(), ms(STALL_THRESHOLD));
+    }
 
     #[test]
     fn sub_mss_is_the_kernels_remainder_test() {

@@ -9,14 +9,9 @@ use serde_json::Value;
 
 mod support;
 
-use support::lab;
+use support::{lab, stall_rule_text, NO_STALL_MAX_MS, STALL_MIN_MS};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tcpstall");
-
-/// A stalled request waits for the 40 ms delayed-ACK timer (the rule's threshold: the timer's
-/// floor less its margin); a fixed one takes well under 1 ms.
-const STALL_MIN_MS: f64 = tcpstall::tcp_rules::STALL_THRESHOLD.as_millis() as f64;
-const NO_STALL_MAX_MS: f64 = tcpstall::tcp_rules::CLEAN_BOUND.as_millis() as f64;
 
 fn lab_json(args: &[&str]) -> Value {
     support::lab_report(args)
@@ -466,7 +461,7 @@ fn list_describes_every_scenario_and_the_stall_rule() {
     for scenario in ["echo:", "http:", "memcached:", "stream:", "inherit:"] {
         assert!(text.contains(scenario), "{scenario} missing from --list");
     }
-    assert!(text.contains(">= 30 ms"));
+    assert!(text.contains(&stall_rule_text()));
     assert!(text.contains("value-4000"));
 }
 
@@ -763,7 +758,18 @@ fn list_json_is_the_catalogue() {
         .iter()
         .map(|s| s["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["echo", "http", "memcached", "stream", "inherit"]);
+    assert_eq!(
+        names,
+        [
+            "echo",
+            "http",
+            "memcached",
+            "stream",
+            "inherit",
+            "pipeline",
+            "concurrent"
+        ]
+    );
     let echo: Vec<(&str, bool)> = scenarios[0]["variants"]
         .as_array()
         .unwrap()
@@ -782,7 +788,10 @@ fn list_json_is_the_catalogue() {
         route,
         [&("route-quickack", false), &("route-delack-max", false)]
     );
-    assert!(list["stall_rule"].as_str().unwrap().contains(">= 30 ms"));
+    assert!(list["stall_rule"]
+        .as_str()
+        .unwrap()
+        .contains(&stall_rule_text()));
 }
 
 /// A reader that closes the pipe early (`tcpstall lab | head -1`) ends the run quietly.

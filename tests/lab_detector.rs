@@ -51,11 +51,12 @@ fn temp_path(file: &str) -> PathBuf {
 
 /// The side whose write Nagle holds in a stalled row, pinned by what each scenario does
 /// rather than read from the binary: the echo clients (and the inherit row built on echo)
-/// write write read; the HTTP and memcached servers split their responses.
+/// write write read; the HTTP and memcached servers split their responses; in the pipeline and
+/// concurrent scenarios only the server writing each reply apart waits for a timer.
 fn held_side_of(scenario: &str) -> &'static str {
     match scenario {
         "echo" | "inherit" => "client",
-        "http" | "memcached" => "server",
+        "http" | "memcached" | "pipeline" | "concurrent" => "server",
         other => panic!("no stall is expected in scenario {other}"),
     }
 }
@@ -216,6 +217,47 @@ fn every_catalogue_row_detector_agrees_with_its_latency() {
             name(row),
             row["detector"]
         );
+    }
+    assert_detector_agrees(&rows);
+}
+
+/// The pipeline and concurrent rows say which kind of event their capture should show
+/// (`expected_detector_kind`, from the rules) and which kind the check looks for today
+/// (`detector_kind_checked`), which the capture shows. `nagle_ack_paced` is not a detector
+/// kind yet: its rows are not checked until `kind_checked` in src/lab/own_traffic.rs says so
+/// (today's `nagle_minor` misses those holds over a path and finds some in the NODELAY rows).
+#[test]
+fn batched_rows_show_the_kind_of_hold_their_rules_expect() {
+    require_root();
+    let _serial = support::serial();
+    let rows = lab_rows(&["--scenario", "pipeline,concurrent", "--requests", "6"]);
+    for row in &rows {
+        let expected = row["expected_detector_kind"].as_str();
+        let checked = row["detector_kind_checked"].as_str();
+        match (row["variant"].as_str().expect("variant"), expected) {
+            ("nagle", Some("nagle_ack_paced")) => {
+                assert!(matches!(checked, None | Some("nagle_ack_paced")))
+            }
+            ("server-nagle", Some("nagle_delayed_ack")) => {
+                assert_eq!(checked, expected, "{}", name(row))
+            }
+            ("nodelay" | "writev", None) => assert_eq!(checked, None, "{}", name(row)),
+            (variant, kind) => panic!("{variant}: unexpected kind {kind:?}"),
+        }
+        let detector = &row["detector"];
+        let found = |kind: &str| {
+            ["stalls", "holds"]
+                .iter()
+                .filter_map(|group| detector[group][kind].as_u64())
+                .sum::<u64>()
+        };
+        match checked {
+            Some(kind) => assert!(found(kind) > 0, "{}: {kind} in {detector}", name(row)),
+            None => assert_eq!(detector_stalls(row), 0, "{}: {detector}", name(row)),
+        }
+        if expected == Some("nagle_delayed_ack") {
+            assert_eq!(detector["held_side"], "server", "{}", name(row));
+        }
     }
     assert_detector_agrees(&rows);
 }

@@ -22,23 +22,10 @@ fn require_root() {
 fn lab_rows(args: &[&str]) -> Vec<Value> {
     let mut all = vec!["--rtt", "20"];
     all.extend_from_slice(args);
-    let report = support::lab_report(&all);
-    let rows = report["rows"].as_array().expect("rows").clone();
-    for row in &rows {
-        assert!(row["errors"].is_null(), "{}: {}", name(row), row["errors"]);
-    }
-    rows
+    support::lab_rows(&all)
 }
 
-fn name(row: &Value) -> String {
-    format!("{}/{}", row["scenario"], row["variant"])
-}
-
-fn row<'a>(rows: &'a [Value], scenario: &str, variant: &str) -> &'a Value {
-    rows.iter()
-        .find(|r| r["scenario"] == scenario && r["variant"] == variant)
-        .unwrap_or_else(|| panic!("no row {scenario}/{variant}"))
-}
+use support::{lab_row as row, row_name as name};
 
 fn p50(row: &Value) -> f64 {
     row["p50_ms"].as_f64().expect("p50_ms")
@@ -47,13 +34,14 @@ fn p50(row: &Value) -> f64 {
 /// p50 less the round trips the row needs without any timer: what a timer added.
 fn wait_beyond_path(row: &Value) -> f64 {
     let threshold = row["stall_threshold_ms"].as_f64().expect("threshold");
-    // The threshold is round trips x RTT + 30 ms.
-    p50(row) - (threshold - 30.0)
+    // The threshold is round trips x RTT + the stall threshold.
+    p50(row) - (threshold - support::STALL_MIN_MS)
 }
 
 #[test]
 fn windows_client_waits_200_ms_for_memcached_value_1400_and_its_ack_fix_does_not() {
     require_root();
+    let _serial = support::serial();
     let rows = lab_rows(&[
         "--peer",
         "windows",
@@ -83,6 +71,7 @@ fn windows_client_waits_200_ms_for_memcached_value_1400_and_its_ack_fix_does_not
 #[test]
 fn windows_server_holds_the_echo_ack_200_ms_and_client_nodelay_avoids_it() {
     require_root();
+    let _serial = support::serial();
     // Document 000 on Windows: the server is the side that delays its ACK.
     let rows = lab_rows(&[
         "--peer",
@@ -113,6 +102,7 @@ fn windows_server_holds_the_echo_ack_200_ms_and_client_nodelay_avoids_it() {
 #[test]
 fn linux_profile_agrees_with_the_kernel_on_every_echo_and_http_row_on_either_side() {
     require_root();
+    let _serial = support::serial();
     let args = ["--scenario", "echo,http", "--requests", "10"];
     let kernel = lab_rows(&args);
     for side in ["client", "server"] {
@@ -175,6 +165,7 @@ fn analyze_events(pcap: &Path) -> Vec<Value> {
 #[test]
 fn analyze_names_the_peers_stack_from_its_captured_delayed_ack() {
     require_root();
+    let _serial = support::serial();
     let dir = std::env::temp_dir().join(format!("tcpstall-lab-peer-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     for (profile, scenario, variant, stack) in [

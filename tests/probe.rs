@@ -180,7 +180,10 @@ fn assert_server_stall_confirmed(v: &Value, privilege: Privilege) {
     assert_eq!(v["verdict"], "stall", "{v}");
     assert_eq!(v["culprit"], "server", "{v}");
     assert!(v["stalls"]["nagle_delayed_ack"].as_u64() >= Some(1), "{v}");
-    assert!(v["evidence"]["delay_ms"].as_f64() >= Some(30.0), "{v}");
+    assert!(
+        v["evidence"]["delay_ms"].as_f64() >= Some(support::STALL_MIN_MS),
+        "{v}"
+    );
     assert_eq!(v["evidence"]["held_side"], "server", "{v}");
     assert_eq!(
         v["confirmed"], true,

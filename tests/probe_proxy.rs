@@ -314,7 +314,7 @@ fn url(tls: bool, port: u16) -> String {
 fn assert_upstream(v: &Value) {
     assert_eq!(v["verdict"], "stall", "{v}");
     assert_eq!(v["culprit"], "upstream", "{v}");
-    assert!(v["p50_ms"].as_f64() >= Some(30.0), "{v}");
+    assert!(v["p50_ms"].as_f64() >= Some(support::STALL_MIN_MS), "{v}");
     let hop = v["hop"].as_str().unwrap_or("");
     assert!(hop.contains("behind the server"), "{v}");
     let why = v["explanation"].as_str().unwrap_or("");
@@ -476,7 +476,7 @@ fn the_fixes_the_probe_names_remove_the_stall() {
     if fix(&[&proxy_pid, "--port", &port, "--delack-max", "5ms"]) {
         let (_, v) = probe(None, false, &[], &target);
         assert_eq!(v["culprit"], Value::Null, "{v}");
-        assert!(v["p50_ms"].as_f64() < Some(30.0), "{v}");
+        assert!(v["p50_ms"].as_f64() < Some(support::STALL_MIN_MS), "{v}");
     }
     // TCP_NODELAY on the backend: nothing waits.
     assert!(fix(&[&backend_pid, "--port", &port]));

@@ -70,7 +70,7 @@ fn fix_switches_nodelay_on_and_new_connections_stop_stalling() {
     let mut before = Client::connect(server.addr());
     let stalled = before.steady_requests(8);
     assert!(
-        median_ms(&stalled) >= 30.0,
+        median_ms(&stalled) >= support::STALL_MIN_MS,
         "header and body in two writes should stall on the delayed ACK: {stalled:?}"
     );
 
@@ -258,7 +258,7 @@ fn trace_follows_every_way_of_waiting_for_the_reply() {
         );
         assert!(socket["example"]["wait_ms"]
             .as_f64()
-            .is_some_and(|ms| ms >= 30.0));
+            .is_some_and(|ms| ms >= support::STALL_MIN_MS));
     }
 }
 
@@ -459,7 +459,15 @@ fn trace_attached_to_a_server_finds_its_split_writes_and_detaches() {
     };
     std::thread::sleep(Duration::from_millis(300));
     let pid = server.pid().to_string();
-    let out = tcpstall(&["trace", "-p", &pid, "--duration", "1.5", "--json"]);
+    let out = tcpstall(&[
+        "trace",
+        "-p",
+        &pid,
+        "--ptrace",
+        "--duration",
+        "1.5",
+        "--json",
+    ]);
     stop.store(true, Ordering::SeqCst);
     let served = load.join().expect("load thread");
     let report = json_ok(&out);
@@ -502,7 +510,15 @@ fn trace_detaches_on_ctrl_c_and_ends_when_the_target_exits() {
     let mut server = SplitServer::start(&[]);
     let pid = server.pid().to_string();
     let tracer = Command::new(BIN)
-        .args(["trace", "-p", &pid, "--duration", "30", "--json"])
+        .args([
+            "trace",
+            "-p",
+            &pid,
+            "--ptrace",
+            "--duration",
+            "30",
+            "--json",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -549,6 +565,7 @@ fn trace_detaches_on_ctrl_c_and_ends_when_the_target_exits() {
         "trace",
         "-p",
         &short.0.id().to_string(),
+        "--ptrace",
         "--duration",
         "20",
         "--json",
@@ -587,6 +604,9 @@ fn without_permission_errors_name_cap_sys_ptrace() {
     let trace = binary.run("", &["trace", "-p", &pid, "--duration", "1"]);
     let stderr = String::from_utf8_lossy(&trace.stderr);
     assert_eq!(trace.status.code(), Some(2), "{stderr}");
+    // The tracepoints first: what they need, then ptrace's refusal.
+    assert!(stderr.contains("CAP_BPF and CAP_PERFMON"), "{stderr}");
+    assert!(stderr.contains("with ptrace instead"), "{stderr}");
     assert!(stderr.contains("CAP_SYS_PTRACE"), "{stderr}");
 
     let fix = binary.run("", &["fix", &pid, "--yes"]);
@@ -760,26 +780,8 @@ fn trace_refuses_a_process_that_already_has_a_tracer() {
     let _serial = serial();
     let target = KillOnDrop(Command::new("sleep").arg("20").spawn().expect("sleep runs"));
     let pid = target.0.id().to_string();
-    let strace = KillOnDrop(
-        Command::new("strace")
-            .args(["-p", &pid, "-o", "/dev/null"])
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("strace runs (scripts/install-deps)"),
-    );
-    let strace_pid = strace.0.id().to_string();
-    let traced_by = || {
-        std::fs::read_to_string(format!("/proc/{pid}/status"))
-            .unwrap_or_default()
-            .lines()
-            .find_map(|l| l.strip_prefix("TracerPid:").map(|v| v.trim().to_string()))
-    };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while traced_by().as_deref() != Some(strace_pid.as_str()) {
-        assert!(Instant::now() < deadline, "strace did not attach");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = tcpstall(&["trace", "-p", &pid, "--duration", "1"]);
+    let (_strace, strace_pid) = support::strace_attached(&pid);
+    let out = tcpstall(&["trace", "-p", &pid, "--ptrace", "--duration", "1"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
@@ -801,7 +803,8 @@ fn trace_leaves_a_job_control_stopped_process_stopped() {
         assert!(Instant::now() < deadline, "SIGSTOP did not stop the target");
         std::thread::sleep(Duration::from_millis(10));
     }
-    let out = tcpstall(&["trace", "-p", &pid.to_string(), "--duration", "0.5"]);
+    let pid_text = pid.to_string();
+    let out = tcpstall(&["trace", "-p", &pid_text, "--ptrace", "--duration", "0.5"]);
     assert_eq!(
         out.status.code(),
         Some(0),

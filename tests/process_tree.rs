@@ -236,7 +236,7 @@ fn fix_of_an_nginx_master_reaches_the_connections_its_workers_hold() {
         before.extend_from_slice(&turns[2..]);
     }
     assert!(
-        median_ms(&before) >= 30.0,
+        median_ms(&before) >= support::STALL_MIN_MS,
         "header (writev) and page (sendfile) should stall on the delayed ACK: {before:?}"
     );
 
@@ -425,7 +425,7 @@ fn fix_delack_max_on_the_client_ends_the_servers_stall() {
     let mut client = PacedClient::start(&[&port, "keepalive"]);
     let before = client.requests(12)[2..].to_vec();
     assert!(
-        median_ms(&before) >= 30.0,
+        median_ms(&before) >= support::STALL_MIN_MS,
         "header and body in two writes should stall on the client's delayed ACK: {before:?}"
     );
     let pid = client.pid().to_string();
@@ -476,7 +476,7 @@ fn fix_delack_max_on_the_client_ends_the_servers_stall() {
         median_ms(&after)
     );
     assert!(
-        median_ms(&after) < 30.0,
+        median_ms(&after) < support::STALL_MIN_MS,
         "with the delayed ACK capped at {kept} µs the body should wait less: {after:?}"
     );
 

@@ -266,7 +266,7 @@ fn quickack_and_delack_max_on_the_route_used_for_loopback() {
 
     let stalled = new_connection_ms(&ns, server);
     assert!(
-        stalled >= 30.0,
+        stalled >= support::STALL_MIN_MS,
         "http.server keep-alive stalls: p50 {stalled:.2} ms"
     );
 
@@ -282,7 +282,7 @@ fn quickack_and_delack_max_on_the_route_used_for_loopback() {
     let (open_before, open_after) =
         open_connection_across_quickack(&ns, server, "127.0.0.1", "quickack 1");
     assert!(
-        open_before >= 30.0,
+        open_before >= support::STALL_MIN_MS,
         "open connection before: {open_before:.2} ms"
     );
     assert!(
@@ -308,12 +308,15 @@ fn quickack_and_delack_max_on_the_route_used_for_loopback() {
         "{json}"
     );
     let capped = new_connection_ms(&ns, server);
-    assert!(capped < 30.0, "rto_min 5ms: p50 {capped:.2} ms");
+    assert!(
+        capped < support::STALL_MIN_MS,
+        "rto_min 5ms: p50 {capped:.2} ms"
+    );
 
     undo_restores(&ns, "127.0.0.1", &before);
     let again = new_connection_ms(&ns, server);
     assert!(
-        again >= 30.0,
+        again >= support::STALL_MIN_MS,
         "after --undo it stalls again: p50 {again:.2} ms"
     );
     eprintln!(
@@ -386,7 +389,7 @@ fn route_in_another_table_behind_a_policy_rule() {
     let before = client.routes();
 
     let stalled = new_connection_ms(&client, server);
-    assert!(stalled >= 30.0, "p50 {stalled:.2} ms");
+    assert!(stalled >= support::STALL_MIN_MS, "p50 {stalled:.2} ms");
     let out = client.fix_ok("10.77.0.2", &["--quickack", "--yes"]);
     assert!(out.contains("10.77.0.2 dev veth-c table 100"), "{out}");
     let table_100 = client.ip(&["route", "show", "table", "100"]);
@@ -423,7 +426,7 @@ fn ipv6_route_and_the_local_route_it_cannot_recreate() {
         "fd00:77::2",
         "fd00:77::/64 dev veth-c table main",
     );
-    assert!(stalled >= 30.0, "p50 {stalled:.2} ms");
+    assert!(stalled >= support::STALL_MIN_MS, "p50 {stalled:.2} ms");
     assert!(
         open_after < 10.0,
         "open connection after: {open_after:.2} ms"
@@ -434,7 +437,7 @@ fn ipv6_route_and_the_local_route_it_cannot_recreate() {
 
     client.fix_ok("fd00:77::2", &["--delack-max", "5ms", "--yes"]);
     let capped = new_connection_ms(&client, server);
-    assert!(capped < 30.0, "p50 {capped:.2} ms");
+    assert!(capped < support::STALL_MIN_MS, "p50 {capped:.2} ms");
     undo_restores(&client, "fd00:77::2", &before);
     eprintln!("IPv6: p50 {stalled:.2} ms -> quickack 1 {quick:.2} ms, rto_min 5ms {capped:.2} ms");
 

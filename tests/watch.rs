@@ -176,7 +176,12 @@ fn json_lines_carry_analyze_keys_and_the_owner() {
         assert_eq!(e["pid"].as_u64(), Some(pid), "{e}");
         assert_eq!(e["command"], "python3", "{e}");
         assert_eq!(e["ack_side"], "client", "{e}");
-        assert!(e["delay_ms"].as_f64().is_some_and(|d| d >= 30.0), "{e}");
+        assert!(
+            e["delay_ms"]
+                .as_f64()
+                .is_some_and(|d| d >= support::STALL_MIN_MS),
+            "{e}"
+        );
     }
     let s = &summary["summary"];
     assert!(s["packets"].as_u64().is_some_and(|p| p > 0), "{summary}");

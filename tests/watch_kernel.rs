@@ -1,20 +1,22 @@
 //! `tcpstall watch --kernel`: Nagle holds seen by BPF programs on the kernel's tracepoints,
 //! against the packet capture on the same traffic (Python's http.server with HTTP/1.1
 //! keep-alive, which writes header and body apart), a TCP_NODELAY server that never holds,
-//! and the lab's split-writing server. The committed BPF object is checked against its
-//! source.
+//! and the lab's split-writing server; holds no ACK ends (the peer's segments dropped by a
+//! netfilter rule in a namespace of the test's own): released by the retransmission timer,
+//! ended by close or by reset. The committed BPF objects (scripts/build-bpf's list) are
+//! checked against their sources.
 //!
 //! The live tests need root (CAP_BPF + CAP_PERFMON) and a kernel that lets BPF programs on
 //! its BTF tracepoints load; where it does not they say why and pass without checking.
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{command_in, spawn_printing_port, KillOnDrop};
+use support::{command_in, spawn_printing_port, KillOnDrop, Netns};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tcpstall");
 
@@ -22,31 +24,11 @@ const BIN: &str = env!("CARGO_BIN_EXE_tcpstall");
 /// receiver is in quick-ACK mode), each later one ~40 ms.
 const REQUESTS: usize = 8;
 
-/// Why the kernel cannot be watched here, or `None` when it can.
-fn kernel_unavailable() -> Option<String> {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("not root: BPF needs CAP_BPF + CAP_PERFMON".into());
-    }
-    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
-        return Some("the kernel has no BTF (/sys/kernel/btf/vmlinux)".into());
-    }
-    let out = Command::new(BIN)
-        .args(["watch", "--kernel", "--json", "--duration", "0.1"])
-        .output()
-        .expect("the tcpstall binary runs");
-    (!out.status.success()).then(|| {
-        format!(
-            "the kernel refused the programs: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        )
-    })
-}
-
 /// Skips the calling test (with a message) where the kernel cannot be watched.
 macro_rules! require_kernel {
     () => {
-        if let Some(why) = kernel_unavailable() {
+        let probe = ["watch", "--kernel", "--json", "--duration", "0.1"];
+        if let Some(why) = support::bpf_unavailable(BIN, &probe) {
             eprintln!("skipped: watch --kernel cannot run here: {why}");
             return;
         }
@@ -171,6 +153,8 @@ fn stalls_on(events: &[Value], port: u16) -> Vec<&Value> {
 #[test]
 fn held_answers_are_caught_with_the_servers_pid_as_the_capture_sees_them() {
     require_kernel!();
+    // Host-wide: another test's holds would be this one's.
+    let _serial = support::serial();
     let (server, port) = python_server(false);
     let filter = format!("tcp port {port}");
     let kernel = Background::start(&["--kernel", "--json", "--duration", "4"], "k");
@@ -211,6 +195,8 @@ fn held_answers_are_caught_with_the_servers_pid_as_the_capture_sees_them() {
 #[test]
 fn the_metrics_count_the_kernels_holds() {
     require_kernel!();
+    // Host-wide: another test's holds would be this one's.
+    let _serial = support::serial();
     let (_server, port) = python_server(false);
     let kernel = Background::start(
         &[
@@ -233,8 +219,9 @@ fn the_metrics_count_the_kernels_holds() {
         })
         .expect("the metrics address announced");
     requests(port, REQUESTS);
-    // Read within the run: the holds reach the counters at the next 10 ms poll.
-    std::thread::sleep(Duration::from_millis(300));
+    // Read within the run: the holds reach the counters at the next 10 ms poll, the kernel's
+    // own counters at the next 500 ms tick.
+    std::thread::sleep(Duration::from_millis(700));
     let mut stream = std::net::TcpStream::connect(&addr).expect("connect to the metrics");
     stream
         .set_read_timeout(Some(Duration::from_secs(5)))
@@ -246,21 +233,132 @@ fn the_metrics_count_the_kernels_holds() {
     let mut body = String::new();
     let _ = stream.read_to_string(&mut body);
     let name = r#"tcpstall_watch_stalls_total{held_side="server",kind="nagle_delayed_ack"}"#;
-    let count: u64 = body
-        .lines()
-        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
-        .unwrap_or_else(|| panic!("{name} missing:\n{body}"));
+    let value = |name: &str| -> u64 {
+        body.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{name} missing:\n{body}"))
+    };
+    let count = value(name);
     let events = kernel.lines();
     // Other traffic of the host may add its own holds; this server's are among them.
     assert!(
         count >= stalls_on(&events, port).len() as u64 && count >= (REQUESTS - 2) as u64,
         "{count}\n{body}"
     );
+    // Every hold began in the kernel's count; the short ones are counted apart.
+    assert!(
+        value("tcpstall_watch_kernel_holds_total") >= count,
+        "{body}"
+    );
+    for series in [
+        r#"tcpstall_watch_kernel_short_holds_total{below="1ms"}"#,
+        r#"tcpstall_watch_kernel_short_holds_total{below="stall_threshold"}"#,
+        r#"tcpstall_watch_kernel_holds_ended_total{by="close"}"#,
+    ] {
+        value(series);
+    }
+}
+
+/// A client in network namespace `ns` whose server's segments to it are dropped (nft), so
+/// its second small write waits with nothing to release it; then, per `ending`: `rto` (the
+/// retransmission timer resends the first; after 0.6 s the drop is lifted and the server
+/// writes, its segment acknowledging), `close` or `reset` (the client closes after 0.1 s,
+/// plainly or with SO_LINGER 0). Returns the server's port.
+fn held_then(ns: &Netns, ending: &str) -> u16 {
+    let script = format!(
+        r#"
+import socket, struct, subprocess, time
+L = socket.socket(); L.bind(("127.0.0.1", 0)); L.listen(1)
+lp = L.getsockname()[1]
+c = socket.create_connection(("127.0.0.1", lp)); s, _ = L.accept()
+nft = lambda *a: subprocess.run(["nft", *a], check=True)
+nft("add", "table", "inet", "t")
+nft("add chain inet t out {{ type filter hook output priority 0; }}")
+nft(f"add rule inet t out tcp sport {{lp}} tcp dport {{c.getsockname()[1]}} drop")
+c.send(b"a" * 10); c.send(b"b" * 10)
+ending = "{ending}"
+time.sleep(0.6 if ending == "rto" else 0.1)
+if ending == "reset":
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+if ending != "rto":
+    c.close()
+nft("flush", "ruleset")
+if ending == "rto":
+    s.send(b"z")
+time.sleep(0.2)
+print(lp, flush=True)
+"#
+    );
+    let out = command_in(Some(&ns.0), "python3")
+        .args(["-c", &script])
+        .output()
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("the port")
+}
+
+#[test]
+fn a_hold_released_by_the_retransmission_timer_is_named() {
+    require_kernel!();
+    let ns = Netns::new("wr");
+    // No tail-loss probe: the RTO alone resends.
+    ns.run(&["sysctl", "-qw", "net.ipv4.tcp_early_retrans=0"], true);
+    let kernel = Background::start(&["--kernel", "--json", "--minor", "--duration", "5"], "r");
+    let port = held_then(&ns, "rto");
+    let events = kernel.lines();
+    let held: Vec<&Value> = events.iter().filter(|e| e["server_port"] == port).collect();
+    assert_eq!(held.len(), 1, "{events:?}");
+    assert_eq!(held[0]["release"], "rto", "{}", held[0]);
+    assert_eq!(held[0]["kind"], "rto", "{}", held[0]);
+    assert_eq!(held[0]["held_side"], "client", "{}", held[0]);
+    // Held until the drop was lifted, 0.6 s after the writes.
+    assert!(held[0]["delay_ms"].as_f64() >= Some(500.0), "{}", held[0]);
+}
+
+#[test]
+fn a_hold_ended_by_close_or_reset_is_reported_ended_not_lost() {
+    require_kernel!();
+    for ending in ["close", "reset"] {
+        let ns = Netns::new(&format!("w{ending}"));
+        let kernel = Background::start(&["--kernel", "--json", "--duration", "4"], ending);
+        let port = held_then(&ns, ending);
+        let lines = kernel.lines();
+        let suffix = format!(":{port}");
+        let ended: Vec<&Value> = lines
+            .iter()
+            .filter(|l| {
+                l["ended"]["flow"]
+                    .as_str()
+                    .is_some_and(|f| f.ends_with(&suffix))
+            })
+            .collect();
+        assert_eq!(ended.len(), 1, "{ending}: {lines:?}");
+        let e = &ended[0]["ended"];
+        assert_eq!(e["by"], ending, "{e}");
+        assert_eq!(e["bytes"], 10, "{e}");
+        assert_eq!(e["command"], "python3", "{e}");
+        // From the held write to the close, 0.1 s later.
+        let ms = e["delay_ms"].as_f64().unwrap_or(0.0);
+        assert!((90.0..400.0).contains(&ms), "{e}");
+        assert!(
+            !lines.iter().any(|l| l["server_port"] == port),
+            "{ending}: not a stall: {lines:?}"
+        );
+    }
 }
 
 #[test]
 fn a_nodelay_server_holds_nothing() {
     require_kernel!();
+    // Host-wide: another test's holds would be this one's.
+    let _serial = support::serial();
     let (_server, port) = python_server(true);
     let kernel = Background::start(&["--kernel", "--json", "--minor", "--duration", "2"], "n");
     requests(port, REQUESTS);
@@ -272,35 +370,12 @@ fn a_nodelay_server_holds_nothing() {
     );
 }
 
-/// A network namespace of its own, loopback up, deleted when the test ends.
-struct Netns(String);
-
-impl Netns {
-    fn new() -> Netns {
-        let name = format!("tcpstall-wk-{}", std::process::id());
-        let ip = |args: &[&str]| {
-            let status = Command::new("ip").args(args).status().expect("ip runs");
-            assert!(status.success(), "ip {args:?}: {status}");
-        };
-        ip(&["netns", "add", &name]);
-        let ns = Netns(name);
-        ip(&["netns", "exec", &ns.0, "ip", "link", "set", "lo", "up"]);
-        ns
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "delete", &self.0])
-            .status();
-    }
-}
-
 #[test]
 fn a_server_in_another_network_namespace_is_named_by_the_kernel() {
     require_kernel!();
-    let ns = Netns::new();
+    // Host-wide: another test's holds would be this one's.
+    let _serial = support::serial();
+    let ns = Netns::new("wk");
     let (server, port) = python_server_in(Some(&ns.0), false);
     let kernel = Background::start(&["--kernel", "--json", "--duration", "3"], "ns");
     requests_in(Some(&ns.0), port, REQUESTS);
@@ -320,6 +395,8 @@ fn a_server_in_another_network_namespace_is_named_by_the_kernel() {
 #[test]
 fn the_labs_stalls_are_the_kernels() {
     require_kernel!();
+    // Host-wide: another test's holds would be this one's.
+    let _serial = support::serial();
     let kernel = Background::start(&["--kernel", "--json", "--duration", "6"], "l");
     let lab = Command::new(BIN)
         .args(["lab", "--scenario", "http", "--requests", "10", "--json"])
@@ -349,16 +426,9 @@ fn the_labs_stalls_are_the_kernels() {
 
 #[test]
 fn without_privileges_the_error_names_the_capabilities() {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: dropping privileges with setpriv needs root");
+    let Some(out) = support::as_nobody(BIN, &["watch", "--kernel", "--duration", "1"]) else {
         return;
-    }
-    let out = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", BIN])
-        .args(["watch", "--kernel", "--duration", "1"])
-        .output()
-        .expect("setpriv runs");
+    };
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
@@ -372,48 +442,13 @@ fn without_privileges_the_error_names_the_capabilities() {
 }
 
 #[test]
-fn the_committed_object_is_built_from_its_source() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let bpf = root.join("bpf");
-    // The stamp scripts/build-bpf writes: SHA-256 over `sha256sum nagle.bpf.c nagle.h`.
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg("sha256sum nagle.bpf.c nagle.h | sha256sum | cut -d' ' -f1")
-        .current_dir(&bpf)
-        .output()
-        .expect("sh runs");
-    let stamp = std::fs::read_to_string(bpf.join("nagle.bpf.stamp")).expect("the stamp");
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        stamp.trim(),
-        "bpf/nagle.bpf.c or nagle.h changed since bpf/nagle.bpf.o was built: run scripts/build-bpf"
-    );
-    // Where the compiler is installed, the object itself is rebuilt and compared.
-    let has_clang = Command::new("sh")
-        .args([
-            "-c",
-            "command -v clang-14 && test -f /usr/include/bpf/bpf_helpers.h",
-        ])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !has_clang {
-        eprintln!("clang-14 or libbpf-dev not installed: the object was not rebuilt");
-        return;
-    }
-    let fresh = std::env::temp_dir().join(format!("tcpstall-nagle-{}.o", std::process::id()));
-    let status = Command::new(root.join("scripts/build-bpf"))
-        .arg(&fresh)
-        .status()
-        .expect("scripts/build-bpf runs");
-    assert!(status.success(), "scripts/build-bpf failed");
-    let (built, committed) = (
-        std::fs::read(&fresh).expect("the rebuilt object"),
-        std::fs::read(bpf.join("nagle.bpf.o")).expect("the committed object"),
-    );
-    let _ = std::fs::remove_file(&fresh);
+fn the_committed_objects_are_built_from_their_source() {
+    let objects = support::bpf_objects();
     assert!(
-        built == committed,
-        "bpf/nagle.bpf.o differs from a fresh build of its source: run scripts/build-bpf"
+        objects.iter().any(|(name, _)| name == "nagle"),
+        "{objects:?}"
     );
+    for (name, _) in &objects {
+        support::assert_bpf_object_fresh(name);
+    }
 }

@@ -39,7 +39,7 @@ macro_rules! kinds {
         pub enum StallKind {
             $(
                 $(#[$doc])*
-                #[doc = concat!("\n\nIts facts and rule: `src/detect/", stringify!($file), ".rs`.")]
+                #[doc = concat!("\n\nIts facts: `src/detect/", stringify!($file), ".rs`.")]
                 $kind,
             )+
         }

@@ -7,6 +7,7 @@ use rustc_hash::FxHashMap;
 
 use super::{KindCounts, StallEvent, StallKind};
 use crate::flow::{ClientGuess, Endpoint, Flow, MssSource, PathSource, Side, Span, Timestamp};
+use crate::tcp_rules;
 
 /// The peer's TCP stack, guessed from how long its delayed ACK took.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,11 +25,15 @@ pub enum PeerStack {
 impl PeerStack {
     /// Names the stack from the peer's ACK delay (path RTT already removed).
     pub(crate) fn from_ack_delay(delay: Span) -> PeerStack {
-        match delay.as_millis() {
-            30..=65 => PeerStack::Linux,
-            66..=179 => PeerStack::MacOsBsd,
-            180..=260 => PeerStack::Windows,
-            _ => PeerStack::Unknown,
+        let ms = delay.as_millis();
+        if tcp_rules::LINUX_ACK_DELAY_MS.contains(&ms) {
+            PeerStack::Linux
+        } else if tcp_rules::MACOS_ACK_DELAY_MS.contains(&ms) {
+            PeerStack::MacOsBsd
+        } else if tcp_rules::WINDOWS_ACK_DELAY_MS.contains(&ms) {
+            PeerStack::Windows
+        } else {
+            PeerStack::Unknown
         }
     }
 

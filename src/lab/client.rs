@@ -133,6 +133,12 @@ impl Connection {
     }
 }
 
+impl AsFd for Connection {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.stream.as_fd()
+    }
+}
+
 /// A keep-alive HTTP/1.1 client that times each request against a loopback server.
 #[derive(Debug)]
 pub struct HttpClient {

@@ -5,6 +5,8 @@
 //! segments carry timestamps, is read once per run ([`SegmentRules::read`]).
 
 use super::scenarios::{Expectation, Variant};
+use super::server::ServerNodelay;
+use crate::detect::StallKind;
 use crate::kernel::read_sysctl_u64;
 use crate::tcp_rules::{self, LOOPBACK_MSS_V4};
 use crate::Side;
@@ -102,22 +104,28 @@ impl Geometry {
     }
 
     /// How the writes meet the MSS. Nagle holds a segment only while an earlier **sub-MSS**
-    /// segment is unacknowledged (`tcp_nagle_check` → `tcp_minshall_check`), never a full one;
-    /// the receiver delays its ACK only while at most one MSS is unacknowledged
-    /// (`__tcp_ack_snd_check`). So the second write waits for the delayed-ACK timer only when
-    /// both writes are below one MSS.
+    /// segment is unacknowledged (`tcp_nagle_check` → `tcp_minshall_check`), never a full one:
+    /// the second write's full segments leave at once, and with the first write they are more
+    /// than one MSS unacknowledged, which the receiver ACKs at once
+    /// ([`tcp_rules::acks_at_once`]). So the second write waits for the delayed-ACK timer only
+    /// when both writes are below one MSS.
     pub fn fit(&self) -> Fit {
+        let mss = self.mss.max(1);
+        let unacked = self.first + self.second / mss * mss;
         if self.second == 0 {
             Fit::OneWrite
         } else if self.first >= self.mss {
             Fit::FirstFull
-        } else if self.second >= self.mss {
+        } else if tcp_rules::acks_at_once(unacked as u64, mss as u64) {
             Fit::SecondFull
         } else {
             Fit::BothSmall
         }
     }
 }
+
+/// The detector's name for Nagle holds released by ordinary ACKs, aggregated per flow.
+pub(crate) const ACK_PACED_KIND: &str = "nagle_ack_paced";
 
 /// Which end's write waits, and for what.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,6 +163,9 @@ impl WireOutcome {
     pub fn of(variant: &Variant, sizes: &RowSizes) -> WireOutcome {
         let geometry = Geometry::of(variant, sizes);
         let workload = variant.workload;
+        if let Some((depth, _)) = workload.batches() {
+            return Self::of_batch(variant, &geometry, depth);
+        }
         let writer = workload.writer;
         let (strategy, nagle) = variant.writes_of(writer);
         let message = if strategy.writes_parts_apart() {
@@ -181,6 +192,66 @@ impl WireOutcome {
         WireOutcome {
             hold,
             segments_per_request: message + geometry.segments_of(answer),
+        }
+    }
+
+    /// The outcome of a batched row (`depth` requests in flight per connection), per batch of
+    /// one connection. Every request after the first waits in `tcp_nagle_check` behind the
+    /// unacknowledged sub-MSS first (Minshall) when the client writes them apart with Nagle
+    /// on; the server answers each at once, so the ACK rides on the first reply: an ordinary
+    /// ACK, one round trip. A server writing each reply apart with Nagle on holds every reply
+    /// after the first until the client ACKs it, and the client, its batch out and nothing
+    /// left to send, is in ping-pong mode: its ACK waits for the delayed-ACK timer (the row
+    /// says so with [`Expectation::Stall`]).
+    fn of_batch(variant: &Variant, geometry: &Geometry, depth: usize) -> WireOutcome {
+        let small = |bytes: usize| tcp_rules::is_sub_mss(bytes as u64, geometry.mss as u64);
+        let (client_write, client_nagle) = variant.writes_of(Side::Client);
+        let client_held = client_write.writes_parts_apart()
+            && client_nagle
+            && geometry.second > 0
+            && small(geometry.first);
+        let server_nagle = variant.server_nodelay == ServerNodelay::Off;
+        let server_held = server_nagle && depth > 1 && small(geometry.first);
+        // A first reply of more than one full segment is ACKed at once
+        // (`__tcp_ack_snd_check`), timer or not.
+        let acked_at_once = geometry.first > geometry.mss;
+        let hold = match (server_held, variant.expected, client_held) {
+            (true, Expectation::Stall, _) if !acked_at_once => Hold::ForDelayedAck(Side::Server),
+            (true, _, _) => Hold::ForAck(Side::Server),
+            (false, _, true) => Hold::ForAck(Side::Client),
+            (false, _, false) => Hold::Nothing,
+        };
+        let requests = if client_write.writes_parts_apart() && !client_held {
+            depth * geometry.segments_of(geometry.first)
+        } else if client_held {
+            geometry.segments_of(geometry.first) + geometry.segments_of(geometry.second)
+        } else {
+            geometry.segments_of(geometry.message())
+        };
+        // The replies: each its own segment, or the first and then the rest merged while
+        // Nagle holds them.
+        let reply = geometry.segments_of(geometry.first);
+        let replies = if server_held {
+            reply + geometry.segments_of(geometry.first * (depth - 1))
+        } else {
+            depth * reply
+        };
+        WireOutcome {
+            hold,
+            segments_per_request: requests + replies,
+        }
+    }
+
+    /// The kind of event a capture of the row should show, by the rules: `nagle_delayed_ack`
+    /// where the delayed-ACK timer releases the held write, `nagle_ack_paced` where ordinary
+    /// ACKs pace a batched row's held writes; `None` where nothing is held or the row is not
+    /// batched (the one-request rows keep their detector check).
+    pub fn detector_kind(&self, variant: &Variant) -> Option<&'static str> {
+        variant.workload.batches()?;
+        match self.hold {
+            Hold::ForDelayedAck(_) => Some(StallKind::NagleDelayedAck.name()),
+            Hold::ForAck(_) => Some(ACK_PACED_KIND),
+            Hold::Nothing | Hold::ForCappedAck(_) => None,
         }
     }
 
@@ -277,6 +348,17 @@ mod tests {
         ("stream", "nodelay-15ms", Nothing, 1),
         ("inherit", "nodelay-listener", Nothing, 3),
         ("inherit", "quickack-listener", ForDelayedAck(Client), 3),
+        // Per batch of one connection: the first request, the rest merged behind it, and
+        // every reply.
+        ("pipeline", "nagle", ForAck(Client), 2 + 16),
+        ("pipeline", "nodelay", Nothing, 16 + 16),
+        ("pipeline", "writev", Nothing, 1 + 16),
+        // One request segment; the first reply, then the rest merged behind it.
+        ("pipeline", "server-nagle", ForDelayedAck(Server), 1 + 2),
+        ("concurrent", "nagle", ForAck(Client), 2 + 4),
+        ("concurrent", "nodelay", Nothing, 4 + 4),
+        ("concurrent", "writev", Nothing, 1 + 4),
+        ("concurrent", "server-nagle", ForDelayedAck(Server), 1 + 2),
     ];
 
     #[test]
@@ -353,6 +435,24 @@ mod tests {
             ("http", "split", None, Some(88), ForAck(Server), 5),
             ("http", "short", Some(100_000), Some(1460), Nothing, 72),
             ("stream", "nagle-0ms", Some(4000), Some(1460), Nothing, 3),
+            // 2000 B commands at 1448 B segments end in a partial segment, which the next
+            // ones wait behind; a reply of two segments is ACKed at once, no timer.
+            (
+                "pipeline",
+                "nagle",
+                Some(2000),
+                Some(1460),
+                ForAck(Client),
+                2 + 21 + 32,
+            ),
+            (
+                "pipeline",
+                "server-nagle",
+                Some(2000),
+                Some(1460),
+                ForAck(Server),
+                23 + 2 + 21,
+            ),
             ("echo", "single", Some(65_536), Some(88), Nothing, 863 * 2),
         ];
         for &(scenario, name, size, mss, hold, segments) in cases {

@@ -63,6 +63,15 @@ pub(crate) enum Why {
     ListenerQuickack,
     /// The reply fits memcached's first write: one write.
     ReplyInFirstWrite,
+    /// Pipeline/concurrent: each request its own write, Nagle on.
+    PipelineNagle,
+    /// Pipeline/concurrent: TCP_NODELAY on the client.
+    PipelineNodelay,
+    /// Pipeline/concurrent: the batch in one gathering `writev`.
+    PipelineGather,
+    /// Pipeline/concurrent: the client fixed, the server's replies each its own write with
+    /// Nagle on.
+    PipelineServerNagle,
     /// The first write fills at least one full segment.
     FirstWriteFull,
     /// The second write starts with a full segment.
@@ -89,9 +98,12 @@ impl Explanation {
         // for the second write, an HTTP reply its body.
         // A capped delayed ACK is still waited for: its rows follow the geometry as a split does.
         let timed = variant.expected == Expectation::Stall || variant.caps_delayed_ack();
-        let why = match (workload.is_one_way(), timed, geometry.fit()) {
+        // A batched row's text is about its batch, whatever the geometry.
+        let fixed = workload.is_one_way() || workload.batches().is_some();
+        let why = match (fixed, timed, geometry.fit()) {
+            (true, _, _) => variant.why,
             (false, _, Fit::OneWrite) => Why::ReplyInFirstWrite,
-            (true, _, _) | (_, false, _) => variant.why,
+            (_, false, _) => variant.why,
             (_, true, Fit::FirstFull) => Why::FirstWriteFull,
             (_, true, Fit::SecondFull) => Why::SecondWriteFull,
             (_, true, _) => variant.why,
@@ -149,6 +161,10 @@ impl fmt::Display for Explanation {
             Why::StreamNodelay => f.write_str("TCP_NODELAY: every write leaves at once unless autocorking defers it (tcp_should_autocork: an earlier skb of the socket still queued below TCP); lo has no qdisc, so that is rare"),
             Why::ListenerNodelay => write!(f, "HTTP header and body in two writes ({first} B + {second} B), TCP_NODELAY set on the listener only: accepted sockets are copies of it (nonagle included), so no stall"),
             Why::ListenerQuickack => write!(f, "echo split ({first} B + {second} B), TCP_QUICKACK=0 (ping-pong) set on the listener only: not carried over to accepted sockets, and quick-ACK is no lasting setting anyway; ping-pong starts after the first turn and the split request stalls"),
+            Why::PipelineNagle => write!(f, "each request its own write, Nagle on: the first {first} B request leaves, the next {second} B wait in tcp_nagle_check behind it (Minshall: a sub-MSS segment unacknowledged) and leave together when its ACK comes; the server answers at once (TCP_NODELAY, as redis), so the ACK rides on the first reply: one round trip more per batch, no timer"),
+            Why::PipelineNodelay => write!(f, "client TCP_NODELAY: every request leaves as written ({message} B per batch); one round trip per batch"),
+            Why::PipelineGather => write!(f, "the batch in one gathering writev of {message} B ({segments}): nothing behind an unacknowledged sub-MSS segment, one round trip per batch"),
+            Why::PipelineServerNagle => write!(f, "the client sends its batch in one writev of {message} B, but the server writes each {first} B reply apart with Nagle on: the first reply leaves alone, the others wait behind it in tcp_nagle_check; the client, its batch out and nothing left to send, is in ping-pong mode and has one small segment to ACK (a second would make tcp_cleanup_rbuf ACK at once, ICSK_ACK_PUSHED2), so the odd reply waits for its delayed-ACK timer"),
             Why::ReplyInFirstWrite => write!(f, "the {message} B reply fits memcached's {MEMCACHED_FIRST_WRITE_CAP} B first write: one write ({segments}), nothing left behind for Nagle to hold"),
             Why::FirstWriteFull => write!(f, "{writer} writes {first} B then {second} B, and the first write fills at least one {mss} B segment: Nagle waits only behind a sub-MSS segment (tcp_minshall_check), and with more than one MSS unacknowledged the {peer} ACKs at once (__tcp_ack_snd_check), so no timer is waited for"),
             Why::SecondWriteFull => write!(f, "{writer} writes {first} B then {second} B: the second write starts with a full {mss} B segment that Nagle never holds; with more than one MSS unacknowledged the {peer} ACKs at once (__tcp_ack_snd_check), releasing the tail"),
@@ -161,6 +177,8 @@ impl fmt::Display for Explanation {
 pub(crate) enum PathNote {
     /// A one-way stream: the ACK clock merges writes.
     Stream,
+    /// Requests in flight: what a batch costs.
+    Batch(Hold),
     /// The expected outcome's hold.
     Hold(Hold),
 }
@@ -170,6 +188,8 @@ impl PathNote {
     pub fn of(variant: &Variant, outcome: &WireOutcome) -> PathNote {
         if variant.workload.is_one_way() {
             PathNote::Stream
+        } else if variant.workload.batches().is_some() {
+            PathNote::Batch(outcome.hold)
         } else {
             PathNote::Hold(outcome.hold)
         }
@@ -180,6 +200,10 @@ impl fmt::Display for PathNote {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             PathNote::Stream => "over a path the ACK of a sub-MSS segment takes an RTT, and with Nagle the writes made meanwhile leave merged into full segments; with --rate, packets wait in the tbf qdisc still charged to the socket, so autocorking (tcp_should_autocork) merges writes even with TCP_NODELAY",
+            PathNote::Batch(Hold::ForAck(Side::Client)) => "over a path: 2 RTT per batch, no timer: the commands after the first leave when the first reply brings its ACK, then cross the path with their replies",
+            PathNote::Batch(Hold::ForDelayedAck(_)) => "over a path: 2 RTT + the delayed-ACK timer per batch: the batch and the first reply cross the path, the client's ACK waits for its timer, then it and the held replies cross",
+            PathNote::Batch(Hold::Nothing) => "over a path: 1 RTT per batch, nothing held",
+            PathNote::Batch(_) => "over a path: 2 RTT per batch, no timer: the held writes wait for an ACK sent at once",
             PathNote::Hold(Hold::ForDelayedAck(_)) => "over a path: 2 RTT + the delayed-ACK timer (the first part's ACK waits for the timer, then the tail and the reply each cross the path)",
             PathNote::Hold(Hold::ForCappedAck(_)) => "over a path: 2 RTT + the capped delayed ACK (the first part's ACK waits up to the cap, then the tail and the reply each cross the path)",
             PathNote::Hold(Hold::ForAck(_)) => "over a path: 2 RTT, no timer: the tail still waits for the first part's ACK, sent at once, to cross the path",
@@ -281,5 +305,43 @@ mod tests {
         assert!(note("echo", "quickack").starts_with("over a path: 2 RTT, no timer"));
         assert_eq!(note("echo", "single"), "over a path: 1 RTT, nothing held");
         assert!(note("stream", "nagle-0ms").contains("autocorking"));
+        assert!(note("pipeline", "nagle").starts_with("over a path: 2 RTT per batch, no timer"));
+        assert!(note("concurrent", "server-nagle").contains("delayed-ACK timer per batch"));
+        assert_eq!(
+            note("pipeline", "writev"),
+            "over a path: 1 RTT per batch, nothing held"
+        );
+    }
+
+    #[test]
+    fn batched_rows_name_their_sizes_and_the_detector_kind() {
+        let nagle = row("pipeline", "nagle");
+        let text = explain(nagle, 16, None);
+        assert!(
+            text.contains("first 16 B request") && text.contains("next 240 B"),
+            "{text}"
+        );
+        let text = explain(row("concurrent", "server-nagle"), 16, None);
+        assert!(text.contains("one writev of 64 B") && text.contains("timer"));
+        let kind = |scenario: &str, name: &str| {
+            let v = row(scenario, name);
+            WireOutcome::of(v, &RULES.sizes_of(v, None, None)).detector_kind(v)
+        };
+        assert_eq!(kind("pipeline", "nagle"), Some("nagle_ack_paced"));
+        assert_eq!(
+            kind("concurrent", "server-nagle"),
+            Some("nagle_delayed_ack")
+        );
+        assert_eq!(kind("pipeline", "nodelay"), None);
+        // The one-request rows keep their own detector check.
+        assert_eq!(kind("echo", "split"), None);
+        assert_eq!(
+            crate::lab::own_traffic::kind_checked("nagle_ack_paced"),
+            None
+        );
+        assert_eq!(
+            crate::lab::own_traffic::kind_checked("nagle_delayed_ack"),
+            Some("nagle_delayed_ack")
+        );
     }
 }

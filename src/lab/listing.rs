@@ -47,7 +47,11 @@ fn listed_row(variant: &Variant, settings: &RunSettings) -> ListedRow {
         round_trips: outcome.round_trips(),
         held_side: outcome.held_side().map(|side| side.name()),
         protocol: protocol_name((variant.workload.protocol)(sizes.size)),
-        typical_client_stall: WireOutcome::of(&with_typical_client(variant), &sizes).stalls(),
+        // A typical client has one request in flight: a batched row's server answers it in
+        // one write, with nothing behind it to hold.
+        typical_client_stall: variant.workload.batches().is_none()
+            && WireOutcome::of(&with_typical_client(variant), &sizes).stalls(),
+        requests_in_flight: variant.workload.batches().map_or(1, |(depth, _)| depth),
         explanation: Explanation::of(variant, Geometry::of(variant, &sizes)).to_string(),
     }
 }

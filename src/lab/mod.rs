@@ -58,7 +58,8 @@ pub struct LabArgs {
     pub variant: Vec<String>,
     /// Requests per row (1-100000; at least 3 when a keep-alive row is selected: a new
     /// connection starts in quick-ACK mode, so its first request is never held and the
-    /// median must land on a later one); stream rows use --connections and --writes instead.
+    /// median must land on a later one); stream rows use --connections and --writes instead;
+    /// pipeline and concurrent rows run this many rounds, each with every request in flight.
     #[arg(long, default_value_t = 20, value_parser = in_range("--requests", 1_usize, 100_000, ""))]
     pub requests: usize,
     /// Payload size in bytes, replacing each row's own: echo line, HTTP body, memcached
@@ -205,6 +206,9 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
     let mut settings = settings_of(args);
     let shape = path_shape_of(args);
     let mut selected = select(args)?;
+    if args.peer.is_some() {
+        selected = without_many_connection_rows(selected, !args.scenario.is_empty())?;
+    }
     if args.peer.is_some() && args.peer_side == crate::peer::PeerSide::Server {
         selected = peer_server_rows(selected, !args.scenario.is_empty())?;
     }
@@ -293,6 +297,7 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
         rows.push(row);
     }
     progress.finish_and_clear();
+    runner::set_throughput_lost(&mut rows);
     let captured = capture.map(OwnTraffic::finish).transpose()?;
     let mut ladders = Vec::new();
     if let Some((_, verdicts)) = &captured {
@@ -564,6 +569,34 @@ fn peer_server_rows(selected: Vec<Variant>, named: bool) -> anyhow::Result<Vec<V
         );
     }
     Ok(served)
+}
+
+/// The rows a peer can play: not the concurrent rows, whose client drives many connections
+/// from one thread on kernel sockets (the peer's stack drives one at a time, and its server
+/// serves one at a time). Named explicitly, they are an error; in the whole catalogue they
+/// are left out, saying so.
+fn without_many_connection_rows(
+    selected: Vec<Variant>,
+    named: bool,
+) -> anyhow::Result<Vec<Variant>> {
+    let (kept, many): (Vec<Variant>, Vec<Variant>) = selected.into_iter().partition(|v| {
+        v.workload
+            .batches()
+            .map_or(true, |(_, connections)| connections == 1)
+    });
+    if many.is_empty() {
+        return Ok(kept);
+    }
+    if named || kept.is_empty() {
+        bail!(
+            "--peer drives one connection at a time: the concurrent rows need the kernel at \
+             both ends; run them without --peer"
+        );
+    }
+    eprintln!(
+        "tcpstall: --peer: the concurrent rows are left out (they need the kernel at both ends)"
+    );
+    Ok(kept)
 }
 
 /// Fewest requests that let a keep-alive row show a stall: the first data a connection

@@ -62,7 +62,11 @@ impl OwnTraffic {
             ports: PortFilter::Only(Vec::new()),
             pcap: file.path().map(Path::to_path_buf),
         };
-        let detector = Detector::new(DetectorConfig::default());
+        // Minor holds too: the batched rows' expected kind is one of them.
+        let detector = Detector::new(DetectorConfig {
+            keep_minor_events: true,
+            ..DetectorConfig::default()
+        });
         Ok(Some(OwnTraffic {
             capture: LiveCapture::start(socket, options, detector)?,
             server_addr: path.map_or(IpAddr::V4(Ipv4Addr::LOCALHOST), |p| {
@@ -174,17 +178,40 @@ fn open_socket(path: Option<&PathEnds>, at: super::CaptureAt) -> anyhow::Result<
     }
 }
 
+/// The detector kind a row's capture is checked against, for the kind the rules expect
+/// (`expect::WireOutcome::detector_kind`); `None`: not checked yet. The one place to switch
+/// when the detector gains `nagle_ack_paced` (ACK-paced Nagle holds aggregated per flow):
+/// return `Some(expected)` for it too. Until then the check is skipped for it, since the
+/// detector's `nagle_minor` cannot stand in: over a path the held requests leave on the ACK
+/// carried by the first reply (data, which the detector takes for the application reacting,
+/// not for a Nagle release), and on loopback it also counts minor holds in the TCP_NODELAY
+/// rows, where Nagle holds nothing.
+pub(crate) fn kind_checked(expected: &'static str) -> Option<&'static str> {
+    match expected {
+        super::expect::ACK_PACED_KIND => None,
+        other => Some(other),
+    }
+}
+
 impl DetectorVerdict {
     /// The verdict on a row's stall events.
     fn of<'a>(events: impl Iterator<Item = &'a StallEvent>) -> DetectorVerdict {
-        let events: Vec<&StallEvent> = events.filter(|e| e.finding.kind.is_stall()).collect();
-        let stalls = StallKind::ALL
-            .into_iter()
-            .filter(|kind| kind.is_stall())
-            .map(|kind| {
-                let n = events.iter().filter(|e| e.finding.kind == kind).count();
-                (kind, n as u64)
-            })
+        let all: Vec<&StallEvent> = events.collect();
+        let count = |stall: bool| -> Vec<(StallKind, u64)> {
+            StallKind::ALL
+                .into_iter()
+                .filter(|kind| kind.is_stall() == stall)
+                .map(|kind| {
+                    let n = all.iter().filter(|e| e.finding.kind == kind).count();
+                    (kind, n as u64)
+                })
+                .collect()
+        };
+        let (stalls, holds) = (count(true), count(false));
+        let events: Vec<&StallEvent> = all
+            .iter()
+            .copied()
+            .filter(|e| e.finding.kind.is_stall())
             .collect();
         let held_by = |side: Side| {
             events
@@ -197,7 +224,21 @@ impl DetectorVerdict {
             (client, server) if client >= server => Some(Side::Client),
             _ => Some(Side::Server),
         };
-        DetectorVerdict { stalls, held_side }
+        DetectorVerdict {
+            stalls,
+            holds,
+            held_side,
+        }
+    }
+
+    /// Events of the kind named `name`, stall or not.
+    pub fn count_of(&self, name: &str) -> u64 {
+        self.stalls
+            .iter()
+            .chain(&self.holds)
+            .filter(|(kind, _)| kind.name() == name)
+            .map(|(_, n)| n)
+            .sum()
     }
 
     /// Stalls of every kind.
@@ -275,7 +316,7 @@ mod tests {
         let json = serde_json::to_string(&first).unwrap();
         assert_eq!(
             json,
-            r#"{"stalls":{"nagle_delayed_ack":1,"cork_timer":0,"rto":1,"zero_window":0},"held_side":"client"}"#
+            r#"{"stalls":{"nagle_delayed_ack":1,"cork_timer":0,"rto":1,"zero_window":0},"holds":{"nagle_minor":0},"held_side":"client"}"#
         );
     }
 }

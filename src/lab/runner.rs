@@ -11,7 +11,7 @@ use super::client::{ClientConfig, Connection};
 use super::expect::{Geometry, SegmentRules, WireOutcome};
 use super::explain::{Explanation, PathNote};
 use super::measure::{stall_threshold_ms, LatencySummary};
-use super::path::{own_packet_share, PathEnds};
+use super::path::{own_packet_share, pushed_packet_share, PathEnds};
 use super::scenarios::Variant;
 use super::server::{Server, ServerConfig, ServerNodelay};
 use super::workload::Exchange;
@@ -222,6 +222,10 @@ pub(crate) fn run_variant(
             .count(),
         held_side: expected.held_side(),
         detector: None,
+        expected_detector_kind: expected.detector_kind(variant),
+        detector_kind_checked: expected
+            .detector_kind(variant)
+            .and_then(super::own_traffic::kind_checked),
         server_port: addr.port(),
         connections: outcome.connections,
         size,
@@ -234,6 +238,9 @@ pub(crate) fn run_variant(
         own_packet_share: path
             .filter(|_| is_stream)
             .map(|ends| own_packet_share(&ends.segments, addr.port(), size, outcome.requests)),
+        pushed_packet_share: path
+            .filter(|_| is_stream)
+            .map(|ends| pushed_packet_share(&ends.segments, addr.port())),
         autocorking_delta: if is_stream {
             corking_before
                 .zip(corking_after)
@@ -241,9 +248,35 @@ pub(crate) fn run_variant(
         } else {
             None
         },
+        requests_per_second: outcome
+            .busy
+            .filter(|busy| !busy.is_zero())
+            .map(|busy| outcome.requests as f64 / busy.as_secs_f64()),
+        throughput_lost: None,
         inherited,
         errors: outcome.errors.lines(),
     })
+}
+
+/// The variant every batched row's rate is compared with: the same scenario with TCP_NODELAY.
+const RATE_REFERENCE: &str = "nodelay";
+
+/// Sets each batched row's [`RowResult::throughput_lost`] against its scenario's `nodelay`
+/// row of the same run (same path), when that row ran.
+pub(crate) fn set_throughput_lost(rows: &mut [RowResult]) {
+    let references: Vec<(&'static str, f64)> = rows
+        .iter()
+        .filter(|r| r.variant == RATE_REFERENCE)
+        .filter_map(|r| Some((r.scenario, r.requests_per_second?)))
+        .collect();
+    for row in rows.iter_mut().filter(|r| r.variant != RATE_REFERENCE) {
+        let reference = references.iter().find(|(s, _)| *s == row.scenario);
+        if let (Some(&(_, reference)), Some(rate)) = (reference, row.requests_per_second) {
+            if reference > 0.0 {
+                row.throughput_lost = Some(1.0 - rate / reference);
+            }
+        }
+    }
 }
 
 /// The server of `variant` with a `size`-byte payload and TCP_MAXSEG `mss`, as its row runs
@@ -320,6 +353,8 @@ struct ClientOutcome {
     latencies: Vec<Duration>,
     /// Stream: per client port, when each write was handed to the kernel.
     stream_writes: Vec<(u16, Vec<Instant>)>,
+    /// Batched rows: time spent in rounds, for the request rate.
+    busy: Option<Duration>,
     errors: ErrorTally,
 }
 
@@ -329,8 +364,14 @@ fn run_client(row: &RowContext<'_>) -> ClientOutcome {
     let mut outcome = ClientOutcome::default();
     let workload = row.variant.workload;
     let per_request = row.variant.per_request();
-    let Exchange::Turns { reply_end } = workload.exchange else {
-        return run_stream(row);
+    let reply_end = match workload.exchange {
+        Exchange::Turns { reply_end } => reply_end,
+        Exchange::OneWay => return run_stream(row),
+        Exchange::Batches {
+            reply_end,
+            depth,
+            connections,
+        } => return run_batches(row, reply_end, depth, connections),
     };
     // The request's parts, written with the row's strategy.
     let request = (workload.request)(row.size, &row.addr.to_string(), per_request);
@@ -378,6 +419,133 @@ fn run_client(row: &RowContext<'_>) -> ClientOutcome {
     outcome
 }
 
+/// Runs a batched row: every round, `depth` requests written on each of `connections`
+/// connections with the row's strategy, then the replies read as they come, one thread
+/// polling every socket (an event loop). A request's latency runs from its round's start to
+/// its reply; `busy` is the time spent in rounds, for the rate.
+fn run_batches(
+    row: &RowContext<'_>,
+    reply_end: crate::exchange::framing::FrameEnd,
+    depth: usize,
+    connections: usize,
+) -> ClientOutcome {
+    let mut outcome = ClientOutcome::default();
+    let request = (row.variant.workload.request)(row.size, &row.addr.to_string(), false);
+    let parts: Vec<&[u8]> = request.iter().map(Vec::as_slice).collect();
+    let mut conns = Vec::with_capacity(connections);
+    for _ in 0..connections {
+        match Connection::connect(row.addr, row.client) {
+            Ok(conn) => conns.push(conn),
+            Err(err) => {
+                outcome
+                    .errors
+                    .push(describe_io(&format!("connect to {}", row.addr), &err));
+                break;
+            }
+        }
+    }
+    outcome.connections = conns.len();
+    let mut busy = Duration::ZERO;
+    let mut rounds = 0;
+    while outcome.errors.is_empty()
+        && rounds < row.settings.requests
+        && Instant::now() < row.deadline
+    {
+        match batch_round(row, &mut conns, &parts, reply_end, depth) {
+            Ok((latencies, took)) => {
+                outcome.requests += latencies.len();
+                outcome.latencies.extend(latencies);
+                busy += took;
+            }
+            Err(err) => outcome.errors.push(format!("round {}: {err}", rounds + 1)),
+        }
+        rounds += 1;
+    }
+    outcome.busy = Some(busy);
+    for conn in conns {
+        finish_connection(&mut Some(conn), &mut outcome);
+    }
+    note_timeout(
+        &mut outcome,
+        row.settings.requests * depth * connections,
+        row.settings.row_timeout,
+    );
+    outcome
+}
+
+/// One round of a batched row: the requests written on every connection, then every reply
+/// read; the latency of each reply from the round's start, and the round's duration.
+fn batch_round(
+    row: &RowContext<'_>,
+    conns: &mut [Connection],
+    parts: &[&[u8]],
+    reply_end: crate::exchange::framing::FrameEnd,
+    depth: usize,
+) -> std::io::Result<(Vec<Duration>, Duration)> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::io::Read;
+    use std::os::fd::AsFd;
+    let start = Instant::now();
+    for conn in conns.iter_mut() {
+        row.variant
+            .client_write
+            .write_message(conn.stream(), parts)?;
+    }
+    let mut pending = vec![depth; conns.len()];
+    let mut buffers = vec![Vec::new(); conns.len()];
+    let mut latencies = Vec::with_capacity(depth * conns.len());
+    let mut chunk = vec![0u8; 64 * 1024];
+    while pending.iter().any(|&n| n > 0) {
+        let left = row
+            .deadline
+            .saturating_duration_since(Instant::now())
+            .min(row.client.timeout);
+        let waiting: Vec<usize> = (0..conns.len()).filter(|&i| pending[i] > 0).collect();
+        let mut fds: Vec<PollFd<'_>> = waiting
+            .iter()
+            .map(|&i| PollFd::new(conns[i].as_fd(), PollFlags::POLLIN))
+            .collect();
+        let timeout =
+            PollTimeout::try_from(left.as_millis().min(60_000) as i32).unwrap_or(PollTimeout::ZERO);
+        let ready = match poll(&mut fds, timeout) {
+            Ok(0) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!(
+                        "{} replies still missing after {} ms",
+                        pending.iter().sum::<usize>(),
+                        start.elapsed().as_millis()
+                    ),
+                ))
+            }
+            Ok(_) => fds
+                .iter()
+                .map(|fd| fd.revents().is_some_and(|r| !r.is_empty()))
+                .collect::<Vec<bool>>(),
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(err) => return Err(err.into()),
+        };
+        drop(fds);
+        for (&i, _) in waiting.iter().zip(ready).filter(|(_, r)| *r) {
+            let read = conns[i].stream().read(&mut chunk)?;
+            if read == 0 {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "server closed the connection before replying",
+                ));
+            }
+            let now = Instant::now();
+            buffers[i].extend_from_slice(&chunk[..read]);
+            while let Some(end) = reply_end(&buffers[i]) {
+                buffers[i].drain(..end);
+                pending[i] = pending[i].saturating_sub(1);
+                latencies.push(now.saturating_duration_since(start));
+            }
+        }
+    }
+    Ok((latencies, start.elapsed()))
+}
+
 /// The server of a row: the kernel's, or the peer's (`lab --peer-side server`).
 enum RowServer {
     Kernel(Server),
@@ -416,17 +584,34 @@ fn peer_client(peer: &crate::peer::Peer, row: &RowContext<'_>) -> ClientOutcome 
     let workload = row.variant.workload;
     let per_request = row.variant.per_request();
     let parts = (workload.request)(row.size, &row.addr.to_string(), per_request);
-    let job = match workload.exchange {
-        Exchange::Turns { reply_end } => ClientJob::Requests(RequestJob {
+    let turns = |reply_end, replies| {
+        ClientJob::Requests(RequestJob {
             server,
-            parts,
+            parts: parts.clone(),
             write: row.variant.client_write,
             reply_end,
+            replies,
             requests: row.settings.requests,
             per_request,
             options,
             deadline: row.deadline,
-        }),
+        })
+    };
+    let job = match workload.exchange {
+        Exchange::Turns { reply_end } => turns(reply_end, 1),
+        // One connection: a pipeline's turns, each answered request by request.
+        Exchange::Batches {
+            reply_end,
+            depth,
+            connections: 1,
+        } => turns(reply_end, depth),
+        Exchange::Batches { .. } => {
+            outcome.errors.push(
+                "the peer drives one connection at a time; run the concurrent rows without \
+                 --peer",
+            );
+            return outcome;
+        }
         Exchange::OneWay => ClientJob::Stream(StreamJob {
             server,
             payload: parts.concat(),
@@ -446,13 +631,15 @@ fn peer_client(peer: &crate::peer::Peer, row: &RowContext<'_>) -> ClientOutcome 
             outcome.client_segments = run.data_segments;
             outcome.latencies = run.latencies;
             outcome.stream_writes = run.stream_writes;
+            outcome.busy = workload.batches().map(|_| run.busy);
             for error in run.errors {
                 outcome.errors.push(error);
             }
             if !workload.is_one_way() {
+                let (depth, _) = workload.batches().unwrap_or((1, 1));
                 note_timeout(
                     &mut outcome,
-                    row.settings.requests,
+                    row.settings.requests * depth,
                     row.settings.row_timeout,
                 );
             }

@@ -20,6 +20,10 @@ pub(crate) enum Scenario {
     Stream,
     /// Document 002's claim: is TCP_NODELAY (or TCP_QUICKACK) on a listener inherited?
     Inherit,
+    /// Requests in flight on one connection (a redis pipeline or multiplexed connection).
+    Pipeline,
+    /// Connections sharing one client thread, each with requests in flight.
+    Concurrent,
 }
 
 /// What the catalogue says about a scenario.
@@ -36,7 +40,7 @@ pub(crate) struct ScenarioInfo {
 }
 
 /// Every scenario, in catalogue order (and in the order of [`Scenario`]'s variants).
-pub(crate) const SCENARIOS: [ScenarioInfo; 5] = [
+pub(crate) const SCENARIOS: [ScenarioInfo; 7] = [
     ScenarioInfo {
         scenario: Scenario::Echo,
         name: "echo",
@@ -68,6 +72,20 @@ pub(crate) const SCENARIOS: [ScenarioInfo; 5] = [
         name: "inherit",
         description: "does an accepted socket inherit TCP_NODELAY / TCP_QUICKACK set on the listener? (doc 002's claim)",
         // Its rows are echo and HTTP rows: the narrower range, echo's.
+        sizes: (3, 65_536),
+    },
+    ScenarioInfo {
+        scenario: Scenario::Pipeline,
+        name: "pipeline",
+        description: "16 redis-like inline commands in flight on one connection, each its own write, replies read as they come; the server sets TCP_NODELAY as redis does",
+        // A command needs at least `\r\n`; the batch must stay below one segment for the
+        // Nagle rows to be about sub-MSS writes, but larger sizes are allowed to see the rest.
+        sizes: (3, 65_536),
+    },
+    ScenarioInfo {
+        scenario: Scenario::Concurrent,
+        name: "concurrent",
+        description: "16 connections driven by one client thread (poll), 4 redis-like commands in flight on each, each its own write",
         sizes: (3, 65_536),
     },
 ];
@@ -278,6 +296,57 @@ const STREAM: Variant = Variant {
     why: Why::StreamNagle,
     ..ECHO
 };
+
+/// Requests in flight, the server answering each at once with TCP_NODELAY as redis does: the
+/// client's Nagle is the row's subject.
+const PIPELINE: Variant = Variant {
+    scenario: Scenario::Pipeline,
+    workload: &workload::PIPELINE,
+    server_nodelay: ServerNodelay::Accepted,
+    size: 16,
+    why: Why::PipelineNagle,
+    ..ECHO
+};
+
+const CONCURRENT: Variant = Variant {
+    scenario: Scenario::Concurrent,
+    workload: &workload::CONCURRENT,
+    ..PIPELINE
+};
+
+/// The rows of a batched scenario: Nagle on, TCP_NODELAY, the batch in one gathering write,
+/// and the client fixed but the server's replies each its own write with Nagle on.
+const fn batch_rows(base: Variant) -> [Variant; 4] {
+    [
+        Variant {
+            name: RowName::Fixed("nagle"),
+            ..base
+        },
+        Variant {
+            name: RowName::Fixed("nodelay"),
+            client_nodelay: true,
+            why: Why::PipelineNodelay,
+            ..base
+        },
+        Variant {
+            name: RowName::Fixed("writev"),
+            client_write: WriteStrategy::Writev,
+            why: Why::PipelineGather,
+            ..base
+        },
+        Variant {
+            name: RowName::Fixed("server-nagle"),
+            client_write: WriteStrategy::Writev,
+            server_nodelay: ServerNodelay::Off,
+            expected: Expectation::Stall,
+            why: Why::PipelineServerNagle,
+            ..base
+        },
+    ]
+}
+
+const PIPELINE_ROWS: [Variant; 4] = batch_rows(PIPELINE);
+const CONCURRENT_ROWS: [Variant; 4] = batch_rows(CONCURRENT);
 
 /// The catalogue. `tcpstall lab` runs every row; `--scenario`/`--variant` select.
 pub(crate) const CATALOGUE: &[Variant] = &[
@@ -541,6 +610,14 @@ pub(crate) const CATALOGUE: &[Variant] = &[
         why: Why::ListenerQuickack,
         ..ECHO
     },
+    PIPELINE_ROWS[0],
+    PIPELINE_ROWS[1],
+    PIPELINE_ROWS[2],
+    PIPELINE_ROWS[3],
+    CONCURRENT_ROWS[0],
+    CONCURRENT_ROWS[1],
+    CONCURRENT_ROWS[2],
+    CONCURRENT_ROWS[3],
 ];
 
 /// The scenario called `name`, if any.

@@ -21,6 +21,17 @@ pub(crate) enum Exchange {
     },
     /// The client writes, pausing between writes; only ACKs come back.
     OneWay,
+    /// Requests in flight: every round, the client writes `depth` requests on each of
+    /// `connections` connections (one thread, one poll over all of them), each request its
+    /// own part, then reads the replies as they come, each ending where `reply_end` finds it.
+    Batches {
+        /// Where one reply ends.
+        reply_end: FrameEnd,
+        /// Requests a connection has in flight per round.
+        depth: usize,
+        /// Connections the one client thread drives.
+        connections: usize,
+    },
 }
 
 /// One workload.
@@ -52,6 +63,16 @@ impl Workload {
     /// Whether the row is a one-way stream.
     pub fn is_one_way(&self) -> bool {
         matches!(self.exchange, Exchange::OneWay)
+    }
+
+    /// Requests in flight per connection and connections per row of a batched exchange.
+    pub fn batches(&self) -> Option<(usize, usize)> {
+        match self.exchange {
+            Exchange::Batches {
+                depth, connections, ..
+            } => Some((depth, connections)),
+            _ => None,
+        }
     }
 }
 
@@ -116,6 +137,57 @@ pub(crate) const STREAM: Workload = Workload {
     request: |size, _, _| vec![vec![b's'; size]],
     closes_when_asked: false,
 };
+
+/// Requests a pipelined connection has in flight: a redis client's pipeline or a multiplexed
+/// connection shared by concurrent callers.
+pub(crate) const PIPELINE_DEPTH: usize = 16;
+
+/// Connections one client thread drives in the concurrent scenario, and the requests each
+/// has in flight.
+pub(crate) const CONCURRENT_CONNECTIONS: usize = 16;
+pub(crate) const CONCURRENT_DEPTH: usize = 4;
+
+/// N requests in flight on one connection, each its own write of a `size`-byte inline
+/// command; the server answers each line as it reads it (redis-like: small requests, small
+/// replies).
+pub(crate) const PIPELINE: Workload = Workload {
+    protocol: |_| Protocol::Echo,
+    exchange: Exchange::Batches {
+        reply_end: framing::line_end,
+        depth: PIPELINE_DEPTH,
+        connections: 1,
+    },
+    writer: Side::Client,
+    message: |size, _| [size, size * (PIPELINE_DEPTH - 1)],
+    answer: |size, _| size,
+    request: |size, _, _| vec![inline_command(size); PIPELINE_DEPTH],
+    closes_when_asked: false,
+};
+
+/// M connections, each with a few requests in flight as [`PIPELINE`]'s, driven by one client
+/// thread polling all of them.
+pub(crate) const CONCURRENT: Workload = Workload {
+    exchange: Exchange::Batches {
+        reply_end: framing::line_end,
+        depth: CONCURRENT_DEPTH,
+        connections: CONCURRENT_CONNECTIONS,
+    },
+    message: |size, _| [size, size * (CONCURRENT_DEPTH - 1)],
+    request: |size, _, _| vec![inline_command(size); CONCURRENT_DEPTH],
+    ..PIPELINE
+};
+
+/// A redis inline command of `size` bytes (`GET kkk…\r\n`; at least `\r\n`).
+pub(crate) fn inline_command(size: usize) -> Vec<u8> {
+    let mut line: Vec<u8> = b"GET "
+        .iter()
+        .copied()
+        .chain(std::iter::repeat(b'k'))
+        .take(size.saturating_sub(2))
+        .collect();
+    line.extend_from_slice(b"\r\n");
+    line
+}
 
 /// The memcached request of every turn.
 const MEMCACHED_GET: &[u8] = b"get k\r\n";

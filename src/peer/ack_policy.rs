@@ -245,12 +245,10 @@ mod tests {
         let mut policy = AckPolicy::new(Profile::Windows.rules(false, None), t0);
         policy.on_received(FLOW, DATA, t0);
         assert_eq!(policy.on_send(FLOW, ACK, b"a1", t0), Verdict::Hold);
-        assert_eq!(policy.next_due(), Some(t0 + Duration::from_millis(200)));
-        assert!(policy.take_due(t0 + Duration::from_millis(199)).is_empty());
-        assert_eq!(
-            policy.take_due(t0 + Duration::from_millis(200)),
-            vec![b"a1".to_vec()]
-        );
+        let timer = t0 + tcp_rules::WINDOWS_DELACK;
+        assert_eq!(policy.next_due(), Some(timer));
+        assert!(policy.take_due(timer - Duration::from_millis(1)).is_empty());
+        assert_eq!(policy.take_due(timer), vec![b"a1".to_vec()]);
         // Two small segments: the second forces the ACK (TcpAckFrequency 2).
         let small = SegmentShape { payload: 6, ..DATA };
         policy.on_received(FLOW, small, t0);
@@ -275,7 +273,8 @@ mod tests {
         let first = t0 + Duration::from_millis(30);
         policy.on_received(FLOW, DATA, first);
         assert_eq!(policy.on_send(FLOW, ACK, b"a", first), Verdict::Hold);
-        assert_eq!(policy.next_due(), Some(t0 + Duration::from_millis(200)));
+        // The fast timer's second tick.
+        assert_eq!(policy.next_due(), Some(t0 + 2 * tcp_rules::MACOS_DELACK));
     }
 
     #[test]
@@ -290,7 +289,7 @@ mod tests {
         policy.on_send(FLOW, SegmentShape { payload: 7, ..ACK }, b"req", t0);
         policy.on_received(FLOW, DATA, t0);
         assert_eq!(policy.on_send(FLOW, ACK, b"a2", t0), Verdict::Hold);
-        assert_eq!(policy.next_due(), Some(t0 + Duration::from_millis(40)));
+        assert_eq!(policy.next_due(), Some(t0 + tcp_rules::DELACK_MIN));
         // More than one full segment unacknowledged: at once.
         policy.on_received(FLOW, DATA, t0);
         assert_eq!(policy.on_send(FLOW, ACK, b"a3", t0), Verdict::Send);

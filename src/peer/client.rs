@@ -19,7 +19,10 @@ pub struct RequestJob {
     pub write: WriteStrategy,
     /// Where a reply ends.
     pub reply_end: FrameEnd,
-    /// Requests to make.
+    /// Replies to each turn's request: 1, or the requests in flight of a pipeline row (each
+    /// part a request, each answered apart).
+    pub replies: usize,
+    /// Turns to make.
     pub requests: usize,
     /// A new connection per request.
     pub per_request: bool,
@@ -57,8 +60,10 @@ pub struct ClientRun {
     pub connections: usize,
     /// Data segments the peer sent.
     pub data_segments: u64,
-    /// Request latencies, from the first write to the reply's last byte.
+    /// Request latencies, from the turn's first write to the reply's last byte.
     pub latencies: Vec<Duration>,
+    /// Time spent in turns, for a request rate.
+    pub busy: Duration,
     /// Stream: per local port, when each write was made.
     pub stream_writes: Vec<(u16, Vec<Instant>)>,
     /// What went wrong.
@@ -94,7 +99,9 @@ pub fn run_requests(stack: &mut PeerStack, job: &RequestJob) -> ClientRun {
     let mut run = ClientRun::default();
     let mut connection = None;
     let mut buf = Vec::new();
-    while run.requests < job.requests && Instant::now() < job.deadline {
+    let mut turns = 0;
+    while turns < job.requests && Instant::now() < job.deadline {
+        turns += 1;
         let handle = match connection {
             Some(handle) => handle,
             None => match stack.connect(job.server, job.options, job.deadline) {
@@ -111,19 +118,28 @@ pub fn run_requests(stack: &mut PeerStack, job: &RequestJob) -> ClientRun {
             },
         };
         let start = Instant::now();
-        let turn = write_message(stack, handle, job.write, &job.parts, job.deadline)
-            .and_then(|()| stack.read_message(handle, &mut buf, job.reply_end, job.deadline));
-        match turn {
-            Ok(len) => {
-                run.latencies.push(start.elapsed());
-                run.requests += 1;
-                buf.drain(..len);
+        let mut turn = write_message(stack, handle, job.write, &job.parts, job.deadline);
+        for _ in 0..job.replies.max(1) {
+            match turn
+                .and_then(|()| stack.read_message(handle, &mut buf, job.reply_end, job.deadline))
+            {
+                Ok(len) => {
+                    run.latencies.push(start.elapsed());
+                    run.requests += 1;
+                    buf.drain(..len);
+                    turn = Ok(());
+                }
+                Err(err) => {
+                    turn = Err(err);
+                    break;
+                }
             }
-            Err(err) => {
-                run.errors
-                    .push(format!("request {}: {err}", run.requests + 1));
-                break;
-            }
+        }
+        run.busy += start.elapsed();
+        if let Err(err) = turn {
+            run.errors
+                .push(format!("request {}: {err}", run.requests + 1));
+            break;
         }
         if job.per_request {
             close(stack, &mut connection, &mut run, job.deadline);

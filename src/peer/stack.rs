@@ -110,7 +110,7 @@ impl PeerStack {
         });
         // A full segment's payload: the smaller MSS less the timestamp option, as Linux's
         // `tcp_current_mss` (the device clamps the MSS smoltcp reads, see `PolicyTun::new`).
-        let own_mss = (super::device::PEER_MTU - 40) as u32;
+        let own_mss = super::device::PEER_MTU as u32 - tcp_rules::IPV4_TCP_HEADERS;
         let full_segment =
             tcp_rules::payload_mss(mss.map_or(own_mss, |m| m.min(own_mss)), rules.timestamps);
         Ok(PeerStack {

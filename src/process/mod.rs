@@ -7,7 +7,9 @@
 //! process's own socket, so that getsockopt/setsockopt act on it); the kernel's TCP tables
 //! (sock_diag netlink, `/proc/net/tcp`) only for what cannot be duplicated.
 
+pub mod bpf_iter;
 pub mod fix;
+pub mod host_sockets;
 pub(crate) mod pidfd;
 pub(crate) mod procfs;
 pub mod sockets;
@@ -16,6 +18,7 @@ pub mod trace;
 mod events;
 mod fd_probe;
 mod fd_table;
+pub(crate) mod kernel_trace;
 mod launch;
 mod pattern;
 pub(crate) mod privilege;
@@ -195,7 +198,7 @@ impl AccessError {
 /// Why ptrace access to `pid` is refused when no capability would help, from /proc: tcpstall
 /// itself (`ptrace_attach` refuses the tracer's own thread group), a kernel thread (no `mm`,
 /// `__ptrace_may_access` refuses), a zombie.
-fn refusal_cause(pid: u32) -> Option<String> {
+pub(crate) fn refusal_cause(pid: u32) -> Option<String> {
     if pid == std::process::id() {
         return Some("it is tcpstall itself".into());
     }

@@ -148,6 +148,19 @@ impl<I: Inspector> SocketModel<I> {
         self.sockets.into_iter().map(|t| t.seen).collect()
     }
 
+    /// The inspector, for a driver that tells it what fds are as events arrive.
+    pub fn inspector_mut(&mut self) -> &mut I {
+        &mut self.inspector
+    }
+
+    /// The (pid, fd) at which the TCP socket behind fd `fd` of `pid` was first seen: the
+    /// socket's name in the report.
+    pub fn first_seen(&mut self, pid: u32, fd: i32) -> Option<(u32, i32)> {
+        let idx = self.socket_of(pid, fd)?;
+        let seen = &self.sockets[idx].seen;
+        Some((seen.pid, seen.fd))
+    }
+
     /// The process has been seen (its fd table is known).
     pub fn knows_process(&self, pid: u32) -> bool {
         self.fds.knows(pid)

@@ -34,10 +34,27 @@ pub struct SocketsArgs {
     /// shown with it, each socket once with every process holding it).
     #[arg(long, conflicts_with = "all")]
     pub no_tree: bool,
+    /// Where the sockets are read: `auto` (with --all, every socket of the host in one pass
+    /// of the kernel's socket iterator where it loads, else each process in turn; with a
+    /// PID, each process), `kernel` (the iterator, or an error saying what it lacks), `proc`
+    /// (each process: its fds, getsockopt on duplicates, sock_diag).
+    #[arg(long, value_enum, default_value_t = Source::Auto)]
+    pub source: Source,
+}
+
+/// Where `sockets` reads the sockets from.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// The kernel's iterator for --all where it loads, else each process.
+    Auto,
+    /// The kernel's socket iterator (BPF `iter/tcp`): CAP_BPF and CAP_PERFMON.
+    Kernel,
+    /// Each process's fds, read through duplicates (`pidfd_getfd`).
+    Proc,
 }
 
 impl SocketView {
-    fn from_proc(pid: Option<u32>, fd: Option<i32>, entry: &TcpEntry) -> SocketView {
+    pub(crate) fn from_proc(pid: Option<u32>, fd: Option<i32>, entry: &TcpEntry) -> SocketView {
         SocketView {
             pid,
             fd,
@@ -58,6 +75,8 @@ impl SocketView {
                 _ => Vec::new(),
             },
             delack_max_us: None,
+            command: None,
+            kernel: None,
         }
     }
 
@@ -70,7 +89,7 @@ impl SocketView {
         port_of(&self.local) == Some(port) || port_of(&self.remote) == Some(port)
     }
 
-    fn judge(&mut self) {
+    pub(crate) fn judge(&mut self) {
         self.can_stall = match (self.nodelay, self.cork) {
             (None, _) => None,
             (Some(true), _) | (_, Some(true)) => Some(false),
@@ -391,8 +410,68 @@ fn owned_by_uid(pid: u32) -> Result<ProcessSockets, AccessError> {
 
 /// Runs `tcpstall sockets`.
 pub fn run(args: &SocketsArgs) -> anyhow::Result<Outcome> {
-    let mut views = Vec::new();
     let mut notes = Vec::new();
+    let kernel_asked = match args.source {
+        Source::Kernel => true,
+        Source::Proc => false,
+        Source::Auto => args.pid.is_none(),
+    };
+    let mut views = None;
+    if kernel_asked {
+        match from_kernel(args) {
+            Ok(found) => {
+                notes.extend(found.notes);
+                views = Some(found.sockets);
+            }
+            Err(err) if args.source == Source::Kernel => return Err(err),
+            Err(err) => eprintln!(
+                "tcpstall: {err}; reading each process's sockets instead (its fds, getsockopt \
+                 on duplicates, sock_diag)"
+            ),
+        }
+    }
+    let kernel_rows = views.is_some();
+    let mut views = match views {
+        Some(views) => views,
+        None => per_process(args, &mut notes)?,
+    };
+    if let Some(port) = args.port {
+        views.retain(|v| v.uses_port(port));
+    }
+    for note in &notes {
+        eprintln!("tcpstall: {note}");
+    }
+    if args.json {
+        crate::report::print_stdout(&(serde_json::to_string_pretty(&views)? + "\n"))?;
+    } else {
+        let mut stdout = std::io::stdout().lock();
+        let fix_pid = args.pid.filter(|_| !args.no_tree);
+        if kernel_rows {
+            crate::report::sockets::write_kernel_table(&mut stdout, &views, fix_pid)?;
+        } else {
+            crate::report::sockets::write_table(&mut stdout, &views, fix_pid)?;
+        }
+        std::io::Write::flush(&mut stdout)?;
+    }
+    Ok(Outcome::Done)
+}
+
+/// Every socket of the host (or of the PID's tree) in one pass of the kernel's iterator.
+fn from_kernel(args: &SocketsArgs) -> anyhow::Result<super::host_sockets::HostSockets> {
+    let tree = match args.pid {
+        Some(pid) if !procfs::process_exists(pid) => {
+            return Err(AccessError::NoSuchProcess { pid }.into())
+        }
+        Some(pid) if args.no_tree => Some(vec![pid]),
+        Some(pid) => Some(super::tree::process_tree(pid)),
+        None => None,
+    };
+    Ok(super::host_sockets::read(tree.as_deref())?)
+}
+
+/// The sockets of the PID's tree, or of every process, each read through a duplicate.
+fn per_process(args: &SocketsArgs, notes: &mut Vec<String>) -> anyhow::Result<Vec<SocketView>> {
+    let mut views = Vec::new();
     if let Some(pid) = args.pid {
         let found = inspect_scope(pid, !args.no_tree)?;
         notes.extend(found.missing);
@@ -454,21 +533,32 @@ pub fn run(args: &SocketsArgs) -> anyhow::Result<Outcome> {
             ));
         }
     }
-    if let Some(port) = args.port {
-        views.retain(|v| v.uses_port(port));
+    Ok(views)
+}
+
+/// A loopback connection after `turns` one-byte request/response turns: (listener, client,
+/// server), the client in ping-pong mode (it delays its ACKs, `inet_csk_enter_pingpong_mode`).
+#[cfg(test)]
+pub(crate) fn ping_pong_pair(
+    turns: usize,
+) -> (
+    std::net::TcpListener,
+    std::net::TcpStream,
+    std::net::TcpStream,
+) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let mut client =
+        std::net::TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+    let (mut server, _) = listener.accept().expect("accept");
+    let mut byte = [0u8; 1];
+    for _ in 0..turns {
+        client.write_all(b"q").expect("request");
+        server.read_exact(&mut byte).expect("read request");
+        server.write_all(b"a").expect("response");
+        client.read_exact(&mut byte).expect("read response");
     }
-    for note in &notes {
-        eprintln!("tcpstall: {note}");
-    }
-    if args.json {
-        crate::report::print_stdout(&(serde_json::to_string_pretty(&views)? + "\n"))?;
-    } else {
-        let mut stdout = std::io::stdout().lock();
-        let fix_pid = args.pid.filter(|_| !args.no_tree);
-        crate::report::sockets::write_table(&mut stdout, &views, fix_pid)?;
-        std::io::Write::flush(&mut stdout)?;
-    }
-    Ok(Outcome::Done)
+    (listener, client, server)
 }
 
 #[cfg(test)]
@@ -554,17 +644,8 @@ mod tests {
     /// are delayed), then the server writes twice; the second write waits for the ACK of the
     /// first, one delayed-ACK timeout (40 ms).
     fn hold_seen_once() -> Attempt {
-        use std::io::{Read, Write};
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-        let mut client = TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
-        let (mut server, _) = listener.accept().expect("accept");
-        let mut byte = [0u8; 1];
-        for _ in 0..4 {
-            client.write_all(b"q").expect("request");
-            server.read_exact(&mut byte).expect("read request");
-            server.write_all(b"a").expect("response");
-            client.read_exact(&mut byte).expect("read response");
-        }
+        use std::io::Write;
+        let (_listener, client, mut server) = ping_pong_pair(4);
         server.write_all(&[1u8; 10]).expect("first write");
         let written = std::time::Instant::now();
         server.write_all(&[2u8; 10]).expect("second write");

@@ -11,7 +11,8 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::Args;
 
-use super::tracer::{self, Mode};
+use super::tracer::{self, Mode, Traced};
+use super::{kernel_trace, procfs, AccessError};
 use crate::report::trace::{write_json, write_text, SocketReport, TraceReport};
 use crate::Outcome;
 
@@ -21,11 +22,10 @@ const DEFAULT_ATTACH_SECONDS: f64 = 10.0;
 /// Arguments of `tcpstall trace`.
 #[derive(Args, Debug, Clone)]
 pub struct TraceArgs {
-    /// Follow this running process (all its threads) instead of starting a command; it is
-    /// detached at the end and runs on (as under strace, a syscall blocked at the moment of
-    /// attaching or detaching may return EINTR, which programs retry). No seccomp filter can be
-    /// installed in a running process from outside, so it stops at every syscall: slower than
-    /// `trace -- CMD`.
+    /// Follow this running process (all its threads, and the processes it starts) instead of
+    /// starting a command, without stopping it: BPF programs on the kernel's tracepoints see
+    /// its socket syscalls (needs CAP_BPF and CAP_PERFMON, or root). Where the kernel does not
+    /// allow them, ptrace is used instead, saying why.
     #[arg(
         short = 'p',
         long = "pid",
@@ -33,6 +33,12 @@ pub struct TraceArgs {
         conflicts_with = "command"
     )]
     pub pid: Option<u32>,
+    /// With -p: follow the process with ptrace even where the tracepoints are available. It
+    /// stops at every syscall (no seccomp filter can be installed in a running process from
+    /// outside), and is detached at the end (as under strace, a syscall blocked at the moment
+    /// of attaching or detaching may return EINTR, which programs retry).
+    #[arg(long, requires = "pid")]
+    pub ptrace: bool,
     /// Stop after this many seconds (default with -p: 10; a command runs until it and every
     /// process it started have ended, a daemon it leaves behind included, as under
     /// `strace -f`, and is killed when the time is up).
@@ -78,14 +84,21 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<Outcome> {
         None => ReportTo::Stdout(report_stdout()?),
     };
     let traced = match (args.pid, limit) {
-        (Some(pid), Some(limit)) => tracer::trace_process(pid, limit)?,
+        (Some(pid), Some(limit)) => trace_running(pid, limit, args.ptrace)?,
         _ => tracer::trace_command(&args.command, limit)?,
     };
+    let holds = traced.kernel_holds;
+    let tracepoints = traced.mode == Mode::Tracepoints;
     let mut sockets: Vec<SocketReport> = traced
         .sockets
         .into_iter()
         .filter(|s| s.sends > 0 || s.reads > 0)
-        .map(SocketReport::new)
+        .map(|s| {
+            let held = holds.get(&(s.pid, s.fd)).copied().unwrap_or(0);
+            let mut report = SocketReport::new(s);
+            report.kernel_holds = tracepoints.then_some(held);
+            report
+        })
         .collect();
     sockets.sort_by_key(|s| std::cmp::Reverse(s.socket.write_write_read));
     let report = TraceReport {
@@ -94,6 +107,7 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<Outcome> {
         method: match traced.mode {
             Mode::Seccomp => "seccomp",
             Mode::Attached => "ptrace_syscall",
+            Mode::Tracepoints => "tracepoints",
         },
         duration_s: traced.elapsed.as_secs_f64(),
         syscalls: traced.syscalls,
@@ -124,6 +138,38 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<Outcome> {
     } else {
         Outcome::Done
     })
+}
+
+/// Follows running process `pid`: through the kernel's tracepoints, which never stop it, unless
+/// `force_ptrace` or the kernel does not allow them (then says why on standard error), else
+/// with ptrace.
+fn trace_running(pid: u32, limit: Duration, force_ptrace: bool) -> anyhow::Result<Traced> {
+    if !procfs::process_exists(pid) {
+        return Err(AccessError::NoSuchProcess { pid }.into());
+    }
+    if let Some(thread) = AccessError::thread_of(pid) {
+        return Err(thread.into());
+    }
+    // Tcpstall itself, a kernel thread, a zombie: refused whichever way it would be followed.
+    if let Some(cause) = super::refusal_cause(pid) {
+        let action = "follow the syscalls".to_string();
+        return Err(AccessError::Refused { action, pid, cause }.into());
+    }
+    if !force_ptrace {
+        let why = match kernel_trace::unavailable().or_else(|| kernel_trace::unavailable_for(pid)) {
+            Some(why) => why,
+            None => match kernel_trace::KernelTracer::open(pid) {
+                Ok(kernel) => return kernel_trace::trace_process(kernel, pid, limit),
+                Err(err) => kernel_trace::load_failure(&err),
+            },
+        };
+        eprintln!(
+            "tcpstall: cannot follow pid {pid} through the kernel's tracepoints, which never stop \
+             it: {why}; following it with ptrace instead, which stops it at every syscall \
+             (--ptrace chooses ptrace without this note)"
+        );
+    }
+    tracer::trace_process(pid, limit)
 }
 
 /// Whether fd 1 was closed when tcpstall started. The Rust runtime puts /dev/null on a closed

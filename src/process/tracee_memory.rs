@@ -56,16 +56,8 @@ pub(crate) fn readable_fds(tid: Pid, how: WaitKind, args: &[u64; 6]) -> Option<V
             if count > MAX_WAIT_FDS {
                 return None;
             }
-            // struct pollfd { int fd; short events; short revents; }
             let bytes = read_memory(tid, args[0], count as usize * 8)?;
-            let wanted: libc::c_short = libc::POLLIN | libc::POLLPRI | libc::POLLRDHUP;
-            Some(
-                bytes
-                    .chunks_exact(8)
-                    .filter(|p| i16::from_ne_bytes([p[4], p[5]]) & wanted != 0)
-                    .map(|p| i32::from_ne_bytes([p[0], p[1], p[2], p[3]]))
-                    .collect(),
-            )
+            Some(poll_readable(&bytes))
         }
         WaitKind::Select => {
             let (nfds, read_set) = (args[0], args[1]);
@@ -75,23 +67,40 @@ pub(crate) fn readable_fds(tid: Pid, how: WaitKind, args: &[u64; 6]) -> Option<V
             if nfds > MAX_WAIT_FDS {
                 return None;
             }
-            // fd_set: a bitmap of longs, fd n at bit n % 64 of long n / 64 (little or big
-            // endian alike when read as native u64 words).
             let words = nfds.div_ceil(64) as usize;
             let bytes = read_memory(tid, read_set, words * 8)?;
-            let mut fds = Vec::new();
-            for (w, chunk) in bytes.chunks_exact(8).enumerate() {
-                let word = u64::from_ne_bytes(chunk.try_into().ok()?);
-                for bit in 0..64 {
-                    let fd = (w * 64 + bit) as u64;
-                    if fd < nfds && word & (1 << bit) != 0 {
-                        fds.push(fd as i32);
-                    }
-                }
-            }
-            Some(fds)
+            Some(select_readable(&bytes, nfds))
         }
     }
+}
+
+/// The fds of an array of `struct pollfd { int fd; short events; short revents; }` waited on
+/// for reading (POLLIN/POLLPRI/POLLRDHUP).
+pub(crate) fn poll_readable(pollfds: &[u8]) -> Vec<i32> {
+    let wanted: libc::c_short = libc::POLLIN | libc::POLLPRI | libc::POLLRDHUP;
+    pollfds
+        .chunks_exact(8)
+        .filter(|p| i16::from_ne_bytes([p[4], p[5]]) & wanted != 0)
+        .map(|p| i32::from_ne_bytes([p[0], p[1], p[2], p[3]]))
+        .collect()
+}
+
+/// The fds below `nfds` set in a select read set: a bitmap of longs, fd n at bit n % 64 of
+/// long n / 64 (little or big endian alike when read as native u64 words).
+pub(crate) fn select_readable(read_set: &[u8], nfds: u64) -> Vec<i32> {
+    let mut fds = Vec::new();
+    for (w, chunk) in read_set.chunks_exact(8).enumerate() {
+        let mut bytes = [0u8; 8];
+        bytes.copy_from_slice(chunk);
+        let word = u64::from_ne_bytes(bytes);
+        for bit in 0..64 {
+            let fd = (w * 64 + bit) as u64;
+            if fd < nfds && word & (1 << bit) != 0 {
+                fds.push(fd as i32);
+            }
+        }
+    }
+    fds
 }
 
 #[cfg(test)]

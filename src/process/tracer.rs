@@ -63,6 +63,9 @@ pub(crate) enum Mode {
     Seccomp,
     /// A running process, stepped from syscall to syscall.
     Attached,
+    /// A running process, never stopped: its syscalls seen by BPF programs on the kernel's
+    /// tracepoints ([`super::kernel_trace`]).
+    Tracepoints,
 }
 
 /// The result of a trace.
@@ -79,6 +82,9 @@ pub(crate) struct Traced {
     pub elapsed: Duration,
     /// Stopped by Ctrl-C/SIGTERM or the end of `--duration` rather than by the target ending.
     pub interrupted: bool,
+    /// Sends the kernel showed held by Nagle as they returned, by the (pid, fd) a socket was
+    /// first seen at (tracepoints only).
+    pub kernel_holds: HashMap<(u32, i32), u64>,
 }
 
 /// The driver's state.
@@ -214,7 +220,7 @@ impl Tracer {
         // ESRCH: the thread was killed meanwhile; its exit will be reported.
         let _ = match self.mode {
             Mode::Seccomp => ptrace::cont(tid, sig),
-            Mode::Attached => ptrace::syscall(tid, sig),
+            Mode::Attached | Mode::Tracepoints => ptrace::syscall(tid, sig),
         };
     }
 
@@ -226,7 +232,7 @@ impl Tracer {
             if over || signals::stop_requested() {
                 interrupted = true;
                 match self.mode {
-                    Mode::Attached => {
+                    Mode::Attached | Mode::Tracepoints => {
                         self.detach_all();
                         break;
                     }
@@ -247,6 +253,7 @@ impl Tracer {
             exit_status: self.exit_status,
             elapsed: started.elapsed(),
             interrupted,
+            kernel_holds: HashMap::new(),
         })
     }
 

@@ -22,20 +22,6 @@ use crate::flow::{Span, Timestamp};
 use crate::ladder::Ladder;
 use crate::report::model::probe::Culprit;
 
-/// The tables' headers of the reported kinds (the stalls, and writes paced by ACKs), in report
-/// order.
-fn stall_columns() -> impl Iterator<Item = &'static str> {
-    StallKind::reported().map(|kind| kind.info().page_column)
-}
-
-/// A row's counts of the reported kinds, in the order of [`stall_columns`].
-fn stall_cells(counts: &KindCounts) -> impl Iterator<Item = Cell> + '_ {
-    StallKind::reported().map(|kind| {
-        let n = counts.get(kind);
-        Cell::number(n.to_string(), n as f64)
-    })
-}
-
 /// Flows listed in the table (those that lost most time first).
 pub const TABLE_ROWS: usize = 500;
 /// Flows with a histogram and a timeline.
@@ -171,6 +157,20 @@ impl Page {
             fixes: l.fixes.clone(),
         });
     }
+}
+
+/// The tables' headers of the reported kinds (the stalls, and writes paced by ACKs), in report
+/// order.
+fn stall_columns() -> impl Iterator<Item = &'static str> {
+    StallKind::reported().map(|kind| kind.info().page_column)
+}
+
+/// A row's counts of the reported kinds, in the order of [`stall_columns`].
+fn stall_cells(counts: &KindCounts) -> impl Iterator<Item = Cell> + '_ {
+    StallKind::reported().map(|kind| {
+        let n = counts.get(kind);
+        Cell::number(n.to_string(), n as f64)
+    })
 }
 
 fn ms_cell(us: Option<u32>) -> Cell {

@@ -153,7 +153,27 @@ pub(crate) fn write_table(out: &mut impl Write, report: &LabReport) -> io::Resul
             );
         }
         if let Some(own) = r.own_packet_share {
-            why = format!("{:.0}% of writes sent alone; {why}", own * 100.0);
+            let pushed = r
+                .pushed_packet_share
+                .map(|p| format!(" ({:.1}% of packets pushed)", p * 100.0))
+                .unwrap_or_default();
+            why = format!("{:.0}% of writes sent alone{pushed}; {why}", own * 100.0);
+        }
+        if let (Some(expected), Some(detector)) = (r.expected_detector_kind, &r.detector) {
+            why = match r.detector_kind_checked {
+                Some(kind) => format!("capture: {kind}×{}; {why}", detector.count_of(kind)),
+                None => format!(
+                    "capture: {expected} expected, not a detector kind yet (nagle_minor×{}); {why}",
+                    detector.count_of("nagle_minor")
+                ),
+            };
+        }
+        if let Some(rate) = r.requests_per_second {
+            let lost = r
+                .throughput_lost
+                .map(|lost| format!(", {:+.0}% vs nodelay", -lost * 100.0))
+                .unwrap_or_default();
+            why = format!("{rate:.0} req/s{lost}; {why}");
         }
         if let Some(inherited) = r.inherited {
             why = format!("inherited: {}; {why}", yes_no(inherited));

@@ -5,7 +5,7 @@
 use std::io::{self, Write};
 
 use crate::report::model::sockets::{
-    Action, DelackPlan, FixReport, FixedSocket, InfoView, SocketView, TcpState,
+    Action, DelackPlan, FixReport, FixedSocket, InfoView, KernelView, SocketView, TcpState,
 };
 use crate::report::or_unknown;
 
@@ -122,6 +122,123 @@ pub(crate) fn write_table(
         )?;
     }
     Ok(())
+}
+
+/// The `sockets --all` table from the kernel's iterator: every TCP socket of the host, its
+/// owner, Nagle and cork, the delayed ACK it owes and its ping-pong count, the bytes it holds
+/// unsent; then a line per socket holding bytes now, and per socket that can stall.
+pub(crate) fn write_kernel_table(
+    out: &mut impl Write,
+    views: &[SocketView],
+    fix_pid: Option<u32>,
+) -> io::Result<()> {
+    if views.is_empty() {
+        return writeln!(out, "no TCP sockets");
+    }
+    // (title, width; negative: left-aligned) of each column, then the cells of a row.
+    const COLUMNS: [(&str, i8); 13] = [
+        ("PID", 7),
+        ("COMMAND", -15),
+        ("LOCAL", -22),
+        ("REMOTE", -22),
+        ("STATE", -11),
+        ("NODELAY", -7),
+        ("CORK", -4),
+        ("DELACK", -6),
+        ("PING", 4),
+        ("UNSENT", 7),
+        ("INFL", 5),
+        ("CWND", 5),
+        ("MSS", 6),
+    ];
+    let line = |out: &mut dyn Write, cells: &[String]| -> io::Result<()> {
+        let mut text = String::new();
+        for ((_, width), cell) in COLUMNS.iter().zip(cells) {
+            let w = usize::from(width.unsigned_abs());
+            let padded = if *width < 0 {
+                format!("{cell:<w$} ")
+            } else {
+                format!("{cell:>w$} ")
+            };
+            text.push_str(&padded);
+        }
+        writeln!(out, "{}", text.trim_end())
+    };
+    let titles: Vec<String> = COLUMNS.iter().map(|(t, _)| t.to_string()).collect();
+    line(out, &titles)?;
+    for v in views {
+        let k = v.kernel.as_ref();
+        let num = |f: fn(&KernelView) -> u32| k.map_or("-".to_string(), |k| f(k).to_string());
+        let delack = match k {
+            Some(k) if k.delack_pending => k.delay_text().unwrap_or_else(|| "owed".to_string()),
+            Some(_) => "-".to_string(),
+            None => "?".to_string(),
+        };
+        let remote = if v.listening { "*" } else { &v.remote };
+        line(
+            out,
+            &[
+                or_unknown(v.pid),
+                v.command.clone().unwrap_or_else(|| "-".to_string()),
+                v.local.clone(),
+                remote.to_string(),
+                v.state.name().to_string(),
+                on_off(v.nodelay).to_string(),
+                on_off(v.cork).to_string(),
+                delack,
+                num(|k| u32::from(k.pingpong)),
+                num(|k| k.unsent),
+                num(|k| k.packets_out),
+                num(|k| k.snd_cwnd),
+                num(|k| k.mss_cache),
+            ],
+        )?;
+    }
+    for v in views {
+        let Some(k) = &v.kernel else { continue };
+        let why = if v.held_now == Some(true) {
+            "Nagle holds them until the ACK of the segment in flight"
+        } else if v.cork == Some(true) && k.unsent > 0 {
+            "TCP_CORK holds them until uncorked or the cork timer"
+        } else if k.autocork_pending {
+            "autocorking holds them until earlier data leaves the qdisc"
+        } else {
+            continue;
+        };
+        writeln!(
+            out,
+            "held now: pid {} {} -> {}: {} B written and not sent, {} segment(s) in flight: {why}",
+            or_unknown(v.pid),
+            v.local,
+            v.remote,
+            k.unsent,
+            k.packets_out
+        )?;
+    }
+    for v in views.iter().filter(|v| v.can_stall == Some(true)) {
+        let Some(pid) = v.pid else { continue };
+        // Connections it accepted that all have TCP_NODELAY: the server sets it itself.
+        let mut accepted = views
+            .iter()
+            .filter(|c| !c.listening && c.pid == v.pid && local_port(c) == local_port(v))
+            .peekable();
+        let sets_it_itself = accepted.peek().is_some() && accepted.all(|c| c.nodelay == Some(true));
+        if v.listening && !sets_it_itself {
+            writeln!(
+                out,
+                "can stall: pid {pid} {} listening with Nagle on: every connection it accepts \
+                 inherits Nagle (tcpstall fix {})",
+                v.local,
+                fix_pid.unwrap_or(pid)
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// A socket's local port, as written.
+fn local_port(v: &SocketView) -> Option<&str> {
+    v.local.rsplit_once(':').map(|(_, port)| port)
 }
 
 /// A client-side connection (its local port is none of the listeners shown) that receives

@@ -22,13 +22,21 @@ pub(crate) struct SocketReport {
     pub socket: TracedSocket,
     /// What to change, when a write-write-read was found.
     pub fix: Option<&'static str>,
+    /// Sends whose tail the kernel showed held by Nagle as the call returned (unsent bytes
+    /// behind a small segment in flight); traced through the tracepoints only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernel_holds: Option<u64>,
 }
 
 impl SocketReport {
     /// The socket, with the fix when it had a write-write-read.
     pub fn new(socket: TracedSocket) -> SocketReport {
         let fix = (socket.write_write_read > 0).then_some(FIX);
-        SocketReport { socket, fix }
+        SocketReport {
+            socket,
+            fix,
+            kernel_holds: None,
+        }
     }
 }
 
@@ -39,7 +47,8 @@ pub(crate) struct TraceReport {
     pub command: Option<Vec<String>>,
     /// The process traced with `-p`.
     pub pid: Option<u32>,
-    /// `seccomp` (a command, stopped only at socket syscalls) or `ptrace_syscall` (`-p`).
+    /// `seccomp` (a command, stopped only at socket syscalls), `tracepoints` (`-p`, never
+    /// stopped) or `ptrace_syscall` (`-p --ptrace`, or where the kernel refuses tracepoints).
     pub method: &'static str,
     /// Seconds traced.
     pub duration_s: f64,
@@ -77,6 +86,9 @@ fn label(s: &TracedSocket) -> String {
 pub(crate) fn write_text(report: &TraceReport, out: &mut impl Write) -> io::Result<()> {
     let target = match (&report.command, report.pid) {
         (Some(cmd), _) => cmd.join(" "),
+        (None, Some(pid)) if report.interrupted && report.method == "tracepoints" => {
+            format!("pid {pid} (still running, never stopped)")
+        }
         (None, Some(pid)) if report.interrupted => format!("pid {pid} (detached)"),
         (None, Some(pid)) => format!("pid {pid} (exited during the trace)"),
         (None, None) => String::new(),
@@ -101,7 +113,12 @@ pub(crate) fn write_text(report: &TraceReport, out: &mut impl Write) -> io::Resu
     if found.is_empty() {
         writeln!(out, "no write-write-read on a Nagle socket")?;
     }
-    for s in &found {
+    for r in report
+        .sockets
+        .iter()
+        .filter(|r| r.socket.write_write_read > 0)
+    {
+        let s = &r.socket;
         let nodelay = if s.nodelay_ever_set {
             "TCP_NODELAY was set at some point, off during these writes"
         } else {
@@ -117,6 +134,13 @@ pub(crate) fn write_text(report: &TraceReport, out: &mut impl Write) -> io::Resu
         )?;
         if let Some(example) = &s.example {
             writeln!(out, "  e.g. {}", example.describe())?;
+        }
+        if let Some(holds) = r.kernel_holds.filter(|&h| h > 0) {
+            writeln!(
+                out,
+                "  the kernel held the tail of {holds} sends (Nagle: unsent bytes behind a small \
+                 segment in flight) as the call returned"
+            )?;
         }
         if s.quickack_sets > 0 {
             writeln!(

@@ -191,6 +191,76 @@ pub fn event_text(event: &StallEvent, found: Result<&Owner, &NoOwner>) -> String
     out
 }
 
+/// What ended a kernel-seen hold, in words (`watch --kernel`), by its `release` name.
+pub fn release_text(release: &str) -> &'static str {
+    match release {
+        "ack" => "the ACK of the small segment in flight",
+        "tlp" => "the tail-loss probe timer (no ACK came in time: the probe sent or resent data)",
+        "rto" => "the retransmission timer (the small segment or its ACK was lost and resent)",
+        "probe0" => "the zero-window probe timer",
+        "pushed" => "no ACK: TCP_NODELAY was switched on, or the socket uncorked",
+        "close" => "close(): the FIN carried the held bytes out",
+        "reset" => "a reset or abort: the held bytes were discarded with the socket",
+        _ => "unknown",
+    }
+}
+
+/// A kernel event's `release` added to its rendering: the JSON key, or a text line.
+pub fn add_release(buf: &mut Vec<u8>, json: bool, release: &str) {
+    if json {
+        if buf.last() == Some(&b'}') {
+            buf.pop();
+            buf.extend_from_slice(format!(",\"release\":\"{release}\"}}").as_bytes());
+        }
+    } else {
+        buf.extend_from_slice(format!("  released by: {}\n", release_text(release)).as_bytes());
+    }
+}
+
+/// A hold that ended because its socket closed (`watch --kernel`): reported as ended, not as
+/// a stall nor as lost. JSON: `{"ended":{"by","flow","flow_id","time","delay_ms","held_side",
+/// "bytes","pid","command"}}`.
+pub fn ended_text(event: &StallEvent, pid: u32, command: &str, by: &str, json: bool) -> String {
+    let f = &event.finding;
+    let flow = flow_label(event.client, event.server);
+    if json {
+        #[derive(Serialize)]
+        struct Ended<'a> {
+            by: &'a str,
+            flow: &'a str,
+            flow_id: u64,
+            time: f64,
+            delay_ms: f64,
+            held_side: &'static str,
+            bytes: u32,
+            pid: u32,
+            command: &'a str,
+        }
+        let ended = Ended {
+            by,
+            flow: &flow,
+            flow_id: event.flow_id,
+            time: event.ts_ns.as_secs_f64(),
+            delay_ms: f.delay_ns.as_secs_f64() * 1e3,
+            held_side: f.held_side.name(),
+            bytes: event.released_bytes,
+            pid,
+            command,
+        };
+        let line = serde_json::json!({ "ended": ended });
+        return format!("{line}\n");
+    }
+    format!(
+        "{}  hold ended by {by}  {}  held: {}  {flow}\n  process: pid {pid} ({command}); {} B \
+         waited for Nagle until {}\n",
+        clock(event.ts_ns.as_nanos()),
+        ms(f.delay_ns),
+        f.held_side.name(),
+        event.released_bytes,
+        release_text(by)
+    )
+}
+
 /// Whether the running kernel takes TCP_DELACK_MAX_US, probed once on a scratch socket.
 fn kernel_caps_delayed_ack() -> bool {
     static PROBED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();

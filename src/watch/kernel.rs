@@ -23,7 +23,7 @@ use aya::programs::BtfTracePoint;
 use aya::{Btf, Ebpf};
 use rustc_hash::FxHashMap;
 
-use super::metrics::{Metrics, Totals};
+use super::metrics::{KernelTotals, Metrics, Totals};
 use super::printer::{self, ToPrinter};
 use super::WatchArgs;
 use crate::detect::{Finding, KindCounts, PeerStack, StallEvent, StallKind};
@@ -38,7 +38,12 @@ use crate::tcp_rules;
 pub static NAGLE_BPF: &[u8] = aya::include_bytes_aligned!("../../bpf/nagle.bpf.o");
 
 /// The tracepoints the programs attach to, by program name (= tracepoint name).
-const TRACEPOINTS: [&str; 2] = ["sock_send_length", "tcp_probe"];
+const TRACEPOINTS: [&str; 4] = [
+    "sock_send_length",
+    "tcp_probe",
+    "tcp_retransmit_skb",
+    "inet_sock_set_state",
+];
 
 /// How often the ring buffer is read: a hold is printed at most this late, and the kernel
 /// never wakes tcpstall (the records are submitted with BPF_RB_NO_WAKEUP).
@@ -53,14 +58,67 @@ const IDLE: Duration = Duration::from_secs(60);
 /// Size of one record in the ring (`struct hold` in `bpf/nagle.bpf.c`, padded to 8).
 const RECORD_LEN: usize = 104;
 
-/// The record's `release` value for an ACK that arrived (`RELEASE_ACK`).
-const RELEASE_ACK: u8 = 1;
-
 /// Slots of the kernel's per-CPU counters (`enum` in `bpf/nagle.bpf.c`).
 const COUNT_HOLDS: u32 = 0;
 const COUNT_SHORT: u32 = 1;
 const COUNT_RING_FULL: u32 = 2;
 const COUNT_BY_WRITE: u32 = 3;
+const COUNT_BY_CLOSE: u32 = 4;
+const COUNT_BY_RESET: u32 = 5;
+
+/// What ended a hold (`RELEASE_*` in `bpf/nagle.bpf.c`, in that order from 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Release {
+    /// The ACK of the small segment in flight: Nagle's own release.
+    Ack,
+    /// The tail-loss probe timer: it sent the held bytes (tcp_send_loss_probe ignores Nagle),
+    /// or resent the small segment whose ACK then released them.
+    Tlp,
+    /// The retransmission timer resent the small segment; its ACK released the bytes.
+    Rto,
+    /// The zero-window probe timer sent them (tcp_write_wakeup).
+    Probe0,
+    /// Sent with no ACK and no timer: TCP_NODELAY switched on, or uncorked.
+    Pushed,
+    /// close(): the FIN pushed them out (tcp_send_fin). The hold ended; nothing was lost.
+    Close,
+    /// A reset or abort closed the socket: the bytes were discarded with it.
+    Reset,
+}
+
+impl Release {
+    const ALL: [Release; 7] = [
+        Release::Ack,
+        Release::Tlp,
+        Release::Rto,
+        Release::Probe0,
+        Release::Pushed,
+        Release::Close,
+        Release::Reset,
+    ];
+
+    fn from_code(code: u8) -> Option<Release> {
+        Release::ALL.get(usize::from(code).checked_sub(1)?).copied()
+    }
+
+    /// Stable name, the `release` key of `watch --kernel --json`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Release::Ack => "ack",
+            Release::Tlp => "tlp",
+            Release::Rto => "rto",
+            Release::Probe0 => "probe0",
+            Release::Pushed => "pushed",
+            Release::Close => "close",
+            Release::Reset => "reset",
+        }
+    }
+
+    /// The socket closed: the hold ended with it, not released to the peer in turn.
+    pub fn is_closing(self) -> bool {
+        matches!(self, Release::Close | Release::Reset)
+    }
+}
 
 /// One completed hold, as the kernel recorded it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,7 +135,8 @@ pub struct Hold {
     pub remote: SocketAddr,
     /// When the write left bytes waiting, CLOCK_MONOTONIC ns.
     pub start_ns: u64,
-    /// When the ACK that released them arrived, CLOCK_MONOTONIC ns.
+    /// When the hold ended, CLOCK_MONOTONIC ns: the releasing ACK's arrival, the close, or
+    /// (a timer release) when the bytes were sent, to the jiffy.
     pub end_ns: u64,
     /// Bytes waiting (write_seq - snd_nxt) after the latest write of the hold.
     pub unsent: u32,
@@ -87,8 +146,13 @@ pub struct Hold {
     pub mss: u32,
     /// Its minimum RTT when the hold began (`tcp_sock.rtt_min`), µs.
     pub min_rtt_us: u32,
-    /// What ended it: an arriving ACK.
-    pub released_by_ack: bool,
+    /// What ended it.
+    pub release: Release,
+    /// Segments resent while it waited.
+    pub retransmits: u8,
+    /// Jiffies before `end_ns` (as recorded) that the bytes left: a timer release is seen at
+    /// the next segment received, not when it fired. [`KernelSource::read`] applies it.
+    pub sent_ago_jiffies: u32,
 }
 
 impl Hold {
@@ -135,8 +199,10 @@ impl Hold {
             min_rtt_us: u32_at(40)?,
             local: SocketAddr::new(ip(saddr)?, u16_at(46)?),
             remote: SocketAddr::new(ip(daddr)?, u16_at(48)?),
-            released_by_ack: *rec.get(50)? == RELEASE_ACK,
+            release: Release::from_code(*rec.get(50)?)?,
+            retransmits: *rec.get(51)?,
             command: String::from_utf8_lossy(&comm[..comm_len]).into_owned(),
+            sent_ago_jiffies: u32_at(100)?,
         })
     }
 
@@ -147,13 +213,16 @@ impl Hold {
         let delay = self.duration();
         // Released by the peer's ACK: at 30 ms or more that ACK was a delayed one (the peer's
         // tcp_delack_timer, 40 ms at least on Linux: tcp_rules::DELACK_MIN); sooner, an
-        // ordinary ACK, a round trip's wait.
-        let delayed = delay >= Span::from_duration(tcp_rules::STALL_THRESHOLD);
-        let kind = if delayed {
-            StallKind::NagleDelayedAck
-        } else {
-            StallKind::NagleMinor
+        // ordinary ACK, a round trip's wait. Released by a timer: the loss-recovery timers'
+        // wait (TLP, RTO), or the zero-window probe's.
+        let long = delay >= Span::from_duration(tcp_rules::STALL_THRESHOLD);
+        let kind = match self.release {
+            _ if !long => StallKind::NagleMinor,
+            Release::Tlp | Release::Rto => StallKind::Rto,
+            Release::Probe0 => StallKind::ZeroWindow,
+            _ => StallKind::NagleDelayedAck,
         };
+        let delayed = kind == StallKind::NagleDelayedAck;
         let ack_delay = delayed.then(|| {
             Span::from_nanos(
                 delay
@@ -211,6 +280,10 @@ pub struct KernelCounts {
     pub ring_full: u64,
     /// Holds that a later write ended by sending everything (no ACK waited for).
     pub by_write: u64,
+    /// Holds ended by close(): the FIN pushed the bytes.
+    pub by_close: u64,
+    /// Holds ended by a reset or abort.
+    pub by_reset: u64,
 }
 
 /// Why the kernel source cannot run, with what to do.
@@ -254,6 +327,8 @@ pub struct KernelSource {
     counts: PerCpuArray<MapData, u64>,
     /// CLOCK_REALTIME - CLOCK_MONOTONIC, ns, when loaded.
     realtime_offset_ns: i64,
+    /// One jiffy, ns (CONFIG_HZ); `None` when the kernel's config is unreadable.
+    jiffy_ns: Option<u64>,
 }
 
 impl std::fmt::Debug for KernelSource {
@@ -274,7 +349,7 @@ fn refused(err: &dyn std::fmt::Display) -> bool {
     .any(|s| text.contains(s))
 }
 
-fn chain(err: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn chain(err: &(dyn std::error::Error + 'static)) -> String {
     let mut text = err.to_string();
     let mut source = err.source();
     // The chain of an error is short; the bound keeps a cyclic one from looping.
@@ -291,43 +366,53 @@ fn chain(err: &(dyn std::error::Error + 'static)) -> String {
     text
 }
 
+/// Loads a committed BPF object and attaches its programs, each a `tp_btf` program named as
+/// its tracepoint, in `hooks`' order. Dropping the result detaches them.
+pub(crate) fn load_btf_tracepoints(
+    object: &[u8],
+    hooks: &[&'static str],
+) -> Result<Ebpf, KernelError> {
+    // Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK; later ones to the cgroup.
+    // Raising it is harmless where it is not needed, and may fail unprivileged: ignored.
+    let unlimited = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: setrlimit reads the struct passed; no other memory is touched.
+    let _ = unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) };
+
+    let btf = Btf::from_sys_fs().map_err(|e| KernelError::NoBtf(chain(&e)))?;
+    let mut bpf = Ebpf::load(object).map_err(|e| {
+        let text = chain(&e);
+        if refused(&text) {
+            KernelError::NotAllowed(text)
+        } else {
+            KernelError::Load(text)
+        }
+    })?;
+    for &hook in hooks {
+        let hook_err = |why: String| {
+            if refused(&why) {
+                KernelError::NotAllowed(format!("{hook}: {why}"))
+            } else {
+                KernelError::Hook { hook, why }
+            }
+        };
+        let program: &mut BtfTracePoint = bpf
+            .program_mut(hook)
+            .ok_or_else(|| KernelError::Load(format!("the object has no program {hook}")))?
+            .try_into()
+            .map_err(|e| KernelError::Load(chain(&e)))?;
+        program.load(hook, &btf).map_err(|e| hook_err(chain(&e)))?;
+        program.attach().map_err(|e| hook_err(chain(&e)))?;
+    }
+    Ok(bpf)
+}
+
 impl KernelSource {
     /// Loads and attaches the programs.
     pub fn open() -> Result<KernelSource, KernelError> {
-        // Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK; later ones to the cgroup.
-        // Raising it is harmless where it is not needed, and may fail unprivileged: ignored.
-        let unlimited = libc::rlimit {
-            rlim_cur: libc::RLIM_INFINITY,
-            rlim_max: libc::RLIM_INFINITY,
-        };
-        // SAFETY: setrlimit reads the struct passed; no other memory is touched.
-        let _ = unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) };
-
-        let btf = Btf::from_sys_fs().map_err(|e| KernelError::NoBtf(chain(&e)))?;
-        let mut bpf = Ebpf::load(NAGLE_BPF).map_err(|e| {
-            let text = chain(&e);
-            if refused(&text) {
-                KernelError::NotAllowed(text)
-            } else {
-                KernelError::Load(text)
-            }
-        })?;
-        for hook in TRACEPOINTS {
-            let hook_err = |why: String| {
-                if refused(&why) {
-                    KernelError::NotAllowed(format!("{hook}: {why}"))
-                } else {
-                    KernelError::Hook { hook, why }
-                }
-            };
-            let program: &mut BtfTracePoint = bpf
-                .program_mut(hook)
-                .ok_or_else(|| KernelError::Load(format!("the object has no program {hook}")))?
-                .try_into()
-                .map_err(|e| KernelError::Load(chain(&e)))?;
-            program.load(hook, &btf).map_err(|e| hook_err(chain(&e)))?;
-            program.attach().map_err(|e| hook_err(chain(&e)))?;
-        }
+        let mut bpf = load_btf_tracepoints(NAGLE_BPF, &TRACEPOINTS)?;
         let ring = bpf
             .take_map("events")
             .ok_or_else(|| KernelError::Load("the object has no map `events`".into()))
@@ -341,6 +426,9 @@ impl KernelSource {
             ring,
             counts,
             realtime_offset_ns: realtime_offset_ns(),
+            jiffy_ns: crate::kernel::KernelFacts::read()
+                .hz
+                .map(|hz| 1_000_000_000 / u64::from(hz.max(1))),
         })
     }
 
@@ -353,7 +441,13 @@ impl KernelSource {
     /// skipped. The ring's size bounds one call.
     pub fn read(&mut self, mut each: impl FnMut(Hold)) {
         while let Some(item) = self.ring.next() {
-            if let Some(hold) = Hold::parse(&item) {
+            if let Some(mut hold) = Hold::parse(&item) {
+                // A timer's release: the bytes left when lsndtime says, before the segment
+                // that revealed it.
+                if let Some(jiffy) = self.jiffy_ns {
+                    let ago = u64::from(hold.sent_ago_jiffies).saturating_mul(jiffy);
+                    hold.end_ns = hold.end_ns.saturating_sub(ago).max(hold.start_ns);
+                }
                 each(hold);
             }
         }
@@ -372,11 +466,13 @@ impl KernelSource {
             short: sum(COUNT_SHORT),
             ring_full: sum(COUNT_RING_FULL),
             by_write: sum(COUNT_BY_WRITE),
+            by_close: sum(COUNT_BY_CLOSE),
+            by_reset: sum(COUNT_BY_RESET),
         }
     }
 }
 
-fn clock_ns(clock: libc::clockid_t) -> i64 {
+pub(crate) fn clock_ns(clock: libc::clockid_t) -> i64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -464,6 +560,7 @@ pub(super) fn watch(
     let mut sockets: FxHashMap<u64, Instant> = FxHashMap::default();
     let offset = source.realtime_offset_ns();
     let mut ordinal = 0u64;
+    let mut minor = 0u64;
     let mut last_tick = Instant::now();
     let mut printer_gone = false;
     let mut done = false;
@@ -476,6 +573,26 @@ pub(super) fn watch(
             let side = listening.side_of(hold.pid, hold.local.port());
             let event = hold.to_event(side, offset, ordinal);
             ordinal += 1;
+            if hold.release.is_closing() {
+                // Ended with its socket: reported as such (the kernel counts them), a short one
+                // (write, write, close) only with --minor.
+                let long =
+                    event.finding.delay_ns >= Span::from_duration(tcp_rules::STALL_THRESHOLD);
+                if long || args.minor {
+                    let line = crate::report::watch::ended_text(
+                        &event,
+                        hold.pid,
+                        &hold.command,
+                        hold.release.name(),
+                        args.json,
+                    );
+                    printer_gone |= tx.send(ToPrinter::Line(line)).is_err();
+                }
+                continue;
+            }
+            if event.finding.kind == StallKind::NagleMinor {
+                minor += 1;
+            }
             counts.add(event.finding.kind);
             metrics.record_stall(&event);
             if event.finding.kind.is_stall() {
@@ -488,6 +605,7 @@ pub(super) fn watch(
             printer_gone |= tx
                 .send(ToPrinter::Writer(hold.pid, hold.command.clone()))
                 .is_err();
+            printer_gone |= tx.send(ToPrinter::Release(hold.release.name())).is_err();
             printer_gone |= tx.send(ToPrinter::Stall(Box::new(event))).is_err();
         }
         if last_tick.elapsed() >= TICK || done {
@@ -512,6 +630,14 @@ pub(super) fn watch(
                 kernel_dropped: k.ring_full,
                 interface_dropped: 0,
                 active_flows: sockets.len() as u64,
+            });
+            metrics.update_kernel(KernelTotals {
+                holds: k.holds,
+                short: k.short,
+                minor,
+                by_write: k.by_write,
+                by_close: k.by_close,
+                by_reset: k.by_reset,
             });
         }
         if printer_gone {
@@ -544,7 +670,7 @@ mod tests {
         r[44..46].copy_from_slice(&family.to_ne_bytes());
         r[46..48].copy_from_slice(&8000u16.to_ne_bytes());
         r[48..50].copy_from_slice(&51234u16.to_ne_bytes());
-        r[50] = RELEASE_ACK;
+        r[50] = 1; // RELEASE_ACK
         r[52..56].copy_from_slice(&[127, 0, 0, 1]);
         r[68..72].copy_from_slice(&[127, 0, 0, 2]);
         r[84..90].copy_from_slice(b"python");
@@ -559,7 +685,7 @@ mod tests {
         assert_eq!(hold.command, "python");
         assert_eq!(hold.local, "127.0.0.1:8000".parse().expect("addr"));
         assert_eq!(hold.remote, "127.0.0.2:51234".parse().expect("addr"));
-        assert!(hold.released_by_ack);
+        assert_eq!(hold.release, Release::Ack);
         let event = hold.to_event(Side::Server, 1_000, 7);
         assert_eq!(event.finding.kind, StallKind::NagleDelayedAck);
         assert_eq!(event.finding.held_side, Side::Server);
@@ -579,13 +705,30 @@ mod tests {
             StallKind::NagleMinor
         );
         assert!(Hold::parse(&record(99, 0, 1)).is_none(), "unknown family");
+        let mut by_tlp = record(libc::AF_INET as u16, 0, 250_000_000);
+        by_tlp[50] = 2;
+        let tlp = Hold::parse(&by_tlp).expect("parses");
+        assert_eq!(tlp.release, Release::Tlp);
+        assert_eq!(
+            tlp.to_event(Side::Client, 0, 0).finding.kind,
+            StallKind::Rto
+        );
+        let mut by_close = by_tlp.clone();
+        by_close[50] = 6;
+        assert!(Hold::parse(&by_close).expect("parses").release.is_closing());
+        by_close[50] = 8;
+        assert!(Hold::parse(&by_close).is_none(), "unknown release");
         assert!(Hold::parse(&[0u8; 50]).is_none(), "short record");
     }
 
     #[test]
-    fn the_embedded_object_has_both_programs() {
+    fn the_embedded_object_has_every_program() {
         let elf = NAGLE_BPF;
-        for name in ["tp_btf/sock_send_length", "tp_btf/tcp_probe", ".BTF.ext"] {
+        for name in TRACEPOINTS
+            .iter()
+            .map(|t| format!("tp_btf/{t}"))
+            .chain([".BTF.ext".to_string()])
+        {
             assert!(
                 elf.windows(name.len()).any(|w| w == name.as_bytes()),
                 "{name} missing from bpf/nagle.bpf.o"

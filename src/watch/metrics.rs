@@ -40,8 +40,32 @@ pub struct Metrics {
     interface_dropped: IntCounter,
     active_flows: IntGauge,
     flows_ended: IntCounter,
+    /// `watch --kernel`'s holds: started, short (by how short), ended without their ACK.
+    kernel_holds: IntCounter,
+    kernel_short_holds: IntCounterVec,
+    kernel_holds_ended: IntCounterVec,
     /// Last totals seen, so the counters advance by the difference.
     seen: [AtomicU64; 4],
+    /// The same for the kernel's hold counters, in [`KernelTotals`] order.
+    seen_kernel: [AtomicU64; 6],
+}
+
+/// `watch --kernel`'s hold counters at one moment (the kernel's own, and the short holds
+/// read from its ring), written into the metrics.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct KernelTotals {
+    /// Holds that began.
+    pub holds: u64,
+    /// Released by their ACK in under 1 ms: counted in the kernel, not recorded.
+    pub short: u64,
+    /// Released by their ACK from 1 ms to the stall threshold (30 ms): `nagle_minor`.
+    pub minor: u64,
+    /// Ended by a later write that sent everything.
+    pub by_write: u64,
+    /// Ended by close() (the FIN pushed the bytes).
+    pub by_close: u64,
+    /// Ended by a reset or abort.
+    pub by_reset: u64,
 }
 
 /// Totals of a run at one moment, written into the metrics.
@@ -86,7 +110,36 @@ impl Metrics {
             delay.with_label_values(&[kind.name()]);
         }
         let counter = |name: &str, help: &str| IntCounter::new(name, help);
+        let kernel_short_holds = IntCounterVec::new(
+            Opts::new(
+                "kernel_short_holds_total",
+                "watch --kernel: Nagle holds released by their ACK under the stall threshold, \
+                 by bound (1ms: counted in the kernel only; stall_threshold: 1 ms to 30 ms, \
+                 nagle_minor)",
+            ),
+            &["below"],
+        )?;
+        let kernel_holds_ended = IntCounterVec::new(
+            Opts::new(
+                "kernel_holds_ended_total",
+                "watch --kernel: Nagle holds ended without their ACK, by what ended them \
+                 (write: a later write sent everything; close: the FIN carried them; reset)",
+            ),
+            &["by"],
+        )?;
+        for below in ["1ms", "stall_threshold"] {
+            kernel_short_holds.with_label_values(&[below]);
+        }
+        for by in ["write", "close", "reset"] {
+            kernel_holds_ended.with_label_values(&[by]);
+        }
         let metrics = Metrics {
+            kernel_holds: counter(
+                "kernel_holds_total",
+                "watch --kernel: Nagle holds that began (a write left bytes waiting)",
+            )?,
+            kernel_short_holds,
+            kernel_holds_ended,
             packets: counter("packets_total", "Packets captured")?,
             tcp_segments: counter(
                 "tcp_segments_total",
@@ -109,6 +162,7 @@ impl Metrics {
             delay,
             registry,
             seen: Default::default(),
+            seen_kernel: Default::default(),
         };
         let r = &metrics.registry;
         r.register(Box::new(metrics.stalls.clone()))?;
@@ -123,6 +177,9 @@ impl Metrics {
             r.register(Box::new(c.clone()))?;
         }
         r.register(Box::new(metrics.active_flows.clone()))?;
+        r.register(Box::new(metrics.kernel_holds.clone()))?;
+        r.register(Box::new(metrics.kernel_short_holds.clone()))?;
+        r.register(Box::new(metrics.kernel_holds_ended.clone()))?;
         Ok(metrics)
     }
 
@@ -159,6 +216,23 @@ impl Metrics {
         advance(3, &self.interface_dropped, totals.interface_dropped);
         self.active_flows
             .set(i64::try_from(totals.active_flows).unwrap_or(i64::MAX));
+    }
+
+    /// Brings `watch --kernel`'s hold counters to `totals`.
+    pub fn update_kernel(&self, totals: KernelTotals) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let advance = |i: usize, counter: &IntCounter, now: u64| {
+            let before = self.seen_kernel[i].swap(now, Relaxed);
+            counter.inc_by(now.saturating_sub(before));
+        };
+        let short = |below: &str| self.kernel_short_holds.with_label_values(&[below]);
+        let ended = |by: &str| self.kernel_holds_ended.with_label_values(&[by]);
+        advance(0, &self.kernel_holds, totals.holds);
+        advance(1, &short("1ms"), totals.short);
+        advance(2, &short("stall_threshold"), totals.minor);
+        advance(3, &ended("write"), totals.by_write);
+        advance(4, &ended("close"), totals.by_close);
+        advance(5, &ended("reset"), totals.by_reset);
     }
 
     /// The exposition, as a scrape returns it.

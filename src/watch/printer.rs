@@ -8,7 +8,7 @@ use std::thread::JoinHandle;
 use super::owner::{NoOwner, Owner, OwnerLookup};
 use crate::detect::StallEvent;
 use crate::report::model::watch::OwnerTally;
-use crate::report::watch::{event_text, write_event_json};
+use crate::report::watch::{add_release, event_text, write_event_json};
 
 /// Messages from the capture loop.
 #[derive(Debug)]
@@ -21,6 +21,10 @@ pub enum ToPrinter {
     /// (`watch --kernel`): searched first for the socket, and named when the socket is in
     /// another network namespace.
     Writer(u32, String),
+    /// What ended the next stall's hold, by name (`watch --kernel`): added to its rendering.
+    Release(&'static str),
+    /// A line rendered already (a hold that ended with its socket, `watch --kernel`).
+    Line(String),
 }
 
 /// What the printer saw, returned when the channel closes.
@@ -49,6 +53,7 @@ fn print_all(rx: &Receiver<ToPrinter>, json: bool) -> io::Result<Printed> {
     let mut lookup = OwnerLookup::new();
     let mut printed = Printed::default();
     let mut writer = None;
+    let mut release = None;
     let mut buf = Vec::with_capacity(1024);
     for message in rx {
         match message {
@@ -60,6 +65,12 @@ fn print_all(rx: &Receiver<ToPrinter>, json: bool) -> io::Result<Printed> {
             ToPrinter::Writer(pid, command) => {
                 lookup.prefer(pid);
                 writer = Some((pid, command));
+            }
+            ToPrinter::Release(name) => release = Some(name),
+            ToPrinter::Line(line) => {
+                let mut out = io::stdout().lock();
+                out.write_all(line.as_bytes())?;
+                out.flush()?;
             }
             ToPrinter::Stall(event) => {
                 let owner = match (lookup.owner_of(&event), writer.take()) {
@@ -80,6 +91,15 @@ fn print_all(rx: &Receiver<ToPrinter>, json: bool) -> io::Result<Printed> {
                     buf.push(b'\n');
                 } else {
                     buf.extend_from_slice(event_text(&event, owner.as_ref()).as_bytes());
+                }
+                if let Some(name) = release.take() {
+                    if json {
+                        buf.pop(); // the newline, put back after the key
+                    }
+                    add_release(&mut buf, json, name);
+                    if json {
+                        buf.push(b'\n');
+                    }
                 }
                 // Each stall is on the terminal (or the pipe) when it is found.
                 let mut out = io::stdout().lock();

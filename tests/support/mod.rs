@@ -15,6 +15,17 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+/// A turn that waited for the 40 ms delayed-ACK timer lasts at least this many ms: the rule's
+/// threshold, the timer's floor less its margin (`tcp_rules::STALL_THRESHOLD`).
+pub const STALL_MIN_MS: f64 = tcpstall::tcp_rules::STALL_THRESHOLD.as_millis() as f64;
+/// A turn no timer held stays under this many ms (`tcp_rules::CLEAN_BOUND`).
+pub const NO_STALL_MAX_MS: f64 = tcpstall::tcp_rules::CLEAN_BOUND.as_millis() as f64;
+
+/// The stall rule as the lab writes it: `>= 30 ms`.
+pub fn stall_rule_text() -> String {
+    format!(">= {STALL_MIN_MS} ms")
+}
+
 /// A child process killed and reaped when the test ends, passing or failing.
 pub struct KillOnDrop(pub Child);
 
@@ -202,6 +213,37 @@ pub fn lab_report(args: &[&str]) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).expect("lab --json prints JSON")
 }
 
+/// `tcpstall lab --json ARGS`, which must succeed: its rows, each checked error-free.
+pub fn lab_rows(args: &[&str]) -> Vec<serde_json::Value> {
+    let report = lab_report(args);
+    let rows = report["rows"].as_array().expect("rows").clone();
+    for row in &rows {
+        assert!(
+            row["errors"].is_null(),
+            "{}: {}",
+            row_name(row),
+            row["errors"]
+        );
+    }
+    rows
+}
+
+/// A lab row's `scenario/variant`, for failure messages.
+pub fn row_name(row: &serde_json::Value) -> String {
+    format!("{}/{}", row["scenario"], row["variant"])
+}
+
+/// The row `scenario/variant` of `rows`.
+pub fn lab_row<'a>(
+    rows: &'a [serde_json::Value],
+    scenario: &str,
+    variant: &str,
+) -> &'a serde_json::Value {
+    rows.iter()
+        .find(|r| r["scenario"] == scenario && r["variant"] == variant)
+        .unwrap_or_else(|| panic!("no row {scenario}/{variant}"))
+}
+
 /// Runs `scripts/NAME ARGS` with the tests' build directory as CARGO_TARGET_DIR (so that what
 /// it builds reuses this build), its progress on stderr; the path it prints on its last line.
 pub fn build_with_script(name: &str, args: &[&str]) -> std::path::PathBuf {
@@ -277,4 +319,175 @@ pub fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The objects `scripts/build-bpf` builds: (name, the headers its stamp covers besides
+/// NAME.bpf.c), from the script's own list.
+pub fn bpf_objects() -> Vec<(String, Vec<String>)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let script = std::fs::read_to_string(root.join("scripts/build-bpf")).expect("the script");
+    let list = script
+        .split_once("objects='")
+        .and_then(|(_, rest)| rest.split_once('\''))
+        .map(|(list, _)| list)
+        .expect("the object list in scripts/build-bpf");
+    list.lines()
+        .filter_map(|l| {
+            let mut words = l.split_whitespace().map(str::to_string);
+            Some((words.next()?, words.collect()))
+        })
+        .collect()
+}
+
+/// The committed BPF object `bpf/NAME.bpf.o` is built from its sources (in bpf/, as
+/// `scripts/build-bpf` lists them): its stamp is their hash as the script writes it and, where
+/// clang-14 and libbpf-dev are installed, a fresh build of them is the same bytes.
+pub fn assert_bpf_object_fresh(name: &str) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let bpf = root.join("bpf");
+    let headers = bpf_objects()
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, headers)| headers)
+        .unwrap_or_else(|| panic!("scripts/build-bpf does not list {name}"));
+    // The stamp scripts/build-bpf writes: SHA-256 over `sha256sum NAME.bpf.c HEADERS`.
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "sha256sum {name}.bpf.c {} | sha256sum | cut -d' ' -f1",
+            headers.join(" ")
+        ))
+        .current_dir(&bpf)
+        .output()
+        .expect("sh runs");
+    let stamp = std::fs::read_to_string(bpf.join(format!("{name}.bpf.stamp"))).expect("the stamp");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        stamp.trim(),
+        "bpf/{name}.bpf.c or its headers changed since bpf/{name}.bpf.o was built: run \
+         scripts/build-bpf"
+    );
+    let has_clang = Command::new("sh")
+        .args([
+            "-c",
+            "command -v clang-14 && test -f /usr/include/bpf/bpf_helpers.h",
+        ])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has_clang {
+        eprintln!("clang-14 or libbpf-dev not installed: bpf/{name}.bpf.o was not rebuilt");
+        return;
+    }
+    let fresh = std::env::temp_dir().join(format!("tcpstall-{name}-{}.o", std::process::id()));
+    let status = Command::new(root.join("scripts/build-bpf"))
+        .arg(name)
+        .arg(&fresh)
+        .status()
+        .expect("scripts/build-bpf runs");
+    assert!(status.success(), "scripts/build-bpf {name} failed");
+    let (built, committed) = (
+        std::fs::read(&fresh).expect("the rebuilt object"),
+        std::fs::read(bpf.join(format!("{name}.bpf.o"))).expect("the committed object"),
+    );
+    let _ = std::fs::remove_file(&fresh);
+    assert!(
+        built == committed,
+        "bpf/{name}.bpf.o differs from a fresh build of its source: run scripts/build-bpf"
+    );
+}
+
+/// strace attached to process `pid` (`strace -p`), once the target's TracerPid names it: the
+/// strace process and its pid.
+pub fn strace_attached(pid: &str) -> (KillOnDrop, String) {
+    let strace = KillOnDrop(
+        Command::new("strace")
+            .args(["-p", pid, "-o", "/dev/null"])
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("strace runs (scripts/install-deps)"),
+    );
+    let strace_pid = strace.0.id().to_string();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while tracer_of(pid).as_deref() != Some(strace_pid.as_str()) {
+        assert!(Instant::now() < deadline, "strace did not attach");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (strace, strace_pid)
+}
+
+/// The TracerPid of process `pid`, as /proc/PID/status has it.
+pub fn tracer_of(pid: &str) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("TracerPid:").map(|v| v.trim().to_string()))
+}
+
+/// A network namespace of its own, loopback up, deleted when the test ends; `tag` tells the
+/// tests apart in its name.
+pub struct Netns(pub String);
+
+impl Netns {
+    /// Creates it (needs root).
+    pub fn new(tag: &str) -> Netns {
+        let name = format!("tcpstall-{tag}-{}", std::process::id());
+        let ns = Netns(name);
+        ns.run(&["ip", "netns", "add", &ns.0], false);
+        ns.run(&["ip", "link", "set", "lo", "up"], true);
+        ns
+    }
+
+    /// Runs `args` (inside the namespace when `inside`), which must succeed.
+    pub fn run(&self, args: &[&str], inside: bool) {
+        let mut command = command_in(inside.then_some(self.0.as_str()), args[0]);
+        let status = command.args(&args[1..]).status().expect("the command runs");
+        assert!(status.success(), "{args:?}: {status}");
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "delete", &self.0])
+            .status();
+    }
+}
+
+/// Why tcpstall's BPF programs cannot run here, or `None` when they can: not root, no BTF, or
+/// `bin ARGS` (a short run of the verb that loads them) failed, with its error.
+pub fn bpf_unavailable(bin: &str, args: &[&str]) -> Option<String> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("not root: BPF needs CAP_BPF + CAP_PERFMON".into());
+    }
+    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
+        return Some("the kernel has no BTF (/sys/kernel/btf/vmlinux)".into());
+    }
+    let out = Command::new(bin)
+        .args(args)
+        .output()
+        .expect("the tcpstall binary runs");
+    (!out.status.success()).then(|| {
+        format!(
+            "the kernel refused the programs: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )
+    })
+}
+
+/// `bin ARGS` run as user nobody (setpriv), to its end; `None` (said on stderr) when the
+/// tests do not run as root and cannot drop to another user.
+pub fn as_nobody(bin: &str, args: &[&str]) -> Option<std::process::Output> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: dropping privileges with setpriv needs root");
+        return None;
+    }
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", bin])
+        .args(args)
+        .output()
+        .expect("setpriv runs");
+    Some(out)
 }

@@ -105,6 +105,15 @@ pub(crate) struct RowResult {
     /// What the stall detector found in the row's own captured traffic (stalls by kind, the
     /// held side); `null` when the lab could not capture (no CAP_NET_RAW).
     pub detector: Option<DetectorVerdict>,
+    /// Pipeline and concurrent rows: the kind of event the rules say a capture of the row
+    /// shows (`nagle_ack_paced`: holds paced by ordinary ACKs; `nagle_delayed_ack`: released
+    /// by the delayed-ACK timer); absent where nothing is held.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expected_detector_kind: Option<&'static str>,
+    /// The kind the row's detector check looks for: the expected kind where the detector has
+    /// it today, absent where it does not yet (`lab::own_traffic::kind_checked`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detector_kind_checked: Option<&'static str>,
     /// The server's port: a flow to this port in a capture belongs to this row.
     pub server_port: u16,
     /// TCP connections the row opened.
@@ -131,9 +140,22 @@ pub(crate) struct RowResult {
     /// whole write, nothing merged), counted on the path as document 001 counted in Wireshark.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub own_packet_share: Option<f64>,
+    /// Stream over an emulated path: share of the client's data packets that carry PSH, as
+    /// document 001 counted ("packets sent without buffering", a share of packets: 2 of 9
+    /// when ten writes merge behind the first).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pushed_packet_share: Option<f64>,
     /// Stream: change of TcpExt TCPAutoCorking during the row (system-wide counter).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub autocorking_delta: Option<u64>,
+    /// Pipeline and concurrent: requests answered per second of the row's rounds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub requests_per_second: Option<f64>,
+    /// Pipeline and concurrent: share of the request rate lost against the row's scenario's
+    /// `nodelay` row on the same path (0.4: 40 % fewer requests per second); absent on that
+    /// row and when it was not run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub throughput_lost: Option<f64>,
     /// Inherit: the option read on the accepted socket before anything was set on it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub inherited: Option<bool>,
@@ -152,11 +174,14 @@ fn side_name<S: Serializer>(side: &Option<Side>, serializer: S) -> Result<S::Ok,
 
 /// What the detector found in one row's flows: stalls by kind, and the side whose data
 /// waited. JSON: `{"stalls": {"nagle_delayed_ack": N, "cork_timer": N, "rto": N,
-/// "zero_window": N}, "held_side": "client" | "server" | null}`.
+/// "zero_window": N}, "holds": {"nagle_minor": N}, "held_side": "client" | "server" | null}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DetectorVerdict {
     /// Stalls of each kind that counts as a stall ([`StallKind::is_stall`]), in report order.
     pub stalls: Vec<(StallKind, u64)>,
+    /// Events of the kinds that do not count as stalls (Nagle holds released by an ordinary
+    /// ACK, one RTT each), in report order.
+    pub holds: Vec<(StallKind, u64)>,
     /// The side whose data most stalls held; `None` when there was no stall.
     pub held_side: Option<Side>,
 }
@@ -192,8 +217,9 @@ impl Serialize for DetectorVerdict {
                 map.end()
             }
         }
-        let mut verdict = serializer.serialize_struct("DetectorVerdict", 2)?;
+        let mut verdict = serializer.serialize_struct("DetectorVerdict", 3)?;
         verdict.serialize_field("stalls", &Stalls(&self.stalls))?;
+        verdict.serialize_field("holds", &Stalls(&self.holds))?;
         verdict.serialize_field("held_side", &self.held_side.map(Side::name))?;
         verdict.end()
     }
@@ -266,6 +292,9 @@ pub(crate) struct ListedRow {
     /// and delayed ACKs left on, connections kept alive), as `tcpstall probe` is: a row
     /// fixed on the client's side meets such a client as its stalling row does.
     pub typical_client_stall: bool,
+    /// Requests a client keeps in flight on one connection (1 but for the pipeline and
+    /// concurrent rows): a row whose stall needs several meets a typical client cleanly.
+    pub requests_in_flight: usize,
     /// Why.
     pub explanation: String,
 }

@@ -89,6 +89,13 @@ pub struct SocketView {
     /// TCP_DELACK_MAX_US, the socket's cap on its delayed ACK, in microseconds; `None` when
     /// unreadable or the kernel lacks the option.
     pub delack_max_us: Option<u32>,
+    /// The holder's command name (`sockets --all` from the kernel); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// What the kernel's socket says besides the options (`sockets --all` from the kernel's
+    /// iterator); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<KernelView>,
 }
 
 /// TCP states as numbered in `include/net/tcp_states.h`.
@@ -233,4 +240,41 @@ pub struct FixReport {
     /// With `--delack-max`: the cap asked for and what the kernel does with it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub delack_max: Option<DelackPlan>,
+}
+
+/// What the kernel's socket says that getsockopt does not: `sockets --all`'s extra columns.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct KernelView {
+    /// `tp->nonagle`: TCP_NAGLE_OFF (1, TCP_NODELAY), TCP_NAGLE_CORK (2), TCP_NAGLE_PUSH (4).
+    pub nonagle: u8,
+    /// Autocorking (or TCP small queues) holds written bytes now: TSQ_THROTTLED is set and
+    /// bytes wait unsent, sent when the earlier data leaves the qdisc (`tcp_should_autocork`).
+    pub autocork_pending: bool,
+    /// A delayed ACK is owed: the delayed-ACK timer is armed (`icsk_ack.pending &
+    /// ICSK_ACK_TIMER`), the peer's next small write may wait for it.
+    pub delack_pending: bool,
+    /// When that timer fires, ms from now (null when none is armed or HZ is unknown).
+    pub delack_due_ms: Option<f64>,
+    /// `icsk_ack.pingpong`: request/response turns seen; at the threshold the socket delays
+    /// its ACKs (`inet_csk_in_pingpong_mode`).
+    pub pingpong: u8,
+    /// `icsk_ack.quick`: quick ACKs left before it may delay them again.
+    pub quick: u8,
+    /// Bytes written and not sent (`write_seq - snd_nxt`).
+    pub unsent: u32,
+    /// Segments in flight (`packets_out`).
+    pub packets_out: u32,
+    /// Congestion window, segments.
+    pub snd_cwnd: u32,
+    /// MSS used for sending (`mss_cache`).
+    pub mss_cache: u32,
+    /// The socket's owner uid, as `ss -e` shows it.
+    pub uid: u32,
+}
+
+impl KernelView {
+    /// When the owed delayed ACK goes out, as the table shows it (`12ms`).
+    pub fn delay_text(&self) -> Option<String> {
+        self.delack_due_ms.map(|ms| format!("{ms:.0}ms"))
+    }
 }

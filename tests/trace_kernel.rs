@@ -1,0 +1,444 @@
+//! `tcpstall trace -p` through the kernel's tracepoints: real processes (Python's http.server
+//! under keep-alive requests, the trace fixtures' split-writing client and server) followed
+//! without ever being stopped: every thread's state is sampled from /proc while the trace
+//! runs, and the target answers or finishes after it, whether the trace ends by its time, by
+//! SIGINT or by the target's own end. The committed BPF object is checked against its source.
+//!
+//! The live tests need root (CAP_BPF + CAP_PERFMON) and a kernel that lets BPF programs on
+//! its BTF tracepoints load; where it does not they say why and pass without checking.
+
+mod support;
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::python_http::PythonServer;
+use support::{serial, spawn_printing_port, KillOnDrop};
+
+const BIN: &str = env!("CARGO_BIN_EXE_tcpstall");
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/process")
+        .join(name)
+}
+
+/// Why `trace -p` cannot take the tracepoints here, or `None` when it can.
+fn tracepoints_unavailable() -> Option<String> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("not root: BPF needs CAP_BPF + CAP_PERFMON".into());
+    }
+    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
+        return Some("the kernel has no BTF (/sys/kernel/btf/vmlinux)".into());
+    }
+    // This test process itself, which the tracepoints follow without stopping it.
+    let me = std::process::id().to_string();
+    let out = Command::new(BIN)
+        .args(["trace", "-p", &me, "--duration", "0.2", "--json"])
+        .output()
+        .expect("the tcpstall binary runs");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    (report["method"] != "tracepoints").then(|| {
+        format!(
+            "trace -p fell back to ptrace: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )
+    })
+}
+
+macro_rules! require_tracepoints {
+    () => {
+        if let Some(why) = tracepoints_unavailable() {
+            eprintln!("skipped: trace -p cannot use the kernel's tracepoints here: {why}");
+            return;
+        }
+    };
+}
+
+/// Samples the state of every thread of a process from /proc every few milliseconds, until
+/// stopped: any stopped ('t' traced, 'T' job control) state or tracer seen.
+struct StateWatch {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<(u64, Vec<String>)>,
+}
+
+impl StateWatch {
+    fn start(pid: u32) -> StateWatch {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            let (mut samples, mut bad) = (0u64, Vec::new());
+            let give_up = Instant::now() + Duration::from_secs(60);
+            while !flag.load(Ordering::SeqCst) && Instant::now() < give_up {
+                let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+                    break; // the process has ended
+                };
+                for task in tasks.flatten() {
+                    let path = task.path();
+                    let stat = std::fs::read_to_string(path.join("stat")).unwrap_or_default();
+                    let state = stat
+                        .rsplit_once(')')
+                        .and_then(|(_, r)| r.trim().chars().next());
+                    let status = std::fs::read_to_string(path.join("status")).unwrap_or_default();
+                    let tracer = status
+                        .lines()
+                        .find_map(|l| l.strip_prefix("TracerPid:"))
+                        .map(str::trim);
+                    if matches!(state, Some('t' | 'T')) || tracer.is_some_and(|t| t != "0") {
+                        bad.push(format!("{}: {state:?}, tracer {tracer:?}", path.display()));
+                    }
+                    samples += 1;
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            (samples, bad)
+        });
+        StateWatch { stop, thread }
+    }
+
+    /// Ends the sampling and asserts that no thread was ever seen stopped or traced.
+    fn assert_never_stopped(self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let (samples, bad) = self.thread.join().expect("state sampler");
+        assert!(samples >= 20, "too few samples of the target: {samples}");
+        assert!(bad.is_empty(), "the target was stopped or traced: {bad:?}");
+    }
+}
+
+/// `tcpstall trace -p PID` started in the background, once it says it follows the target.
+fn start_trace(pid: u32, args: &[&str]) -> (KillOnDrop, PathBuf) {
+    let stderr = std::env::temp_dir().join(format!(
+        "tcpstall-trace-kernel-{}-{pid}.err",
+        std::process::id()
+    ));
+    let file = std::fs::File::create(&stderr).expect("stderr file");
+    let child = Command::new(BIN)
+        .args(["trace", "-p", &pid.to_string()])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(file)
+        .spawn()
+        .expect("the tcpstall binary runs");
+    let child = KillOnDrop(child);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let text = std::fs::read_to_string(&stderr).unwrap_or_default();
+        if text.contains("through the kernel's tracepoints (it is never stopped)") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "trace -p not ready: {text}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (child, stderr)
+}
+
+/// Waits (at most `limit`) for the trace to end; its exit status, stdout and stderr.
+fn finish(
+    mut trace: KillOnDrop,
+    stderr: PathBuf,
+    limit: Duration,
+) -> (Option<i32>, String, String) {
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = trace.0.try_wait().expect("wait for trace") {
+            break status;
+        }
+        assert!(
+            started.elapsed() < limit,
+            "trace -p did not end in {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut out = String::new();
+    if let Some(mut pipe) = trace.0.stdout.take() {
+        pipe.read_to_string(&mut out).expect("report");
+    }
+    let errors = std::fs::read_to_string(&stderr).unwrap_or_default();
+    let _ = std::fs::remove_file(&stderr);
+    (status.code(), out, errors)
+}
+
+fn report_of(out: &str, errors: &str) -> Value {
+    serde_json::from_str(out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}\n{errors}"))
+}
+
+fn sockets(report: &Value) -> &Vec<Value> {
+    report["sockets"].as_array().expect("sockets")
+}
+
+#[test]
+fn an_http_server_is_followed_without_being_stopped_and_its_split_answers_named() {
+    require_tracepoints!();
+    let _serial = serial();
+    let server = PythonServer::start();
+    let pid = server.pid();
+    let watch = StateWatch::start(pid);
+    let (trace, stderr) = start_trace(pid, &["--duration", "4", "--json"]);
+    // Two keep-alive connections: each answer after a connection's first waits for the
+    // client's delayed ACK (header and body written apart).
+    server.requests(8);
+    server.requests(8);
+    let (code, out, errors) = finish(trace, stderr, Duration::from_secs(20));
+    assert_eq!(code, Some(0), "{errors}");
+    let report = report_of(&out, &errors);
+    assert_eq!(report["method"], "tracepoints", "{errors}");
+    assert_eq!(report["pid"], pid);
+    assert_eq!(report["interrupted"], true, "--duration ended it");
+    let local = format!("127.0.0.1:{}", server.port);
+    let answers: Vec<&Value> = sockets(&report)
+        .iter()
+        .filter(|s| s["local"] == local.as_str())
+        .collect();
+    assert_eq!(answers.len(), 2, "one socket per connection: {report:#}");
+    for s in answers {
+        assert_eq!(s["pid"], pid, "{s:#}");
+        assert_eq!(s["nodelay"], false, "{s:#}");
+        assert!(
+            s["write_write_read"].as_u64().is_some_and(|n| n >= 5),
+            "the held answers are named: {s:#}"
+        );
+        assert!(
+            s["waits_over_30ms"].as_u64().is_some_and(|n| n >= 1),
+            "{s:#}"
+        );
+        assert_eq!(s["example"]["writes"].as_array().map(Vec::len), Some(2));
+        // The kernel saw the body's tail held as the write returned.
+        assert!(s["kernel_holds"].as_u64().is_some_and(|n| n >= 1), "{s:#}");
+    }
+    watch.assert_never_stopped();
+    // It runs on, answering.
+    server.requests(2);
+}
+
+/// `python3 client.py PORT REQUESTS MODE` followed by `trace -p` from its first syscall: a
+/// shell waiting on a FIFO is followed, then let go to exec the client (the same process). The
+/// report, what the client says of its connections, and the client's pid; every thread of it
+/// sampled all along, never stopped.
+fn client_under_trace(port: u16, requests: usize, mode: &str) -> (Value, Value, u32) {
+    let fifo = std::env::temp_dir().join(format!(
+        "tcpstall-trace-kernel-{}-{mode}.fifo",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&fifo);
+    let made = Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success(), "mkfifo {}", fifo.display());
+    let client = Command::new("sh")
+        .args(["-c", r#"read -r _ < "$0"; exec "$@""#])
+        .arg(&fifo)
+        .arg("python3")
+        .arg(fixture("client.py"))
+        .args([&port.to_string(), &requests.to_string(), mode])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("sh runs");
+    let mut client = KillOnDrop(client);
+    let pid = client.0.id();
+    let watch = StateWatch::start(pid);
+    let (trace, stderr) = start_trace(pid, &["--duration", "60", "--json"]);
+    std::fs::write(&fifo, b"go\n").expect("let the client go");
+    let _ = std::fs::remove_file(&fifo);
+    let info_line = support::first_line_within(
+        client.0.stderr.take().expect("client stderr"),
+        Duration::from_secs(10),
+    )
+    .expect("the client names its connections");
+    let info: Value = serde_json::from_str(&info_line).expect("client info is JSON");
+    let (code, out, errors) = finish(trace, stderr, Duration::from_secs(40));
+    let status = client.0.wait().expect("client ends");
+    assert!(
+        status.success(),
+        "{mode}: the client ran to its end: {status}"
+    );
+    assert_eq!(code, Some(0), "{mode}: {errors}");
+    watch.assert_never_stopped();
+    let report = report_of(&out, &errors);
+    assert_eq!(report["method"], "tracepoints", "{mode}");
+    assert_eq!(
+        report["interrupted"], false,
+        "{mode}: the target's end ended it"
+    );
+    (report, info, pid)
+}
+
+/// The socket the client named, in the report.
+fn client_socket<'a>(report: &'a Value, connection: &Value) -> &'a Value {
+    sockets(report)
+        .iter()
+        .find(|s| s["fd"] == connection["fd"] && s["local"] == connection["local"])
+        .unwrap_or_else(|| panic!("the client's socket {connection} is reported: {report:#}"))
+}
+
+#[test]
+fn a_client_writing_twice_is_named_by_fd_and_pid_and_its_end_ends_the_trace() {
+    require_tracepoints!();
+    let _serial = serial();
+    let mut command = Command::new("python3");
+    command
+        .arg(fixture("split_server.py"))
+        .arg("--single-write");
+    let (_server, port) = spawn_printing_port(&mut command, "the python3 split server");
+    // Header then body, each request held by Nagle until the server's delayed ACK.
+    let (report, info, pid) = client_under_trace(port, 12, "split-blocking");
+    let guilty = client_socket(&report, &info[0]);
+    assert_eq!(guilty["pid"], pid);
+    assert_eq!(guilty["remote"], format!("127.0.0.1:{port}").as_str());
+    assert_eq!(guilty["sends"], 24, "{guilty:#}");
+    assert!(
+        guilty["write_write_read"].as_u64().is_some_and(|n| n >= 10),
+        "{guilty:#}"
+    );
+    assert_eq!(guilty["example"]["writes"], serde_json::json!([60, 10]));
+    assert!(guilty["fix"].as_str().is_some_and(|f| f.contains("writev")));
+}
+
+#[test]
+fn every_way_of_sending_and_waiting_is_followed() {
+    require_tracepoints!();
+    let _serial = serial();
+    let mut command = Command::new("python3");
+    command
+        .arg(fixture("split_server.py"))
+        .arg("--single-write");
+    let (_server, port) = spawn_printing_port(&mut command, "the python3 split server");
+    // Waits named by select and epoll, a reader thread, sends through a dup, both parts in one
+    // sendmmsg call (one send each, as the kernel makes them): all write-write-reads.
+    for mode in [
+        "split",
+        "split-select",
+        "split-epoll",
+        "split-reader",
+        "split-dup",
+        "split-sendmmsg",
+    ] {
+        let (report, info, _) = client_under_trace(port, 8, mode);
+        let guilty = client_socket(&report, &info[0]);
+        assert!(
+            guilty["write_write_read"].as_u64().is_some_and(|n| n >= 6),
+            "{mode}: {guilty:#}"
+        );
+        assert_eq!(
+            guilty["example"]["writes"],
+            serde_json::json!([60, 10]),
+            "{mode}"
+        );
+    }
+    // One write per request, and split writes with TCP_NODELAY: nothing to name.
+    for mode in ["single", "nodelay-split"] {
+        let (report, info, _) = client_under_trace(port, 8, mode);
+        let socket = client_socket(&report, &info[0]);
+        assert_eq!(socket["write_write_read"], 0, "{mode}: {socket:#}");
+        assert!(socket["sends"].as_u64().is_some_and(|n| n >= 8), "{mode}");
+    }
+}
+
+#[test]
+fn sigint_ends_the_trace_and_the_target_runs_on() {
+    require_tracepoints!();
+    let _serial = serial();
+    let mut command = Command::new("python3");
+    command.arg(fixture("split_server.py"));
+    let (mut server, port) = spawn_printing_port(&mut command, "the python3 split server");
+    let pid = server.0.id();
+    let watch = StateWatch::start(pid);
+    let (trace, stderr) = start_trace(pid, &["--duration", "60"]);
+    let client = std::thread::spawn(move || {
+        let mut stream =
+            std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to the server");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        for _ in 0..4 {
+            use std::io::Write;
+            stream
+                .write_all(b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+                .expect("request");
+            let mut reply = [0u8; 512];
+            let n = stream.read(&mut reply).expect("reply");
+            assert!(n > 0, "the server answers");
+        }
+    });
+    client.join().expect("client thread");
+    // SAFETY: kill with a pid we own and a valid signal.
+    assert_eq!(unsafe { libc::kill(trace.0.id() as i32, libc::SIGINT) }, 0);
+    let (code, out, errors) = finish(trace, stderr, Duration::from_secs(10));
+    assert_eq!(code, Some(0), "{errors}");
+    assert!(
+        out.starts_with(&format!("traced pid {pid} (still running, never stopped)")),
+        "{out}"
+    );
+    watch.assert_never_stopped();
+    assert!(
+        matches!(server.0.try_wait(), Ok(None)),
+        "the server runs on"
+    );
+    let again = std::net::TcpStream::connect(("127.0.0.1", port));
+    assert!(again.is_ok(), "the server still accepts");
+}
+
+#[test]
+fn a_target_that_exits_mid_trace_is_said_to_have_exited() {
+    require_tracepoints!();
+    let short = Command::new("python3")
+        .args(["-c", "import time; time.sleep(0.7)"])
+        .spawn()
+        .expect("python3 runs");
+    let mut short = KillOnDrop(short);
+    let started = Instant::now();
+    let out: Output = Command::new(BIN)
+        .args(["trace", "-p", &short.0.id().to_string(), "--duration", "30"])
+        .output()
+        .expect("tcpstall runs");
+    let _ = short.0.wait();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("(exited during the trace)"), "{text}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the trace outlived its target"
+    );
+}
+
+#[test]
+fn a_process_already_under_strace_is_followed_too() {
+    require_tracepoints!();
+    let _serial = serial();
+    let target = KillOnDrop(Command::new("sleep").arg("20").spawn().expect("sleep runs"));
+    let pid = target.0.id().to_string();
+    let (_strace, strace_pid) = support::strace_attached(&pid);
+    // ptrace allows one tracer; the tracepoints need none.
+    let out = Command::new(BIN)
+        .args(["trace", "-p", &pid, "--duration", "0.3", "--json"])
+        .output()
+        .expect("tcpstall runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        report_of(&String::from_utf8_lossy(&out.stdout), &stderr)["method"],
+        "tracepoints"
+    );
+    assert_eq!(
+        support::tracer_of(&pid),
+        Some(strace_pid),
+        "strace still traces it"
+    );
+}
+
+#[test]
+fn the_committed_object_is_built_from_its_source() {
+    support::assert_bpf_object_fresh("trace");
+}
