@@ -316,7 +316,7 @@ mod tests {
         let json = serde_json::to_string(&first).unwrap();
         assert_eq!(
             json,
-            r#"{"stalls":{"nagle_delayed_ack":1,"cork_timer":0,"rto":1,"zero_window":0},"holds":{"nagle_minor":0},"held_side":"client"}"#
+            r#"{"stalls":{"nagle_delayed_ack":1,"cork_timer":0,"rto":1,"zero_window":0},"holds":{"nagle_ack_paced":0,"nagle_minor":0},"held_side":"client"}"#
         );
     }
 }
