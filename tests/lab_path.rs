@@ -253,6 +253,67 @@ fn capture_on_the_server_tun_is_read_by_tshark_and_analyze() {
     }
 }
 
+/// A real loss on the path (`--lose-segment`: the relay loses one segment of the client's),
+/// repaired by the client's own kernel, captured at the client. The tail of a two-segment
+/// request (TCP_NODELAY: "hello " and "world\r\n" leave back to back) lost while the server
+/// delays its ACK of the head: the kernel's tail-loss probe resends it after about two round
+/// trips (`tcp_schedule_loss_probe`), sooner than any retransmission timeout of the path: one
+/// loss probe, no `rto` stall. A one-segment request lost: nothing else is out, the probe would
+/// wait TCP_RTO_MIN more, and the retransmission timer resends it at 200 ms or later: `rto`.
+#[test]
+fn a_lost_tail_is_a_loss_probe_and_a_lost_lone_segment_a_timeout() {
+    let _serial = support::serial();
+    require_root();
+    let dir = std::env::temp_dir().join(format!("tcpstall-lab-loss-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    // The second request's tail (segment 4), and the second request (segment 2).
+    for (variant, lose, probes, timeouts) in [("nodelay", "4", 1, 0), ("single", "2", 0, 1)] {
+        let pcap = dir.join(format!("{variant}.pcap"));
+        let out = lab(&[
+            "--json",
+            "--rtt",
+            "10",
+            "--scenario",
+            "echo",
+            "--variant",
+            variant,
+            "--requests",
+            "3",
+            "--lose-segment",
+            lose,
+            "--capture-at",
+            "client",
+            "--capture",
+            pcap.to_str().expect("utf-8 path"),
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let analyzed = Command::new(BIN)
+            .args(["analyze", "--json", pcap.to_str().unwrap()])
+            .output()
+            .expect("tcpstall analyze runs");
+        let report: Value = serde_json::from_slice(&analyzed.stdout).expect("analyze JSON");
+        let flow = &report["flows"][0];
+        assert_eq!(flow["retransmissions"], 1, "{variant}: {flow}");
+        assert_eq!(flow["loss_probes"], probes, "{variant}: {flow}");
+        assert_eq!(
+            report["summary"]["stalls"]["rto"], timeouts,
+            "{variant}: {}",
+            report["summary"]
+        );
+        for event in report["events"].as_array().expect("events") {
+            if event["kind"] == "rto" {
+                let delay = event["delay_ms"].as_f64().expect("delay_ms");
+                assert!(delay >= 200.0, "{variant}: a timeout of {delay} ms");
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn namespaces_are_deleted_after_a_failed_run_and_after_ctrl_c() {
     let _serial = support::serial();

@@ -79,6 +79,19 @@ pub(crate) fn check(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
     })
 }
 
+/// How far a Nagle stall's timing clears the rule's thresholds (the ACK's delay above
+/// [`DELAYED_ACK_MIN`], the release within the follow allowance and not sooner than the leg to
+/// the held side): a capture clock coarser than this cannot prove it.
+pub(crate) fn margin(flow: &Flow, side: Side, finding: &Finding) -> Span {
+    let release = finding.release_ns.unwrap_or(Span::ZERO);
+    let ack_delay = finding.ack_delay_ns.unwrap_or(Span::ZERO);
+    let mut margin = (ack_delay - DELAYED_ACK_MIN).min(flow.follow_allowance(side) - release);
+    if let Some(near) = flow.dir(side).near_rtt {
+        margin = margin.min(release + PATH_SLACK - near);
+    }
+    margin
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::testing::{assert_single, Wire, MS};
