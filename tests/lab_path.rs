@@ -237,13 +237,30 @@ fn capture_on_the_server_tun_is_read_by_tshark_and_analyze() {
             stalls.entry(port).or_default().push(event);
         }
     }
+    // Under load the relay's delay varies: a release may come back sooner than every round
+    // trip the capture timed to the held side. Such a stall is set apart as `path_varied`,
+    // never lost in silence: every slow request is a stall found or one set apart.
+    let varied: u64 = report["summary"]["undecided"]
+        .as_array()
+        .expect("undecided")
+        .iter()
+        .filter(|u| u["reason"] == "path_varied")
+        .map(|u| u["count"].as_u64().expect("count"))
+        .sum();
+    let mut missing = 0;
     for r in &rows {
         let port = r["server_port"].as_u64().expect("server_port");
         let found = stalls.get(&port).map_or(&[][..], Vec::as_slice);
         if r["expected_stall"] == true {
             let stalled = r["stalled_requests"].as_u64().expect("stalled_requests");
             assert!(stalled > 0, "{} measured no stalled request", name(r));
-            assert_eq!(found.len() as u64, stalled, "{}: analyze's stalls", name(r));
+            assert!(
+                found.len() as u64 <= stalled && !found.is_empty(),
+                "{}: analyze's stalls {} of {stalled}",
+                name(r),
+                found.len()
+            );
+            missing += stalled - found.len() as u64;
             for event in found {
                 assert_eq!(event["held_side"], r["held_side"], "{}", name(r));
             }
@@ -251,6 +268,11 @@ fn capture_on_the_server_tun_is_read_by_tshark_and_analyze() {
             assert!(found.is_empty(), "{}: analyze found {found:?}", name(r));
         }
     }
+    assert_eq!(
+        missing, varied,
+        "slow requests neither found nor set apart: {}",
+        report["summary"]
+    );
 }
 
 /// A real loss on the path (`--lose-segment`: the relay loses one segment of the client's),

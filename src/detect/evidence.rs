@@ -21,6 +21,10 @@ pub enum Reason {
     /// The capture holds one direction only: whether a packet of the peer triggered the data
     /// cannot be seen.
     OneDirection,
+    /// The data came back sooner after the ACK that released it than the quickest round trip
+    /// timed to the held side (by less than a quarter of it): the path's delay varied, or
+    /// something else released it.
+    PathVaried,
     /// The capture's timestamps are coarser than the margin by which the gap clears the rule's
     /// thresholds: the clock cannot tell the claim from its look-alike.
     CoarseTimestamps,
@@ -32,6 +36,7 @@ impl Reason {
         match self {
             Reason::PathUnknown => "path_unknown",
             Reason::OneDirection => "one_direction",
+            Reason::PathVaried => "path_varied",
             Reason::CoarseTimestamps => "coarse_timestamps",
         }
     }
@@ -43,6 +48,9 @@ impl Reason {
                 "the round trip to the held side is unknown (no handshake, no answer timed)"
             }
             Reason::OneDirection => "the capture holds one direction only",
+            Reason::PathVaried => {
+                "the release came sooner than the quickest round trip timed to the held side"
+            }
             Reason::CoarseTimestamps => {
                 "the capture's timestamps are too coarse to tell the gap from its thresholds"
             }
@@ -149,6 +157,9 @@ pub(crate) fn unsettled(
         // side is part of the gap.
         StallKind::NagleDelayedAck | StallKind::CorkTimer if held_leg.is_none() => {
             return Some(Reason::PathUnknown)
+        }
+        StallKind::NagleDelayedAck if nagle::released_before_the_leg(flow, side, finding) => {
+            return Some(Reason::PathVaried)
         }
         _ => {}
     }
