@@ -27,7 +27,8 @@ fn require_root() {
     );
 }
 
-/// Namespaces left by the lab process `pid` (`tcpstall-lab-<pid>-client` / `-server`).
+/// Namespaces left by the lab process `pid` (`tcpstall-lab-<pid>-client` / `-server` /
+/// `-path`).
 fn namespaces_of(pid: u32) -> Vec<String> {
     let out = Command::new("ip")
         .args(["netns", "list"])
@@ -371,13 +372,13 @@ fn namespaces_are_deleted_after_a_failed_run_and_after_ctrl_c() {
     );
     let pid = child.0.id();
     let start = Instant::now();
-    while namespaces_of(pid).len() < 2 && start.elapsed() < Duration::from_secs(10) {
+    while namespaces_of(pid).len() < 3 && start.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(
         namespaces_of(pid).len(),
-        2,
-        "the run created its namespaces"
+        3,
+        "the run created its namespaces (client, server, the middle of the path)"
     );
     // SAFETY: kill only sends a signal to the child started above, not yet reaped.
     unsafe { libc::kill(pid as libc::pid_t, libc::SIGINT) };

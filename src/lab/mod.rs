@@ -236,6 +236,9 @@ pub(crate) struct PathReport {
     /// Bottleneck rate, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rate_mbit: Option<f64>,
+    /// `--lose-segment`: the segment of each connection the relay lost, client to server.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lose_segment: Option<u32>,
     /// The client's namespace (deleted when the run ended).
     pub client_namespace: String,
     /// The server's namespace (deleted when the run ended).
@@ -404,6 +407,7 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
         path: settings.path.as_ref().map(|ends| PathReport {
             rtt_ms: ends.shape.rtt.as_secs_f64() * 1000.0,
             rate_mbit: ends.shape.rate_bps.map(|bps| bps as f64 / 1e6),
+            lose_segment: ends.shape.lose_segment,
             client_namespace: ends.client.name().to_string(),
             server_namespace: ends.server.name().to_string(),
             peer: settings.peer.as_deref().map(crate::peer::Peer::report),

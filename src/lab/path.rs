@@ -211,7 +211,8 @@ impl Drop for NamedNamespace {
     }
 }
 
-/// A running emulated path: two namespaces, their TUN devices and the relay between them.
+/// A running emulated path: two namespaces, their TUN devices and the relay between them (and
+/// the middle namespace its copies go to).
 /// Dropping it stops the relay and deletes the namespaces.
 pub struct EmulatedPath {
     ends: PathEnds,
