@@ -276,6 +276,61 @@ fn capture_on_the_server_tun_is_read_by_tshark_and_analyze() {
     );
 }
 
+/// `--capture-at path`: the relay's copy of each packet halfway through its delay. The
+/// capture sits between the hosts (`mid-path`, both legs timed, each about half the round
+/// trip), and the detector finds the split row's holds from there as from the ends: on the
+/// client, released by the server's delayed ACK.
+#[test]
+fn capture_mid_path_sees_both_legs_and_the_holds() {
+    let _serial = support::serial();
+    require_root();
+    let dir = std::env::temp_dir().join(format!("tcpstall-lab-mid-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let pcap = dir.join("mid.pcap");
+    let rows = lab_json(&[
+        "--scenario",
+        "echo",
+        "--variant",
+        "split,nodelay",
+        "--requests",
+        "5",
+        "--capture-at",
+        "path",
+        "--capture",
+        pcap.to_str().expect("utf-8 path"),
+    ]);
+    let analyzed = Command::new(BIN)
+        .args(["analyze", "--json", pcap.to_str().unwrap()])
+        .output()
+        .expect("tcpstall analyze runs");
+    let _ = std::fs::remove_dir_all(&dir);
+    let report: Value = serde_json::from_slice(&analyzed.stdout).expect("analyze JSON");
+    let flows = report["flows"].as_array().expect("flows");
+    assert!(!flows.is_empty());
+    for flow in flows {
+        assert_eq!(flow["capture_position"], "mid-path", "{flow}");
+        for leg in ["client_rtt_ms", "server_rtt_ms"] {
+            let ms = flow["path"][leg].as_f64().expect("a timed leg");
+            // Half the round trip each; the relay's wake-ups add a little, never remove.
+            assert!(
+                ms >= RTT_MS / 2.0 - 1.0 && ms < RTT_MS,
+                "{leg} {ms} ms: {flow}"
+            );
+        }
+    }
+    let split = row(&rows, "split");
+    let stalled = split["stalled_requests"]
+        .as_u64()
+        .expect("stalled_requests");
+    assert!(stalled > 0, "{split}");
+    assert_eq!(split["detector"]["held_side"], "client", "{split}");
+    let found = split["detector"]["stalls"]["nagle_delayed_ack"]
+        .as_u64()
+        .expect("count");
+    assert!(found > 0 && found <= stalled, "{split}");
+    assert_eq!(row(&rows, "nodelay")["detector"]["held_side"], Value::Null);
+}
+
 /// A real loss on the path (`--lose-segment`: the relay loses one segment of the client's),
 /// repaired by the client's own kernel, captured at the client. The tail of a two-segment
 /// request (TCP_NODELAY: "hello " and "world\r\n" leave back to back) lost while the server
