@@ -335,6 +335,8 @@ pub struct Detector {
     last_sweep: Timestamp,
     /// Capture time of the previous segment pushed.
     prev_ts: Timestamp,
+    /// The capture clock's resolution, as the timestamps show it.
+    resolution: evidence::Resolution,
 }
 
 impl Detector {
@@ -363,6 +365,7 @@ impl Detector {
     /// then joined with [`Analysis::merge`]: ordinals make flow ids and event order the same as
     /// with one detector.
     pub fn push_at(&mut self, seg: &Segment, ordinal: u64) {
+        self.resolution.observe(seg.ts_ns);
         let a = &mut self.analysis;
         a.packets += 1;
         // From the first segment to the latest time seen: a packet stamped out of order (a
@@ -385,7 +388,8 @@ impl Detector {
             // Nothing waited before the flow began: a delay reaching back past the flow's
             // first packet is cut there.
             finding.delay_ns = finding.delay_ns.min(seg.ts_ns.since(flow.first_seen));
-            if let Some(reason) = evidence::unsettled(flow, side, &finding) {
+            let coarse = self.resolution.coarse();
+            if let Some(reason) = evidence::unsettled(flow, side, seg, &finding, coarse) {
                 self.analysis.undecided.add(finding.kind, reason);
                 undecided = true;
             } else if finding.kind == StallKind::Rto && flow.dir(side).rto_open {
@@ -405,6 +409,9 @@ impl Detector {
                     self.analysis.events.push(event);
                 }
             }
+        }
+        if finding.is_none() && rto::loss_probe(flow, side, seg) {
+            flow.dirs[side.index()].loss_probes += 1;
         }
         flow.update(seg, side);
         if matches!(finding, Some(f) if f.kind == StallKind::Rto) && !undecided {
