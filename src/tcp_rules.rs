@@ -255,6 +255,15 @@ pub const CORK_TIMER_MIN: Duration = Duration::from_millis(195);
 /// loopback at HZ=250); the path's RTT is added, as the RTO grows with it (RFC 6298 §2).
 pub const CORK_TIMER_MAX: Duration = Duration::from_millis(260);
 
+/// The shortest retransmission timeout on a path whose round trip is `srtt`: `srtt + rttvar`
+/// with `rttvar` never below `TCP_RTO_MIN` (`__tcp_set_rto`, `tcp_rtt_estimator`), less the
+/// timer slack of [`CORK_TIMER_MIN`]. A timer-driven resend sooner than this was not the
+/// retransmission timer: on Linux, the tail-loss probe (`tcp_schedule_loss_probe`: 2·srtt +
+/// 2 jiffies with more than one packet out, RFC 8985 §7.2), or RACK's reordering timer.
+pub const fn rto_floor(srtt: Duration) -> Duration {
+    CORK_TIMER_MIN.saturating_add(srtt)
+}
+
 /// Slack of a capture clock and of scheduling when a segment is judged against the path: a
 /// segment reaching the capture point later than a packet it answers by less than the round
 /// trip to its sender, less this, cannot have been sent in answer to it.

@@ -1095,27 +1095,17 @@ fn mid_flow_capture_with_server_on_high_port() {
 fn memcached_rows_without_handshake() {
     let dir = Scratch::new("memcached-cut");
     let pcap = dir.path("memcached.pcap");
-    let out = Command::new(BIN)
-        .args([
-            "lab",
+    let lab = lab_captured(
+        &[
             "--scenario",
             "memcached",
             "--variant",
             "value-1400,value-2400",
             "--requests",
             "20",
-            "--json",
-            "--capture",
-        ])
-        .arg(&pcap)
-        .output()
-        .expect("run tcpstall lab");
-    assert!(
-        out.status.success(),
-        "lab failed: {}",
-        String::from_utf8_lossy(&out.stderr)
+        ],
+        &pcap,
     );
-    let lab: Value = serde_json::from_slice(&out.stdout).expect("lab --json");
     let rows = lab["rows"].as_array().expect("rows");
     assert_eq!(rows.len(), 2, "{lab}");
     let bytes = fs::read(&pcap).expect("capture");
@@ -1141,6 +1131,23 @@ fn memcached_rows_without_handshake() {
             );
         }
     }
+}
+
+/// Runs `lab ARGS --json --capture PCAP`; its report.
+fn lab_captured(args: &[&str], pcap: &Path) -> Value {
+    let out = Command::new(BIN)
+        .arg("lab")
+        .args(args)
+        .args(["--json", "--capture"])
+        .arg(pcap)
+        .output()
+        .expect("run tcpstall lab");
+    assert!(
+        out.status.success(),
+        "lab failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("lab --json")
 }
 
 /// Splits a little-endian pcap into its file header and records.
@@ -1482,4 +1489,83 @@ s.close()
         );
         assert!(flows[0]["nagle_ack_paced"].is_null(), "{}", flows[0]);
     }
+}
+/// A real capture of the lab's split writes on loopback (Nagle holds released by 40 ms delayed
+/// ACKs, each released segment microseconds after its ACK), rewritten with its timestamps cut
+/// to whole milliseconds and to tens of them, as a coarse capture clock stamps them. Every
+/// hold is still claimed from the original; at 1 ms each is proven or set apart as
+/// `coarse_timestamps` (a release within the 1 ms allowance may straddle a tick); at 10 ms no
+/// release can be told from a segment sent 9 ms later, so none is proven.
+#[test]
+fn coarse_timestamps_prove_no_stall_they_cannot_time() {
+    let dir = Scratch::new("coarse");
+    let pcap = dir.path("split.pcap");
+    lab_captured(
+        &[
+            "--scenario",
+            "echo,http",
+            "--variant",
+            "split",
+            "--requests",
+            "10",
+        ],
+        &pcap,
+    );
+    let original = analyze_json(&pcap);
+    let held = original["summary"]["stalls"]["nagle_delayed_ack"]
+        .as_u64()
+        .expect("count");
+    assert!(held >= 10, "{}", original["summary"]);
+    assert_eq!(coarse_undecided(&original), 0, "{}", original["summary"]);
+
+    let bytes = fs::read(&pcap).expect("capture");
+    let (header, records) = pcap_records(&bytes);
+    // The lab writes nanosecond pcap: a record's second field is nanoseconds.
+    assert_eq!(&header[..4], &0xa1b2_3c4d_u32.to_le_bytes());
+    for (tick_ms, name) in [(1u32, "ms"), (10, "10ms")] {
+        let mut coarse = header.to_vec();
+        for r in &records {
+            let mut rec = r.to_vec();
+            let nanos = u32::from_le_bytes([r[4], r[5], r[6], r[7]]);
+            let tick = tick_ms * 1_000_000;
+            rec[4..8].copy_from_slice(&(nanos / tick * tick).to_le_bytes());
+            coarse.extend_from_slice(&rec);
+        }
+        let file = dir.path(&format!("split-{name}.pcap"));
+        fs::write(&file, &coarse).expect("write");
+        let v = analyze_json(&file);
+        let proven = v["summary"]["stalls"]["nagle_delayed_ack"]
+            .as_u64()
+            .expect("count");
+        let stalls: u64 = ["cork_timer", "rto", "zero_window"]
+            .iter()
+            .map(|k| v["summary"]["stalls"][k].as_u64().expect("count"))
+            .sum();
+        assert_eq!(stalls, 0, "{name}: {}", v["summary"]);
+        if tick_ms == 1 {
+            assert_eq!(
+                proven + coarse_undecided(&v),
+                held,
+                "{name}: {}",
+                v["summary"]
+            );
+            assert!(proven > 0, "{name}: {}", v["summary"]);
+        } else {
+            assert_eq!(proven, 0, "{name}: {}", v["summary"]);
+            assert!(coarse_undecided(&v) > 0, "{name}: {}", v["summary"]);
+        }
+    }
+}
+
+/// Claims `analyze --json` set apart for coarse timestamps.
+fn coarse_undecided(v: &Value) -> u64 {
+    v["summary"]["undecided"]
+        .as_array()
+        .map(|all| {
+            all.iter()
+                .filter(|u| u["reason"] == "coarse_timestamps")
+                .map(|u| u["count"].as_u64().unwrap_or(0))
+                .sum()
+        })
+        .unwrap_or(0)
 }

@@ -43,6 +43,22 @@ fn lab_json(args: &[&str]) -> Vec<Value> {
     rows
 }
 
+/// `tcpstall analyze --json FILE`, which must succeed.
+fn analyze_json(pcap: &std::path::Path) -> Value {
+    let analyzed = Command::new(BIN)
+        .arg("analyze")
+        .arg("--json")
+        .arg(pcap)
+        .output()
+        .expect("tcpstall analyze runs");
+    assert!(
+        analyzed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&analyzed.stderr)
+    );
+    serde_json::from_slice(&analyzed.stdout).expect("analyze JSON")
+}
+
 fn name(row: &Value) -> String {
     format!("{}/{}", row["scenario"], row["variant"])
 }
@@ -194,17 +210,8 @@ fn capture_on_the_server_tun_is_read_by_tshark_and_analyze() {
     let packets = String::from_utf8_lossy(&tshark.stdout).lines().count();
     assert!(packets > 0, "tshark read no packets");
 
-    let analyzed = Command::new(BIN)
-        .args(["analyze", "--json", pcap.to_str().unwrap()])
-        .output()
-        .expect("tcpstall analyze runs");
+    let report = analyze_json(&pcap);
     let _ = std::fs::remove_dir_all(&dir);
-    assert!(
-        analyzed.status.success(),
-        "{}",
-        String::from_utf8_lossy(&analyzed.stderr)
-    );
-    let report: Value = serde_json::from_slice(&analyzed.stdout).expect("analyze JSON");
     assert_eq!(report["summary"]["packets"].as_u64(), Some(packets as u64));
     let mut stalls: HashMap<u64, Vec<&Value>> = HashMap::new();
     for event in report["events"].as_array().expect("events") {
@@ -213,13 +220,30 @@ fn capture_on_the_server_tun_is_read_by_tshark_and_analyze() {
             stalls.entry(port).or_default().push(event);
         }
     }
+    // Under load the relay's delay varies: a release may come back sooner than every round
+    // trip the capture timed to the held side. Such a stall is set apart as `path_varied`,
+    // never lost in silence: every slow request is a stall found or one set apart.
+    let varied: u64 = report["summary"]["undecided"]
+        .as_array()
+        .expect("undecided")
+        .iter()
+        .filter(|u| u["reason"] == "path_varied")
+        .map(|u| u["count"].as_u64().expect("count"))
+        .sum();
+    let mut missing = 0;
     for r in &rows {
         let port = r["server_port"].as_u64().expect("server_port");
         let found = stalls.get(&port).map_or(&[][..], Vec::as_slice);
         if r["expected_stall"] == true {
             let stalled = r["stalled_requests"].as_u64().expect("stalled_requests");
             assert!(stalled > 0, "{} measured no stalled request", name(r));
-            assert_eq!(found.len() as u64, stalled, "{}: analyze's stalls", name(r));
+            assert!(
+                found.len() as u64 <= stalled && !found.is_empty(),
+                "{}: analyze's stalls {} of {stalled}",
+                name(r),
+                found.len()
+            );
+            missing += stalled - found.len() as u64;
             for event in found {
                 assert_eq!(event["held_side"], r["held_side"], "{}", name(r));
             }
@@ -227,6 +251,117 @@ fn capture_on_the_server_tun_is_read_by_tshark_and_analyze() {
             assert!(found.is_empty(), "{}: analyze found {found:?}", name(r));
         }
     }
+    assert_eq!(
+        missing, varied,
+        "slow requests neither found nor set apart: {}",
+        report["summary"]
+    );
+}
+
+/// `--capture-at path`: the relay's copy of each packet halfway through its delay. The
+/// capture sits between the hosts (`mid-path`, both legs timed, each about half the round
+/// trip, shorter than the whole), and the detector finds the split row's holds from there as from the ends: on the
+/// client, released by the server's delayed ACK.
+#[test]
+fn capture_mid_path_sees_both_legs_and_the_holds() {
+    let _serial = support::serial();
+    require_root();
+    let dir = std::env::temp_dir().join(format!("tcpstall-lab-mid-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let pcap = dir.join("mid.pcap");
+    let rows = lab_json(&[
+        "--scenario",
+        "echo",
+        "--variant",
+        "split,nodelay",
+        "--requests",
+        "5",
+        "--capture-at",
+        "path",
+        "--capture",
+        pcap.to_str().expect("utf-8 path"),
+    ]);
+    let report = analyze_json(&pcap);
+    let _ = std::fs::remove_dir_all(&dir);
+    let flows = report["flows"].as_array().expect("flows");
+    assert!(!flows.is_empty());
+    for flow in flows {
+        assert_eq!(flow["capture_position"], "mid-path", "{flow}");
+        // Half the round trip each, give or take the relay's wake-ups (a late copy of the SYN
+        // shortens the server's leg as the capture times it): timed, and within the path.
+        for leg in ["client_rtt_ms", "server_rtt_ms"] {
+            let ms = flow["path"][leg].as_f64().expect("a timed leg");
+            assert!(ms > 0.0 && ms < RTT_MS, "{leg} {ms} ms: {flow}");
+        }
+    }
+    let split = row(&rows, "split");
+    let stalled = split["stalled_requests"]
+        .as_u64()
+        .expect("stalled_requests");
+    assert!(stalled > 0, "{split}");
+    assert_eq!(split["detector"]["held_side"], "client", "{split}");
+    let found = split["detector"]["stalls"]["nagle_delayed_ack"]
+        .as_u64()
+        .expect("count");
+    assert!(found > 0 && found <= stalled, "{split}");
+    assert_eq!(row(&rows, "nodelay")["detector"]["held_side"], Value::Null);
+}
+
+/// A real loss on the path (`--lose-segment`: the relay loses one segment of the client's),
+/// repaired by the client's own kernel, captured at the client. The tail of a two-segment
+/// request (TCP_NODELAY: "hello " and "world\r\n" leave back to back) lost while the server
+/// delays its ACK of the head: the kernel's tail-loss probe resends it after about two round
+/// trips (`tcp_schedule_loss_probe`), sooner than any retransmission timeout of the path: one
+/// loss probe, no `rto` stall. A one-segment request lost: nothing else is out, the probe would
+/// wait TCP_RTO_MIN more, and the retransmission timer resends it at 200 ms or later: `rto`.
+#[test]
+fn a_lost_tail_is_a_loss_probe_and_a_lost_lone_segment_a_timeout() {
+    let _serial = support::serial();
+    require_root();
+    let dir = std::env::temp_dir().join(format!("tcpstall-lab-loss-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    // The second request's tail (segment 4), and the second request (segment 2).
+    for (variant, lose, probes, timeouts) in [("nodelay", "4", 1, 0), ("single", "2", 0, 1)] {
+        let pcap = dir.join(format!("{variant}.pcap"));
+        let out = lab(&[
+            "--json",
+            "--rtt",
+            "10",
+            "--scenario",
+            "echo",
+            "--variant",
+            variant,
+            "--requests",
+            "3",
+            "--lose-segment",
+            lose,
+            "--capture-at",
+            "client",
+            "--capture",
+            pcap.to_str().expect("utf-8 path"),
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report = analyze_json(&pcap);
+        let flow = &report["flows"][0];
+        assert_eq!(flow["retransmissions"], 1, "{variant}: {flow}");
+        assert_eq!(flow["loss_probes"], probes, "{variant}: {flow}");
+        assert_eq!(
+            report["summary"]["stalls"]["rto"], timeouts,
+            "{variant}: {}",
+            report["summary"]
+        );
+        for event in report["events"].as_array().expect("events") {
+            if event["kind"] == "rto" {
+                let delay = event["delay_ms"].as_f64().expect("delay_ms");
+                assert!(delay >= 200.0, "{variant}: a timeout of {delay} ms");
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -264,13 +399,13 @@ fn namespaces_are_deleted_after_a_failed_run_and_after_ctrl_c() {
     );
     let pid = child.0.id();
     let start = Instant::now();
-    while namespaces_of(pid).len() < 2 && start.elapsed() < Duration::from_secs(10) {
+    while namespaces_of(pid).len() < 3 && start.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(
         namespaces_of(pid).len(),
-        2,
-        "the run created its namespaces"
+        3,
+        "the run created its namespaces (client, server, the middle of the path)"
     );
     // SAFETY: kill only sends a signal to the child started above, not yet reaped.
     unsafe { libc::kill(pid as libc::pid_t, libc::SIGINT) };

@@ -164,13 +164,15 @@ impl FlowPacing {
 }
 
 /// The delay of the hold `seg` ends, when it is one: `finding` is what the other rules made of
-/// the segment (a minor Nagle hold, or nothing).
+/// the segment (a minor Nagle hold, or nothing); `coarse` when the capture clock is coarser than
+/// a microsecond's.
 #[inline]
 pub(crate) fn hold(
     flow: &Flow,
     side: Side,
     seg: &Segment,
     finding: Option<&Finding>,
+    coarse: bool,
 ) -> Option<Seen> {
     let me = flow.dir(side);
     let prev = flow.prev?;
@@ -196,8 +198,9 @@ pub(crate) fn hold(
     // Captured on the sender's host, a release is in the softirq of the ACK: a later segment
     // is the application's next write (a bulk sender's, whose partial segment is what it had
     // copied so far), not held data.
+    // A clock coarser than a microsecond's (`coarse`) cannot time that bound.
     let on_host = me.near_rtt.is_some_and(|leg| leg < ON_HOST_LEG);
-    if on_host && seg.ts_ns.since(prev.at) > SOFTIRQ_RELEASE {
+    if on_host && (coarse || seg.ts_ns.since(prev.at) > SOFTIRQ_RELEASE) {
         return None;
     }
     match finding {

@@ -64,7 +64,6 @@ pub(crate) const CORK_MAX: Span = Span::from_duration(tcp_rules::CORK_TIMER_MAX)
 /// (see [`continues_turn`]).
 pub(crate) fn check(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
     let me = flow.dir(side);
-    let peer = flow.dir(side.peer());
     if !me.is_new_data(seg) || !me.is_small(seg) {
         return None;
     }
@@ -74,23 +73,61 @@ pub(crate) fn check(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
     if !continues_turn(flow, side) {
         return None;
     }
-    let last_activity = peer.last_seen.max(me.last_data);
-    let gap = seg.ts_ns.since(last_activity);
-    let path_rtt = me.near_rtt.unwrap_or(Span::ZERO) + peer.near_rtt.unwrap_or(Span::ZERO);
-    // The gap as the held side's host saw it: when it counts from the peer's packet, that
-    // packet reached the held side half a leg later and the held data took the other half to
-    // come back, so the leg to the held side is the path's, not the timer's.
-    let at_sender = if peer.last_seen > me.last_data {
-        gap - me.near_rtt.unwrap_or(Span::ZERO)
-    } else {
-        gap
-    };
+    let t = Timing::of(flow, side, seg);
     // The timer is at least the round trip plus 200 ms ([`tcp_rules::cork_timer_floor`]): a
     // reply one round trip after the request is the path, not the cork timer.
-    if at_sender < CORK_MIN + path_rtt || gap > CORK_MAX + path_rtt * 4 {
+    if t.at_sender < t.floor() || t.gap > t.ceiling() {
         return None;
     }
-    Some(Finding::own_timer(StallKind::CorkTimer, side, gap))
+    Some(Finding::own_timer(StallKind::CorkTimer, side, t.gap))
+}
+
+/// How far a cork gap clears the timer's floor and ceiling: a capture clock coarser than this
+/// cannot prove it.
+pub(crate) fn margin(flow: &Flow, side: Side, seg: &Segment) -> Span {
+    let t = Timing::of(flow, side, seg);
+    (t.at_sender - t.floor()).min(t.ceiling() - t.gap)
+}
+
+/// A candidate cork gap and the path it is judged against.
+struct Timing {
+    /// From the last activity that could have queued the data to the data.
+    gap: Span,
+    /// The gap as the held side's host saw it.
+    at_sender: Span,
+    /// Both legs: the round trip between the hosts.
+    path_rtt: Span,
+}
+
+impl Timing {
+    fn of(flow: &Flow, side: Side, seg: &Segment) -> Timing {
+        let me = flow.dir(side);
+        let peer = flow.dir(side.peer());
+        let last_activity = peer.last_seen.max(me.last_data);
+        let gap = seg.ts_ns.since(last_activity);
+        let path_rtt = me.near_rtt.unwrap_or(Span::ZERO) + peer.near_rtt.unwrap_or(Span::ZERO);
+        // The gap as the held side's host saw it: when it counts from the peer's packet, that
+        // packet reached the held side half a leg later and the held data took the other half
+        // to come back, so the leg to the held side is the path's, not the timer's.
+        let at_sender = if peer.last_seen > me.last_data {
+            gap - me.near_rtt.unwrap_or(Span::ZERO)
+        } else {
+            gap
+        };
+        Timing {
+            gap,
+            at_sender,
+            path_rtt,
+        }
+    }
+
+    fn floor(&self) -> Span {
+        CORK_MIN + self.path_rtt
+    }
+
+    fn ceiling(&self) -> Span {
+        CORK_MAX + self.path_rtt * 4
+    }
 }
 
 /// The data continues a turn already under way, so the application had written it earlier

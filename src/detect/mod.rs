@@ -371,6 +371,8 @@ pub struct Detector {
     prev_ts: Timestamp,
     /// Times events were taken ([`Detector::take_events`]).
     taken: u64,
+    /// The capture clock's resolution, as the timestamps show it.
+    resolution: evidence::Resolution,
 }
 
 impl Detector {
@@ -399,6 +401,7 @@ impl Detector {
     /// then joined with [`Analysis::merge`]: ordinals make flow ids and event order the same as
     /// with one detector.
     pub fn push_at(&mut self, seg: &Segment, ordinal: u64) {
+        self.resolution.observe(seg.ts_ns);
         let a = &mut self.analysis;
         a.packets += 1;
         // From the first segment to the latest time seen: a packet stamped out of order (a
@@ -421,7 +424,8 @@ impl Detector {
             // Nothing waited before the flow began: a delay reaching back past the flow's
             // first packet is cut there.
             finding.delay_ns = finding.delay_ns.min(seg.ts_ns.since(flow.first_seen));
-            if let Some(reason) = evidence::unsettled(flow, side, &finding) {
+            let coarse = self.resolution.coarse();
+            if let Some(reason) = evidence::unsettled(flow, side, seg, &finding, coarse) {
                 self.analysis.undecided.add(finding.kind, reason);
                 undecided = true;
             } else if finding.kind == StallKind::Rto && flow.dir(side).rto_open {
@@ -443,13 +447,17 @@ impl Detector {
             }
         }
         let settled = finding.filter(|_| !undecided);
-        if let Some(seen) = ack_paced::hold(flow, side, seg, settled.as_ref()) {
+        let coarse = self.resolution.coarse().is_some();
+        if let Some(seen) = ack_paced::hold(flow, side, seg, settled.as_ref(), coarse) {
             let sink = ack_paced::Sink {
                 analysis: &mut self.analysis,
                 tally: self.tallies.entry(flow.id).or_default(),
                 generation: self.taken,
             };
             ack_paced::record(sink, flow, side, seg, seen, settled.is_some(), ordinal);
+        }
+        if finding.is_none() && rto::loss_probe(flow, side, seg) {
+            flow.dirs[side.index()].loss_probes += 1;
         }
         flow.update(seg, side);
         if matches!(finding, Some(f) if f.kind == StallKind::Rto) && !undecided {

@@ -4,11 +4,23 @@
 //! A segment repeating sequence space already sent is a retransmission. When the peer's last
 //! packet came just before it (duplicate ACKs, SACK) it is a fast retransmit (RFC 5681 §3.2):
 //! it costs about one RTT and is only counted in the flow. When nothing triggered it, the
-//! sender sat out a timer: a stall of at least the RTO (Linux `TCP_RTO_MIN` = 200 ms).
+//! sender sat out a timer: a stall of at least the RTO (Linux `TCP_RTO_MIN` = 200 ms) — unless
+//! it came sooner than the path allows any timeout and resent the tail with data unacked
+//! before it: a tail-loss probe (RFC 8985 §7, `tcp_send_loss_probe`), the loss recovery of
+//! about two round trips, counted in the flow (`loss_probes`) and not as a stall.
 
 use super::{Finding, Holder, KindInfo, Proof, Release, Rule, StallEvent, StallKind, MIN_STALL};
 use crate::decode::Segment;
-use crate::flow::{Flow, Side};
+use crate::flow::{Flow, Side, Span};
+use crate::tcp_rules;
+
+/// What sent a retransmission that no packet of the peer triggered.
+enum TimerResend {
+    /// The retransmission timer, `delay` after the side's previous transmission.
+    Timeout(Span),
+    /// A tail-loss probe (RFC 8985 §7): sooner than any retransmission timeout of the path.
+    LossProbe,
+}
 
 /// A loss recovered by the retransmission timer.
 pub(crate) const KIND: KindInfo = KindInfo {
@@ -48,6 +60,18 @@ fn explain(event: &StallEvent) -> String {
 
 /// Checks whether `seg` from `side` is a timer-driven retransmission.
 pub(crate) fn check(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
+    match timer_resend(flow, side, seg)? {
+        TimerResend::Timeout(delay) => Some(Finding::own_timer(StallKind::Rto, side, delay)),
+        TimerResend::LossProbe => None,
+    }
+}
+
+/// Whether `seg` from `side` is a tail-loss probe: counted in the flow, never as a stall.
+pub(crate) fn loss_probe(flow: &Flow, side: Side, seg: &Segment) -> bool {
+    matches!(timer_resend(flow, side, seg), Some(TimerResend::LossProbe))
+}
+
+fn timer_resend(flow: &Flow, side: Side, seg: &Segment) -> Option<TimerResend> {
     let me = flow.dir(side);
     if seg.payload_len == 0 || !me.resends(seg) {
         return None;
@@ -69,7 +93,47 @@ pub(crate) fn check(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
     // measured from the step before it. A side that sent nothing before is measured from its
     // first packet, never from the epoch.
     let delay = seg.ts_ns.since(me.last_sent);
-    (delay >= MIN_STALL).then(|| Finding::own_timer(StallKind::Rto, side, delay))
+    if delay < MIN_STALL {
+        return None;
+    }
+    // The retransmission timer resends from SND.UNA (`tcp_retransmit_timer`); the tail-loss
+    // probe resends the last segment sent (`tcp_send_loss_probe`), and fires at 2·srtt
+    // (+ 2 jiffies) only while more than one packet is out (`tcp_schedule_loss_probe`; with
+    // one, it waits TCP_RTO_MIN more, as long as the timeout). So: the tail, with unacked data
+    // before it, resent sooner than the path's shortest timeout, is a probe.
+    if probe_floor(flow, side, seg).is_some_and(|floor| delay < floor) {
+        return Some(TimerResend::LossProbe);
+    }
+    Some(TimerResend::Timeout(delay))
+}
+
+/// The path's shortest retransmission timeout, when `seg` has a tail-loss probe's shape (the
+/// tail, with unacknowledged data before it) and the path is known: a timer-driven resend
+/// sooner than this is a probe.
+fn probe_floor(flow: &Flow, side: Side, seg: &Segment) -> Option<Span> {
+    let me = flow.dir(side);
+    let tail = seg.seq + seg.payload_len == me.snd_nxt;
+    let data_before = me.una_known && me.snd_una < seg.seq;
+    if !(tail && data_before) {
+        return None;
+    }
+    let rtt = me.near_rtt? + flow.dir(side.peer()).near_rtt?;
+    let srtt = std::time::Duration::from_nanos(rtt.as_nanos());
+    Some(Span::from_duration(tcp_rules::rto_floor(srtt)))
+}
+
+/// How far a timeout's timing clears the rule's thresholds (long enough, not following the
+/// peer's packet within the allowance, and past the tail-loss probe's time when it could be
+/// one): a capture clock coarser than this cannot prove it.
+pub(crate) fn margin(flow: &Flow, side: Side, seg: &Segment, finding: &Finding) -> Span {
+    let mut margin = finding.delay_ns - MIN_STALL;
+    if let Some(prev) = flow.prev.filter(|p| p.side == side.peer()) {
+        margin = margin.min(seg.ts_ns.since(prev.at) - flow.follow_allowance(side));
+    }
+    if let Some(floor) = probe_floor(flow, side, seg) {
+        margin = margin.min(finding.delay_ns - floor);
+    }
+    margin
 }
 
 #[cfg(test)]
@@ -148,6 +212,37 @@ mod tests {
         w.ack(true, 1_401_200).data(false, 1_401_300, 300);
         w.retransmit(false, 1_700_000, 300);
         assert_eq!(w.analyse().counts.get(StallKind::Rto), 2);
+    }
+
+    /// The last of two segments resent 30 ms later, the first still unacknowledged: far sooner
+    /// than any timeout of the path (its round trip + 200 ms), so a tail-loss probe; counted in
+    /// the flow, not as a stall. The same resend after 215 ms is the timeout.
+    #[test]
+    fn tail_resent_before_any_timeout_is_a_loss_probe() {
+        let probe_at = |t_us: u64| {
+            let mut w = Wire::handshake_between(10_000, 10_000, 1448);
+            w.data(true, 30_000, 50)
+                .data(false, 40_100, 1000)
+                .data(false, 40_110, 1000);
+            w.retransmit(false, t_us, 1000);
+            w.analyse()
+        };
+        let a = probe_at(70_110);
+        assert_eq!(a.stall_count(), 0, "{:?}", a.counts);
+        assert_eq!(a.flows[0].loss_probes, 1);
+        assert_eq!(a.flows[0].retransmissions, 1);
+        let a = probe_at(255_110);
+        assert_single(&a, StallKind::Rto, Side::Server);
+        assert_eq!(a.flows[0].loss_probes, 0);
+        // The head resent early (a stack whose timeout floor is lower than Linux's): the
+        // retransmission timer resends from SND.UNA, the probe never does.
+        let mut w = Wire::handshake_between(10_000, 10_000, 1448);
+        w.data(true, 30_000, 50)
+            .data(false, 40_100, 1000)
+            .data(false, 40_110, 1000);
+        w.retransmit(false, 70_110, 1000);
+        w.last().seq = w.last().seq - 1000;
+        assert_single(&w.analyse(), StallKind::Rto, Side::Server);
     }
 
     #[test]

@@ -208,6 +208,9 @@ pub struct FlowSummary {
     pub bytes: [u64; 2],
     /// Retransmitted segments, both directions.
     pub retransmissions: u64,
+    /// Retransmissions that were tail-loss probes (RFC 8985 §7): loss recovery of about two
+    /// round trips, not counted as `rto` stalls.
+    pub loss_probes: u64,
     /// Sequence gaps (data the capture missed), both directions.
     pub capture_gaps: u64,
     /// Request/response turns.
@@ -312,6 +315,7 @@ impl FlowSummary {
         self.bytes[0] += later.bytes[0];
         self.bytes[1] += later.bytes[1];
         self.retransmissions += later.retransmissions;
+        self.loss_probes += later.loss_probes;
         self.capture_gaps += later.capture_gaps;
         self.requests += later.requests;
         self.counts.merge(&later.counts);
@@ -385,6 +389,7 @@ pub(crate) fn summarise(
         packets: c.packets + s.packets,
         bytes: [c.bytes, s.bytes],
         retransmissions: c.retransmissions + s.retransmissions,
+        loss_probes: c.loss_probes + s.loss_probes,
         capture_gaps: c.gaps + s.gaps,
         requests: flow.turns.requests,
         counts: *counts,

@@ -2,9 +2,11 @@
 //! when the receive buffer is full) and the sender waited: zero-window probes
 //! (`tcp_send_probe0`) until a window update let the data go.
 
-use super::{Finding, Holder, KindInfo, Proof, Release, Rule, StallEvent, StallKind};
+use super::{
+    Finding, Holder, KindInfo, Proof, Release, Rule, StallEvent, StallKind, MIN_STALL,
+};
 use crate::decode::Segment;
-use crate::flow::{Flow, PeerWindow, Side};
+use crate::flow::{Flow, PeerWindow, Side, Span};
 
 /// The sender waited out the receiver's closed window.
 pub(crate) const KIND: KindInfo = KindInfo {
@@ -58,6 +60,16 @@ pub(crate) fn check(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
         return None; // the sender had nothing waiting when the window opened
     }
     Finding::released_by_peer(StallKind::ZeroWindow, side, seg.ts_ns.since(since))
+}
+
+/// How far a zero-window stall's timing clears the rule's thresholds (long enough, and the
+/// data following the window update within the allowance).
+pub(crate) fn margin(flow: &Flow, side: Side, seg: &Segment, finding: &Finding) -> Span {
+    let after_update = match flow.dir(side).peer_window {
+        PeerWindow::Reopened { at, .. } => seg.ts_ns.since(at),
+        _ => Span::ZERO,
+    };
+    (finding.delay_ns - MIN_STALL).min(flow.follow_allowance(side) - after_update)
 }
 
 #[cfg(test)]

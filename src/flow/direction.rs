@@ -99,6 +99,9 @@ pub(crate) struct Direction {
     pub(crate) bytes: u64,
     /// Segments that repeated sequence space already sent.
     pub(crate) retransmissions: u64,
+    /// Retransmissions that were tail-loss probes (RFC 8985 §7), not timeouts
+    /// (`detect::rto::loss_probe`).
+    pub(crate) loss_probes: u64,
     /// Segments that started beyond `snd_nxt`: the capture missed data before them (dropped
     /// by the capturing host, or taken on another path).
     pub(crate) gaps: u64,

@@ -123,6 +123,11 @@ pub struct LabArgs {
     /// With --serve: the port to listen on (default: a free one the kernel picks).
     #[arg(long, requires = "serve", value_parser = in_range("--port", 1_u16, u16::MAX, ""))]
     pub port: Option<u16>,
+    /// With --rtt: the relay loses the Nth segment carrying data of every connection, client
+    /// to server, once, between the middle of the path and the server (what repairs it, a
+    /// tail-loss probe, a fast retransmit or the retransmission timer, is the kernel's choice).
+    #[arg(long, value_name = "N", requires = "rtt", value_parser = in_range("--lose-segment", 1_u32, 1_000_000, ""))]
+    pub lose_segment: Option<u32>,
     /// With --rtt: bottleneck rate of the path in Mbit/s (0.1-10000), both directions.
     #[arg(
         long,
@@ -136,8 +141,9 @@ pub struct LabArgs {
     #[arg(long, value_enum, requires = "rtt")]
     pub peer: Option<crate::peer::profile::Profile>,
     /// With --rtt: where the lab captures its own traffic: on the server's TUN device (the
-    /// default) or on the client's, the two ends of the emulated path. The detector's
-    /// verdict must be the same from either end.
+    /// default), on the client's, or mid-path (a copy of each packet halfway through the
+    /// relay's delay, RTT/4 from each end). The detector's verdict must be the same from
+    /// every point.
     #[arg(long, value_enum, requires = "rtt", default_value = "server")]
     pub capture_at: CaptureAt,
     /// With --peer: the end the peer plays.
@@ -153,6 +159,8 @@ pub enum CaptureAt {
     /// The server's TUN device: the client is one round trip away.
     #[default]
     Server,
+    /// The middle of the path (the relay's copy halfway): each end half a round trip away.
+    Path,
 }
 
 /// The stall rule and what `--rtt` sets up, with the figures of `crate::tcp_rules`.
@@ -353,6 +361,7 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
         path: settings.path.as_ref().map(|ends| PathReport {
             rtt_ms: ends.shape.rtt.as_secs_f64() * 1000.0,
             rate_mbit: ends.shape.rate_bps.map(|bps| bps as f64 / 1e6),
+            lose_segment: ends.shape.lose_segment,
             client_namespace: ends.client.name().to_string(),
             server_namespace: ends.server.name().to_string(),
             peer: settings.peer.as_deref().map(crate::peer::Peer::report),
@@ -463,6 +472,7 @@ fn path_shape_of(args: &LabArgs) -> Option<PathShape> {
     Some(PathShape {
         rtt: Duration::from_millis(args.rtt?),
         rate_bps: args.rate.map(|mbit| (mbit * 1_000_000.0) as u64),
+        lose_segment: args.lose_segment,
     })
 }
 

@@ -1,6 +1,6 @@
 //! The lab's capture of its own traffic, fed through the detector `analyze` uses: on `lo`, or
 //! over an emulated path on the server namespace's TUN device (each packet as the server's
-//! kernel sends and receives it). Every row then says what the detector found in its flows
+//! kernel sends and receives it), the client's, or mid-path (the relay's copy halfway). Every row then says what the detector found in its flows
 //! (told apart by the row's server port), beside what its latency says.
 //!
 //! Capturing needs CAP_NET_RAW. Without it the lab runs as before and says so once; with
@@ -163,7 +163,8 @@ impl RowVerdicts {
 }
 
 /// Opens the packet socket the lab captures with: `lo`, or the server's (or, `--capture-at
-/// client`, the client's) TUN device when the rows run over an emulated path.
+/// client`, the client's; `--capture-at path`, the middle namespace's) TUN device when the rows
+/// run over an emulated path.
 fn open_socket(path: Option<&PathEnds>, at: super::CaptureAt) -> anyhow::Result<PacketSocket> {
     match path {
         None => Ok(PacketSocket::open("lo")?),
@@ -171,6 +172,7 @@ fn open_socket(path: Option<&PathEnds>, at: super::CaptureAt) -> anyhow::Result<
             let ns = match at {
                 super::CaptureAt::Client => &ends.client,
                 super::CaptureAt::Server => &ends.server,
+                super::CaptureAt::Path => &ends.middle,
             };
             let opened = ns.run(|| Ok(PacketSocket::open(TUN_NAME)))?;
             Ok(opened.with_context(|| format!("in namespace {}", ns.name()))?)

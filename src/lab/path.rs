@@ -2,7 +2,13 @@
 //! in another, both created by tcpstall (`tcpstall-lab-<pid>-client`, `-server`) and deleted
 //! when the run ends. Each holds one TUN device; a relay in this process moves every IP packet
 //! from one TUN device to the other after RTT/2, like netem's delay but in user space, since
-//! netem may be missing from the kernel. A rate is a `tbf` qdisc on each TUN device: packets
+//! netem may be missing from the kernel.
+//!
+//! The relay delays each packet in two equal halves and, between them, copies it to a third
+//! TUN device in a third namespace (`-path`, no address, no route: the kernel there drops what
+//! it receives): a packet socket on that device sees the traffic mid-path, RTT/4 one way from
+//! each end, so the round trip from there to either host is RTT/2 (`lab --capture-at path`,
+//! or tcpdump in that namespace). A rate is a `tbf` qdisc on each TUN device: packets
 //! wait in the sender's own kernel, still charged to its socket, as behind a slow NIC, so that
 //! TCP small queues and autocorking (`tcp_should_autocork`) see them.
 //!
@@ -49,6 +55,9 @@ pub struct PathShape {
     pub rtt: Duration,
     /// Bottleneck rate in bits per second, both directions (a `tbf` qdisc); `None`: none.
     pub rate_bps: Option<u64>,
+    /// The relay loses the Nth segment carrying data of every connection, client to server,
+    /// once, after the middle of the path (`--lose-segment`).
+    pub lose_segment: Option<u32>,
 }
 
 /// The data segments of one client connection as the relay forwarded them toward the server.
@@ -134,6 +143,9 @@ pub struct PathEnds {
     pub client: NetNs,
     /// Where servers create their sockets.
     pub server: NetNs,
+    /// Where the traffic can be captured mid-path: the namespace whose TUN device receives a
+    /// copy of every packet halfway through its delay.
+    pub middle: NetNs,
     /// The address servers bind.
     pub server_addr: Ipv4Addr,
     /// The path's shape.
@@ -157,7 +169,8 @@ impl Drop for NamedNamespace {
     }
 }
 
-/// A running emulated path: two namespaces, their TUN devices and the relay between them.
+/// A running emulated path: two namespaces, their TUN devices and the relay between them (and
+/// the middle namespace its copies go to).
 /// Dropping it stops the relay and deletes the namespaces.
 pub struct EmulatedPath {
     ends: PathEnds,
@@ -188,6 +201,16 @@ impl EmulatedPath {
             &registry,
             &mut namespaces,
         )?;
+        let middle = create_namespace(
+            &format!("{NAMESPACE_PREFIX}{pid}-path"),
+            &registry,
+            &mut namespaces,
+        )?;
+        let mid_tun = middle
+            .run(|| open_tun(TUN_NAME))
+            .with_context(|| format!("cannot create TUN device {TUN_NAME} in {}", middle.name()))?;
+        configure_middle(middle.name())?;
+        let mid_tun = File::from(mid_tun);
         let mut tuns = Vec::with_capacity(2);
         for (ns, local, peer) in [
             (&client, CLIENT_ADDR, SERVER_ADDR),
@@ -206,6 +229,7 @@ impl EmulatedPath {
             ends: PathEnds {
                 client,
                 server,
+                middle,
                 server_addr: SERVER_ADDR,
                 shape,
                 segments: SegmentLog::default(),
@@ -215,8 +239,16 @@ impl EmulatedPath {
             namespaces,
         };
         let log = Some(path.ends.segments.clone());
-        path.start_direction("c2s", client_tun.try_clone()?, server_tun.try_clone()?, log)?;
-        path.start_direction("s2c", server_tun, client_tun, None)?;
+        let lose = shape.lose_segment;
+        path.start_direction(
+            "c2s",
+            client_tun.try_clone()?,
+            server_tun.try_clone()?,
+            mid_tun.try_clone()?,
+            log,
+            lose,
+        )?;
+        path.start_direction("s2c", server_tun, client_tun, mid_tun, None, None)?;
         Ok(path)
     }
 
@@ -225,22 +257,32 @@ impl EmulatedPath {
         &self.ends
     }
 
-    /// One direction: a reader that stamps each packet with its due time, a sender that
-    /// writes it out when due.
+    /// One direction: a reader that stamps each packet with its due times, a midpoint that
+    /// copies it to the middle namespace's TUN device halfway, a sender that writes it out
+    /// when due.
     fn start_direction(
         &mut self,
         label: &str,
         from: File,
         to: File,
+        middle: File,
         log: Option<SegmentLog>,
+        lose: Option<u32>,
     ) -> io::Result<()> {
-        let (queue, due) = mpsc::sync_channel(QUEUE_PACKETS);
+        let (queue, halfway) = mpsc::sync_channel(QUEUE_PACKETS);
+        let (onward, due) = mpsc::sync_channel(QUEUE_PACKETS);
         let shape = self.ends.shape;
         let stop = self.stop.clone();
         self.relays.push(
             std::thread::Builder::new()
                 .name(format!("path-read-{label}"))
-                .spawn(move || read_packets(from, queue, shape, log, &stop))?,
+                .spawn(move || read_packets(from, queue, shape, log, lose, &stop))?,
+        );
+        let stop = self.stop.clone();
+        self.relays.push(
+            std::thread::Builder::new()
+                .name(format!("path-mid-{label}"))
+                .spawn(move || copy_halfway(middle, halfway, onward, &stop))?,
         );
         let stop = self.stop.clone();
         self.relays.push(
@@ -263,17 +305,25 @@ impl Drop for EmulatedPath {
     }
 }
 
-/// Reads packets from a TUN device and queues each with the instant it is due at the other end.
+/// A packet on its way: when it reaches the middle of the path, when it is due at the other
+/// end (`None`: lost after the middle), its bytes.
+type InFlight = (Instant, Option<Instant>, Vec<u8>);
+
+/// Reads packets from a TUN device and queues each with the instants it is due mid-path and at
+/// the other end.
 fn read_packets(
     mut from: File,
-    queue: SyncSender<(Instant, Vec<u8>)>,
+    queue: SyncSender<InFlight>,
     shape: PathShape,
     log: Option<SegmentLog>,
+    lose: Option<u32>,
     stop: &AtomicBool,
 ) {
     let one_way = shape.rtt / 2;
     let mut buf = vec![0u8; 65_536];
     let mut decap = Decap::default();
+    // Segments carrying data so far, per connection (by ports), for --lose-segment.
+    let mut data_segments: HashMap<(u16, u16), u32> = HashMap::new();
     while !stop.load(Ordering::SeqCst) {
         // A short poll so that the stop flag is seen; a packet wakes it at once.
         let mut fds = [PollFd::new(from.as_fd(), PollFlags::POLLIN)];
@@ -287,14 +337,48 @@ fn read_packets(
             Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
             Err(_) => return,
         };
-        let due = Instant::now() + one_way;
-        if let Some(log) = &log {
+        let now = Instant::now();
+        let (halfway, mut due) = (now + one_way / 2, Some(now + one_way));
+        if log.is_some() || lose.is_some() {
             if let Some(segment) = decode_packet(&buf[..len], &mut decap) {
-                log_segment(log, &segment);
+                if let Some(log) = &log {
+                    log_segment(log, &segment);
+                }
+                if let (Some(nth), true) = (lose, segment.payload_len > 0) {
+                    let count = data_segments
+                        .entry((segment.src_port, segment.dst_port))
+                        .or_default();
+                    *count += 1;
+                    if *count == nth {
+                        due = None;
+                    }
+                }
             }
         }
-        match queue.try_send((due, buf[..len].to_vec())) {
+        match queue.try_send((halfway, due, buf[..len].to_vec())) {
             // A full queue drops the packet, as a qdisc at its limit would.
+            Ok(()) | Err(TrySendError::Full(_)) => {}
+            Err(TrySendError::Disconnected(_)) => return,
+        }
+    }
+}
+
+/// At each packet's halfway instant, writes a copy to the middle namespace's TUN device (what a
+/// capture there sees) and passes the packet on to the sender. The end's due time was fixed
+/// when the packet was read: a late midpoint does not lengthen the path.
+fn copy_halfway(
+    mut middle: File,
+    halfway: Receiver<InFlight>,
+    onward: SyncSender<(Instant, Vec<u8>)>,
+    stop: &AtomicBool,
+) {
+    while let Some((_, due, packet)) = next_due(&halfway, stop, |p| p.0) {
+        // The copy is only looked at: a refused write loses nothing on the path.
+        let _ = middle.write(&packet);
+        let Some(due) = due else {
+            continue; // lost between the middle and the far end
+        };
+        match onward.try_send((due, packet)) {
             Ok(()) | Err(TrySendError::Full(_)) => {}
             Err(TrySendError::Disconnected(_)) => return,
         }
@@ -304,19 +388,29 @@ fn read_packets(
 /// Writes queued packets to a TUN device when they are due (the queue is in due order: every
 /// packet of a direction gets the same delay).
 fn send_packets(mut to: File, due: Receiver<(Instant, Vec<u8>)>, stop: &AtomicBool) {
-    while !stop.load(Ordering::SeqCst) {
-        let (when, packet) = match due.recv_timeout(Duration::from_millis(50)) {
-            Ok(next) => next,
-            Err(RecvTimeoutError::Timeout) => continue,
-            Err(RecvTimeoutError::Disconnected) => return,
-        };
-        let wait = when.saturating_duration_since(Instant::now());
-        if !wait.is_zero() {
-            std::thread::sleep(wait);
-        }
+    while let Some((_, packet)) = next_due(&due, stop, |p| p.0) {
         // A packet the kernel refuses is lost, as on a real path; TCP retransmits.
         let _ = to.write(&packet);
     }
+}
+
+/// The next packet of `queue` once its instant (`when` of it) has come; `None` when the relay
+/// stops or the queue's writer is gone.
+fn next_due<T>(queue: &Receiver<T>, stop: &AtomicBool, when: impl Fn(&T) -> Instant) -> Option<T> {
+    while !stop.load(Ordering::SeqCst) {
+        match queue.recv_timeout(Duration::from_millis(50)) {
+            Ok(next) => {
+                let wait = when(&next).saturating_duration_since(Instant::now());
+                if !wait.is_zero() {
+                    std::thread::sleep(wait);
+                }
+                return Some(next);
+            }
+            Err(RecvTimeoutError::Timeout) => continue,
+            Err(RecvTimeoutError::Disconnected) => return None,
+        }
+    }
+    None
 }
 
 /// Says which capability is missing, before anything is created.
@@ -413,6 +507,20 @@ fn configure(
         )?;
     }
     Ok(())
+}
+
+/// Brings up the middle namespace's TUN device with no address and no IPv6 link-local one (so
+/// the kernel there sends nothing of its own onto it): a tap only.
+fn configure_middle(ns: &str) -> anyhow::Result<()> {
+    let mtu = TUN_MTU.to_string();
+    run(
+        "ip",
+        &["-n", ns, "link", "set", TUN_NAME, "addrgenmode", "none"],
+    )?;
+    run(
+        "ip",
+        &["-n", ns, "link", "set", TUN_NAME, "mtu", &mtu, "up"],
+    )
 }
 
 /// Deletes the namespaces listed in `registry` when SIGINT, SIGTERM or SIGHUP arrives, then

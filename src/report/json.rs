@@ -261,6 +261,7 @@ pub fn write_flow(
         (b",\"bytes_client_to_server\":", f.bytes[0]),
         (b",\"bytes_server_to_client\":", f.bytes[1]),
         (b",\"retransmissions\":", f.retransmissions),
+        (b",\"loss_probes\":", f.loss_probes),
         (b",\"capture_gaps\":", f.capture_gaps),
         (b",\"requests\":", f.requests),
     ] {

@@ -112,10 +112,13 @@ pub(crate) fn write_table(out: &mut impl Write, report: &LabReport) -> io::Resul
     if let Some(path) = &report.path {
         writeln!(
             out,
-            "path: RTT {} ms{} between namespaces {} and {} (user-space relay over TUN, MTU 1500)",
+            "path: RTT {} ms{}{} between namespaces {} and {} (user-space relay over TUN, MTU 1500)",
             path.rtt_ms,
             path.rate_mbit
                 .map(|r| format!(", {r} Mbit/s"))
+                .unwrap_or_default(),
+            path.lose_segment
+                .map(|n| format!(", data segment {n} of each connection lost client to server"))
                 .unwrap_or_default(),
             path.client_namespace,
             path.server_namespace

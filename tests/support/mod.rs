@@ -185,7 +185,8 @@ pub fn lab(args: &[&str]) -> std::process::Output {
     out
 }
 
-/// Namespaces left by the lab process `pid` (`tcpstall-lab-<pid>-client` / `-server`).
+/// Namespaces left by the lab process `pid` (`tcpstall-lab-<pid>-client` / `-server` /
+/// `-path`).
 pub fn namespaces_of(pid: u32) -> Vec<String> {
     let out = Command::new("ip")
         .args(["netns", "list"])

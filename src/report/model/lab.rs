@@ -38,6 +38,9 @@ pub(crate) struct PathReport {
     /// Bottleneck rate, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rate_mbit: Option<f64>,
+    /// `--lose-segment`: the segment of each connection the relay lost, client to server.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lose_segment: Option<u32>,
     /// The client's namespace (deleted when the run ended).
     pub client_namespace: String,
     /// The server's namespace (deleted when the run ended).
