@@ -924,7 +924,7 @@ fn over_a_path_a_head_ending_in_a_partial_segment_costs_two_round_trips() {
     assert_eq!(single["stalled"], false);
 }
 
-/// TCP_DELACK_MAX_US on the side that ACKs the split message's first part (issue 13: the fix
+/// TCP_DELACK_MAX_US on the side that ACKs the split message's first part (the fix
 /// for the side that cannot change the writer): the hold lasts about the cap, not the 40 ms
 /// timer, so the row is no stall while its split row is one; and unlike QUICKACK it is still
 /// a hold, so the row is slower than its quickack row. Needs a kernel with the option
