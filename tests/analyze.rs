@@ -891,30 +891,7 @@ fn real_servers_on_keep_alive() {
 
     for (nodelay, stalls) in [("on", 0), ("off", 9)] {
         let port = free_port();
-        let root = dir.0.display();
-        let conf = dir.path(&format!("nginx-{nodelay}.conf"));
-        fs::write(
-            &conf,
-            format!(
-                "daemon off; master_process off; worker_processes 1;\n\
-                 error_log {root}/nginx-error.log; pid {root}/nginx-{nodelay}.pid;\n\
-                 events {{ worker_connections 64; }}\n\
-                 http {{ access_log off; sendfile on; tcp_nodelay {nodelay}; keepalive_timeout 30;\n\
-                 client_body_temp_path {root}; proxy_temp_path {root}; fastcgi_temp_path {root};\n\
-                 uwsgi_temp_path {root}; scgi_temp_path {root};\n\
-                 server {{ listen 127.0.0.1:{port}; root {root}; }} }}\n"
-            ),
-        )
-        .expect("write nginx.conf");
-        let nginx = KillOnDrop(
-            Command::new("nginx")
-                .arg("-c")
-                .arg(&conf)
-                .arg("-p")
-                .arg(&dir.0)
-                .spawn()
-                .expect("nginx must be installed (nginx-light, scripts/install-deps)"),
-        );
+        let nginx = support::nginx_static(&dir.0, port, nodelay);
         let v = verdicts(
             &capture_keep_alive_gets(&dir, &format!("nginx-{nodelay}"), port),
             None,

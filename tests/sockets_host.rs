@@ -30,19 +30,7 @@ macro_rules! require_kernel {
 
 /// `tcpstall sockets ARGS --json` inside `ns`: the rows.
 fn sockets_in(ns: &Netns, args: &[&str]) -> Vec<Value> {
-    let out = command_in(Some(&ns.0), BIN)
-        .arg("sockets")
-        .args(args)
-        .arg("--json")
-        .output()
-        .expect("the tcpstall binary runs");
-    assert!(
-        out.status.success(),
-        "sockets {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let rows: Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    rows.as_array().expect("an array").clone()
+    support::sockets_json(Some(&ns.0), args)
 }
 
 fn port_of(addr: &Value) -> u16 {

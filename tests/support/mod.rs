@@ -201,6 +201,54 @@ pub fn namespaces_of(pid: u32) -> Vec<String> {
         .collect()
 }
 
+/// nginx serving the files of `root` on `port` in one process (master_process off: killing
+/// it leaves no worker behind), `sendfile on`, with `tcp_nodelay` as given; its configuration
+/// and logs in `root` too.
+pub fn nginx_static(root: &Path, port: u16, tcp_nodelay: &str) -> KillOnDrop {
+    let conf = root.join(format!("nginx-{port}.conf"));
+    let r = root.display();
+    std::fs::write(
+        &conf,
+        format!(
+            "daemon off; master_process off; worker_processes 1;\n\
+             error_log {r}/nginx-error.log; pid {r}/nginx-{port}.pid;\n\
+             events {{ worker_connections 64; }}\n\
+             http {{ access_log off; sendfile on; tcp_nodelay {tcp_nodelay}; keepalive_timeout 30;\n\
+             client_body_temp_path {r}; proxy_temp_path {r}; fastcgi_temp_path {r};\n\
+             uwsgi_temp_path {r}; scgi_temp_path {r};\n\
+             server {{ listen 127.0.0.1:{port}; root {r}; }} }}\n"
+        ),
+    )
+    .expect("write nginx.conf");
+    Command::new("nginx")
+        .arg("-c")
+        .arg(&conf)
+        .arg("-p")
+        .arg(root)
+        .stderr(Stdio::null())
+        .spawn()
+        .map(KillOnDrop)
+        .expect("nginx must be installed (nginx-light, scripts/install-deps)")
+}
+
+/// `tcpstall sockets ARGS --json` (inside network namespace `ns`, if given), which must
+/// succeed: its rows.
+pub fn sockets_json(ns: Option<&str>, args: &[&str]) -> Vec<serde_json::Value> {
+    let out = command_in(ns, env!("CARGO_BIN_EXE_tcpstall"))
+        .arg("sockets")
+        .args(args)
+        .arg("--json")
+        .output()
+        .expect("the tcpstall binary runs");
+    assert!(
+        out.status.success(),
+        "sockets {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).expect("sockets JSON");
+    rows.as_array().expect("an array of rows").clone()
+}
+
 /// `tcpstall lab --json ARGS`, which must succeed: the whole report.
 pub fn lab_report(args: &[&str]) -> serde_json::Value {
     let mut all = vec!["--json"];
