@@ -311,6 +311,9 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
     if let Some((_, verdicts)) = &captured {
         for (index, row) in rows.iter_mut().enumerate() {
             row.detector = Some(verdicts.of(index, row.server_port));
+            row.detector_kind_checked = row
+                .detector_kind_checked
+                .filter(|kind| own_traffic::seen_from(kind, &settings, args.capture_at));
         }
         if let (true, Some(file)) = (pictures, file.path()) {
             ladders = row_ladders(&rows, verdicts, file)?;

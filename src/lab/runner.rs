@@ -223,9 +223,11 @@ pub(crate) fn run_variant(
         held_side: expected.held_side(),
         detector: None,
         expected_detector_kind: expected.detector_kind(variant),
-        detector_kind_checked: expected
-            .detector_kind(variant)
-            .and_then(super::own_traffic::kind_checked),
+        detector_kind_checked: expected.detector_kind(variant).and_then(|kind| {
+            let (depth, connections) = variant.workload.batches().unwrap_or((1, 1));
+            let rounds = outcome.requests / (depth * connections).max(1);
+            super::own_traffic::kind_checked(kind, rounds)
+        }),
         server_port: addr.port(),
         connections: outcome.connections,
         size,
@@ -448,7 +450,7 @@ fn run_batches(
     let mut busy = Duration::ZERO;
     let mut rounds = 0;
     while outcome.errors.is_empty()
-        && rounds < row.settings.requests
+        && rounds < batched_rounds(row.settings.requests)
         && Instant::now() < row.deadline
     {
         match batch_round(row, &mut conns, &parts, reply_end, depth) {
@@ -467,7 +469,7 @@ fn run_batches(
     }
     note_timeout(
         &mut outcome,
-        row.settings.requests * depth * connections,
+        batched_rounds(row.settings.requests) * depth * connections,
         row.settings.row_timeout,
     );
     outcome
@@ -584,27 +586,27 @@ fn peer_client(peer: &crate::peer::Peer, row: &RowContext<'_>) -> ClientOutcome 
     let workload = row.variant.workload;
     let per_request = row.variant.per_request();
     let parts = (workload.request)(row.size, &row.addr.to_string(), per_request);
-    let turns = |reply_end, replies| {
+    let turns = |reply_end, replies, requests| {
         ClientJob::Requests(RequestJob {
             server,
             parts: parts.clone(),
             write: row.variant.client_write,
             reply_end,
             replies,
-            requests: row.settings.requests,
+            requests,
             per_request,
             options,
             deadline: row.deadline,
         })
     };
     let job = match workload.exchange {
-        Exchange::Turns { reply_end } => turns(reply_end, 1),
+        Exchange::Turns { reply_end } => turns(reply_end, 1, row.settings.requests),
         // One connection: a pipeline's turns, each answered request by request.
         Exchange::Batches {
             reply_end,
             depth,
             connections: 1,
-        } => turns(reply_end, depth),
+        } => turns(reply_end, depth, batched_rounds(row.settings.requests)),
         Exchange::Batches { .. } => {
             outcome.errors.push(
                 "the peer drives one connection at a time; run the concurrent rows without \
@@ -636,17 +638,22 @@ fn peer_client(peer: &crate::peer::Peer, row: &RowContext<'_>) -> ClientOutcome 
                 outcome.errors.push(error);
             }
             if !workload.is_one_way() {
-                let (depth, _) = workload.batches().unwrap_or((1, 1));
-                note_timeout(
-                    &mut outcome,
-                    row.settings.requests * depth,
-                    row.settings.row_timeout,
-                );
+                let (depth, rounds) = match workload.batches() {
+                    Some((depth, _)) => (depth, batched_rounds(row.settings.requests)),
+                    None => (1, row.settings.requests),
+                };
+                note_timeout(&mut outcome, rounds * depth, row.settings.row_timeout);
             }
         }
         Err(err) => outcome.errors.push(format!("the peer: {err}")),
     }
     outcome
+}
+
+/// Rounds a batched row runs for `--requests`: at least what the detector's pacing rule needs
+/// to decide ([`super::own_traffic::MIN_PACED_ROUNDS`]), so that the row's check is made.
+fn batched_rounds(requests: usize) -> usize {
+    requests.max(super::own_traffic::MIN_PACED_ROUNDS)
 }
 
 /// Says so when the row timeout cut a row short, so that fewer requests are not mistaken for
