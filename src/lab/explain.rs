@@ -337,6 +337,7 @@ mod tests {
         assert_eq!(kind("echo", "split"), None);
         // The pacing verdict needs rounds; a one-per-request kind does not.
         let min = crate::lab::own_traffic::MIN_PACED_ROUNDS;
+        assert_eq!(min, 51, "the --requests help and docs/LAB.md say 51");
         let checked = crate::lab::own_traffic::kind_checked;
         assert_eq!(checked("nagle_ack_paced", min - 1), None);
         assert_eq!(checked("nagle_ack_paced", min), Some("nagle_ack_paced"));
