@@ -233,12 +233,13 @@ fn found(row: &Value, kind: &str) -> u64 {
 /// (`expected_detector_kind`, from the rules) and which kind the check looks for
 /// (`detector_kind_checked`), which the capture shows: the `nagle` rows paced by ACKs on the
 /// client side, the `nodelay` and `writev` rows not paced, `server-nagle` the timer, server
-/// side. `--requests 3`: the batched rows run the rounds the pacing rule needs regardless.
+/// side. `--requests 6` (enough for a `server-nagle` median past the quick-ACKed first round):
+/// the rows the pacing check concerns run the rounds its rule needs regardless.
 #[test]
 fn batched_rows_show_the_kind_of_hold_their_rules_expect() {
     require_root();
     let _serial = support::serial();
-    let rows = lab_rows(&["--scenario", "pipeline,concurrent", "--requests", "3"]);
+    let rows = lab_rows(&["--scenario", "pipeline,concurrent", "--requests", "6"]);
     assert_eq!(rows.len(), 8);
     for row in &rows {
         let expected = row["expected_detector_kind"].as_str();

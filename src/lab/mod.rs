@@ -59,8 +59,8 @@ pub struct LabArgs {
     /// Requests per row (1-100000; at least 3 when a keep-alive row is selected: a new
     /// connection starts in quick-ACK mode, so its first request is never held and the
     /// median must land on a later one); stream rows use --connections and --writes instead;
-    /// pipeline and concurrent rows run this many rounds, each with every request in flight,
-    /// and at least the 51 their capture's pacing check needs.
+    /// pipeline and concurrent rows run this many rounds, each with every request in flight
+    /// (but for server-nagle, at least the 51 their capture's pacing check needs).
     #[arg(long, default_value_t = 20, value_parser = in_range("--requests", 1_usize, 100_000, ""))]
     pub requests: usize,
     /// Payload size in bytes, replacing each row's own: echo line, HTTP body, memcached

@@ -149,6 +149,10 @@ pub(crate) fn run_variant(
     let row = RowContext {
         variant,
         settings,
+        rounds: batched_rounds(
+            settings.requests,
+            WireOutcome::of(variant, &sizes).detector_kind(variant),
+        ),
         size,
         addr,
         client: &client,
@@ -340,6 +344,8 @@ fn autocorking_count(path: Option<&PathEnds>) -> Option<u64> {
 struct RowContext<'a> {
     variant: &'a Variant,
     settings: &'a RunSettings,
+    /// Rounds a batched row runs ([`batched_rounds`]); `--requests` for the others.
+    rounds: usize,
     size: usize,
     addr: SocketAddr,
     client: &'a ClientConfig,
@@ -449,10 +455,7 @@ fn run_batches(
     outcome.connections = conns.len();
     let mut busy = Duration::ZERO;
     let mut rounds = 0;
-    while outcome.errors.is_empty()
-        && rounds < batched_rounds(row.settings.requests)
-        && Instant::now() < row.deadline
-    {
+    while outcome.errors.is_empty() && rounds < row.rounds && Instant::now() < row.deadline {
         match batch_round(row, &mut conns, &parts, reply_end, depth) {
             Ok((latencies, took)) => {
                 outcome.requests += latencies.len();
@@ -469,7 +472,7 @@ fn run_batches(
     }
     note_timeout(
         &mut outcome,
-        batched_rounds(row.settings.requests) * depth * connections,
+        row.rounds * depth * connections,
         row.settings.row_timeout,
     );
     outcome
@@ -606,7 +609,7 @@ fn peer_client(peer: &crate::peer::Peer, row: &RowContext<'_>) -> ClientOutcome 
             reply_end,
             depth,
             connections: 1,
-        } => turns(reply_end, depth, batched_rounds(row.settings.requests)),
+        } => turns(reply_end, depth, row.rounds),
         Exchange::Batches { .. } => {
             outcome.errors.push(
                 "the peer drives one connection at a time; run the concurrent rows without \
@@ -639,7 +642,7 @@ fn peer_client(peer: &crate::peer::Peer, row: &RowContext<'_>) -> ClientOutcome 
             }
             if !workload.is_one_way() {
                 let (depth, rounds) = match workload.batches() {
-                    Some((depth, _)) => (depth, batched_rounds(row.settings.requests)),
+                    Some((depth, _)) => (depth, row.rounds),
                     None => (1, row.settings.requests),
                 };
                 note_timeout(&mut outcome, rounds * depth, row.settings.row_timeout);
@@ -650,10 +653,18 @@ fn peer_client(peer: &crate::peer::Peer, row: &RowContext<'_>) -> ClientOutcome 
     outcome
 }
 
-/// Rounds a batched row runs for `--requests`: at least what the detector's pacing rule needs
-/// to decide ([`super::own_traffic::MIN_PACED_ROUNDS`]), so that the row's check is made.
-fn batched_rounds(requests: usize) -> usize {
-    requests.max(super::own_traffic::MIN_PACED_ROUNDS)
+/// Rounds a batched row runs for `--requests`, its capture expected to show `kind`: the rows
+/// the pacing check concerns (`nagle_ack_paced` expected, and their controls, nothing expected)
+/// at least what the detector's rule needs to decide
+/// ([`super::own_traffic::MIN_PACED_ROUNDS`]); a row waiting for a timer each round is checked
+/// per stall, and keeps its count.
+fn batched_rounds(requests: usize, kind: Option<&str>) -> usize {
+    match kind {
+        None | Some(super::expect::ACK_PACED_KIND) => {
+            requests.max(super::own_traffic::MIN_PACED_ROUNDS)
+        }
+        Some(_) => requests,
+    }
 }
 
 /// Says so when the row timeout cut a row short, so that fewer requests are not mistaken for
