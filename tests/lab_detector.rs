@@ -231,9 +231,9 @@ fn found(row: &Value, kind: &str) -> u64 {
 
 /// The pipeline and concurrent rows say which kind of event their capture should show
 /// (`expected_detector_kind`, from the rules) and which kind the check looks for
-/// (`detector_kind_checked`), which the capture shows: the `nagle` rows paced by ACKs on the
-/// client side, the `nodelay` and `writev` rows not paced, `server-nagle` the timer, server
-/// side. `--requests 6` (enough for a `server-nagle` median past the quick-ACKed first round):
+/// (`detector_kind_checked`), which the capture shows: the `concurrent` `nagle` row paced by
+/// ACKs on the client side (the `pipeline` one, if paced, on that side too), the `nodelay` and
+/// `writev` rows not paced, `server-nagle` the timer, server side. `--requests 6` (enough for a `server-nagle` median past the quick-ACKed first round):
 /// the rows the pacing check concerns run the rounds its rule needs regardless.
 #[test]
 fn batched_rows_show_the_kind_of_hold_their_rules_expect() {
@@ -248,12 +248,16 @@ fn batched_rows_show_the_kind_of_hold_their_rules_expect() {
         match (row["variant"].as_str().expect("variant"), expected) {
             ("nagle", Some("nagle_ack_paced")) => {
                 assert_eq!(checked, expected, "{}", name(row));
-                assert!(
-                    found(row, "nagle_ack_paced") > 0,
-                    "{}: {detector}",
-                    name(row)
-                );
-                assert_eq!(detector["paced_side"], "client", "{}", name(row));
+                // On loopback a hold counts only when writes gathered behind the small
+                // segment in flight: one connection's client may write each command after
+                // the previous one's ACK (scheduling decides), 16 sharing one thread do not.
+                let paced = found(row, "nagle_ack_paced");
+                if row["scenario"] == "concurrent" {
+                    assert!(paced > 0, "{}: {detector}", name(row));
+                }
+                if paced > 0 {
+                    assert_eq!(detector["paced_side"], "client", "{}", name(row));
+                }
             }
             ("server-nagle", Some("nagle_delayed_ack")) => {
                 assert_eq!(checked, expected, "{}", name(row));
