@@ -583,6 +583,108 @@ fn line_protocol_is_clean_and_needs_send_and_until() {
     assert!(err.contains("unknown escape"), "{err}");
 }
 
+/// Undoes the page's HTML escaping of text.
+fn unescape(html: &str) -> String {
+    [
+        ("&lt;", "<"),
+        ("&gt;", ">"),
+        ("&quot;", "\""),
+        ("&#x27;", "'"),
+        ("&#x2f;", "/"),
+        ("&amp;", "&"),
+    ]
+    .iter()
+    .fold(html.to_string(), |text, (from, to)| text.replace(from, to))
+}
+
+/// The pipelining probe's page shows the pacing as its text report does, line for line: the
+/// paced side's holds and time lost (with a capture), the throughput and its estimate, said to
+/// be one, and the TCP_NODELAY re-run; the text escaped, no markup of its own.
+#[test]
+fn pipelining_probe_page_shows_the_pacing() {
+    let _serial = support::serial();
+    let server = redis_server();
+    let target = url("redis", server.port);
+    let page = std::env::temp_dir().join(format!("tcpstall-paced-{}.html", std::process::id()));
+    let path = page.to_str().expect("utf-8 path");
+    let args = [
+        "--pipeline",
+        "16",
+        "--requests",
+        "100",
+        "--html",
+        path,
+        &target,
+    ];
+    let out = run_probe(Privilege::AsIs, &args);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let html = std::fs::read_to_string(&page).expect("the page is written");
+    let _ = std::fs::remove_file(&page);
+    let section = html
+        .split_once("<section id=\"pacing\">")
+        .and_then(|(_, rest)| rest.split_once("</section>"))
+        .map(|(section, _)| section)
+        .unwrap_or_else(|| panic!("no pacing section in the page:\n{html}"));
+    assert!(
+        section.contains("<h2>Writes paced by ACKs (batches of 16)</h2>"),
+        "{section}"
+    );
+    let items: Vec<&str> = section
+        .split("<li>")
+        .skip(1)
+        .filter_map(|item| item.split_once("</li>").map(|(line, _)| line))
+        .collect();
+    for item in &items {
+        assert!(!item.contains(['<', '>', '\'']), "not escaped: {item}");
+    }
+    // The same lines as the text report's `ACK pacing` block.
+    let lines: Vec<String> = items.iter().map(|item| unescape(item)).collect();
+    let report: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("ACK pacing"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .map(str::trim)
+        .collect();
+    assert_eq!(lines, report, "{text}");
+    let line = |start: &str| {
+        lines
+            .iter()
+            .find(|l| l.starts_with(start))
+            .unwrap_or_else(|| panic!("no line {start:?} in {lines:?}"))
+            .clone()
+    };
+    let rerun = line("TCP_NODELAY re-run: ");
+    assert!(
+        rerun.starts_with("TCP_NODELAY re-run: 1600 requests, "),
+        "{rerun}"
+    );
+    assert!(rerun.contains(" %"), "the measured change: {rerun}");
+    if is_root() {
+        let paced = line("nagle_ack_paced: the probe's own pipelined writes");
+        let holds: u64 = paced
+            .split(" small segment ")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no hold count: {paced}"));
+        assert!(holds >= 17, "{paced}");
+        assert!(paced.ends_with(" ms in all"), "{paced}");
+        let rate = line("throughput ");
+        assert!(rate.contains("(estimate: "), "{rate}");
+        let figures: Vec<f64> = rate
+            .split(|c: char| !c.is_ascii_digit())
+            .filter_map(|n| n.parse().ok())
+            .take(2)
+            .collect();
+        assert!(
+            figures.len() == 2 && figures[1] > figures[0],
+            "the estimate without the holds is higher: {rate}"
+        );
+    }
+}
+
 #[test]
 fn refused_connection_is_a_clear_error() {
     let port = free_port();

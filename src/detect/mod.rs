@@ -24,6 +24,8 @@ use crate::flow::{Endpoint, Flow, FlowTable, Side, Span, Timestamp};
 use crate::tcp_rules;
 
 pub use ack_paced::Pacing;
+/// Holds that make a flow direction `nagle_ack_paced`.
+pub use ack_paced::MIN_HOLDS as PACED_HOLDS;
 pub(crate) use kind::{Holder, KindInfo, Proof, Release, Rule};
 pub use verdict::{FlowSummary, PeerStack};
 

@@ -335,13 +335,12 @@ mod tests {
         assert_eq!(kind("pipeline", "nodelay"), None);
         // The one-request rows keep their own detector check.
         assert_eq!(kind("echo", "split"), None);
-        assert_eq!(
-            crate::lab::own_traffic::kind_checked("nagle_ack_paced"),
-            None
-        );
-        assert_eq!(
-            crate::lab::own_traffic::kind_checked("nagle_delayed_ack"),
-            Some("nagle_delayed_ack")
-        );
+        // The pacing verdict needs rounds; a one-per-request kind does not.
+        let min = crate::lab::own_traffic::MIN_PACED_ROUNDS;
+        assert_eq!(min, 51, "the --requests help and docs/LAB.md say 51");
+        let checked = crate::lab::own_traffic::kind_checked;
+        assert_eq!(checked("nagle_ack_paced", min - 1), None);
+        assert_eq!(checked("nagle_ack_paced", min), Some("nagle_ack_paced"));
+        assert_eq!(checked("nagle_delayed_ack", 1), Some("nagle_delayed_ack"));
     }
 }

@@ -59,7 +59,8 @@ pub struct LabArgs {
     /// Requests per row (1-100000; at least 3 when a keep-alive row is selected: a new
     /// connection starts in quick-ACK mode, so its first request is never held and the
     /// median must land on a later one); stream rows use --connections and --writes instead;
-    /// pipeline and concurrent rows run this many rounds, each with every request in flight.
+    /// pipeline and concurrent rows run this many rounds, each with every request in flight
+    /// (but for server-nagle, at least the 51 their capture's pacing check needs).
     #[arg(long, default_value_t = 20, value_parser = in_range("--requests", 1_usize, 100_000, ""))]
     pub requests: usize,
     /// Payload size in bytes, replacing each row's own: echo line, HTTP body, memcached
@@ -311,6 +312,9 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
     if let Some((_, verdicts)) = &captured {
         for (index, row) in rows.iter_mut().enumerate() {
             row.detector = Some(verdicts.of(index, row.server_port));
+            row.detector_kind_checked = row
+                .detector_kind_checked
+                .filter(|kind| own_traffic::seen_from(kind, &settings, args.capture_at));
         }
         if let (true, Some(file)) = (pictures, file.path()) {
             ladders = row_ladders(&rows, verdicts, file)?;

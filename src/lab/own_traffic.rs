@@ -180,19 +180,38 @@ fn open_socket(path: Option<&PathEnds>, at: super::CaptureAt) -> anyhow::Result<
     }
 }
 
+/// Fewest rounds a batched row runs (`--requests` counts rounds): enough for the detector's
+/// pacing rule to decide on loopback, where a hold is told only when the writes gathered behind
+/// the small segment in flight, about one hold per round (measured), and a direction is paced
+/// from [`crate::detect::PACED_HOLDS`] holds. Three times that leaves room for the rounds a
+/// busy machine lets through unheld; a round costs microseconds there, two round trips over a
+/// path.
+pub(crate) const MIN_PACED_ROUNDS: usize = 3 * crate::detect::PACED_HOLDS as usize;
+
 /// The detector kind a row's capture is checked against, for the kind the rules expect
-/// (`expect::WireOutcome::detector_kind`); `None`: not checked yet. The one place to switch
-/// when the detector gains `nagle_ack_paced` (ACK-paced Nagle holds aggregated per flow):
-/// return `Some(expected)` for it too. Until then the check is skipped for it, since the
-/// detector's `nagle_minor` cannot stand in: over a path the held requests leave on the ACK
-/// carried by the first reply (data, which the detector takes for the application reacting,
-/// not for a Nagle release), and on loopback it also counts minor holds in the TCP_NODELAY
-/// rows, where Nagle holds nothing.
-pub(crate) fn kind_checked(expected: &'static str) -> Option<&'static str> {
+/// (`expect::WireOutcome::detector_kind`) after `rounds` rounds; `None`: too few rounds to
+/// decide. `nagle_ack_paced` is a flow's verdict over many holds, not one per request: a row
+/// cut short (the row timeout) before [`MIN_PACED_ROUNDS`] is left unchecked rather than
+/// failed.
+pub(crate) fn kind_checked(expected: &'static str, rounds: usize) -> Option<&'static str> {
     match expected {
-        super::expect::ACK_PACED_KIND => None,
+        super::expect::ACK_PACED_KIND if rounds < MIN_PACED_ROUNDS => None,
         other => Some(other),
     }
+}
+
+/// Whether the capture point can show `kind`: a hold released by the peer's reply carrying the
+/// ACK (a pipelining client's, over a path) is told from the application answering only on the
+/// held side's host (`ack_paced`), the client's for the batched rows; over a path captured
+/// elsewhere the check is not made.
+pub(crate) fn seen_from(
+    kind: &str,
+    settings: &super::runner::RunSettings,
+    at: super::CaptureAt,
+) -> bool {
+    kind != super::expect::ACK_PACED_KIND
+        || settings.path.is_none()
+        || at == super::CaptureAt::Client
 }
 
 impl DetectorVerdict {
@@ -210,26 +229,24 @@ impl DetectorVerdict {
                 .collect()
         };
         let (stalls, holds) = (count(true), count(false));
-        let events: Vec<&StallEvent> = all
-            .iter()
-            .copied()
-            .filter(|e| e.finding.kind.is_stall())
-            .collect();
-        let held_by = |side: Side| {
-            events
-                .iter()
-                .filter(|e| e.finding.held_side == side)
-                .count()
-        };
-        let held_side = match (held_by(Side::Client), held_by(Side::Server)) {
-            (0, 0) => None,
-            (client, server) if client >= server => Some(Side::Client),
-            _ => Some(Side::Server),
+        // The side most events of the kinds `of` held, if any.
+        let side_of = |of: &dyn Fn(StallKind) -> bool| {
+            let held_by = |side: Side| {
+                all.iter()
+                    .filter(|e| of(e.finding.kind) && e.finding.held_side == side)
+                    .count()
+            };
+            match (held_by(Side::Client), held_by(Side::Server)) {
+                (0, 0) => None,
+                (client, server) if client >= server => Some(Side::Client),
+                _ => Some(Side::Server),
+            }
         };
         DetectorVerdict {
             stalls,
             holds,
-            held_side,
+            held_side: side_of(&StallKind::is_stall),
+            paced_side: side_of(&|kind| kind == StallKind::NagleAckPaced),
         }
     }
 
@@ -318,7 +335,29 @@ mod tests {
         let json = serde_json::to_string(&first).unwrap();
         assert_eq!(
             json,
-            r#"{"stalls":{"nagle_delayed_ack":1,"cork_timer":0,"rto":1,"zero_window":0},"holds":{"nagle_ack_paced":0,"nagle_minor":0},"held_side":"client"}"#
+            r#"{"stalls":{"nagle_delayed_ack":1,"cork_timer":0,"rto":1,"zero_window":0},"holds":{"nagle_ack_paced":0,"nagle_minor":0},"held_side":"client","paced_side":null}"#
         );
+    }
+
+    #[test]
+    fn a_paced_row_names_the_paced_side() {
+        let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let paced = StallKind::NagleAckPaced;
+        let analysis = Analysis {
+            events: vec![
+                event((lo, 5000), 150, paced, Side::Client),
+                event((lo, 5000), 160, StallKind::NagleMinor, Side::Server),
+            ],
+            ..Analysis::default()
+        };
+        let verdicts = RowVerdicts {
+            analysis,
+            server_addr: lo,
+            rows: vec![(5000, 100)],
+        };
+        let row = verdicts.of(0, 5000);
+        assert_eq!((row.held_side, row.paced_side), (None, Some(Side::Client)));
+        assert_eq!(row.to_string(), "nagle_ack_paced×1 client");
+        assert_eq!(row.count_of("nagle_ack_paced"), 1);
     }
 }

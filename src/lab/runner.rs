@@ -149,6 +149,10 @@ pub(crate) fn run_variant(
     let row = RowContext {
         variant,
         settings,
+        rounds: batched_rounds(
+            settings.requests,
+            WireOutcome::of(variant, &sizes).detector_kind(variant),
+        ),
         size,
         addr,
         client: &client,
@@ -223,9 +227,11 @@ pub(crate) fn run_variant(
         held_side: expected.held_side(),
         detector: None,
         expected_detector_kind: expected.detector_kind(variant),
-        detector_kind_checked: expected
-            .detector_kind(variant)
-            .and_then(super::own_traffic::kind_checked),
+        detector_kind_checked: expected.detector_kind(variant).and_then(|kind| {
+            let (depth, connections) = variant.workload.batches().unwrap_or((1, 1));
+            let rounds = outcome.requests / (depth * connections).max(1);
+            super::own_traffic::kind_checked(kind, rounds)
+        }),
         server_port: addr.port(),
         connections: outcome.connections,
         size,
@@ -338,6 +344,8 @@ fn autocorking_count(path: Option<&PathEnds>) -> Option<u64> {
 struct RowContext<'a> {
     variant: &'a Variant,
     settings: &'a RunSettings,
+    /// Rounds a batched row runs ([`batched_rounds`]); `--requests` for the others.
+    rounds: usize,
     size: usize,
     addr: SocketAddr,
     client: &'a ClientConfig,
@@ -447,10 +455,7 @@ fn run_batches(
     outcome.connections = conns.len();
     let mut busy = Duration::ZERO;
     let mut rounds = 0;
-    while outcome.errors.is_empty()
-        && rounds < row.settings.requests
-        && Instant::now() < row.deadline
-    {
+    while outcome.errors.is_empty() && rounds < row.rounds && Instant::now() < row.deadline {
         match batch_round(row, &mut conns, &parts, reply_end, depth) {
             Ok((latencies, took)) => {
                 outcome.requests += latencies.len();
@@ -467,7 +472,7 @@ fn run_batches(
     }
     note_timeout(
         &mut outcome,
-        row.settings.requests * depth * connections,
+        row.rounds * depth * connections,
         row.settings.row_timeout,
     );
     outcome
@@ -584,27 +589,27 @@ fn peer_client(peer: &crate::peer::Peer, row: &RowContext<'_>) -> ClientOutcome 
     let workload = row.variant.workload;
     let per_request = row.variant.per_request();
     let parts = (workload.request)(row.size, &row.addr.to_string(), per_request);
-    let turns = |reply_end, replies| {
+    let turns = |reply_end, replies, requests| {
         ClientJob::Requests(RequestJob {
             server,
             parts: parts.clone(),
             write: row.variant.client_write,
             reply_end,
             replies,
-            requests: row.settings.requests,
+            requests,
             per_request,
             options,
             deadline: row.deadline,
         })
     };
     let job = match workload.exchange {
-        Exchange::Turns { reply_end } => turns(reply_end, 1),
+        Exchange::Turns { reply_end } => turns(reply_end, 1, row.settings.requests),
         // One connection: a pipeline's turns, each answered request by request.
         Exchange::Batches {
             reply_end,
             depth,
             connections: 1,
-        } => turns(reply_end, depth),
+        } => turns(reply_end, depth, row.rounds),
         Exchange::Batches { .. } => {
             outcome.errors.push(
                 "the peer drives one connection at a time; run the concurrent rows without \
@@ -636,17 +641,30 @@ fn peer_client(peer: &crate::peer::Peer, row: &RowContext<'_>) -> ClientOutcome 
                 outcome.errors.push(error);
             }
             if !workload.is_one_way() {
-                let (depth, _) = workload.batches().unwrap_or((1, 1));
-                note_timeout(
-                    &mut outcome,
-                    row.settings.requests * depth,
-                    row.settings.row_timeout,
-                );
+                let (depth, rounds) = match workload.batches() {
+                    Some((depth, _)) => (depth, row.rounds),
+                    None => (1, row.settings.requests),
+                };
+                note_timeout(&mut outcome, rounds * depth, row.settings.row_timeout);
             }
         }
         Err(err) => outcome.errors.push(format!("the peer: {err}")),
     }
     outcome
+}
+
+/// Rounds a batched row runs for `--requests`, its capture expected to show `kind`: the rows
+/// the pacing check concerns (`nagle_ack_paced` expected, and their controls, nothing expected)
+/// at least what the detector's rule needs to decide
+/// ([`super::own_traffic::MIN_PACED_ROUNDS`]); a row waiting for a timer each round is checked
+/// per stall, and keeps its count.
+fn batched_rounds(requests: usize, kind: Option<&str>) -> usize {
+    match kind {
+        None | Some(super::expect::ACK_PACED_KIND) => {
+            requests.max(super::own_traffic::MIN_PACED_ROUNDS)
+        }
+        Some(_) => requests,
+    }
 }
 
 /// Says so when the row timeout cut a row short, so that fewer requests are not mistaken for

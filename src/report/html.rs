@@ -116,6 +116,11 @@ pub struct Page {
     pub table_note: Option<String>,
     /// The lab catalogue's chart (SVG).
     pub lab_chart: Option<String>,
+    /// Heading of the pacing section (the probe's writes paced by ACKs).
+    pub pacing_title: String,
+    /// The pacing, one line each: the paced sides' holds and time lost, the throughput and
+    /// its estimate, the TCP_NODELAY re-run; empty when none was seen.
+    pub pacing: Vec<String>,
     /// Heading of the latency charts.
     pub charts_title: String,
     flow_charts: Vec<FlowCharts>,
@@ -491,6 +496,11 @@ pub fn probe_page(
         page.facts.push(hop.clone());
     }
     page.facts.extend(report.notes.iter().cloned());
+    page.pacing = super::probe::describe_paced(&report.ack_paced);
+    page.pacing_title = format!(
+        "Writes paced by ACKs (batches of {})",
+        report.pipeline.max(1)
+    );
     page.headers = ["requests", "p50 (ms)", "p99 (ms)", "max (ms)"]
         .into_iter()
         .chain(stall_columns())

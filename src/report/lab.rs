@@ -166,7 +166,7 @@ pub(crate) fn write_table(out: &mut impl Write, report: &LabReport) -> io::Resul
             why = match r.detector_kind_checked {
                 Some(kind) => format!("capture: {kind}×{}; {why}", detector.count_of(kind)),
                 None => format!(
-                    "capture: {expected} expected, not a detector kind yet (nagle_minor×{}); {why}",
+                    "capture: {expected} not decided here (it needs 51 rounds and, over a path, the client's capture; nagle_minor×{}); {why}",
                     detector.count_of("nagle_minor")
                 ),
             };

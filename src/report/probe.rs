@@ -36,8 +36,9 @@ fn ack_paced_json(p: &AckPaced) -> Value {
     })
 }
 
-/// The pacing in words, one line each; nothing when none was seen.
-fn describe_paced(p: &AckPaced) -> Vec<String> {
+/// The pacing in words, one line each; nothing when none was seen. The text report and the
+/// probe's page both show these.
+pub(crate) fn describe_paced(p: &AckPaced) -> Vec<String> {
     let mut lines = Vec::new();
     for s in &p.sides {
         let whose = match s.held {

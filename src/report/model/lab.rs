@@ -113,8 +113,8 @@ pub(crate) struct RowResult {
     /// by the delayed-ACK timer); absent where nothing is held.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub expected_detector_kind: Option<&'static str>,
-    /// The kind the row's detector check looks for: the expected kind where the detector has
-    /// it today, absent where it does not yet (`lab::own_traffic::kind_checked`).
+    /// The kind the row's detector check looks for: the expected kind, absent when the row ran
+    /// too few rounds for it to be decided (`lab::own_traffic::kind_checked`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detector_kind_checked: Option<&'static str>,
     /// The server's port: a flow to this port in a capture belongs to this row.
@@ -177,7 +177,8 @@ fn side_name<S: Serializer>(side: &Option<Side>, serializer: S) -> Result<S::Ok,
 
 /// What the detector found in one row's flows: stalls by kind, and the side whose data
 /// waited. JSON: `{"stalls": {"nagle_delayed_ack": N, "cork_timer": N, "rto": N,
-/// "zero_window": N}, "holds": {"nagle_minor": N}, "held_side": "client" | "server" | null}`.
+/// "zero_window": N}, "holds": {"nagle_ack_paced": N, "nagle_minor": N}, "held_side": "client" |
+/// "server" | null, "paced_side": "client" | "server" | null}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DetectorVerdict {
     /// Stalls of each kind that counts as a stall ([`StallKind::is_stall`]), in report order.
@@ -187,6 +188,9 @@ pub struct DetectorVerdict {
     pub holds: Vec<(StallKind, u64)>,
     /// The side whose data most stalls held; `None` when there was no stall.
     pub held_side: Option<Side>,
+    /// The side whose writes were paced by ACKs in most paced flows (`nagle_ack_paced`);
+    /// `None` when none was.
+    pub paced_side: Option<Side>,
 }
 
 /// The table's column: `nagle_delayed_ack×19 client`, kinds joined by commas; `-` for none.
@@ -198,6 +202,16 @@ impl fmt::Display for DetectorVerdict {
             .filter(|(_, n)| *n > 0)
             .map(|(kind, n)| format!("{}×{n}", kind.name()))
             .collect();
+        let found: Vec<String> = match (found.is_empty(), self.paced_side) {
+            // Holds are shown by the kind that decides a flow, not one by one.
+            (true, Some(side)) => self
+                .holds
+                .iter()
+                .filter(|(kind, n)| *n > 0 && *kind == StallKind::NagleAckPaced)
+                .map(|(kind, n)| format!("{}×{n} {}", kind.name(), side.name()))
+                .collect(),
+            _ => found,
+        };
         let text = match (found.is_empty(), self.held_side) {
             (true, _) => "-".to_string(),
             (false, Some(side)) => format!("{} {}", found.join(","), side.name()),
@@ -220,10 +234,11 @@ impl Serialize for DetectorVerdict {
                 map.end()
             }
         }
-        let mut verdict = serializer.serialize_struct("DetectorVerdict", 3)?;
+        let mut verdict = serializer.serialize_struct("DetectorVerdict", 4)?;
         verdict.serialize_field("stalls", &Stalls(&self.stalls))?;
         verdict.serialize_field("holds", &Stalls(&self.holds))?;
         verdict.serialize_field("held_side", &self.held_side.map(Side::name))?;
+        verdict.serialize_field("paced_side", &self.paced_side.map(Side::name))?;
         verdict.end()
     }
 }
