@@ -512,6 +512,18 @@ fn redis_is_clean() {
     assert_eq!(v["evidence_source"], "socket", "{v}");
 }
 
+/// The pipelining probes' load: 16 requests a batch, 100 batches, on four connections from one
+/// thread (with one, whether the kernel holds at all depends on whether redis answers the
+/// first command before the next is written: scheduling).
+const PIPELINING: [&str; 6] = [
+    "--pipeline",
+    "16",
+    "--connections",
+    "4",
+    "--requests",
+    "100",
+];
+
 /// A pipelining probe against redis (16 GETs a batch on each of 4 connections, each its own
 /// write, no TCP_NODELAY): with a capture the detector finds the probe's own writes paced by ACKs; without one the
 /// socket sees most of the later writes kept back by the kernel. Either way the TCP_NODELAY
@@ -521,17 +533,7 @@ fn pipelining_probe_against_redis_finds_its_writes_paced() {
     let _serial = support::serial();
     let server = redis_server();
     let target = url("redis", server.port);
-    // Four connections from one thread: with one, whether the kernel holds at all depends on
-    // whether redis answers the first command before the next is written (scheduling).
-    let args = [
-        "--pipeline",
-        "16",
-        "--connections",
-        "4",
-        "--requests",
-        "100",
-        target.as_str(),
-    ];
+    let args = [PIPELINING.as_slice(), &[target.as_str()]].concat();
     let (code, v, err) = probe_json(Privilege::AsIs, &args);
     assert_eq!(code, 0, "{err}");
     assert_eq!(
@@ -632,17 +634,7 @@ fn pipelining_probe_page_shows_the_pacing() {
     let target = url("redis", server.port);
     let page = std::env::temp_dir().join(format!("tcpstall-paced-{}.html", std::process::id()));
     let path = page.to_str().expect("utf-8 path");
-    let args = [
-        "--pipeline",
-        "16",
-        "--connections",
-        "4",
-        "--requests",
-        "100",
-        "--html",
-        path,
-        &target,
-    ];
+    let args = [PIPELINING.as_slice(), &["--html", path, &target]].concat();
     let out = run_probe(Privilege::AsIs, &args);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let text = String::from_utf8_lossy(&out.stdout);

@@ -278,15 +278,21 @@ fn client_socket<'a>(report: &'a Value, connection: &Value) -> &'a Value {
         .unwrap_or_else(|| panic!("the client's socket {connection} is reported: {report:#}"))
 }
 
-#[test]
-fn a_client_writing_twice_is_named_by_fd_and_pid_and_its_end_ends_the_trace() {
-    require_tracepoints!();
-    let _serial = serial();
+/// The split server answering each request in one write (no stall of its own): the client's
+/// writes are what a test looks at.
+fn single_write_server() -> (KillOnDrop, u16) {
     let mut command = Command::new("python3");
     command
         .arg(fixture("split_server.py"))
         .arg("--single-write");
-    let (_server, port) = spawn_printing_port(&mut command, "the python3 split server");
+    spawn_printing_port(&mut command, "the python3 split server")
+}
+
+#[test]
+fn a_client_writing_twice_is_named_by_fd_and_pid_and_its_end_ends_the_trace() {
+    require_tracepoints!();
+    let _serial = serial();
+    let (_server, port) = single_write_server();
     // Header then body, each request held by Nagle until the server's delayed ACK.
     let (report, info, pid) = client_under_trace(port, 12, "split-blocking");
     let guilty = client_socket(&report, &info[0]);
@@ -305,11 +311,7 @@ fn a_client_writing_twice_is_named_by_fd_and_pid_and_its_end_ends_the_trace() {
 fn every_way_of_sending_and_waiting_is_followed() {
     require_tracepoints!();
     let _serial = serial();
-    let mut command = Command::new("python3");
-    command
-        .arg(fixture("split_server.py"))
-        .arg("--single-write");
-    let (_server, port) = spawn_printing_port(&mut command, "the python3 split server");
+    let (_server, port) = single_write_server();
     // Waits named by select and epoll, a reader thread, sends through a dup, both parts in one
     // sendmmsg call (one send each, as the kernel makes them): all write-write-reads.
     for mode in [
