@@ -23,6 +23,7 @@ pub mod report;
 pub(crate) mod route;
 pub(crate) mod sockopt;
 pub mod tcp_rules;
+pub(crate) mod tracepoints;
 pub(crate) mod units;
 pub mod watch;
 

@@ -25,7 +25,7 @@ use super::signals::{self, SignalGuard};
 use super::socket_model::{Inspector, Probe, SocketFacts, SocketModel};
 use super::tracee_memory::{poll_readable, select_readable};
 use super::tracer::{Mode, Traced};
-use crate::watch::kernel::{chain, clock_ns, load_btf_tracepoints, KernelError};
+use crate::tracepoints::{chain, clock_ns, load_btf_tracepoints, KernelError};
 
 /// The compiled BPF programs (`scripts/build-bpf` rebuilds it from `bpf/trace.bpf.c`),
 /// aligned for the ELF reader.

@@ -19,8 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use aya::maps::{MapData, PerCpuArray, RingBuf};
-use aya::programs::BtfTracePoint;
-use aya::{Btf, Ebpf};
+use aya::Ebpf;
 use rustc_hash::FxHashMap;
 
 use super::metrics::{KernelTotals, Metrics, Totals};
@@ -31,6 +30,8 @@ use crate::flow::{Endpoint, Side, Span, Timestamp};
 use crate::process::procfs::{self, TcpState};
 use crate::report::model::watch::WatchSummary;
 use crate::tcp_rules;
+pub use crate::tracepoints::KernelError;
+pub(crate) use crate::tracepoints::{chain, clock_ns, load_btf_tracepoints};
 
 /// The compiled BPF programs (`scripts/build-bpf` rebuilds it from `bpf/nagle.bpf.c`),
 /// aligned: the ELF reader reads its headers in place, which `include_bytes!` alone does not
@@ -286,40 +287,6 @@ pub struct KernelCounts {
     pub by_reset: u64,
 }
 
-/// Why the kernel source cannot run, with what to do.
-#[derive(Debug, thiserror::Error)]
-pub enum KernelError {
-    /// Not allowed to load BPF programs.
-    #[error(
-        "the kernel refused to load tcpstall's BPF programs ({0}): `watch --kernel` needs \
-         CAP_BPF and CAP_PERFMON (or root), and a kernel whose lockdown allows BPF tracepoints; \
-         run it as root, or use `tcpstall watch` (a packet capture, CAP_NET_RAW)"
-    )]
-    NotAllowed(String),
-    /// The kernel has no BTF to type the tracepoints.
-    #[error(
-        "this kernel has no BTF ({0}): `watch --kernel` needs /sys/kernel/btf/vmlinux \
-         (CONFIG_DEBUG_INFO_BTF); use `tcpstall watch` (a packet capture) instead"
-    )]
-    NoBtf(String),
-    /// A tracepoint the programs need is missing, or the verifier refused a program.
-    #[error(
-        "cannot attach to the kernel's {hook} tracepoint ({why}); this kernel lacks the hook or \
-         refused the program: use `tcpstall watch` (a packet capture) instead"
-    )]
-    Hook {
-        /// The tracepoint.
-        hook: &'static str,
-        /// The loader's error.
-        why: String,
-    },
-    /// Anything else the loader reported.
-    #[error(
-        "cannot load tcpstall's BPF programs: {0}; use `tcpstall watch` (a packet capture) instead"
-    )]
-    Load(String),
-}
-
 /// The loaded programs and the maps read from user space. Dropping it detaches the programs.
 pub struct KernelSource {
     _bpf: Ebpf,
@@ -335,78 +302,6 @@ impl std::fmt::Debug for KernelSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KernelSource").finish_non_exhaustive()
     }
-}
-
-fn refused(err: &dyn std::fmt::Display) -> bool {
-    let text = err.to_string();
-    [
-        "EPERM",
-        "Operation not permitted",
-        "EACCES",
-        "Permission denied",
-    ]
-    .iter()
-    .any(|s| text.contains(s))
-}
-
-pub(crate) fn chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    // The chain of an error is short; the bound keeps a cyclic one from looping.
-    for _ in 0..8 {
-        let Some(s) = source else { break };
-        // Some errors already print their source in their own message.
-        let part = s.to_string();
-        if !text.contains(&part) {
-            text.push_str(": ");
-            text.push_str(&part);
-        }
-        source = s.source();
-    }
-    text
-}
-
-/// Loads a committed BPF object and attaches its programs, each a `tp_btf` program named as
-/// its tracepoint, in `hooks`' order. Dropping the result detaches them.
-pub(crate) fn load_btf_tracepoints(
-    object: &[u8],
-    hooks: &[&'static str],
-) -> Result<Ebpf, KernelError> {
-    // Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK; later ones to the cgroup.
-    // Raising it is harmless where it is not needed, and may fail unprivileged: ignored.
-    let unlimited = libc::rlimit {
-        rlim_cur: libc::RLIM_INFINITY,
-        rlim_max: libc::RLIM_INFINITY,
-    };
-    // SAFETY: setrlimit reads the struct passed; no other memory is touched.
-    let _ = unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) };
-
-    let btf = Btf::from_sys_fs().map_err(|e| KernelError::NoBtf(chain(&e)))?;
-    let mut bpf = Ebpf::load(object).map_err(|e| {
-        let text = chain(&e);
-        if refused(&text) {
-            KernelError::NotAllowed(text)
-        } else {
-            KernelError::Load(text)
-        }
-    })?;
-    for &hook in hooks {
-        let hook_err = |why: String| {
-            if refused(&why) {
-                KernelError::NotAllowed(format!("{hook}: {why}"))
-            } else {
-                KernelError::Hook { hook, why }
-            }
-        };
-        let program: &mut BtfTracePoint = bpf
-            .program_mut(hook)
-            .ok_or_else(|| KernelError::Load(format!("the object has no program {hook}")))?
-            .try_into()
-            .map_err(|e| KernelError::Load(chain(&e)))?;
-        program.load(hook, &btf).map_err(|e| hook_err(chain(&e)))?;
-        program.attach().map_err(|e| hook_err(chain(&e)))?;
-    }
-    Ok(bpf)
 }
 
 impl KernelSource {
@@ -470,18 +365,6 @@ impl KernelSource {
             by_reset: sum(COUNT_BY_RESET),
         }
     }
-}
-
-pub(crate) fn clock_ns(clock: libc::clockid_t) -> i64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes the timespec passed and nothing else.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
-    ts.tv_sec
-        .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec)
 }
 
 fn realtime_offset_ns() -> i64 {

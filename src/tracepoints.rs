@@ -1,0 +1,127 @@
+//! Loading tcpstall's committed BPF objects onto the kernel's BTF-typed tracepoints, shared by
+//! every verb that reads the kernel's own hooks (`watch --kernel`, `trace -p`): the loader, why
+//! a kernel refuses it (capability, BTF, a missing hook), and the clock the records carry.
+
+use aya::programs::BtfTracePoint;
+use aya::{Btf, Ebpf};
+
+/// Why the kernel source cannot run, with what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum KernelError {
+    /// Not allowed to load BPF programs.
+    #[error(
+        "the kernel refused to load tcpstall's BPF programs ({0}): `watch --kernel` needs \
+         CAP_BPF and CAP_PERFMON (or root), and a kernel whose lockdown allows BPF tracepoints; \
+         run it as root, or use `tcpstall watch` (a packet capture, CAP_NET_RAW)"
+    )]
+    NotAllowed(String),
+    /// The kernel has no BTF to type the tracepoints.
+    #[error(
+        "this kernel has no BTF ({0}): `watch --kernel` needs /sys/kernel/btf/vmlinux \
+         (CONFIG_DEBUG_INFO_BTF); use `tcpstall watch` (a packet capture) instead"
+    )]
+    NoBtf(String),
+    /// A tracepoint the programs need is missing, or the verifier refused a program.
+    #[error(
+        "cannot attach to the kernel's {hook} tracepoint ({why}); this kernel lacks the hook or \
+         refused the program: use `tcpstall watch` (a packet capture) instead"
+    )]
+    Hook {
+        /// The tracepoint.
+        hook: &'static str,
+        /// The loader's error.
+        why: String,
+    },
+    /// Anything else the loader reported.
+    #[error(
+        "cannot load tcpstall's BPF programs: {0}; use `tcpstall watch` (a packet capture) instead"
+    )]
+    Load(String),
+}
+
+/// Whether the loader's error is a refusal (a missing capability or lockdown), not a fault.
+fn refused(err: &dyn std::fmt::Display) -> bool {
+    let text = err.to_string();
+    [
+        "EPERM",
+        "Operation not permitted",
+        "EACCES",
+        "Permission denied",
+    ]
+    .iter()
+    .any(|s| text.contains(s))
+}
+
+/// An error and its sources, as one line.
+pub(crate) fn chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    // The chain of an error is short; the bound keeps a cyclic one from looping.
+    for _ in 0..8 {
+        let Some(s) = source else { break };
+        // Some errors already print their source in their own message.
+        let part = s.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        source = s.source();
+    }
+    text
+}
+
+/// Loads a committed BPF object and attaches its programs, each a `tp_btf` program named as
+/// its tracepoint, in `hooks`' order. Dropping the result detaches them.
+pub(crate) fn load_btf_tracepoints(
+    object: &[u8],
+    hooks: &[&'static str],
+) -> Result<Ebpf, KernelError> {
+    // Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK; later ones to the cgroup.
+    // Raising it is harmless where it is not needed, and may fail unprivileged: ignored.
+    let unlimited = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: setrlimit reads the struct passed; no other memory is touched.
+    let _ = unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) };
+
+    let btf = Btf::from_sys_fs().map_err(|e| KernelError::NoBtf(chain(&e)))?;
+    let mut bpf = Ebpf::load(object).map_err(|e| {
+        let text = chain(&e);
+        if refused(&text) {
+            KernelError::NotAllowed(text)
+        } else {
+            KernelError::Load(text)
+        }
+    })?;
+    for &hook in hooks {
+        let hook_err = |why: String| {
+            if refused(&why) {
+                KernelError::NotAllowed(format!("{hook}: {why}"))
+            } else {
+                KernelError::Hook { hook, why }
+            }
+        };
+        let program: &mut BtfTracePoint = bpf
+            .program_mut(hook)
+            .ok_or_else(|| KernelError::Load(format!("the object has no program {hook}")))?
+            .try_into()
+            .map_err(|e| KernelError::Load(chain(&e)))?;
+        program.load(hook, &btf).map_err(|e| hook_err(chain(&e)))?;
+        program.attach().map_err(|e| hook_err(chain(&e)))?;
+    }
+    Ok(bpf)
+}
+
+/// The time now on `clock`, ns.
+pub(crate) fn clock_ns(clock: libc::clockid_t) -> i64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec passed and nothing else.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec)
+}
