@@ -387,8 +387,8 @@ pub(crate) fn explain(held: Side, p: &Pacing) -> String {
     let peer = held.peer().name();
     let per_hold = p.delay_sum_ns.as_millis_f64() / p.holds.max(1) as f64;
     let mut s = format!(
-        "the {}'s small writes waited for the {peer}'s ACK of its previous small segment {} times \
-         ({per_hold:.3} ms each on average, {:.1} ms in all, {:.1} % of the flow): Nagle pacing \
+        "the {}'s small writes waited for the {peer}'s ACK of its previous small segment at \
+         least {} times (the holds the capture proves; {per_hold:.3} ms each on average, {:.1} ms in all, {:.1} % of the flow): Nagle pacing \
          a sender that writes while its requests are in flight",
         held.name(),
         p.holds,

@@ -48,8 +48,8 @@ pub(crate) fn describe_paced(p: &AckPaced) -> Vec<String> {
             crate::Side::Server => "the server's writes",
         };
         lines.push(format!(
-            "nagle_ack_paced: {whose} waited for the ACK of the previous small segment {} times \
-             on {} connection{}, {:.3} ms in all",
+            "nagle_ack_paced: {whose} waited for the ACK of the previous small segment at \
+             least {} times on {} connection{}, {:.3} ms in all (the holds the capture proves)",
             s.holds,
             s.connections,
             if s.connections == 1 { "" } else { "s" },
