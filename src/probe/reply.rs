@@ -118,14 +118,18 @@ impl Reply {
     }
 }
 
-/// A server's error line, escaped and quoted whole (up to a bound): its words are the news.
+/// A server's error line, quoted whole (up to a bound; control bytes escaped): its words
+/// are the news.
 pub fn quoted(line: &[u8]) -> String {
     const SHOWN: usize = 200;
-    let shown = line[..line.len().min(SHOWN)].escape_ascii().to_string();
+    let shown = format!(
+        "{:?}",
+        String::from_utf8_lossy(&line[..line.len().min(SHOWN)])
+    );
     if line.len() > SHOWN {
-        format!("\"{shown}…\"")
+        format!("{}…\"", &shown[..shown.len() - 1])
     } else {
-        format!("\"{shown}\"")
+        shown
     }
 }
 
