@@ -222,8 +222,8 @@ fn credentials(url: &Url, protocol: Protocol, quoted: &str) -> anyhow::Result<Op
     match protocol {
         Protocol::Memcached => bail!(
             "{quoted} gives credentials, but probe does not speak memcached's SASL \
-             authentication (binary protocol only): probe a memcached that accepts the text \
-             protocol without it"
+             authentication (binary protocol only), nor the ASCII authentication of its \
+             --auth-file: probe a memcached that takes the text protocol without credentials"
         ),
         Protocol::Line => bail!(
             "{quoted} gives credentials, but tcp:// sends only what --send says: put a login \
