@@ -128,27 +128,29 @@ impl Target {
     }
 }
 
-/// The URL as the user wrote it, with the password (what follows the first `:` of the
-/// userinfo) replaced by `***`: for the errors that quote a URL the parser could not read.
+/// The URL as the user wrote it, with the password replaced by `***`: for the errors that
+/// quote it. A URL the parser cannot read is masked from the first `:` after the scheme to
+/// its last `@`: a password may hold any byte the user left unencoded, and masking too much
+/// of a URL that is wrong anyway does no harm.
 pub fn shown(text: &str) -> String {
+    if let Ok(mut url) = Url::parse(text) {
+        if url.password().is_some() && url.set_password(Some("***")).is_ok() {
+            return url.to_string();
+        }
+        return text.to_string();
+    }
     let Some(scheme_end) = text.find("://").map(|i| i + 3) else {
         return text.to_string();
     };
     let rest = &text[scheme_end..];
-    // Only `/` ends it here: a `?` or `#` the user left unencoded in a password must not
-    // end the search short of the `@`. Masking too much is harmless.
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let Some(at) = rest[..authority_end].rfind('@') else {
-        return text.to_string();
-    };
-    match rest[..at].find(':') {
-        Some(colon) => format!(
+    match (rest.find(':'), rest.rfind('@')) {
+        (Some(colon), Some(at)) if colon < at => format!(
             "{}{}:***{}",
             &text[..scheme_end],
             &rest[..colon],
             &rest[at..]
         ),
-        None => text.to_string(),
+        _ => text.to_string(),
     }
 }
 
@@ -357,10 +359,12 @@ mod tests {
     #[test]
     fn shown_masks_the_password() {
         assert_eq!(shown("redis://:pw@h:1/2"), "redis://:***@h:1/2");
-        assert_eq!(shown("http://u:p#w@h/a@b"), "http://u:***@h/a@b");
         assert_eq!(shown("http://u@h/"), "http://u@h/");
         assert_eq!(shown("http://h/a:b@c"), "http://h/a:b@c");
         assert_eq!(shown("not a url"), "not a url");
+        // Unreadable as URLs: a password with an unencoded '#', '/' or bad port.
+        assert_eq!(shown("redis://:p#w@h:99999"), "redis://:***@h:99999");
+        assert_eq!(shown("redis://:pa/ss@h"), "redis://:***@h");
     }
 
     #[test]
