@@ -665,7 +665,8 @@ fn redis_acl_users_authenticate_and_their_refusals_are_said() {
 /// `rediss://`: RESP over TLS to redis-server's own TLS port (Debian's redis-server is built
 /// with TLS), the password and a database given: answered, clean (the TLS handshake and the
 /// AUTH, SELECT and SET before the timed requests are not counted); without --insecure the
-/// self-signed certificate is the clear error it is for https.
+/// self-signed certificate is the clear error it is for https; `redis://` to that port is
+/// told to write `rediss://`.
 #[test]
 fn rediss_speaks_resp_over_tls_with_credentials() {
     let dir = TempDir::new(&format!("rediss-{}", free_port()));
@@ -695,6 +696,15 @@ fn rediss_speaks_resp_over_tls_with_credentials() {
     assert_eq!(code, 2);
     assert!(
         err.contains("certificate") && err.contains("--insecure"),
+        "{err}"
+    );
+    assert_password_hidden("the error", &err);
+    // RESP in the clear to the TLS port: redis-server drops it without a word.
+    let plain = target.replacen("rediss", "redis", 1);
+    let (code, _, err) = probe_json(Privilege::AsIs, &[&plain]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("if the port speaks TLS, write rediss://"),
         "{err}"
     );
     assert_password_hidden("the error", &err);

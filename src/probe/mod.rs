@@ -185,7 +185,11 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
             .first()
             .cloned()
             .unwrap_or_else(|| "no request was answered".to_string());
-        return Err(anyhow!("probe of {}: {first}", target.display()));
+        return Err(anyhow!(
+            "probe of {}: {first}{}",
+            target.display(),
+            tls_port_hint(&target, &log)
+        ));
     }
     let server = proxy.as_ref().ok().cloned();
     let mut diagnosis =
@@ -281,6 +285,21 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
     } else {
         Outcome::Done
     })
+}
+
+/// A connection accepted and then ended or left silent before any answer, to a protocol in the
+/// clear that has a TLS form: the port may speak TLS (redis-server's --tls-port drops
+/// plain RESP without a word).
+fn tls_port_hint(target: &Target, log: &RunLog) -> String {
+    let tls_scheme = match target.protocol {
+        target::Protocol::Redis => "rediss",
+        target::Protocol::Http => "https",
+        _ => return String::new(),
+    };
+    if log.connections.is_empty() || !log.turns.is_empty() {
+        return String::new();
+    }
+    format!(" (if the port speaks TLS, write {tls_scheme}://…)")
 }
 
 /// What is known of the hops behind the server before the diagnosis places the hold.
