@@ -492,10 +492,16 @@ fn memcached_is_clean() {
 
 /// A redis-server on a free loopback port.
 fn redis_server() -> Server {
+    redis_server_with(&[])
+}
+
+/// A redis-server on a free loopback port, with these options besides.
+fn redis_server_with(options: &[&str]) -> Server {
     listening_server(|port| {
         let mut c = Command::new("redis-server");
         c.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"]);
+            .args(["--save", "", "--appendonly", "no"])
+            .args(options);
         c
     })
 }
@@ -510,6 +516,242 @@ fn redis_is_clean() {
     assert_eq!(code, 0, "{err}");
     assert_clean(&v);
     assert_eq!(v["evidence_source"], "socket", "{v}");
+}
+
+/// A password, as redis-server and http.server are given it, and as the URL writes it.
+const PASSWORD: &str = "pa@ss:w rd";
+const PASSWORD_IN_URL: &str = "pa%40ss%3Aw%20rd";
+
+/// Neither spelling of [`PASSWORD`] appears in `text` (`what` names it for the failure).
+fn assert_password_hidden(what: &str, text: &str) {
+    for secret in [PASSWORD, PASSWORD_IN_URL, "pa@ss", "pa%40ss"] {
+        assert!(!text.contains(secret), "{what} shows the password: {text}");
+    }
+}
+
+/// `redis-cli` against `port` as `user` (empty: the password alone): the reply of `args`.
+fn redis_cli(port: u16, user: &str, args: &[&str]) -> String {
+    let mut c = Command::new("redis-cli");
+    c.args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .env("REDISCLI_AUTH", PASSWORD);
+    if !user.is_empty() {
+        c.args(["--user", user]);
+    }
+    let out = c.args(args).output().expect("redis-cli runs");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A redis-server with `requirepass`: without the password the probe stops (exit 2) saying
+/// how to give it, a wrong one is said refused; given as `redis://:PASSWORD@…/3` (percent-
+/// encoded), every request is answered, its SET landed in database 3, and the password is in
+/// no report, text, JSON, page or error.
+#[test]
+fn a_redis_password_is_sent_selects_the_database_and_is_never_shown() {
+    let server = redis_server_with(&["--requirepass", PASSWORD]);
+    let port = server.port;
+    let (code, v, err) = probe_json(Privilege::AsIs, &[&url("redis", port)]);
+    assert_eq!((code, &v), (2, &Value::Null), "{err}");
+    assert!(err.contains("needs a password"), "{err}");
+    assert!(
+        err.contains(&format!("redis://:PASSWORD@127.0.0.1:{port}")),
+        "{err}"
+    );
+    assert!(!err.contains("malformed"), "{err}");
+
+    let wrong = format!("redis://:not-{PASSWORD_IN_URL}@127.0.0.1:{port}");
+    let (code, _, err) = probe_json(Privilege::AsIs, &[&wrong]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("refused the credentials") && err.contains("WRONGPASS"),
+        "{err}"
+    );
+    assert_password_hidden("the error", &err);
+
+    let target = format!("redis://:{PASSWORD_IN_URL}@127.0.0.1:{port}/3");
+    let shown = format!("redis://:***@127.0.0.1:{port}/3");
+    let (code, v, err) = probe_json(Privilege::AsIs, &[&target]);
+    assert_eq!(code, 0, "{err}");
+    assert_clean(&v);
+    assert_eq!(v["target"], shown.as_str(), "{v}");
+    assert_password_hidden("the JSON", &v.to_string());
+    assert_password_hidden("stderr", &err);
+    assert_eq!(
+        redis_cli(port, "", &["-n", "3", "EXISTS", "tcpstall:probe"]),
+        "1"
+    );
+    assert_eq!(
+        redis_cli(port, "", &["-n", "0", "EXISTS", "tcpstall:probe"]),
+        "0"
+    );
+
+    let page = std::env::temp_dir().join(format!("tcpstall-auth-{}.html", std::process::id()));
+    let path = page.to_str().expect("utf-8 path");
+    let out = run_probe(Privilege::NoNetRaw, &["--html", path, &target]);
+    let html = std::fs::read_to_string(&page).expect("the page is written");
+    let _ = std::fs::remove_file(&page);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(&shown), "{text}");
+    assert_password_hidden("the text report", &text);
+    assert_password_hidden("stderr", &String::from_utf8_lossy(&out.stderr));
+    assert!(
+        unescape(&html).contains(&shown),
+        "the page names the target"
+    );
+    assert_password_hidden("the page", &html);
+    assert_password_hidden("the page", &unescape(&html));
+}
+
+/// ACL users (redis 6+, `AUTH user password`): the default user off, `alice` may SET and GET
+/// the probe's key, `bob` only GET. alice's probe is answered; a wrong password, no
+/// credentials and bob's missing permission are each said for what they are.
+#[test]
+fn redis_acl_users_authenticate_and_their_refusals_are_said() {
+    let alice = format!(">{PASSWORD}");
+    let server = redis_server_with(&[
+        "--user",
+        "default",
+        "off",
+        "--user",
+        "alice",
+        "on",
+        &alice,
+        "~tcpstall:*",
+        "+set",
+        "+get",
+        "--user",
+        "bob",
+        "on",
+        ">bob",
+        "~*",
+        "+get",
+    ]);
+    let port = server.port;
+    let target = format!("redis://alice:{PASSWORD_IN_URL}@127.0.0.1:{port}");
+    let (code, v, err) = probe_json(Privilege::AsIs, &[&target]);
+    assert_eq!(code, 0, "{err}");
+    assert_clean(&v);
+    assert_eq!(
+        v["target"],
+        format!("redis://alice:***@127.0.0.1:{port}").as_str()
+    );
+    assert_password_hidden("the JSON", &v.to_string());
+
+    let (code, _, err) = probe_json(
+        Privilege::AsIs,
+        &[&format!("redis://alice:x@127.0.0.1:{port}")],
+    );
+    assert_eq!(code, 2);
+    assert!(err.contains("refused the credentials"), "{err}");
+    let (code, _, err) = probe_json(Privilege::AsIs, &[&url("redis", port)]);
+    assert_eq!(code, 2);
+    assert!(err.contains("needs a password"), "{err}");
+    let (code, _, err) = probe_json(
+        Privilege::AsIs,
+        &[&format!("redis://bob:bob@127.0.0.1:{port}")],
+    );
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("NOPERM") && err.contains("SET") && err.contains("ACL SETUSER"),
+        "{err}"
+    );
+    // alice may only SET and GET: her probe's value (--size 100) is there.
+    assert_eq!(
+        redis_cli(port, "alice", &["GET", "tcpstall:probe"]),
+        "v".repeat(100)
+    );
+}
+
+/// `rediss://`: RESP over TLS to redis-server's own TLS port (Debian's redis-server is built
+/// with TLS), the password and a database given: answered, clean (the TLS handshake and the
+/// AUTH, SELECT and SET before the timed requests are not counted); without --insecure the
+/// self-signed certificate is the clear error it is for https; `redis://` to that port is
+/// told to write `rediss://`.
+#[test]
+fn rediss_speaks_resp_over_tls_with_credentials() {
+    let dir = TempDir::new(&format!("rediss-{}", free_port()));
+    let (cert, key) = self_signed(&dir.0);
+    let server = listening_server(|port| {
+        let mut c = Command::new("redis-server");
+        c.args(["--port", "0", "--tls-port", &port.to_string()])
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--tls-cert-file")
+            .arg(&cert)
+            .arg("--tls-key-file")
+            .arg(&key)
+            .args(["--tls-auth-clients", "no", "--requirepass", PASSWORD]);
+        c
+    });
+    let target = format!("rediss://:{PASSWORD_IN_URL}@127.0.0.1:{}/2", server.port);
+    let (code, v, err) = probe_json(Privilege::AsIs, &["--insecure", &target]);
+    assert_eq!(code, 0, "{err}");
+    assert_clean(&v);
+    assert_eq!(
+        v["target"],
+        format!("rediss://:***@127.0.0.1:{}/2", server.port).as_str()
+    );
+    assert_password_hidden("the JSON", &v.to_string());
+
+    let (code, _, err) = probe_json(Privilege::AsIs, &[&target]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("certificate") && err.contains("--insecure"),
+        "{err}"
+    );
+    assert_password_hidden("the error", &err);
+    // RESP in the clear to the TLS port: redis-server drops it without a word.
+    let plain = target.replacen("rediss", "redis", 1);
+    let (code, _, err) = probe_json(Privilege::AsIs, &[&plain]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("if the port speaks TLS, write rediss://"),
+        "{err}"
+    );
+    assert_password_hidden("the error", &err);
+}
+
+/// HTTP Basic: http.server answering 401 unless the request carries the user and password.
+/// Without credentials the report says the server wants them and how to write them; wrong
+/// ones are said refused; the right ones, percent-encoded in the URL, reach the file (and its
+/// keep-alive stall, which the 401s, written in one call, do not have).
+#[test]
+fn http_basic_credentials_from_the_url() {
+    let root = web_root();
+    let pair = format!("tc@user:{PASSWORD}");
+    let server = python_server(
+        "probe/http_server.py",
+        &[root.0.to_str().unwrap(), "--basic", &pair],
+    );
+    let port = server.port;
+    let notes = |v: &Value| v["notes"].to_string();
+    let (code, v, err) = probe_json(Privilege::AsIs, &[&url("http", port)]);
+    assert_eq!(code, 0, "{err}");
+    assert!(notes(&v).contains("wants credentials"), "{v}");
+    assert!(
+        notes(&v).contains(&format!("http://USER:PASSWORD@127.0.0.1:{port}/index.html")),
+        "{v}"
+    );
+    let (code, v, err) = probe_json(
+        Privilege::AsIs,
+        &[&format!(
+            "http://tc%40user:wrong@127.0.0.1:{port}/index.html"
+        )],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(notes(&v).contains("refused the credentials"), "{v}");
+
+    let _serial = support::serial();
+    let target = format!("http://tc%40user:{PASSWORD_IN_URL}@127.0.0.1:{port}/index.html");
+    let (code, v, err) = probe_json(Privilege::AsIs, &[&target]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!notes(&v).contains("401"), "{v}");
+    assert_server_stall_confirmed(&v, Privilege::AsIs);
+    assert_eq!(
+        v["target"],
+        format!("http://tc%40user:***@127.0.0.1:{port}/index.html").as_str()
+    );
+    assert_password_hidden("the JSON", &v.to_string());
+    assert_password_hidden("stderr", &err);
 }
 
 /// The pipelining probes' load: 16 requests a batch, 100 batches, on four connections from one

@@ -44,7 +44,8 @@ pub struct Plan {
 pub struct Turn {
     /// Index of the connection (in [`RunLog::connections`]).
     pub connection: usize,
-    /// The per-connection setup exchange (memcached `set`, redis `SET`), not a timed request.
+    /// A per-connection setup exchange (memcached `set`, redis `AUTH`, `SELECT`, `SET`), not a
+    /// timed request.
     pub setup: bool,
     /// Realtime clock just before the first write, ns.
     pub start_ns: u64,
@@ -56,6 +57,8 @@ pub struct Turn {
     pub arrivals: Vec<Arrival>,
     /// HTTP status code of the reply.
     pub http_status: Option<u16>,
+    /// HTTP 401: the scheme its `WWW-Authenticate` asks for (`Basic`, `Bearer`, …).
+    pub auth_scheme: Option<String>,
 }
 
 /// One connection.
@@ -294,10 +297,7 @@ fn turn(
     }
     let mut chunk = vec![0u8; READ_CHUNK];
     let close = loop {
-        let parsed = exchange
-            .reply
-            .parse(buf)
-            .map_err(|why| format!("malformed reply: {why}"))?;
+        let parsed = exchange.reply.parse(buf).map_err(|why| why.describe())?;
         if let Parsed::Complete { len, close } = parsed {
             if buf.len() > len {
                 return Err(format!(
@@ -334,9 +334,9 @@ fn turn(
     };
     let latency = started.elapsed();
     let (arrivals, sent) = stream.socket().take_log();
-    let http_status = match exchange.reply {
-        Reply::Http { .. } => http::status(buf),
-        _ => None,
+    let (http_status, auth_scheme) = match exchange.reply {
+        Reply::Http { .. } => (http::status(buf), http::auth_scheme(buf)),
+        _ => (None, None),
     };
     Ok((
         Turn {
@@ -347,6 +347,7 @@ fn turn(
             sent,
             arrivals,
             http_status,
+            auth_scheme,
         },
         close,
     ))

@@ -2,20 +2,39 @@
 //! response framing of RFC 9112 §6 (Content-Length, chunked, or until close), parsed with
 //! `httparse`.
 
+use base64::Engine as _;
+
 use super::reply::{excerpt, Parsed};
+use super::target::Credentials;
 
 /// Largest response head accepted before the reply is called malformed.
 const MAX_HEAD: usize = 64 * 1024;
 /// Headers read per response.
 const MAX_HEADERS: usize = 64;
 
+/// The `Authorization` header's value for the URL's user and password: HTTP Basic
+/// (RFC 7617 §2: base64 of `user:password`; no password is an empty one, as curl sends it).
+pub fn basic_authorization(credentials: &Credentials) -> String {
+    let mut pair = credentials.user.clone();
+    pair.push(b':');
+    if let Some(password) = &credentials.password {
+        pair.extend_from_slice(password.expose());
+    }
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(pair)
+    )
+}
+
 /// The writes of one request: the head and the body in one buffer, as a careful client sends
-/// them, or in two writes (`split`) as many clients do (head, then body).
+/// them, or in two writes (`split`) as many clients do (head, then body). `authorization`:
+/// the `Authorization` header's value, when the URL gives credentials.
 pub fn request(
     method: &str,
     host: &str,
     port: u16,
     path: &str,
+    authorization: Option<String>,
     body: usize,
     split: bool,
 ) -> Vec<Vec<u8>> {
@@ -29,6 +48,9 @@ pub fn request(
          Accept: */*\r\nConnection: keep-alive\r\n",
         env!("CARGO_PKG_VERSION")
     );
+    if let Some(value) = authorization {
+        head.push_str(&format!("Authorization: {value}\r\n"));
+    }
     if body > 0 || method.eq_ignore_ascii_case("POST") || method.eq_ignore_ascii_case("PUT") {
         head.push_str(&format!(
             "Content-Type: application/octet-stream\r\nContent-Length: {body}\r\n"
@@ -55,6 +77,28 @@ pub fn status(buf: &[u8]) -> Option<u16> {
         Ok(httparse::Status::Complete(_)) => response.code,
         _ => None,
     }
+}
+
+/// The authentication scheme a 401 response at the start of `buf` asks for: the first word
+/// of its first `WWW-Authenticate` (RFC 9110 §11.6.1).
+pub fn auth_scheme(buf: &[u8]) -> Option<String> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut response = httparse::Response::new(&mut headers);
+    match response.parse(buf) {
+        Ok(httparse::Status::Complete(_)) if response.code == Some(401) => {}
+        _ => return None,
+    }
+    let value = response
+        .headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case("www-authenticate"))?
+        .value;
+    let scheme = String::from_utf8_lossy(value)
+        .split_whitespace()
+        .next()?
+        .trim_end_matches(',')
+        .to_string();
+    Some(scheme)
 }
 
 /// How the body of a response is delimited (RFC 9112 §6.3).
@@ -183,15 +227,15 @@ mod tests {
 
     #[test]
     fn requests_in_one_or_two_writes() {
-        let one = request("GET", "127.0.0.1", 80, "/", 0, false);
+        let one = request("GET", "127.0.0.1", 80, "/", None, 0, false);
         assert_eq!(one.len(), 1);
         assert!(one[0].starts_with(b"GET / HTTP/1.1\r\nHost: 127.0.0.1:80\r\n"));
-        let two = request("POST", "::1", 8080, "/x", 10, true);
+        let two = request("POST", "::1", 8080, "/x", None, 10, true);
         assert_eq!(two.len(), 2);
         assert_eq!(two[1].len(), 10);
         assert!(String::from_utf8_lossy(&two[0]).contains("Host: [::1]:8080\r\n"));
         assert!(String::from_utf8_lossy(&two[0]).contains("Content-Length: 10\r\n"));
-        assert_eq!(request("POST", "h", 1, "/", 10, false).len(), 1);
+        assert_eq!(request("POST", "h", 1, "/", None, 10, false).len(), 1);
     }
 
     #[test]
@@ -231,6 +275,13 @@ mod tests {
     fn status_codes() {
         assert_eq!(status(b"HTTP/1.1 404 Not Found\r\n\r\n"), Some(404));
         assert_eq!(status(b"HTTP/1.1 404 Not"), None);
+        let challenge = b"HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Basic realm=\"x\"\r\n\r\n";
+        assert_eq!(auth_scheme(challenge).as_deref(), Some("Basic"));
+        assert_eq!(auth_scheme(b"HTTP/1.1 401 Unauthorized\r\n\r\n"), None);
+        assert_eq!(
+            auth_scheme(b"HTTP/1.1 200 OK\r\nWWW-Authenticate: Basic\r\n\r\n"),
+            None
+        );
     }
 
     #[test]

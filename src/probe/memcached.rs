@@ -1,7 +1,7 @@
 //! `memcached://` targets in the text protocol: one `set` of `--size` bytes per connection,
 //! then `get`s of that key, each command written in one call.
 
-use super::reply::{excerpt, line_end, sized_body, Parsed};
+use super::reply::{excerpt, line_end, quoted, sized_body, Parsed, ReplyError};
 
 /// The key the probe sets and reads.
 pub const KEY: &str = "tcpstall-probe";
@@ -20,17 +20,28 @@ pub fn get_command() -> Vec<u8> {
 }
 
 /// `STORED`, or the server's error line.
-pub fn parse_stored(buf: &[u8]) -> Result<Parsed, String> {
+pub fn parse_stored(buf: &[u8]) -> Result<Parsed, ReplyError> {
     match line_end(buf) {
         None => Ok(Parsed::Incomplete),
         Some(end) if &buf[..end] == b"STORED\r\n" => Ok(Parsed::Complete {
             len: end,
             close: false,
         }),
-        Some(end) => Err(format!(
-            "memcached did not store the value: {}",
-            excerpt(&buf[..end - 2])
-        )),
+        Some(end) => {
+            let line = &buf[..end - 2];
+            // The text protocol's error replies (protocol.txt, "Error strings").
+            let refused = ["ERROR", "CLIENT_ERROR", "SERVER_ERROR", "NOT_STORED"]
+                .iter()
+                .any(|word| line.starts_with(word.as_bytes()));
+            Err(if refused {
+                ReplyError::Refused(format!(
+                    "memcached did not store the probe's value: it answered {}",
+                    quoted(line)
+                ))
+            } else {
+                ReplyError::Malformed(format!("not a memcached reply to set: {}", excerpt(line)))
+            })
+        }
     }
 }
 
@@ -64,9 +75,10 @@ mod tests {
     fn commands_and_replies() {
         assert_eq!(set_command(b"xy"), b"set tcpstall-probe 0 0 2\r\nxy\r\n");
         assert_eq!(parse_stored(b"STOR"), Ok(Parsed::Incomplete));
-        assert!(parse_stored(b"SERVER_ERROR out of memory\r\n")
-            .unwrap_err()
-            .contains("out of memory"));
+        assert!(matches!(
+            parse_stored(b"SERVER_ERROR out of memory\r\n"),
+            Err(ReplyError::Refused(why)) if why.contains("SERVER_ERROR out of memory")
+        ));
         let reply = b"VALUE tcpstall-probe 0 2\r\nxy\r\nEND\r\n";
         assert_eq!(
             parse_value(reply),

@@ -56,6 +56,8 @@ pub const MAX_REQUESTS: usize = 10_000;
     tcpstall probe --insecure https://127.0.0.1:8443/\n  \
     tcpstall probe memcached://127.0.0.1:11211 --size 4000\n  \
     tcpstall probe redis://127.0.0.1:6379 --size 100\n  \
+    tcpstall probe 'redis://:PASSWORD@127.0.0.1:6379/3'\n  \
+    tcpstall probe --insecure 'rediss://USER:PASSWORD@127.0.0.1:6380'\n  \
     tcpstall probe tcp://127.0.0.1:7000 --send 'PING\\r\\n' --until '\\r\\n'\n\n\
     With CAP_NET_RAW (root) the probe captures its own packets and runs the same detector as \
     `analyze`; without it, it judges from its socket's receive times and TCP_INFO, which \
@@ -63,7 +65,10 @@ pub const MAX_REQUESTS: usize = 10_000;
     (the results measured before it are still printed).")]
 pub struct ProbeArgs {
     /// The target: http://HOST:PORT/PATH, https://…, memcached://HOST:PORT, redis://HOST:PORT,
-    /// tcp://HOST:PORT (with --send and --until).
+    /// rediss://… (redis over TLS), tcp://HOST:PORT (with --send and --until). Credentials go
+    /// in the URL: http://USER:PASSWORD@… (HTTP Basic), redis://:PASSWORD@HOST:PORT or
+    /// redis://USER:PASSWORD@… (AUTH, ACL users), with a database as /N (SELECT); write
+    /// @ : / % in them as %40 %3A %2F %25. Reports show the password as ***.
     pub url: String,
     /// Timed requests (1-10000).
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=MAX_REQUESTS as i64))]
@@ -100,7 +105,8 @@ pub struct ProbeArgs {
     /// tcp://: the bytes that end a reply, with the same escapes.
     #[arg(long)]
     pub until: Option<String>,
-    /// https://: accept any certificate (self-signed, wrong name); signatures are still checked.
+    /// https://, rediss://: accept any certificate (self-signed, wrong name); signatures are
+    /// still checked.
     #[arg(long)]
     pub insecure: bool,
     /// Print JSON (stable keys: target, requests, p50_ms, p99_ms, max_ms, verdict, culprit,
@@ -179,7 +185,11 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
             .first()
             .cloned()
             .unwrap_or_else(|| "no request was answered".to_string());
-        return Err(anyhow!("probe of {}: {first}", target.display()));
+        return Err(anyhow!(
+            "probe of {}: {first}{}",
+            target.display(),
+            tls_port_hint(&target, &log)
+        ));
     }
     let server = proxy.as_ref().ok().cloned();
     let mut diagnosis =
@@ -275,6 +285,21 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
     } else {
         Outcome::Done
     })
+}
+
+/// A connection accepted and then ended or left silent before any answer, to a protocol in the
+/// clear that has a TLS form: the port may speak TLS (redis-server's --tls-port drops
+/// plain RESP without a word).
+fn tls_port_hint(target: &Target, log: &RunLog) -> String {
+    let tls_scheme = match target.protocol {
+        target::Protocol::Redis => "rediss",
+        target::Protocol::Http => "https",
+        _ => return String::new(),
+    };
+    if log.connections.is_empty() || !log.turns.is_empty() {
+        return String::new();
+    }
+    format!(" (if the port speaks TLS, write {tls_scheme}://…)")
 }
 
 /// What is known of the hops behind the server before the diagnosis places the hold.
@@ -558,6 +583,45 @@ fn outside_note(outside: &[stalls::Stall], log: &RunLog) -> Option<String> {
     ))
 }
 
+/// HTTP 401 answers: the server wants credentials (or refused the URL's), and how to give
+/// them.
+fn unauthorized_note(target: &Target, log: &RunLog) -> Option<String> {
+    let refused: Vec<_> = log
+        .requests()
+        .filter(|t| t.http_status == Some(401))
+        .collect();
+    let first = refused.first()?;
+    let count = format!(
+        "401 Unauthorized to {} of {} requests: the figures are those of its refusal",
+        refused.len(),
+        log.requests().count()
+    );
+    let mut note = if target.credentials.is_some() {
+        format!(
+            "the server refused the credentials of the URL ({count}): check the user and \
+             password (in the URL, write @ : / % in them as %40 %3A %2F %25)"
+        )
+    } else {
+        format!(
+            "the server wants credentials ({count}): give them in the URL, {}://USER:PASSWORD@{}{} \
+             (sent as HTTP Basic authentication)",
+            target.protocol.scheme(),
+            target.authority(),
+            target.path
+        )
+    };
+    if let Some(scheme) = first
+        .auth_scheme
+        .as_deref()
+        .filter(|s| !s.eq_ignore_ascii_case("basic"))
+    {
+        note.push_str(&format!(
+            "; it asks for {scheme} authentication, and the probe sends only Basic"
+        ));
+    }
+    Some(note)
+}
+
 /// Gathers the figures of the run into the report.
 fn assemble(
     target: &Target,
@@ -615,10 +679,13 @@ fn assemble(
             "the stall behind the server is judged from timing: {rule}"
         ));
     }
+    if let Some(note) = unauthorized_note(target, log) {
+        notes.insert(0, note);
+    }
     let failed_status: Vec<u16> = log
         .requests()
         .filter_map(|t| t.http_status)
-        .filter(|code| *code >= 400)
+        .filter(|code| *code >= 400 && *code != 401)
         .collect();
     if let Some(code) = failed_status.first() {
         notes.push(format!(

@@ -20,6 +20,32 @@ pub enum Parsed {
     UntilClose,
 }
 
+/// Why the bytes read are no reply the request can take.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplyError {
+    /// Not the protocol's reply: what was wrong with it.
+    Malformed(String),
+    /// The server's own error reply (redis `-ERR`, memcached `SERVER_ERROR`): what it means,
+    /// the server's words quoted, and what to do.
+    Refused(String),
+}
+
+impl ReplyError {
+    /// The error as the report's line says it.
+    pub fn describe(&self) -> String {
+        match self {
+            ReplyError::Malformed(why) => format!("malformed reply: {why}"),
+            ReplyError::Refused(why) => why.clone(),
+        }
+    }
+}
+
+impl From<String> for ReplyError {
+    fn from(why: String) -> ReplyError {
+        ReplyError::Malformed(why)
+    }
+}
+
 /// What a reply must look like (each variant parsed by its protocol's file).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply {
@@ -32,10 +58,10 @@ pub enum Reply {
     MemcachedStored,
     /// memcached's `VALUE … END` after a `get` of one key.
     MemcachedValue,
-    /// RESP `+OK` (redis `SET`).
-    RedisOk,
+    /// RESP `+OK` (redis `AUTH`, `SELECT`, `SET`).
+    RedisOk(redis::Step),
     /// A RESP bulk string (redis `GET`).
-    RedisBulk,
+    RedisBulk(redis::Step),
     /// Everything up to and including these bytes (a line protocol).
     Until(Vec<u8>),
     /// `count` replies of one kind, one after the other: the answers to a pipelined batch.
@@ -50,24 +76,24 @@ pub enum Reply {
 impl Reply {
     /// Judges `buf`, the bytes read since the request: complete, incomplete, or an error
     /// saying what was wrong with it.
-    pub fn parse(&self, buf: &[u8]) -> Result<Parsed, String> {
+    pub fn parse(&self, buf: &[u8]) -> Result<Parsed, ReplyError> {
         match self {
-            Reply::Http { head } => http::parse_response(buf, *head),
+            Reply::Http { head } => Ok(http::parse_response(buf, *head)?),
             Reply::MemcachedStored => memcached::parse_stored(buf),
-            Reply::MemcachedValue => memcached::parse_value(buf),
-            Reply::RedisOk => redis::parse_ok(buf),
-            Reply::RedisBulk => redis::parse_bulk(buf),
+            Reply::MemcachedValue => Ok(memcached::parse_value(buf)?),
+            Reply::RedisOk(step) => redis::parse_ok(buf, step),
+            Reply::RedisBulk(step) => redis::parse_bulk(buf, step),
             Reply::Until(end) => Ok(line::parse_until(buf, end)),
             Reply::Pipelined { each, count } => {
                 let mut at = 0;
                 for i in 0..*count {
                     match each.parse(&buf[at..])? {
                         Parsed::Complete { close: true, .. } if i + 1 < *count => {
-                            return Err(format!(
+                            return Err(ReplyError::Malformed(format!(
                                 "the server closes the connection after answer {} of a \
                                  pipelined batch of {count}",
                                 i + 1
-                            ));
+                            )));
                         }
                         Parsed::Complete { len, close } if i + 1 == *count => {
                             return Ok(Parsed::Complete {
@@ -78,15 +104,32 @@ impl Reply {
                         Parsed::Complete { len, .. } => at += len,
                         Parsed::Incomplete => return Ok(Parsed::Incomplete),
                         Parsed::UntilClose => {
-                            return Err("an answer that ends when the server closes the \
-                                        connection (no length) cannot be pipelined"
-                                .to_string())
+                            return Err(ReplyError::Malformed(
+                                "an answer that ends when the server closes the connection \
+                                 (no length) cannot be pipelined"
+                                    .to_string(),
+                            ))
                         }
                     }
                 }
                 Ok(Parsed::Incomplete)
             }
         }
+    }
+}
+
+/// A server's error line, quoted whole (up to a bound; control bytes escaped): its words
+/// are the news.
+pub fn quoted(line: &[u8]) -> String {
+    const SHOWN: usize = 200;
+    let shown = format!(
+        "{:?}",
+        String::from_utf8_lossy(&line[..line.len().min(SHOWN)])
+    );
+    if line.len() > SHOWN {
+        format!("{}…\"", &shown[..shown.len() - 1])
+    } else {
+        shown
     }
 }
 

@@ -167,6 +167,7 @@ mod tests {
                 .map(|&ts_ns| Arrival { ts_ns, bytes: 50 })
                 .collect(),
             http_status: None,
+            auth_scheme: None,
         }
     }
 
