@@ -479,7 +479,10 @@ impl Tracer {
                 more: syscalls::has_msg_more(&args, Some(3)),
             }),
             SyscallKind::Recv => match model.read_can_end_sends(actor, fd) {
-                Some(true) => Some(Call::Read { fd }),
+                Some(true) => {
+                    model.apply(actor, Instant::now(), Event::ReadBegun { fd });
+                    Some(Call::Read { fd })
+                }
                 Some(false) => {
                     let read = Event::Read {
                         fd,
