@@ -973,3 +973,72 @@ fn status_and_stderr(child: &mut KillOnDrop, what: &str) -> (Option<i32>, String
     }
     (status.code(), stderr)
 }
+
+/// Sends SIGINT to a running `trace` and waits (at most 10 s) for it to end; its stdout.
+fn interrupt(mut tracer: KillOnDrop) -> String {
+    // SAFETY: kill with a pid we own and a valid signal.
+    assert_eq!(unsafe { libc::kill(tracer.0.id() as i32, libc::SIGINT) }, 0);
+    let started = Instant::now();
+    while tracer.0.try_wait().expect("wait tracer").is_none() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "trace ignored SIGINT"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut stdout = String::new();
+    if let Some(mut out) = tracer.0.stdout.take() {
+        out.read_to_string(&mut stdout).expect("report");
+    }
+    stdout
+}
+
+#[test]
+fn trace_of_a_command_times_the_hold_not_the_idle_after_it() {
+    let _serial = serial();
+    // The split server as the traced command: it prints its port on the standard output it
+    // shares with tcpstall, so the report goes to a file.
+    let report_file =
+        std::env::temp_dir().join(format!("tcpstall-trace-idle-{}.json", std::process::id()));
+    let mut command = Command::new(BIN);
+    command.args(["trace", "--json", "--duration", "30", "--output"]);
+    command.arg(&report_file);
+    command
+        .args(["--", "python3"])
+        .arg(fixture("split_server.py"));
+    let (tracer, port) = support::spawn_printing_port(&mut command, "trace -- split_server.py");
+    let clients = support::process::idle_clients(SocketAddr::from(([127, 0, 0, 1], port)), 6);
+    interrupt(tracer);
+    let text = std::fs::read_to_string(&report_file).expect("the report file");
+    let _ = std::fs::remove_file(&report_file);
+    let report: Value = serde_json::from_str(&text).expect("JSON report");
+    assert_eq!(report["method"], "seccomp");
+    support::process::assert_holds_told_from_idle(&report, &clients);
+}
+
+#[test]
+fn trace_attached_with_ptrace_times_the_hold_not_the_idle_after_it() {
+    let _serial = serial();
+    let server = SplitServer::start(&[]);
+    let pid = server.pid().to_string();
+    let tracer = Command::new(BIN)
+        .args([
+            "trace",
+            "-p",
+            &pid,
+            "--ptrace",
+            "--duration",
+            "30",
+            "--json",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("tcpstall runs");
+    let tracer = KillOnDrop(tracer);
+    std::thread::sleep(Duration::from_millis(500));
+    let clients = support::process::idle_clients(server.addr(), 6);
+    let report: Value = serde_json::from_str(&interrupt(tracer)).expect("JSON report");
+    assert_eq!(report["method"], "ptrace_syscall");
+    support::process::assert_holds_told_from_idle(&report, &clients);
+}
