@@ -312,7 +312,6 @@ struct Feeder {
     waits: HashMap<u32, Option<Vec<i32>>>,
     /// Followed processes: the target and the children the kernel added.
     processes: HashSet<u32>,
-    holds: HashMap<(u32, i32), u64>,
     syscalls: u64,
     /// CLOCK_MONOTONIC (the records' clock) now, and the same moment as an Instant.
     base: (u64, Instant),
@@ -374,19 +373,12 @@ impl Feeder {
                 .insert((actor.tgid, r.fd), facts.clone());
         }
         let event = match r.kind {
-            REC_SENT => {
-                if r.flags & FLAG_HELD != 0 {
-                    if let Some(first) = self.model.first_seen(actor.tgid, r.fd) {
-                        *self.holds.entry(first).or_default() += 1;
-                    }
-                }
-                Event::Sent {
-                    fd: r.fd,
-                    bytes: r.ret.max(0) as u64,
-                    more: r.flags & FLAG_MORE != 0,
-                    held: Some(r.flags & FLAG_HELD != 0),
-                }
-            }
+            REC_SENT => Event::Sent {
+                fd: r.fd,
+                bytes: r.ret.max(0) as u64,
+                more: r.flags & FLAG_MORE != 0,
+                held: Some(r.flags & FLAG_HELD != 0),
+            },
             // connect or accept: the model opens a socket at this fd, as for an accept.
             REC_OPENED => Event::Accepted { fd: r.fd },
             REC_READ => Event::Read {
@@ -475,7 +467,6 @@ pub(crate) fn trace_process(
         threads: HashSet::new(),
         waits: HashMap::new(),
         processes: HashSet::from([pid]),
-        holds: HashMap::new(),
         syscalls: 0,
         base: (clock_ns(libc::CLOCK_MONOTONIC) as u64, Instant::now()),
         jiffy: crate::kernel::KernelFacts::read()
@@ -535,7 +526,6 @@ pub(crate) fn trace_process(
         exit_status: None,
         elapsed: started.elapsed(),
         interrupted,
-        kernel_holds: feeder.holds,
     })
 }
 

@@ -43,6 +43,7 @@ impl TracedSocket {
             idle_waits_over_30ms: 0,
             longest_idle_wait_ms: None,
             example: None,
+            kernel_held_sends: 0,
         }
     }
 
@@ -190,8 +191,8 @@ impl HoldClues {
         match self.left {
             Some(left) => {
                 let hold = left.saturating_duration_since(last_send);
-                // Never seen unsent, and the socket's last send within a jiffy or two of
-                // the write's: it went out with it.
+                // Never seen unsent, and the socket's last send within the clean bound (a
+                // jiffy or two) of the write's: it went out with it.
                 if !seen_held && (self.not_nagle || hold < tcp_rules::CLEAN_BOUND) {
                     Hold::Nothing
                 } else {
@@ -257,14 +258,6 @@ impl<I: Inspector> SocketModel<I> {
     /// The inspector, for a driver that tells it what fds are as events arrive.
     pub fn inspector_mut(&mut self) -> &mut I {
         &mut self.inspector
-    }
-
-    /// The (pid, fd) at which the TCP socket behind fd `fd` of `pid` was first seen: the
-    /// socket's name in the report.
-    pub fn first_seen(&mut self, pid: u32, fd: i32) -> Option<(u32, i32)> {
-        let idx = self.socket_of(pid, fd)?;
-        let seen = &self.sockets[idx].seen;
-        Some((seen.pid, seen.fd))
     }
 
     /// The process has been seen (its fd table is known).
@@ -363,6 +356,7 @@ impl<I: Inspector> SocketModel<I> {
             } => {
                 if let Some(idx) = self.socket_of(tgid, fd) {
                     self.on_send(tid, idx, bytes, more, at);
+                    self.sockets[idx].seen.kernel_held_sends += u64::from(held == Some(true));
                     if let Some(open) = self.sockets[idx].open.as_mut() {
                         open.clues = HoldClues {
                             held_at_send: held,

@@ -128,10 +128,7 @@ pub(crate) fn write_text(report: &TraceReport, out: &mut impl Write) -> io::Resu
         let long = LONG_WAIT.as_millis();
         let unmeasured = match s.unmeasured_holds_over_30ms {
             0 => String::new(),
-            n => format!(
-                "; {n} more kept back while the read waited {long} ms or more, when they left \
-                 unseen"
-            ),
+            n => format!("; {n} more not timed, their reads waiting {long} ms or more"),
         };
         writeln!(
             out,

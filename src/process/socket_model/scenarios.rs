@@ -783,3 +783,34 @@ fn tcp_info_tells_a_hold_from_idle_time() {
     let example = s.example.expect("an example");
     assert_eq!((example.hold_ms, example.wait_ms), (Some(50.0), 50.0));
 }
+
+#[test]
+fn the_kernels_held_sends_are_counted_per_socket_not_per_fd() {
+    // Two connections accepted one after the other at the same fd.
+    let scenario = Scenario {
+        name: "fd reused",
+        world: vec![],
+        steps: vec![
+            start(MAIN),
+            does(0, MAIN, Event::Accepted { fd: 4 }),
+            sent_held(0, MAIN, 4, 76, false),
+            sent_held(0, MAIN, 4, 10, true),
+            does(40, MAIN, Event::HeldTailLeft { fd: 4 }),
+            read(41, MAIN, 4),
+            does(50, MAIN, Event::Closed { fd: 4 }),
+            does(60, MAIN, Event::Accepted { fd: 4 }),
+            sent_held(60, MAIN, 4, 76, false),
+            sent_held(60, MAIN, 4, 10, false),
+            read(360, MAIN, 4),
+        ],
+        shown: Vec::new(),
+    };
+    let sockets = sockets_after(&scenario);
+    let held: Vec<u64> = sockets.iter().map(|s| s.kernel_held_sends).collect();
+    assert_eq!(held, vec![1, 0]);
+    let waits: Vec<(u64, u64)> = sockets
+        .iter()
+        .map(|s| (s.waits_over_30ms, s.idle_waits_over_30ms))
+        .collect();
+    assert_eq!(waits, vec![(1, 0), (0, 1)]);
+}

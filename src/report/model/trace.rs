@@ -20,8 +20,8 @@ pub(crate) enum Hold {
     /// or TCP_INFO's time of the socket's last send), or it was still unsent when the read
     /// returned (at least this).
     Proven(Duration),
-    /// Kept back when the read began (or as the send returned), but when it left was not
-    /// seen: the read's end bounds it, at most this.
+    /// Kept back when the read began (or as the send returned), or not known, and when it
+    /// left was not seen: the read's end bounds it, at most this.
     AtMost(Duration),
 }
 
@@ -79,8 +79,9 @@ pub(crate) struct TracedSocket {
     /// Of those, how many had the tail of their last write kept back by Nagle for at least
     /// 30 ms, as measured ([`Hold::Proven`]): the waits the pattern caused.
     pub waits_over_30ms: u64,
-    /// Of those, how many had it kept back when the read began but its leaving unseen, the
-    /// read waiting 30 ms or more: a hold of at most the read's wait, not counted above.
+    /// Of those, how many had no timed hold (kept back when the read began but its leaving
+    /// unseen, or the socket not readable) while the read waited 30 ms or more: a hold of at
+    /// most the read's wait, not counted above.
     pub unmeasured_holds_over_30ms: u64,
     /// Reads after a write-write-read that waited 30 ms or more while nothing was kept back
     /// that long: the peer's time (its think time, or idle before its next message).
@@ -90,6 +91,10 @@ pub(crate) struct TracedSocket {
     /// The write-write-read whose tail was kept back longest (failing any, whose read waited
     /// longest).
     pub example: Option<Example>,
+    /// Sends whose tail the kernel's record showed held by Nagle as the call returned
+    /// (tracepoints only; the report's `kernel_holds`).
+    #[serde(skip)]
+    pub kernel_held_sends: u64,
 }
 
 impl TracedSocket {
