@@ -14,7 +14,13 @@
  *  - sock:sock_send_length, after each sendmsg of the socket layer (sock_sendmsg_nosec), in
  *    the sender's context: one record per send (sendmmsg: per message) with its bytes,
  *    MSG_MORE, the socket's nonagle, MSS and addresses, and whether Nagle holds its tail
- *    right now (unsent bytes behind a small segment in flight: tcp_nagle_check).
+ *    right now (unsent bytes behind a small segment in flight: tcp_nagle_check). A held
+ *    tail is remembered per socket until it leaves.
+ *  - tcp:tcp_probe, at the start of tcp_rcv_established for each segment a socket receives
+ *    (softirq), only for sockets with a held tail: the ACK covering the small segment
+ *    (snd_sml) releases it (tcp_data_snd_check sends it right after), or the tail had left
+ *    already (a timer, an option change), lsndtime jiffies ago. One record says when, so
+ *    user space times the hold itself, not the read that waits for the peer's next message.
  *  - sched_process_fork / sched_process_exec / sched_process_exit: a child of a target
  *    becomes a target (as ptrace's TRACEFORK follows it), exec and thread ends are told.
  *
@@ -80,12 +86,14 @@
 #define REC_EXEC 9
 #define REC_EXIT 10
 #define REC_OPENED 11
+#define REC_RELEASED 12
 
 #define FLAG_MORE 1
 #define FLAG_HELD 2      /* Nagle holds this send's tail now */
 #define FLAG_EAGAIN 4    /* a read that found nothing */
 #define FLAG_OVERFLOW 8  /* a wait naming more fds than the record holds */
 #define FLAG_NO_READFDS 16 /* select without a readable set */
+#define FLAG_LATE 32     /* released: the tail had left `arg` jiffies before this record */
 
 #define WAIT_POLL 1
 #define WAIT_SELECT 2
@@ -170,6 +178,24 @@ struct {
 	__type(key, __u32);
 	__type(value, __u8);
 } senders SEC(".maps");
+
+/* The held tail of a socket's last send, by sock, until it leaves: who sent it, and the
+ * sequence numbers that tell its release. */
+struct held {
+	__u32 tid;
+	__u32 tgid;
+	__s32 fd;
+	__u32 sml;     /* end of the small segment in flight: an ACK at or past it releases */
+	__u32 end_seq; /* write_seq after the send: sent once snd_nxt reaches it */
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct held);
+} holds SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -363,6 +389,9 @@ int sys_enter(__u64 *ctx)
 		struct sock *sk = tcp_of_fd(fd, &inode);
 		if (!sk)
 			return 0;
+		/* A tail held at close leaves with the FIN or is discarded: no release to time. */
+		__u64 key = (__u64)sk;
+		bpf_map_delete_elem(&holds, &key);
 		struct record *r = new_record(REC_CLOSED);
 		if (!r)
 			return 0;
@@ -502,17 +531,75 @@ int sock_send_length(__u64 *ctx)
 	/* tcp_nagle_check with tcp_minshall_check: a partial segment waits while Nagle is on and
 	 * a small segment is in flight, unacknowledged. */
 	struct tcp_sock *tp = (struct tcp_sock *)sk;
-	__u32 unsent = BPF_CORE_READ(tp, write_seq) - BPF_CORE_READ(tp, snd_nxt);
-	__u32 sml = BPF_CORE_READ(tp, snd_sml);
+	__u32 write_seq = BPF_CORE_READ(tp, write_seq);
 	__u32 snd_nxt = BPF_CORE_READ(tp, snd_nxt);
-	if (unsent > 0 && unsent < r->mss && BPF_CORE_READ(tp, packets_out) > 0 &&
-	    !(r->nonagle & (TCP_NAGLE_OFF | TCP_NAGLE_CORK)) &&
-	    seq_before(BPF_CORE_READ(tp, snd_una), sml) && !seq_before(snd_nxt, sml))
+	__u32 unsent = write_seq - snd_nxt;
+	__u32 sml = BPF_CORE_READ(tp, snd_sml);
+	int held = unsent > 0 && unsent < r->mss && BPF_CORE_READ(tp, packets_out) > 0 &&
+		   !(r->nonagle & (TCP_NAGLE_OFF | TCP_NAGLE_CORK)) &&
+		   seq_before(BPF_CORE_READ(tp, snd_una), sml) && !seq_before(snd_nxt, sml);
+	if (held)
 		r->flags |= FLAG_HELD;
 	r->value = unsent;
 	submit(r);
+	/* The socket's tail now: held until tcp_probe sees it leave, or nothing held. */
+	__u64 key = (__u64)sk;
+	if (held) {
+		struct held h = {};
+		h.tid = tid;
+		h.tgid = id >> 32;
+		h.fd = f->fd;
+		h.sml = sml;
+		h.end_seq = write_seq;
+		bpf_map_update_elem(&holds, &key, &h, BPF_ANY);
+	} else {
+		bpf_map_delete_elem(&holds, &key);
+	}
 	__u8 one = 1;
 	bpf_map_update_elem(&senders, &tid, &one, BPF_ANY);
+	return 0;
+}
+
+SEC("tp_btf/tcp_probe")
+int tcp_probe(__u64 *ctx)
+{
+	struct sock *sk = (struct sock *)ctx[0];
+	struct sk_buff *skb = (struct sk_buff *)ctx[1];
+	struct tcp_sock *tp = (struct tcp_sock *)sk;
+	__u64 key = (__u64)sk;
+	struct held *h = bpf_map_lookup_elem(&holds, &key);
+	if (!h)
+		return 0;
+	__u32 ago = 0;
+	__u8 late = 0;
+	if (!seq_before(BPF_CORE_READ(tp, snd_nxt), h->end_seq)) {
+		/* Gone before this segment came: a timer sent it (the tail-loss probe sends new
+		 * data whatever Nagle says), or TCP_NODELAY pushed it, at lsndtime. */
+		ago = (__u32)bpf_jiffies64() - BPF_CORE_READ(tp, lsndtime);
+		late = 1;
+	} else {
+		/* The segment's acknowledgment number: bytes 8..11 of its TCP header. */
+		unsigned char *head = BPF_CORE_READ(skb, head);
+		__u16 th = BPF_CORE_READ(skb, transport_header);
+		__u32 ack_be = 0;
+		if (bpf_probe_read_kernel(&ack_be, sizeof(ack_be), head + th + 8))
+			return 0;
+		/* tcp_minshall_check: held while the small segment is unacknowledged. */
+		if (seq_before(__builtin_bswap32(ack_be), h->sml))
+			return 0;
+	}
+	struct record *r = new_record(REC_RELEASED);
+	if (r) {
+		/* Softirq: the sender named by the hold, not whoever runs now. */
+		r->tid = h->tid;
+		r->tgid = h->tgid;
+		r->fd = h->fd;
+		r->arg = ago;
+		if (late)
+			r->flags |= FLAG_LATE;
+		submit(r);
+	}
+	bpf_map_delete_elem(&holds, &key);
 	return 0;
 }
 

@@ -508,43 +508,11 @@ fn trace_attached_to_a_server_finds_its_split_writes_and_detaches() {
 fn trace_detaches_on_ctrl_c_and_ends_when_the_target_exits() {
     let _serial = serial();
     let mut server = SplitServer::start(&[]);
-    let pid = server.pid().to_string();
-    let tracer = Command::new(BIN)
-        .args([
-            "trace",
-            "-p",
-            &pid,
-            "--ptrace",
-            "--duration",
-            "30",
-            "--json",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("tcpstall runs");
-    let mut tracer = KillOnDrop(tracer);
-    std::thread::sleep(Duration::from_millis(500));
+    let tracer = attach_ptrace(server.pid());
     let mut client = Client::connect(server.addr());
     client.request();
-    // SAFETY: kill with a pid we own and a valid signal.
-    assert_eq!(unsafe { libc::kill(tracer.0.id() as i32, libc::SIGINT) }, 0);
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = tracer.0.try_wait().expect("wait tracer") {
-            break status;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "trace ignored SIGINT"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert_eq!(status.code(), Some(0));
-    let mut stdout = String::new();
-    if let Some(mut out) = tracer.0.stdout.take() {
-        out.read_to_string(&mut stdout).expect("report");
-    }
+    let (code, stdout) = interrupt(tracer);
+    assert_eq!(code, Some(0));
     let report: Value = serde_json::from_str(&stdout).expect("JSON report");
     assert_eq!(report["interrupted"], true);
     for (state, tracer_pid) in thread_states(server.pid()) {
@@ -972,4 +940,76 @@ fn status_and_stderr(child: &mut KillOnDrop, what: &str) -> (Option<i32>, String
         err.read_to_string(&mut stderr).expect("stderr");
     }
     (status.code(), stderr)
+}
+
+/// `tcpstall trace -p PID --ptrace --json` for 30 s at most, once attached.
+fn attach_ptrace(pid: u32) -> KillOnDrop {
+    let tracer = Command::new(BIN)
+        .args(["trace", "-p", &pid.to_string(), "--ptrace"])
+        .args(["--duration", "30", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("tcpstall runs");
+    std::thread::sleep(Duration::from_millis(500));
+    KillOnDrop(tracer)
+}
+
+/// Sends SIGINT to a running `trace` and waits (at most 10 s) for it to end; its exit code
+/// and stdout.
+fn interrupt(mut tracer: KillOnDrop) -> (Option<i32>, String) {
+    // SAFETY: kill with a pid we own and a valid signal.
+    assert_eq!(unsafe { libc::kill(tracer.0.id() as i32, libc::SIGINT) }, 0);
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = tracer.0.try_wait().expect("wait tracer") {
+            break status;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "trace ignored SIGINT"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stdout = String::new();
+    if let Some(mut out) = tracer.0.stdout.take() {
+        out.read_to_string(&mut stdout).expect("report");
+    }
+    (status.code(), stdout)
+}
+
+#[test]
+fn trace_of_a_command_times_the_hold_not_the_idle_after_it() {
+    let _serial = serial();
+    // The split server as the traced command: it prints its port on the standard output it
+    // shares with tcpstall, so the report goes to a file.
+    let report_file =
+        std::env::temp_dir().join(format!("tcpstall-trace-idle-{}.json", std::process::id()));
+    let mut command = Command::new(BIN);
+    command.args(["trace", "--json", "--duration", "30", "--output"]);
+    command.arg(&report_file);
+    command
+        .args(["--", "python3"])
+        .arg(fixture("split_server.py"));
+    let (tracer, port) = support::spawn_printing_port(&mut command, "trace -- split_server.py");
+    let clients = support::process::idle_clients(SocketAddr::from(([127, 0, 0, 1], port)), 6);
+    assert_eq!(interrupt(tracer).0, Some(0));
+    let text = std::fs::read_to_string(&report_file).expect("the report file");
+    let _ = std::fs::remove_file(&report_file);
+    let report: Value = serde_json::from_str(&text).expect("JSON report");
+    assert_eq!(report["method"], "seccomp");
+    support::process::assert_holds_told_from_idle(&report, &clients);
+}
+
+#[test]
+fn trace_attached_with_ptrace_times_the_hold_not_the_idle_after_it() {
+    let _serial = serial();
+    let server = SplitServer::start(&[]);
+    let tracer = attach_ptrace(server.pid());
+    let clients = support::process::idle_clients(server.addr(), 6);
+    let (code, stdout) = interrupt(tracer);
+    assert_eq!(code, Some(0));
+    let report: Value = serde_json::from_str(&stdout).expect("JSON report");
+    assert_eq!(report["method"], "ptrace_syscall");
+    support::process::assert_holds_told_from_idle(&report, &clients);
 }

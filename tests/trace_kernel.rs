@@ -217,6 +217,22 @@ fn an_http_server_is_followed_without_being_stopped_and_its_split_answers_named(
     server.requests(2);
 }
 
+#[test]
+fn the_hold_is_timed_by_the_kernel_not_by_the_idle_after_it() {
+    require_tracepoints!();
+    let _serial = serial();
+    let server = support::process::SplitServer::start(&[]);
+    let (trace, stderr) = start_trace(server.pid(), &["--duration", "30", "--json"]);
+    let clients = support::process::idle_clients(server.addr(), 6);
+    // SAFETY: kill with a pid we own and a valid signal.
+    assert_eq!(unsafe { libc::kill(trace.0.id() as i32, libc::SIGINT) }, 0);
+    let (code, out, errors) = finish(trace, stderr, Duration::from_secs(20));
+    assert_eq!(code, Some(0), "{errors}");
+    let report = report_of(&out, &errors);
+    assert_eq!(report["method"], "tracepoints", "{errors}");
+    support::process::assert_holds_told_from_idle(&report, &clients);
+}
+
 /// `python3 client.py PORT REQUESTS MODE` followed by `trace -p` from its first syscall: a
 /// shell waiting on a FIFO is followed, then let go to exec the client (the same process). The
 /// report, what the client says of its connections, and the client's pid; every thread of it

@@ -59,6 +59,21 @@ pub(crate) enum Event {
         bytes: u64,
         /// MSG_MORE: the next send joins this one in one segment.
         more: bool,
+        /// The kernel's word, as the send returned, on whether Nagle keeps its tail back
+        /// (tracepoints); `None` when not told (ptrace: the socket is looked at later).
+        held: Option<bool>,
+    },
+    /// The kernel sent the tail of the last send on `fd` that Nagle kept back (the ACK that
+    /// released it came, or a timer sent it), at the event's time.
+    HeldTailLeft {
+        /// The fd of that send.
+        fd: i32,
+    },
+    /// A read on `fd` begins whose return may end sends (ptrace sees its entry): what the
+    /// socket still keeps back now tells a Nagle hold from the peer's own time.
+    ReadBegun {
+        /// The fd read from.
+        fd: i32,
     },
     /// A read on `fd`.
     Read {

@@ -1,13 +1,14 @@
 //! The tracer's [`Inspector`]: looks at an fd of a traced process through a duplicate of it
-//! (pidfd_getfd), and reads a TCP socket's addresses and options there.
+//! (pidfd_getfd), and reads a TCP socket's addresses, options and send queue (TCP_INFO) there.
 
 use std::collections::HashMap;
 use std::os::fd::AsFd;
+use std::time::Duration;
 
 use socket2::{Domain, Protocol, SockRef};
 
 use super::pidfd::PidFd;
-use super::socket_model::{Inspector, Probe, SocketFacts};
+use super::socket_model::{Inspector, Probe, SendQueue, SocketFacts};
 use crate::sockopt;
 
 /// One pidfd per traced process, opened when first needed.
@@ -44,6 +45,11 @@ impl Inspector for PidfdInspector {
             nodelay: sockopt::nodelay(fd).unwrap_or(false),
             cork: sockopt::cork(fd).unwrap_or(false),
             mss: sockopt::maxseg(fd).ok().map(u64::from),
+            queue: sockopt::tcp_info(fd).ok().map(|info| SendQueue {
+                notsent: info.notsent_bytes,
+                unacked: info.unacked,
+                since_last_sent: Duration::from_millis(u64::from(info.last_data_sent)),
+            }),
         })
     }
 }

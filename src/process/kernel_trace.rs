@@ -7,6 +7,8 @@
 //! same [`SocketModel`]: the verdicts, the report and its patterns are those of the ptrace
 //! route. What an fd is comes from the records themselves (the socket's inode, options and
 //! addresses as the kernel had them at that call), not from a look at the fd afterwards.
+//! Each send says whether Nagle kept its tail back, and a record from tcp_probe says when a
+//! kept-back tail left: the hold is timed by the kernel, not by the read after it.
 //!
 //! The target runs on untouched: no thread is ever stopped, and nothing is left behind when
 //! tcpstall ends (the programs go with their file descriptors).
@@ -32,10 +34,11 @@ use crate::tracepoints::{chain, clock_ns, load_btf_tracepoints, KernelError};
 pub static TRACE_BPF: &[u8] = aya::include_bytes_aligned!("../../bpf/trace.bpf.o");
 
 /// The tracepoints the programs attach to, by program name (= tracepoint name).
-const TRACEPOINTS: [&str; 6] = [
+const TRACEPOINTS: [&str; 7] = [
     "sys_enter",
     "sys_exit",
     "sock_send_length",
+    "tcp_probe",
     "sched_process_fork",
     "sched_process_exec",
     "sched_process_exit",
@@ -62,6 +65,7 @@ const REC_FORK: u8 = 8;
 const REC_EXEC: u8 = 9;
 const REC_EXIT: u8 = 10;
 const REC_OPENED: u8 = 11;
+const REC_RELEASED: u8 = 12;
 
 /// Record flags (`FLAG_*`).
 const FLAG_MORE: u8 = 1;
@@ -69,6 +73,7 @@ const FLAG_HELD: u8 = 2;
 const FLAG_EAGAIN: u8 = 4;
 const FLAG_OVERFLOW: u8 = 8;
 const FLAG_NO_READFDS: u8 = 16;
+const FLAG_LATE: u8 = 32;
 
 /// How a wait names its fds (`WAIT_*`).
 const WAIT_POLL: u8 = 1;
@@ -134,6 +139,7 @@ impl Record {
             nodelay: nonagle & TCP_NAGLE_OFF != 0,
             cork: nonagle & TCP_NAGLE_CORK != 0,
             mss: (mss > 0).then_some(u64::from(mss)),
+            queue: None,
         });
         Some(Record {
             ts_ns: u64_at(0)?,
@@ -306,10 +312,12 @@ struct Feeder {
     waits: HashMap<u32, Option<Vec<i32>>>,
     /// Followed processes: the target and the children the kernel added.
     processes: HashSet<u32>,
-    holds: HashMap<(u32, i32), u64>,
     syscalls: u64,
     /// CLOCK_MONOTONIC (the records' clock) now, and the same moment as an Instant.
     base: (u64, Instant),
+    /// One jiffy (CONFIG_HZ), for a tail that left before the record told it; `None` when
+    /// the kernel's config is unreadable.
+    jiffy: Option<Duration>,
 }
 
 impl Feeder {
@@ -336,6 +344,22 @@ impl Feeder {
     fn take(&mut self, r: Record) {
         let at = self.at(r.ts_ns);
         let actor = r.actor;
+        if r.kind == REC_RELEASED {
+            // From the softirq that saw the ACK: the sender named is the hold's, and maybe
+            // gone since; no thread to start. A tail gone `arg` jiffies before needs the
+            // jiffy, else its time is unknown (the read's end then bounds the hold).
+            let left = if r.flags & FLAG_LATE != 0 {
+                self.jiffy
+                    .and_then(|j| at.checked_sub(j.saturating_mul(r.arg)))
+            } else {
+                Some(at)
+            };
+            if let Some(left) = left.filter(|_| self.threads.contains(&actor.tid)) {
+                self.model
+                    .apply(actor, left, Event::HeldTailLeft { fd: r.fd });
+            }
+            return;
+        }
         if r.kind == REC_FORK {
             self.processes.insert(actor.tgid);
             self.start(actor, Some(r.arg), at);
@@ -349,18 +373,12 @@ impl Feeder {
                 .insert((actor.tgid, r.fd), facts.clone());
         }
         let event = match r.kind {
-            REC_SENT => {
-                if r.flags & FLAG_HELD != 0 {
-                    if let Some(first) = self.model.first_seen(actor.tgid, r.fd) {
-                        *self.holds.entry(first).or_default() += 1;
-                    }
-                }
-                Event::Sent {
-                    fd: r.fd,
-                    bytes: r.ret.max(0) as u64,
-                    more: r.flags & FLAG_MORE != 0,
-                }
-            }
+            REC_SENT => Event::Sent {
+                fd: r.fd,
+                bytes: r.ret.max(0) as u64,
+                more: r.flags & FLAG_MORE != 0,
+                held: Some(r.flags & FLAG_HELD != 0),
+            },
             // connect or accept: the model opens a socket at this fd, as for an accept.
             REC_OPENED => Event::Accepted { fd: r.fd },
             REC_READ => Event::Read {
@@ -449,9 +467,11 @@ pub(crate) fn trace_process(
         threads: HashSet::new(),
         waits: HashMap::new(),
         processes: HashSet::from([pid]),
-        holds: HashMap::new(),
         syscalls: 0,
         base: (clock_ns(libc::CLOCK_MONOTONIC) as u64, Instant::now()),
+        jiffy: crate::kernel::KernelFacts::read()
+            .hz
+            .map(|hz| Duration::from_secs(1) / hz.max(1)),
     };
     let mut last_check = Instant::now();
     let mut interrupted = false;
@@ -506,7 +526,6 @@ pub(crate) fn trace_process(
         exit_status: None,
         elapsed: started.elapsed(),
         interrupted,
-        kernel_holds: feeder.holds,
     })
 }
 

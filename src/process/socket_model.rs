@@ -1,7 +1,9 @@
 //! The model behind `trace`: from the events of the traced threads ([`Event`]) it keeps the fd
 //! tables, one record per TCP socket (one per socket, not per fd: a socket shared through dup,
 //! fork or exec is one), and the sends on each socket since its last read, and decides which of
-//! those are a write-write-read ([`WritesSinceRead`]).
+//! those are a write-write-read ([`WritesSinceRead`]); of each, how long the kernel kept back
+//! the tail of its last write ([`Hold`]), which is the stall, apart from the rest of the read's
+//! wait, which is the peer's time (a keep-alive server's read waits for the next request).
 //!
 //! It holds no process and no socket: what an fd is, and a socket's options and addresses, it
 //! asks of an [`Inspector`] (the tracer's looks at the fd through pidfd_getfd; a scripted world
@@ -9,12 +11,12 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::events::{Actor, Event, TcpOption};
 use super::fd_table::{FdTable, Slot, SocketId};
 use super::pattern::WritesSinceRead;
-pub(crate) use crate::report::model::trace::{Example, TracedSocket, LONG_WAIT};
+pub(crate) use crate::report::model::trace::{Hold, TracedSocket};
 use crate::tcp_rules;
 
 /// MSS assumed when the socket's cannot be read (Ethernet with timestamps).
@@ -37,7 +39,11 @@ impl TracedSocket {
             reads: 0,
             write_write_read: 0,
             waits_over_30ms: 0,
+            unmeasured_holds_over_30ms: 0,
+            idle_waits_over_30ms: 0,
+            longest_idle_wait_ms: None,
             example: None,
+            kernel_held_sends: 0,
         }
     }
 
@@ -70,6 +76,33 @@ pub(crate) struct SocketFacts {
     pub cork: bool,
     /// TCP_MAXSEG.
     pub mss: Option<u64>,
+    /// The send queue now (TCP_INFO), when it could be read.
+    pub queue: Option<SendQueue>,
+}
+
+/// What a socket's TCP_INFO says of its sending side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SendQueue {
+    /// Bytes written and not yet sent (`tcpi_notsent_bytes`: write_seq - snd_nxt).
+    pub notsent: u32,
+    /// Segments sent and not yet acknowledged (`tcpi_unacked`: packets_out).
+    pub unacked: u32,
+    /// Since the socket last sent data (`tcpi_last_data_sent`: lsndtime, to the jiffy).
+    pub since_last_sent: Duration,
+}
+
+impl SendQueue {
+    /// Nagle keeps bytes back: fewer than a segment unsent behind segments in flight
+    /// (`tcp_nagle_check`; a full segment unsent waits for the window, not for Nagle).
+    fn nagle_holds(&self, mss: u64) -> bool {
+        self.notsent > 0 && u64::from(self.notsent) < mss && self.unacked > 0
+    }
+
+    /// When the socket last sent data, seen at `now`; never before `floor`.
+    fn last_sent(&self, now: Instant, floor: Instant) -> Instant {
+        now.checked_sub(self.since_last_sent)
+            .map_or(floor, |t| t.max(floor))
+    }
 }
 
 /// What an fd turned out to be.
@@ -97,6 +130,80 @@ struct OpenSends {
     thread: u32,
     /// When the last send returned.
     last_send: Instant,
+    /// What tells whether the last send's tail is kept back, and until when.
+    clues: HoldClues,
+}
+
+/// What the sources say of the tail of a socket's last send: the kernel's records (the send
+/// held as it returned, then the moment it left), or the socket's TCP_INFO when the read
+/// began and when it ended (ptrace).
+#[derive(Debug, Default, Clone, Copy)]
+struct HoldClues {
+    /// The kernel's word as the send returned.
+    held_at_send: Option<bool>,
+    /// Nagle kept bytes back when the read began (TCP_INFO).
+    held_at_read: Option<bool>,
+    /// When the tail left, once seen.
+    left: Option<Instant>,
+    /// A segment or more was unsent when looked at: the window kept it back, not Nagle.
+    not_nagle: bool,
+}
+
+impl HoldClues {
+    /// What the socket's send queue, read at `now`, says of a tail sent at `last_send`: once
+    /// nothing is unsent, it left when the socket last sent data (TCP_INFO's lsndtime, the
+    /// latest send after it: never earlier than it truly left).
+    fn look(&mut self, queue: &SendQueue, mss: u64, last_send: Instant, now: Instant) {
+        if self.left.is_some() {
+            return;
+        }
+        if queue.nagle_holds(mss) {
+            self.held_at_read.get_or_insert(true);
+        } else if queue.notsent == 0 {
+            self.held_at_read.get_or_insert(false);
+            self.left = Some(queue.last_sent(now, last_send));
+        } else {
+            self.not_nagle = true;
+        }
+    }
+
+    /// How long the tail was kept back, the read or wait ending at `now` after a last send at
+    /// `last_send`; `queue`: the socket's send queue now, when readable.
+    fn verdict(
+        mut self,
+        mss: u64,
+        last_send: Instant,
+        now: Instant,
+        queue: Option<&SendQueue>,
+    ) -> Hold {
+        let wait = now.saturating_duration_since(last_send);
+        if self.held_at_send == Some(false) {
+            return Hold::Nothing;
+        }
+        if let Some(queue) = queue {
+            if self.left.is_none() && queue.nagle_holds(mss) {
+                // Still kept back as the read returns: at least the whole wait.
+                return Hold::Proven(wait);
+            }
+            self.look(queue, mss, last_send, now);
+        }
+        let seen_held = self.held_at_send == Some(true) || self.held_at_read == Some(true);
+        match self.left {
+            Some(left) => {
+                let hold = left.saturating_duration_since(last_send);
+                // Never seen unsent, and the socket's last send within the clean bound (a
+                // jiffy or two) of the write's: it went out with it.
+                if !seen_held && (self.not_nagle || hold < tcp_rules::CLEAN_BOUND) {
+                    Hold::Nothing
+                } else {
+                    Hold::Proven(hold)
+                }
+            }
+            None if self.not_nagle && !seen_held => Hold::Nothing,
+            // Unseen leaving: the read's end bounds it.
+            None => Hold::AtMost(wait),
+        }
+    }
 }
 
 /// A socket and what the rule needs to know of it.
@@ -151,14 +258,6 @@ impl<I: Inspector> SocketModel<I> {
     /// The inspector, for a driver that tells it what fds are as events arrive.
     pub fn inspector_mut(&mut self) -> &mut I {
         &mut self.inspector
-    }
-
-    /// The (pid, fd) at which the TCP socket behind fd `fd` of `pid` was first seen: the
-    /// socket's name in the report.
-    pub fn first_seen(&mut self, pid: u32, fd: i32) -> Option<(u32, i32)> {
-        let idx = self.socket_of(pid, fd)?;
-        let seen = &self.sockets[idx].seen;
-        Some((seen.pid, seen.fd))
     }
 
     /// The process has been seen (its fd table is known).
@@ -249,9 +348,34 @@ impl<I: Inspector> SocketModel<I> {
                 let slot = Slot::Tcp(self.new_socket(tgid, fd));
                 self.fds.set(tgid, fd, Some(slot));
             }
-            Event::Sent { fd, bytes, more } => {
+            Event::Sent {
+                fd,
+                bytes,
+                more,
+                held,
+            } => {
                 if let Some(idx) = self.socket_of(tgid, fd) {
                     self.on_send(tid, idx, bytes, more, at);
+                    self.sockets[idx].seen.kernel_held_sends += u64::from(held == Some(true));
+                    if let Some(open) = self.sockets[idx].open.as_mut() {
+                        open.clues = HoldClues {
+                            held_at_send: held,
+                            ..HoldClues::default()
+                        };
+                    }
+                }
+            }
+            Event::HeldTailLeft { fd } => {
+                let open = self
+                    .socket_of(tgid, fd)
+                    .and_then(|idx| self.sockets[idx].open.as_mut());
+                if let Some(open) = open.filter(|o| o.clues.held_at_send == Some(true)) {
+                    open.clues.left = Some(at.max(open.last_send));
+                }
+            }
+            Event::ReadBegun { fd } => {
+                if let Some(idx) = self.socket_of(tgid, fd) {
+                    self.look_at_queue(idx, at);
                 }
             }
             Event::Read { fd, returned } => {
@@ -270,7 +394,9 @@ impl<I: Inspector> SocketModel<I> {
                         .open
                         .as_ref()
                         .is_some_and(|o| o.writes.is_write_write_read());
-                    if !held {
+                    if held {
+                        self.look_at_queue(idx, at);
+                    } else {
                         self.end_sends(idx, at);
                     }
                 }
@@ -383,18 +509,43 @@ impl<I: Inspector> SocketModel<I> {
 
     /// Reads socket `idx`'s options and addresses again through the fd it was first seen
     /// at, if that fd still holds it (or holds a socket not yet told apart by inode).
-    fn look_again(&mut self, idx: SocketId) {
+    /// Returns its send queue, when read.
+    fn look_again(&mut self, idx: SocketId) -> Option<SendQueue> {
         let (pid, fd) = (self.sockets[idx].seen.pid, self.sockets[idx].seen.fd);
         if !self.fds.knows(pid) {
+            return None;
+        }
+        let Probe::Tcp(facts) = self.inspector.inspect(pid, fd) else {
+            return None;
+        };
+        let same = facts.inode.map_or(true, |ino| {
+            self.by_inode.get(&ino).map_or(true, |&i| i == idx)
+        });
+        if !same {
+            return None;
+        }
+        let queue = facts.queue;
+        self.learn(idx, facts);
+        queue
+    }
+
+    /// A read or wait begins after sends that may be a write-write-read: whether the kernel
+    /// still keeps their tail back (TCP_INFO), when no record of the kernel's said it.
+    fn look_at_queue(&mut self, idx: SocketId, now: Instant) {
+        let wanted = self.sockets[idx].open.as_ref().is_some_and(|o| {
+            o.writes.is_write_write_read()
+                && o.clues.held_at_send.is_none()
+                && o.clues.held_at_read.is_none()
+        });
+        if !wanted {
             return;
         }
-        if let Probe::Tcp(facts) = self.inspector.inspect(pid, fd) {
-            let same = facts.inode.map_or(true, |ino| {
-                self.by_inode.get(&ino).map_or(true, |&i| i == idx)
-            });
-            if same {
-                self.learn(idx, facts);
-            }
+        let Some(queue) = self.look_again(idx) else {
+            return;
+        };
+        let mss = self.sockets[idx].seen.mss;
+        if let Some(open) = self.sockets[idx].open.as_mut() {
+            open.clues.look(&queue, mss, open.last_send, now);
         }
     }
 
@@ -413,6 +564,7 @@ impl<I: Inspector> SocketModel<I> {
             writes: WritesSinceRead::default(),
             thread: tid,
             last_send: now,
+            clues: HoldClues::default(),
         });
         if joins && open.writes.sends > 0 {
             open.writes.extend_last(bytes);
@@ -439,28 +591,16 @@ impl<I: Inspector> SocketModel<I> {
         }
         // TCP_NODELAY may have been switched on from outside (`tcpstall fix`) since the
         // socket was last looked at: look again before blaming Nagle.
-        self.look_again(idx);
+        let queue = self.look_again(idx);
         let socket = &mut self.sockets[idx].seen;
         if socket.nodelay {
             return;
         }
         let wait = now.saturating_duration_since(open.last_send);
-        socket.write_write_read += 1;
-        if wait >= LONG_WAIT {
-            socket.waits_over_30ms += 1;
-        }
-        let wait_ms = wait.as_secs_f64() * 1000.0;
-        if socket
-            .example
-            .as_ref()
-            .map_or(true, |e| e.wait_ms < wait_ms)
-        {
-            socket.example = Some(Example {
-                writes: open.writes.sizes,
-                sends: open.writes.sends,
-                wait_ms,
-            });
-        }
+        let hold = open
+            .clues
+            .verdict(socket.mss, open.last_send, now, queue.as_ref());
+        socket.count(open.writes.sizes, open.writes.sends, wait, hold);
     }
 
     /// The socket is closed: sends without a read after them are no write-write-read.

@@ -201,10 +201,16 @@ impl Call {
                 fd,
                 bytes: ret as u64,
                 more,
+                held: None,
             }),
             Call::SendMessages { fd, msgvec, more } if ret > 0 => {
                 for bytes in tracee_memory::sent_message_lengths(tid, msgvec, ret as usize) {
-                    emit(Event::Sent { fd, bytes, more });
+                    emit(Event::Sent {
+                        fd,
+                        bytes,
+                        more,
+                        held: None,
+                    });
                 }
             }
             Call::Read { fd } if ret != -(libc::EAGAIN as i64) => {
@@ -286,6 +292,7 @@ mod tests {
             fd: 3,
             bytes: 76,
             more: true,
+            held: None,
         };
         assert_eq!(events(send, 76), vec![sent]);
         let dup = Call::Duplicate { from: 3, to: None };
@@ -331,6 +338,7 @@ mod tests {
             fd: 3,
             bytes,
             more: false,
+            held: None,
         };
         assert_eq!(events(call, 2), vec![sent(76), sent(10)]);
     }

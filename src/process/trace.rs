@@ -87,14 +87,13 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<Outcome> {
         (Some(pid), Some(limit)) => trace_running(pid, limit, args.ptrace)?,
         _ => tracer::trace_command(&args.command, limit)?,
     };
-    let holds = traced.kernel_holds;
     let tracepoints = traced.mode == Mode::Tracepoints;
     let mut sockets: Vec<SocketReport> = traced
         .sockets
         .into_iter()
         .filter(|s| s.sends > 0 || s.reads > 0)
         .map(|s| {
-            let held = holds.get(&(s.pid, s.fd)).copied().unwrap_or(0);
+            let held = s.kernel_held_sends;
             let mut report = SocketReport::new(s);
             report.kernel_holds = tracepoints.then_some(held);
             report

@@ -82,9 +82,6 @@ pub(crate) struct Traced {
     pub elapsed: Duration,
     /// Stopped by Ctrl-C/SIGTERM or the end of `--duration` rather than by the target ending.
     pub interrupted: bool,
-    /// Sends the kernel showed held by Nagle as they returned, by the (pid, fd) a socket was
-    /// first seen at (tracepoints only).
-    pub kernel_holds: HashMap<(u32, i32), u64>,
 }
 
 /// The driver's state.
@@ -253,7 +250,6 @@ impl Tracer {
             exit_status: self.exit_status,
             elapsed: started.elapsed(),
             interrupted,
-            kernel_holds: HashMap::new(),
         })
     }
 
@@ -479,7 +475,10 @@ impl Tracer {
                 more: syscalls::has_msg_more(&args, Some(3)),
             }),
             SyscallKind::Recv => match model.read_can_end_sends(actor, fd) {
-                Some(true) => Some(Call::Read { fd }),
+                Some(true) => {
+                    model.apply(actor, Instant::now(), Event::ReadBegun { fd });
+                    Some(Call::Read { fd })
+                }
                 Some(false) => {
                     let read = Event::Read {
                         fd,

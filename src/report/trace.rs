@@ -125,13 +125,24 @@ pub(crate) fn write_text(report: &TraceReport, out: &mut impl Write) -> io::Resu
             "Nagle on, TCP_NODELAY never set"
         };
         writeln!(out, "write-write-read: {} ({nodelay})", label(s))?;
+        let long = LONG_WAIT.as_millis();
+        let unmeasured = match s.unmeasured_holds_over_30ms {
+            0 => String::new(),
+            n => format!("; {n} more not timed, their reads waiting {long} ms or more"),
+        };
         writeln!(
             out,
-            "  {} times ({} followed by a wait of {} ms or more)",
-            s.write_write_read,
-            s.waits_over_30ms,
-            LONG_WAIT.as_millis()
+            "  {} times ({} with the last write kept back {long} ms or more by Nagle{unmeasured})",
+            s.write_write_read, s.waits_over_30ms,
         )?;
+        if let Some(idle) = s.longest_idle_wait_ms {
+            writeln!(
+                out,
+                "  {} of the reads after them waited {long} ms or more with nothing kept back \
+                 that long (the longest {idle:.1} ms): the peer's time, not a hold",
+                s.idle_waits_over_30ms
+            )?;
+        }
         if let Some(example) = &s.example {
             writeln!(out, "  e.g. {}", example.describe())?;
         }
@@ -182,11 +193,10 @@ pub(crate) fn write_text(report: &TraceReport, out: &mut impl Write) -> io::Resu
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::report::model::trace::Example;
+    use std::time::Duration;
 
-    // The expected outputs were written by the renderer `trace` had before it moved here, on
-    // these same reports, plus the line offering the peer's delayed-ACK cap: nothing else changes.
+    use super::*;
+    use crate::report::model::trace::{Example, Hold};
 
     /// Two sockets with write-write-reads (one with TCP_QUICKACK calls, one with a long
     /// example) and a clean one, from a command.
@@ -195,25 +205,29 @@ mod tests {
         a.local = Some("127.0.0.1:40000".parse().expect("address"));
         a.remote = Some("127.0.0.1:8080".parse().expect("address"));
         a.mss = 65483;
-        (a.sends, a.reads, a.write_write_read, a.waits_over_30ms) = (12, 6, 6, 5);
+        (a.sends, a.reads, a.write_write_read, a.waits_over_30ms) = (12, 6, 6, 4);
+        a.unmeasured_holds_over_30ms = 1;
+        (a.idle_waits_over_30ms, a.longest_idle_wait_ms) = (1, Some(310.25));
         a.quickack_sets = 3;
         a.nodelay_ever_set = true;
-        a.example = Some(Example {
-            writes: vec![76, 10],
-            sends: 2,
-            wait_ms: 41.2345,
-        });
+        a.example = Some(Example::new(
+            vec![76, 10],
+            2,
+            Duration::from_micros(341_234),
+            Hold::Proven(Duration::from_micros(41_234)),
+        ));
         let mut b = TracedSocket::new(4242, 7);
         b.remote = Some("[::1]:9000".parse().expect("address"));
         (b.sends, b.reads) = (3, 1);
         (b.nodelay, b.nodelay_ever_set) = (true, true);
         let mut c = TracedSocket::new(4243, 3);
         (c.sends, c.write_write_read) = (1, 1);
-        c.example = Some(Example {
-            writes: vec![1, 2, 3, 4, 5, 6, 7, 8],
-            sends: 11,
-            wait_ms: 0.04,
-        });
+        c.example = Some(Example::new(
+            vec![1, 2, 3, 4, 5, 6, 7, 8],
+            11,
+            Duration::from_micros(40),
+            Hold::Nothing,
+        ));
         TraceReport {
             command: Some(vec!["python3".into(), "client.py".into(), "80".into()]),
             pid: None,
@@ -265,7 +279,7 @@ mod tests {
     }
 
     #[test]
-    fn text_and_json_are_unchanged() {
+    fn text_and_json_are_as_written() {
         assert_eq!(text(&found()), expected("found.txt"));
         assert_eq!(json(&found()), expected("found.json"));
         assert_eq!(text(&clean_detached()), expected("clean-detached.txt"));

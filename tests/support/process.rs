@@ -1,14 +1,17 @@
-//! What the process tests (tests/process.rs, tests/process_tree.rs) share: the fixtures of
-//! tests/fixtures/process, the binary run and its JSON read, the Python split server, and the
-//! binary copied where the `nobody` user can run it.
+//! What the process tests (tests/process.rs, tests/process_tree.rs, tests/trace_kernel.rs)
+//! share: the fixtures of tests/fixtures/process, the binary run and its JSON read, the Python
+//! split server, the binary copied where the `nobody` user can run it, and keep-alive clients
+//! that idle between requests (with what `trace` must say of them).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 use serde_json::Value;
+use tcpstall::lab::client::{ClientConfig, HttpClient};
 
-use super::KillOnDrop;
+use super::{KillOnDrop, NO_STALL_MAX_MS, STALL_MIN_MS};
 
 /// The tcpstall binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_tcpstall");
@@ -133,4 +136,111 @@ impl Drop for NobodyBinary {
             let _ = std::fs::remove_dir_all(dir);
         }
     }
+}
+
+/// How long the idle clients wait after a response: far longer than a delayed ACK.
+pub const IDLE: Duration = Duration::from_millis(300);
+
+/// One keep-alive client connection of [`idle_clients`]: its address (the server's socket's
+/// remote) and how long each response took to come whole.
+pub struct IdleClient {
+    pub local: String,
+    pub turns: Vec<Duration>,
+}
+
+/// The two clients of [`idle_clients`].
+pub struct IdleClients {
+    /// Every second request sent at once after a response, then [`IDLE`].
+    pub burst: IdleClient,
+    /// [`IDLE`] after every response.
+    pub idle: IdleClient,
+}
+
+/// Two keep-alive clients of `addr` run side by side, `rounds` requests each, TCP_NODELAY on,
+/// each response read whole before the next request:
+/// - `burst` sends every second request at once after the response before it, then idles
+///   [`IDLE`]. Sending that soon after receiving puts its ACKs in ping-pong mode (delayed,
+///   `tcp_event_data_sent`), so a server writing header and body apart has the body kept back
+///   40 ms by Nagle, then the connection idles.
+/// - `idle` idles after every response. Data coming after an idle longer than the RTO is ACKed
+///   at once (`tcp_event_data_recv` → `tcp_incr_quickack`): nothing is kept back, yet the
+///   server's read after its two writes waits 300 ms for the next request.
+pub fn idle_clients(addr: SocketAddr, rounds: usize) -> IdleClients {
+    let run = move |burst: bool| {
+        std::thread::spawn(move || {
+            let config = ClientConfig {
+                nodelay: true,
+                timeout: Duration::from_secs(5),
+                ..ClientConfig::default()
+            };
+            let mut client = HttpClient::connect(addr, &config).expect("connect");
+            let local = client.local_addr().expect("local address").to_string();
+            let mut turns = Vec::with_capacity(rounds);
+            for round in 0..rounds {
+                turns.push(client.get("/", false).expect("response"));
+                if !burst || round % 2 == 1 {
+                    std::thread::sleep(IDLE);
+                }
+            }
+            IdleClient { local, turns }
+        })
+    };
+    let (burst, idle) = (run(true), run(false));
+    IdleClients {
+        burst: burst.join().expect("burst client"),
+        idle: idle.join().expect("idle client"),
+    }
+}
+
+/// The server's socket of `client`'s connection in a `trace --json` report.
+fn server_socket<'a>(report: &'a Value, client: &IdleClient) -> &'a Value {
+    report["sockets"]
+        .as_array()
+        .expect("sockets")
+        .iter()
+        .find(|s| s["remote"] == client.local.as_str())
+        .unwrap_or_else(|| panic!("no socket with remote {}: {report:#}", client.local))
+}
+
+fn ms(d: &Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// What `trace` must say of the split server's connections to [`idle_clients`]: the burst
+/// client's held bodies counted from the hold itself, its example the hold and not the idle
+/// after it; the idle client's 300 ms reads the peer's time, no wait claimed.
+pub fn assert_holds_told_from_idle(report: &Value, clients: &IdleClients) {
+    // The premises: the burst client saw a body wait for its delayed ACK, the idle one never.
+    assert!(
+        clients.burst.turns.iter().any(|t| ms(t) >= STALL_MIN_MS),
+        "no response to the burst client waited for its delayed ACK: {:?}",
+        clients.burst.turns
+    );
+    assert!(
+        clients.idle.turns.iter().all(|t| ms(t) < STALL_MIN_MS),
+        "a response to the idle client waited: {:?}",
+        clients.idle.turns
+    );
+
+    let held = server_socket(report, &clients.burst);
+    assert!(held["waits_over_30ms"].as_u64() >= Some(1), "{held:#}");
+    let example = &held["example"];
+    let hold = example["hold_ms"].as_f64().unwrap_or(0.0);
+    assert!(hold >= STALL_MIN_MS, "the example is a hold: {held:#}");
+    assert_eq!(example["hold_is_upper_bound"], false, "{held:#}");
+    assert!(
+        hold < ms(&IDLE),
+        "the example's hold is the delayed ACK's, not the idle after it: {held:#}"
+    );
+
+    let idle = server_socket(report, &clients.idle);
+    assert!(idle["write_write_read"].as_u64() >= Some(1), "{idle:#}");
+    assert_eq!(idle["waits_over_30ms"], 0, "no hold claimed: {idle:#}");
+    assert_eq!(idle["unmeasured_holds_over_30ms"], 0, "{idle:#}");
+    assert!(
+        idle["idle_waits_over_30ms"].as_u64() >= Some(1),
+        "the long reads are said to be the peer's time: {idle:#}"
+    );
+    let hold = idle["example"]["hold_ms"].as_f64().unwrap_or(0.0);
+    assert!(hold < NO_STALL_MAX_MS, "{idle:#}");
 }

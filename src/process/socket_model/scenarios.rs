@@ -47,6 +47,14 @@ const fn nagle(inode: u64) -> Sock {
     }
 }
 
+/// The send queue a socket shows unless a scenario says otherwise: nothing unsent, the last
+/// data sent 1 ms before each look (a tail held 40 ms and the reply read 41 ms after it).
+const LEFT_1MS_AGO: SendQueue = SendQueue {
+    notsent: 0,
+    unacked: 0,
+    since_last_sent: Duration::from_millis(1),
+};
+
 /// The scripted world the model looks at fds in.
 #[derive(Default)]
 struct World {
@@ -54,6 +62,8 @@ struct World {
     fds: HashMap<(u32, i32), Option<u64>>,
     /// inode → the socket.
     sockets: HashMap<u64, Sock>,
+    /// inode → its send queue now, when a scenario sets one (`None`: unreadable).
+    queues: HashMap<u64, Option<SendQueue>>,
 }
 
 #[derive(Clone, Default)]
@@ -74,6 +84,11 @@ impl Inspector for Scripted {
                     nodelay: sock.nodelay,
                     cork: sock.cork,
                     mss: Some(sock.mss),
+                    queue: world
+                        .queues
+                        .get(&sock.inode)
+                        .copied()
+                        .unwrap_or(Some(LEFT_1MS_AGO)),
                 })
             }
         }
@@ -92,6 +107,8 @@ enum Step {
     ReadFollowed(Actor, i32, Option<bool>),
     /// The driver asks, after [`Event::WaitBegun`], whether the wait's return matters.
     WaitFollowed(Actor, Option<Vec<i32>>, bool),
+    /// Socket `inode` shows this send queue from now on (`None`: TCP_INFO unreadable).
+    Queue(u64, Option<SendQueue>),
 }
 
 /// What the report would show of one socket (those with sends or reads).
@@ -147,14 +164,26 @@ fn start(who: Actor) -> Step {
     does(0, who, Event::ThreadStarted { parent: None })
 }
 
+/// A send, seen by ptrace: nothing said of its tail.
 fn send(ms: u64, who: Actor, fd: i32, bytes: u64) -> Step {
+    sent(ms, who, fd, bytes, None)
+}
+
+/// A send whose tail the kernel said was kept back by Nagle (`held`) or not, as it returned.
+fn sent_held(ms: u64, who: Actor, fd: i32, bytes: u64, held: bool) -> Step {
+    sent(ms, who, fd, bytes, Some(held))
+}
+
+fn sent(ms: u64, who: Actor, fd: i32, bytes: u64, held: Option<bool>) -> Step {
+    let more = false;
     does(
         ms,
         who,
         Event::Sent {
             fd,
             bytes,
-            more: false,
+            more,
+            held,
         },
     )
 }
@@ -256,6 +285,7 @@ fn scenarios() -> Vec<Scenario> {
                         fd: 3,
                         bytes: 76,
                         more: true,
+                        held: None,
                     },
                 ),
                 send(0, MAIN, 3, 10),
@@ -480,6 +510,15 @@ fn scenarios() -> Vec<Scenario> {
                 start(MAIN),
                 send(0, MAIN, 3, 76),
                 send(0, MAIN, 3, 10),
+                // The body still kept back when the poll begins.
+                Step::Queue(
+                    1,
+                    Some(SendQueue {
+                        notsent: 10,
+                        unacked: 1,
+                        since_last_sent: Duration::ZERO,
+                    }),
+                ),
                 does(
                     0,
                     MAIN,
@@ -496,6 +535,7 @@ fn scenarios() -> Vec<Scenario> {
                     },
                 ),
                 Step::WaitFollowed(MAIN, Some(vec![3]), true),
+                Step::Queue(1, Some(LEFT_1MS_AGO)),
                 does(
                     45,
                     MAIN,
@@ -558,7 +598,7 @@ fn scenarios() -> Vec<Scenario> {
 }
 
 /// Runs a scenario: the sockets shown (with sends or reads), in the order first seen.
-fn run(scenario: &Scenario) -> Vec<Shown> {
+fn sockets_after(scenario: &Scenario) -> Vec<TracedSocket> {
     let world = Scripted::default();
     {
         let mut w = world.0.borrow_mut();
@@ -589,12 +629,22 @@ fn run(scenario: &Scenario) -> Vec<Shown> {
                 *expected,
                 "{name}: step {i}, wait on {readable:?}"
             ),
+            Step::Queue(inode, queue) => {
+                world.0.borrow_mut().queues.insert(*inode, *queue);
+            }
         }
     }
     model
         .into_sockets()
         .into_iter()
         .filter(|s| s.sends > 0 || s.reads > 0)
+        .collect()
+}
+
+/// Runs a scenario: what the report would show of each socket.
+fn run(scenario: &Scenario) -> Vec<Shown> {
+    sockets_after(scenario)
+        .into_iter()
         .map(|s| Shown {
             pid: s.pid,
             fd: s.fd,
@@ -616,7 +666,7 @@ fn scenarios_show_what_they_expect() {
 }
 
 #[test]
-fn the_example_is_the_longest_wait() {
+fn the_example_is_the_longest_hold() {
     let scenario = Scenario {
         name: "three rounds",
         world: vec![(100, 3, nagle(1))],
@@ -634,4 +684,133 @@ fn the_example_is_the_longest_wait() {
         shown: vec![held(100, 3, 6, 3, 3, &[5, 6])],
     };
     assert_eq!(run(&scenario), scenario.shown);
+}
+
+/// The one socket of a scenario on fd 3 of MAIN, after its steps.
+fn socket_after(steps: Vec<Step>) -> TracedSocket {
+    let scenario = Scenario {
+        name: "hold",
+        world: vec![(100, 3, nagle(1))],
+        steps: [vec![start(MAIN)], steps].concat(),
+        shown: Vec::new(),
+    };
+    sockets_after(&scenario).remove(0)
+}
+
+fn queue(notsent: u32, unacked: u32, since_last_sent_ms: u64) -> Step {
+    Step::Queue(
+        1,
+        Some(SendQueue {
+            notsent,
+            unacked,
+            since_last_sent: Duration::from_millis(since_last_sent_ms),
+        }),
+    )
+}
+
+#[test]
+fn the_kernel_times_the_hold_not_the_peers_idle_time() {
+    let s = socket_after(vec![
+        // The kernel's records say it all: no TCP_INFO on this route.
+        Step::Queue(1, None),
+        // The body kept back until the peer's delayed ACK 40 ms later; the next request 300 ms
+        // after that.
+        sent_held(0, MAIN, 3, 76, false),
+        sent_held(0, MAIN, 3, 10, true),
+        does(40, MAIN, Event::HeldTailLeft { fd: 3 }),
+        read(340, MAIN, 3),
+        // Quick ACKs: nothing kept back, the read waits 300 ms all the same.
+        sent_held(400, MAIN, 3, 76, false),
+        sent_held(400, MAIN, 3, 10, false),
+        read(700, MAIN, 3),
+        // Kept back, its leaving not told (a record lost): the read bounds it.
+        sent_held(800, MAIN, 3, 76, false),
+        sent_held(800, MAIN, 3, 10, true),
+        read(1100, MAIN, 3),
+    ]);
+    assert_eq!(s.write_write_read, 3);
+    assert_eq!(s.waits_over_30ms, 1);
+    assert_eq!(s.unmeasured_holds_over_30ms, 1);
+    assert_eq!(s.idle_waits_over_30ms, 1);
+    assert_eq!(s.longest_idle_wait_ms, Some(300.0));
+    let example = s.example.expect("an example");
+    assert_eq!(example.hold_ms, Some(40.0));
+    assert_eq!(example.wait_ms, 340.0);
+    assert!(!example.hold_is_upper_bound);
+}
+
+/// A ptrace round: header and body sent at `ms`, the send queue `begun` when the read begins
+/// (`None`: the read began before the sends), `ended` when it returns `wait` ms later.
+fn looked_round(ms: u64, begun: Option<Step>, ended: Step, wait: u64) -> Vec<Step> {
+    let mut steps = vec![send(ms, MAIN, 3, 76), send(ms, MAIN, 3, 10)];
+    if let Some(queue) = begun {
+        steps.push(queue);
+        steps.push(does(ms, MAIN, Event::ReadBegun { fd: 3 }));
+    }
+    steps.push(ended);
+    steps.push(read(ms + wait, MAIN, 3));
+    steps
+}
+
+#[test]
+fn tcp_info_tells_a_hold_from_idle_time() {
+    let s = socket_after(
+        [
+            // Kept back when the read began; at its end the socket last sent 300 ms before:
+            // the body left 40 ms after it was written.
+            looked_round(0, Some(queue(10, 1, 0)), queue(0, 0, 300), 340),
+            // Nothing unsent when the read began, the last send then: the 300 ms are the
+            // peer's.
+            looked_round(400, Some(queue(0, 0, 0)), queue(0, 0, 300), 300),
+            // Kept back when the read began, TCP_INFO unreadable at its end: at most the read.
+            looked_round(800, Some(queue(10, 1, 0)), Step::Queue(1, None), 300),
+            // Still kept back when a read begun before the sends returns: at least its wait.
+            looked_round(1200, None, queue(10, 1, 0), 50),
+            // A full segment unsent is the window's doing, not Nagle's.
+            looked_round(
+                1300,
+                Some(queue(2 * MSS as u32, 1, 0)),
+                queue(0, 0, 200),
+                300,
+            ),
+        ]
+        .concat(),
+    );
+    assert_eq!(s.write_write_read, 5);
+    assert_eq!(s.waits_over_30ms, 2, "{s:#?}");
+    assert_eq!(s.unmeasured_holds_over_30ms, 1);
+    assert_eq!(s.idle_waits_over_30ms, 2);
+    let example = s.example.expect("an example");
+    assert_eq!((example.hold_ms, example.wait_ms), (Some(50.0), 50.0));
+}
+
+#[test]
+fn the_kernels_held_sends_are_counted_per_socket_not_per_fd() {
+    // Two connections accepted one after the other at the same fd.
+    let scenario = Scenario {
+        name: "fd reused",
+        world: vec![],
+        steps: vec![
+            start(MAIN),
+            does(0, MAIN, Event::Accepted { fd: 4 }),
+            sent_held(0, MAIN, 4, 76, false),
+            sent_held(0, MAIN, 4, 10, true),
+            does(40, MAIN, Event::HeldTailLeft { fd: 4 }),
+            read(41, MAIN, 4),
+            does(50, MAIN, Event::Closed { fd: 4 }),
+            does(60, MAIN, Event::Accepted { fd: 4 }),
+            sent_held(60, MAIN, 4, 76, false),
+            sent_held(60, MAIN, 4, 10, false),
+            read(360, MAIN, 4),
+        ],
+        shown: Vec::new(),
+    };
+    let sockets = sockets_after(&scenario);
+    let held: Vec<u64> = sockets.iter().map(|s| s.kernel_held_sends).collect();
+    assert_eq!(held, vec![1, 0]);
+    let waits: Vec<(u64, u64)> = sockets
+        .iter()
+        .map(|s| (s.waits_over_30ms, s.idle_waits_over_30ms))
+        .collect();
+    assert_eq!(waits, vec![(1, 0), (0, 1)]);
 }
