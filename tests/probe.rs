@@ -600,6 +600,23 @@ fn a_redis_password_is_sent_selects_the_database_and_is_never_shown() {
     );
     assert_password_hidden("the page", &html);
     assert_password_hidden("the page", &unescape(&html));
+
+    // The password from the environment, off the command line other users see in `ps`.
+    let out = Command::new(BIN)
+        .args(["probe", "--json", &url("redis", port)])
+        .env("TCPSTALL_PASSWORD", PASSWORD)
+        .output()
+        .expect("tcpstall runs");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let v: Value = serde_json::from_slice(&out.stdout).expect("probe --json prints JSON");
+    assert_clean(&v);
+    assert_eq!(
+        v["target"],
+        format!("redis://:***@127.0.0.1:{port}").as_str(),
+        "{v}"
+    );
+    assert_password_hidden("the JSON", &v.to_string());
+    assert_password_hidden("stderr", &String::from_utf8_lossy(&out.stderr));
 }
 
 /// ACL users (redis 6+, `AUTH user password`): the default user off, `alice` may SET and GET

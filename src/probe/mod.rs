@@ -68,7 +68,8 @@ pub struct ProbeArgs {
     /// rediss://… (redis over TLS), tcp://HOST:PORT (with --send and --until). Credentials go
     /// in the URL: http://USER:PASSWORD@… (HTTP Basic), redis://:PASSWORD@HOST:PORT or
     /// redis://USER:PASSWORD@… (AUTH, ACL users), with a database as /N (SELECT); write
-    /// @ : / % in them as %40 %3A %2F %25. Reports show the password as ***.
+    /// @ : / % in them as %40 %3A %2F %25. Reports show the password as ***; to keep it off
+    /// the command line (`ps`), give it in TCPSTALL_PASSWORD instead.
     pub url: String,
     /// Timed requests (1-10000).
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=MAX_REQUESTS as i64))]

@@ -144,7 +144,8 @@ fn refusal(step: &Step, line: &[u8]) -> ReplyError {
         (_, b"NOAUTH") => format!(
             "redis at {at} needs a password (it answered {said}): write \
              {scheme}://:PASSWORD@{at}, or {scheme}://USER:PASSWORD@{at} for an ACL user \
-             (redis 6+)"
+             (redis 6+), or give the password in {} instead of the command line",
+            super::target::PASSWORD_ENV
         ),
         // redis 6+ says WRONGPASS; before, -ERR invalid password.
         (Command::Auth { .. }, b"WRONGPASS") => refused_credentials(at, &said),

@@ -156,7 +156,18 @@ pub fn shown(text: &str) -> String {
 
 /// Parses `http://[USER:PASSWORD@]host[:port]/path`, `https://…`, `memcached://host[:port]`,
 /// `redis://[[USER]:PASSWORD@]host[:port][/DB]`, `rediss://…` or `tcp://host:port`.
+/// A password given in [`PASSWORD_ENV`] fills the URL's when it gives none.
 pub fn parse(text: &str) -> anyhow::Result<Target> {
+    let from_env = std::env::var_os(PASSWORD_ENV).map(|v| v.into_encoded_bytes());
+    parse_with(text, from_env)
+}
+
+/// The environment variable a password can come from instead of the command line, which other
+/// local users see in `ps` (as redis-cli's `REDISCLI_AUTH`).
+pub const PASSWORD_ENV: &str = "TCPSTALL_PASSWORD";
+
+/// [`parse`], the password of the environment given.
+fn parse_with(text: &str, from_env: Option<Vec<u8>>) -> anyhow::Result<Target> {
     let quoted = format!("{:?}", shown(text));
     let url = Url::parse(text).map_err(|err| {
         anyhow!(
@@ -199,7 +210,7 @@ pub fn parse(text: &str) -> anyhow::Result<Target> {
         },
         _ => "/".to_string(),
     };
-    let credentials = credentials(&url, protocol, &quoted)?;
+    let credentials = credentials(&url, protocol, &quoted, from_env)?;
     let database = if protocol.is_redis() {
         database(url.path(), &quoted)?
     } else {
@@ -215,9 +226,31 @@ pub fn parse(text: &str) -> anyhow::Result<Target> {
     })
 }
 
-/// The userinfo, decoded, where the protocol can send it.
-fn credentials(url: &Url, protocol: Protocol, quoted: &str) -> anyhow::Result<Option<Credentials>> {
+/// The userinfo, decoded, where the protocol can send it; `from_env`, a password from
+/// [`PASSWORD_ENV`], where the URL gives none: for redis alone or with a user, for HTTP with a
+/// user (Basic needs one), never where the protocol sends no credentials.
+fn credentials(
+    url: &Url,
+    protocol: Protocol,
+    quoted: &str,
+    from_env: Option<Vec<u8>>,
+) -> anyhow::Result<Option<Credentials>> {
     let password = url.password();
+    let decode = |s: &str| percent_decode_str(s).collect::<Vec<u8>>();
+    if let (None, Some(secret)) = (password, from_env) {
+        let takes_it = match protocol {
+            Protocol::Redis | Protocol::Rediss => true,
+            Protocol::Http | Protocol::Https => !url.username().is_empty(),
+            Protocol::Memcached | Protocol::Line => false,
+        };
+        if takes_it {
+            return Ok(Some(Credentials {
+                user: decode(url.username()),
+                user_in_url: url.username().to_string(),
+                password: Some(Secret(secret)),
+            }));
+        }
+    }
     if url.username().is_empty() && password.is_none() {
         return Ok(None);
     }
@@ -233,12 +266,12 @@ fn credentials(url: &Url, protocol: Protocol, quoted: &str) -> anyhow::Result<Op
         ),
         Protocol::Redis | Protocol::Rediss if password.is_none() => bail!(
             "{quoted} gives a user but no password: write {0}://:PASSWORD@HOST:PORT for a \
-             password alone, or {0}://USER:PASSWORD@HOST:PORT for an ACL user (redis 6+)",
+             password alone, or {0}://USER:PASSWORD@HOST:PORT for an ACL user (redis 6+), or \
+             set {PASSWORD_ENV}",
             url.scheme()
         ),
         _ => {}
     }
-    let decode = |s: &str| percent_decode_str(s).collect::<Vec<u8>>();
     Ok(Some(Credentials {
         user: decode(url.username()),
         user_in_url: url.username().to_string(),
@@ -354,6 +387,40 @@ mod tests {
         assert!(err("redis://:secret@h/x").contains("databases are numbers"));
         assert!(!err("redis://:secret@h/x").contains("secret"));
         assert!(!err("redis://:sec ret@h:99999").contains("sec ret"));
+    }
+
+    #[test]
+    fn a_password_from_the_environment_fills_the_urls() {
+        let secret = || Some(b"s3cret".to_vec());
+        let password = |t: &Target| {
+            t.credentials
+                .as_ref()
+                .and_then(|c| c.password.as_ref())
+                .map(|p| p.expose().to_vec())
+        };
+        // redis alone or with a user; the URL's own password wins.
+        let t = parse_with("redis://127.0.0.1:6390", secret()).unwrap();
+        assert_eq!(password(&t), secret());
+        assert_eq!(t.display(), "redis://:***@127.0.0.1:6390");
+        let t = parse_with("redis://alice@127.0.0.1", secret()).unwrap();
+        assert_eq!(password(&t), secret());
+        let t = parse_with("redis://:given@127.0.0.1", secret()).unwrap();
+        assert_eq!(password(&t), Some(b"given".to_vec()));
+        // HTTP Basic needs a user; memcached and tcp:// send none.
+        let t = parse_with("http://bob@127.0.0.1:8080/", secret()).unwrap();
+        assert_eq!(password(&t), secret());
+        assert!(parse_with("http://127.0.0.1:8080/", secret())
+            .unwrap()
+            .credentials
+            .is_none());
+        assert!(parse_with("memcached://127.0.0.1", secret())
+            .unwrap()
+            .credentials
+            .is_none());
+        assert!(parse_with("tcp://127.0.0.1:7", secret())
+            .unwrap()
+            .credentials
+            .is_none());
     }
 
     #[test]
