@@ -22,8 +22,9 @@
  * out, to CLOSE a reset or abort discards them). tcp:tcp_retransmit_skb marks a hold whose
  * small segment the RTO or the loss probe resent: its ACK came only after that timer.
  *
- * Holds shorter than MIN_EMIT_NS are only counted. A write that empties the queue by itself
- * (the held bytes reached a full segment) ends the hold without a record.
+ * Holds shorter than min_emit_ns (1 ms unless the loader sets it: 0 for `watch --minor`) are
+ * only counted. A write that empties the queue by itself (the held bytes reached a full
+ * segment) ends the hold without a record.
  *
  * Build: scripts/build-bpf (clang -target bpf -O2 -g); the object is committed.
  */
@@ -31,8 +32,13 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
 
-/* Holds shorter than this are counted, not sent to user space. */
-#define MIN_EMIT_NS 1000000ULL
+/* Holds released by their ACK sooner than this are counted short (COUNT_SHORT), whatever
+ * is sent to user space. */
+#define SHORT_NS 1000000ULL
+
+/* Holds shorter than this are not sent to user space. In .rodata: the loader sets it before
+ * the programs load (0: every hold is sent), and the verifier sees it as a constant. */
+const volatile __u64 min_emit_ns = SHORT_NS;
 
 /* How a hold ended; the values are read by src/watch/kernel.rs. */
 #define RELEASE_ACK 1    /* the ACK of the small segment */
@@ -94,7 +100,7 @@ struct hold {
 /* Counters, one slot each, per CPU. */
 enum {
 	COUNT_HOLDS = 0,      /* holds started */
-	COUNT_SHORT = 1,      /* released in under MIN_EMIT_NS */
+	COUNT_SHORT = 1,      /* released by their ACK in under SHORT_NS */
 	COUNT_RING_FULL = 2,  /* records lost: the ring was full */
 	COUNT_BY_WRITE = 3,   /* ended by a write that sent everything */
 	COUNT_BY_CLOSE = 4,   /* ended by close(): the FIN pushed the bytes */
@@ -189,14 +195,15 @@ int sock_send_length(__u64 *ctx)
 	return 0;
 }
 
-/* Sends the completed hold to user space (or counts it, when short or the ring is full) and
- * forgets it. */
+/* Sends the completed hold to user space (unless shorter than min_emit_ns; counted when
+ * the ring is full) and forgets it. */
 static __always_inline void finish(struct pending *p, __u64 key, __u8 release, __u32 sent_ago)
 {
 	__u64 now = bpf_ktime_get_ns();
-	if (now - p->start_ns < MIN_EMIT_NS) {
-		if (release == RELEASE_ACK)
-			count(COUNT_SHORT);
+	__u64 held = now - p->start_ns;
+	if (held < SHORT_NS && release == RELEASE_ACK)
+		count(COUNT_SHORT);
+	if (held < min_emit_ns) {
 		bpf_map_delete_elem(&holds, &key);
 		return;
 	}

@@ -3,7 +3,7 @@
 //! a kernel refuses it (capability, BTF, a missing hook), and the clock the records carry.
 
 use aya::programs::BtfTracePoint;
-use aya::{Btf, Ebpf};
+use aya::{Btf, Ebpf, EbpfLoader};
 
 /// Why the kernel source cannot run, with what to do.
 #[derive(Debug, thiserror::Error)]
@@ -76,6 +76,16 @@ pub(crate) fn load_btf_tracepoints(
     object: &[u8],
     hooks: &[&'static str],
 ) -> Result<Ebpf, KernelError> {
+    load_btf_tracepoints_with(object, hooks, &[])
+}
+
+/// [`load_btf_tracepoints`], with `globals` (name, value) written into the object's
+/// `const volatile` globals (its .rodata) before the programs load; each must exist.
+pub(crate) fn load_btf_tracepoints_with(
+    object: &[u8],
+    hooks: &[&'static str],
+    globals: &[(&'static str, u64)],
+) -> Result<Ebpf, KernelError> {
     // Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK; later ones to the cgroup.
     // Raising it is harmless where it is not needed, and may fail unprivileged: ignored.
     let unlimited = libc::rlimit {
@@ -86,7 +96,12 @@ pub(crate) fn load_btf_tracepoints(
     let _ = unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) };
 
     let btf = Btf::from_sys_fs().map_err(|e| KernelError::NoBtf(chain(&e)))?;
-    let mut bpf = Ebpf::load(object).map_err(|e| {
+    let mut loader = EbpfLoader::new();
+    loader.btf(Some(&btf));
+    for (name, value) in globals {
+        loader.set_global(name, value, true);
+    }
+    let mut bpf = loader.load(object).map_err(|e| {
         let text = chain(&e);
         if refused(&text) {
             KernelError::NotAllowed(text)

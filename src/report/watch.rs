@@ -347,6 +347,14 @@ pub fn summary_text(s: &WatchSummary) -> String {
             s.drops.if_dropped
         );
     }
+    if s.drops.dropped > 0 && s.interface == "kernel" {
+        let _ = writeln!(
+            out,
+            "note: the kernel's ring was full: {} holds were lost unseen (tcpstall read it too \
+             slowly); without --minor only holds of 1 ms or more take room in it",
+            s.drops.dropped
+        );
+    }
     if s.drops.dropped > 0 && s.interface != "kernel" {
         let _ = writeln!(
             out,
@@ -540,6 +548,19 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("--delack-max"), "{text}");
+    }
+
+    #[test]
+    fn holds_lost_to_a_full_ring_are_said() {
+        let mut s = WatchSummary {
+            interface: "kernel".into(),
+            ..WatchSummary::default()
+        };
+        assert!(!summary_text(&s).contains("note:"), "{}", summary_text(&s));
+        s.drops.dropped = 7;
+        let text = summary_text(&s);
+        assert!(text.contains("lost: 7 (ring full)"), "{text}");
+        assert!(text.contains("7 holds were lost unseen"), "{text}");
     }
 
     #[test]

@@ -5,9 +5,10 @@
 //! `bpf/nagle.bpf.o`) is embedded in the binary and loaded with aya, a loader in Rust: no
 //! clang, no libbpf and no capture at run time. Its two programs (`tp_btf`, allowed where
 //! lockdown refuses kprobes and fentry) keep each hold in progress in a kernel hash map keyed
-//! by the socket and put only completed holds of 1 ms or more into a ring buffer, without
-//! waking the reader: this module polls the ring every [`POLL`], so the cost per hold on a
-//! busy host is a few map operations, not a wake-up.
+//! by the socket and put only completed holds of 1 ms or more (every hold with `--minor`) into
+//! a ring buffer, without waking the reader: this module polls the ring every [`POLL`], so the
+//! cost per hold on a busy host is a few map operations, not a wake-up. A record the full ring
+//! cannot take is counted, and shown as lost in the summary and the metrics.
 //!
 //! Each hold becomes a [`StallEvent`] (the type every verb's detector produces) for the
 //! printer, the metrics and the summary of `watch`: the local socket is the writer, so the
@@ -31,7 +32,7 @@ use crate::process::procfs::{self, TcpState};
 use crate::report::model::watch::WatchSummary;
 use crate::tcp_rules;
 pub use crate::tracepoints::KernelError;
-pub(crate) use crate::tracepoints::{chain, clock_ns, load_btf_tracepoints};
+pub(crate) use crate::tracepoints::{chain, clock_ns, load_btf_tracepoints_with};
 
 /// The compiled BPF programs (`scripts/build-bpf` rebuilds it from `bpf/nagle.bpf.c`),
 /// aligned: the ELF reader reads its headers in place, which `include_bytes!` alone does not
@@ -55,6 +56,14 @@ const TICK: Duration = Duration::from_millis(500);
 
 /// A socket with no hold for this long is forgotten by the owner lookup.
 const IDLE: Duration = Duration::from_secs(60);
+
+/// The object's global (`const volatile` in `bpf/nagle.bpf.c`): holds shorter than this many
+/// ns are not sent to user space.
+const MIN_EMIT_GLOBAL: &str = "min_emit_ns";
+
+/// The kernel's bound for a short hold (`SHORT_NS` in `bpf/nagle.bpf.c`): released by its ACK
+/// sooner, a hold is counted in `short`, also when it is sent.
+pub const SHORT: Duration = Duration::from_millis(1);
 
 /// Size of one record in the ring (`struct hold` in `bpf/nagle.bpf.c`, padded to 8).
 const RECORD_LEN: usize = 104;
@@ -275,7 +284,7 @@ fn endpoint(addr: SocketAddr) -> Endpoint {
 pub struct KernelCounts {
     /// Holds that began.
     pub holds: u64,
-    /// Holds released in under 1 ms (counted, not recorded).
+    /// Holds released by their ACK in under 1 ms ([`SHORT`]; recorded only with `--minor`).
     pub short: u64,
     /// Records lost because the ring was full.
     pub ring_full: u64,
@@ -305,9 +314,16 @@ impl std::fmt::Debug for KernelSource {
 }
 
 impl KernelSource {
-    /// Loads and attaches the programs.
-    pub fn open() -> Result<KernelSource, KernelError> {
-        let mut bpf = load_btf_tracepoints(NAGLE_BPF, &TRACEPOINTS)?;
+    /// Loads and attaches the programs; `every_hold` sends holds shorter than [`SHORT`] to
+    /// the ring too, not only counts them.
+    pub fn open(every_hold: bool) -> Result<KernelSource, KernelError> {
+        let min_emit_ns = if every_hold {
+            0
+        } else {
+            SHORT.as_nanos() as u64
+        };
+        let mut bpf =
+            load_btf_tracepoints_with(NAGLE_BPF, &TRACEPOINTS, &[(MIN_EMIT_GLOBAL, min_emit_ns)])?;
         let ring = bpf
             .take_map("events")
             .ok_or_else(|| KernelError::Load("the object has no map `events`".into()))
@@ -421,7 +437,7 @@ pub(super) fn watch(
     stop: &AtomicBool,
     started: Instant,
 ) -> anyhow::Result<WatchSummary> {
-    let mut source = KernelSource::open()?;
+    let mut source = KernelSource::open(args.minor)?;
     eprintln!(
         "tcpstall: watching every TCP socket's Nagle holds in the kernel (BTF tracepoints {}); {} ends it with a summary",
         TRACEPOINTS.join(", "),
@@ -473,7 +489,10 @@ pub(super) fn watch(
                 }
                 continue;
             }
-            if event.finding.kind == StallKind::NagleMinor {
+            // The kernel counts those under 1 ms itself (`short`), sent or not.
+            if event.finding.kind == StallKind::NagleMinor
+                && event.finding.delay_ns >= Span::from_duration(SHORT)
+            {
                 minor += 1;
             }
             counts.add(event.finding.kind);
@@ -610,7 +629,7 @@ mod tests {
         for name in TRACEPOINTS
             .iter()
             .map(|t| format!("tp_btf/{t}"))
-            .chain([".BTF.ext".to_string()])
+            .chain([".BTF.ext", ".rodata", MIN_EMIT_GLOBAL].map(String::from))
         {
             assert!(
                 elf.windows(name.len()).any(|w| w == name.as_bytes()),

@@ -56,7 +56,8 @@ pub struct Metrics {
 pub struct KernelTotals {
     /// Holds that began.
     pub holds: u64,
-    /// Released by their ACK in under 1 ms: counted in the kernel, not recorded.
+    /// Released by their ACK in under 1 ms: counted in the kernel (recorded too with
+    /// `--minor`, and then not counted in `minor`).
     pub short: u64,
     /// Released by their ACK from 1 ms to the stall threshold (30 ms): `nagle_minor`.
     pub minor: u64,
@@ -147,7 +148,8 @@ impl Metrics {
             )?,
             kernel_dropped: counter(
                 "kernel_dropped_packets_total",
-                "Packets the kernel dropped because the capture buffer was full (pcap_stats ps_drop)",
+                "Packets the kernel dropped because the capture buffer was full (pcap_stats ps_drop); \
+                 watch --kernel: holds lost because its ring was full",
             )?,
             interface_dropped: counter(
                 "interface_dropped_packets_total",

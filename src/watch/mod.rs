@@ -71,7 +71,10 @@ pub struct WatchArgs {
     /// wake-ups on a quiet host kept as a metrics exporter, stalls printed up to 100 ms later.
     #[arg(long)]
     pub buffered: bool,
-    /// Also print minor Nagle holds (released by an ordinary ACK, about one RTT).
+    /// Also print minor Nagle holds (released by an ordinary ACK, about one RTT). With
+    /// --kernel every hold is sent to tcpstall, also those under 1 ms: a busy host may fill
+    /// the kernel's ring, and the holds it could not take are counted as lost (summary,
+    /// metrics).
     #[arg(long)]
     pub minor: bool,
     /// Exit 1 when a stall was found.
