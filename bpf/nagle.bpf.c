@@ -260,13 +260,9 @@ int tcp_probe(__u64 *ctx)
 		finish(p, key, release, ago);
 		return 0;
 	}
-	/* The segment's acknowledgment number: bytes 8..11 of its TCP header. */
-	unsigned char *head = BPF_CORE_READ(skb, head);
-	__u16 th = BPF_CORE_READ(skb, transport_header);
-	__u32 ack_be = 0;
-	if (bpf_probe_read_kernel(&ack_be, sizeof(ack_be), head + th + 8))
+	__u32 ack = 0;
+	if (segment_ack(skb, &ack))
 		return 0;
-	__u32 ack = __builtin_bswap32(ack_be);
 	if (seq_before(ack, p->sml))
 		return 0; /* the small segment is still unacknowledged: the hold goes on */
 	/* Its ACK, but after a timer resent the small segment: that timer's wait. */

@@ -36,6 +36,19 @@ static __always_inline int seq_before(__u32 a, __u32 b)
 	return (__s32)(a - b) < 0;
 }
 
+/* The acknowledgment number of a segment tcp_probe hands over: bytes 8..11 of its TCP
+ * header. Nonzero when it cannot be read. */
+static __always_inline int segment_ack(struct sk_buff *skb, __u32 *ack)
+{
+	unsigned char *head = BPF_CORE_READ(skb, head);
+	__u16 th = BPF_CORE_READ(skb, transport_header);
+	__u32 ack_be = 0;
+	if (bpf_probe_read_kernel(&ack_be, sizeof(ack_be), head + th + 8))
+		return -1;
+	*ack = __builtin_bswap32(ack_be);
+	return 0;
+}
+
 static __always_inline int is_tcp(struct sock *sk)
 {
 	__u16 family = BPF_CORE_READ(sk, __sk_common.skc_family);

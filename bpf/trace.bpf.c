@@ -578,14 +578,11 @@ int tcp_probe(__u64 *ctx)
 		ago = (__u32)bpf_jiffies64() - BPF_CORE_READ(tp, lsndtime);
 		late = 1;
 	} else {
-		/* The segment's acknowledgment number: bytes 8..11 of its TCP header. */
-		unsigned char *head = BPF_CORE_READ(skb, head);
-		__u16 th = BPF_CORE_READ(skb, transport_header);
-		__u32 ack_be = 0;
-		if (bpf_probe_read_kernel(&ack_be, sizeof(ack_be), head + th + 8))
+		__u32 ack = 0;
+		if (segment_ack(skb, &ack))
 			return 0;
 		/* tcp_minshall_check: held while the small segment is unacknowledged. */
-		if (seq_before(__builtin_bswap32(ack_be), h->sml))
+		if (seq_before(ack, h->sml))
 			return 0;
 	}
 	struct record *r = new_record(REC_RELEASED);
