@@ -578,9 +578,11 @@ fn backoff_step(
         .filter(|e| e.finding.kind == finding.kind && e.finding.held_side == side);
     if let Some(e) = episode {
         // A server that resent its SYN-ACK meanwhile proves, now, what the first resend could
-        // not: it had not taken the handshake.
-        if e.handshake_not_taken.is_none() && finding.kind == StallKind::Rto {
-            e.handshake_not_taken = rto::handshake_not_taken(flow, side, seg);
+        // not (or proves it more directly): it had not taken the handshake.
+        if finding.kind == StallKind::Rto {
+            if let Some(h) = rto::handshake_not_taken(flow, side, seg) {
+                e.handshake_not_taken = Some(h);
+            }
         }
         let first = e.finding.delay_ns - e.backoff_ns;
         e.backoff_ns = seg.ts_ns.since(e.ts_ns);
