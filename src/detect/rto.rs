@@ -32,7 +32,8 @@ enum TimerResend {
 /// data was resent by the timer ([`handshake_not_taken`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HandshakeNotTaken {
-    /// Captured on the server's host (its leg under [`tcp_rules::ON_HOST_LEG`]): the ACK and
+    /// Captured on the server's host (its leg under [`tcp_rules::ON_HOST_LEG`], or loopback
+    /// traffic): the ACK and
     /// the data arrived there and the listener dropped them, its accept queue full. Captured
     /// away from it, they may also have been lost on the way.
     pub at_server: bool,
@@ -169,8 +170,11 @@ pub(crate) fn handshake_not_taken(
     if side != Side::Client || !first_data || h.client_ack_at.is_none() || h.server_spoke {
         return None;
     }
-    let leg = flow.dir(Side::Server).near_rtt?;
-    let at_server = leg < Span::from_duration(tcp_rules::ON_HOST_LEG);
+    // Loopback traffic never leaves the host: captured there, whatever a busy host's softirq
+    // made of the handshake's timing.
+    let loopback = flow.client.addr.is_loopback() && flow.server.addr.is_loopback();
+    let on_host = Span::from_duration(tcp_rules::ON_HOST_LEG);
+    let at_server = loopback || flow.dir(Side::Server).near_rtt.is_some_and(|l| l < on_host);
     // Away from the server, silence alone cannot tell a dropped ACK from lost data.
     (h.syn_ack_after_ack || at_server).then_some(HandshakeNotTaken {
         at_server,

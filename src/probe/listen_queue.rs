@@ -129,6 +129,14 @@ impl Drop for Watch {
     }
 }
 
+/// `once`, `N times`.
+fn times(n: u64) -> String {
+    match n {
+        1 => "once".to_string(),
+        n => format!("{n} times"),
+    }
+}
+
 /// The connect times of `log`.
 pub(crate) fn connect_times(log: &RunLog) -> Option<ConnectTimes> {
     let times: Vec<Duration> = log.connections.iter().map(|c| c.connect).collect();
@@ -172,9 +180,10 @@ pub(crate) fn judge(
         None
     } else if waits.resent_requests + waits.connects == 0 {
         Some(format!(
-            "the server's accept queue (backlog {}) overflowed {overflows} times during the \
-             run, but no request or connect of the probe waited for it",
-            queue.backlog
+            "the server's accept queue (backlog {}) overflowed {} during the run, but no \
+             request or connect of the probe waited for it",
+            queue.backlog,
+            times(overflows)
         ))
     } else {
         queue.blamed = true;
@@ -194,10 +203,11 @@ pub(crate) fn judge(
             ));
         }
         d.explanation = Some(format!(
-            "the server's accept queue (backlog {}) overflowed {overflows} times during the \
-             run: the kernel dropped SYNs and handshake ACKs, and requests waited for \
+            "the server's accept queue (backlog {}) overflowed {} during the run: the \
+             kernel dropped SYNs and handshake ACKs, and requests waited for \
              retransmission timers ({})",
             queue.backlog,
+            times(overflows),
             waited.join(", ")
         ));
         d.hop = Some(format!(
