@@ -23,7 +23,7 @@ pub use crate::report::model::probe::{ConnectTimes, ListenQueue};
 use crate::tcp_rules;
 
 /// How often the queue is sampled during the run.
-const SAMPLE_EVERY: Duration = Duration::from_millis(5);
+const SAMPLE_EVERY: Duration = Duration::from_millis(10);
 
 /// The counters of a network namespace that a full accept queue raises.
 #[derive(Debug, Clone, Copy)]
