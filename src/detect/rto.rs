@@ -64,6 +64,16 @@ impl HandshakeNotTaken {
         }
     }
 
+    /// Stable name of who dropped the ACK, for the JSON output: `listener`, or
+    /// `listener_or_path` when captured away from the server.
+    pub fn by_name(&self) -> &'static str {
+        if self.at_server {
+            "listener"
+        } else {
+            "listener_or_path"
+        }
+    }
+
     /// Stable name of the proof, for the JSON output.
     pub fn proof_name(&self) -> &'static str {
         if self.syn_ack_resent {

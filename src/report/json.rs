@@ -133,11 +133,7 @@ pub fn write_event(buf: &mut Vec<u8>, e: &StallEvent, flow: &str) -> io::Result<
     if let Some(h) = e.handshake_not_taken {
         // Only on a timeout of the client's first data the server never took.
         buf.extend_from_slice(b",\"handshake_not_taken\":{\"by\":\"");
-        buf.extend_from_slice(if h.at_server {
-            b"listener".as_slice()
-        } else {
-            b"listener_or_path".as_slice()
-        });
+        buf.extend_from_slice(h.by_name().as_bytes());
         buf.extend_from_slice(b"\",\"proof\":\"");
         buf.extend_from_slice(h.proof_name().as_bytes());
         buf.extend_from_slice(b"\"}");

@@ -167,11 +167,19 @@ pub fn text(r: &ProbeReport) -> String {
         }
     }
     if d.verdict() == "stall" {
-        let _ = writeln!(
-            out,
-            "culprit: {}",
-            d.culprit.map_or("none (the network)", |s| s.name())
-        );
+        // A timeout the capture shows as a handshake the server did not take is not put on
+        // the network, though from the client's side it cannot be put on the server either.
+        let handshake = d
+            .example
+            .as_ref()
+            .and_then(|s| s.event.as_ref())
+            .is_some_and(|e| e.handshake_not_taken.is_some());
+        let none = if handshake {
+            "none proven (the server's accept queue, or the path to it: see why)"
+        } else {
+            "none (the network)"
+        };
+        let _ = writeln!(out, "culprit: {}", d.culprit.map_or(none, |s| s.name()));
     }
     if let Some(why) = &d.explanation {
         let _ = writeln!(out, "why: {why}");
@@ -329,6 +337,10 @@ pub fn json(r: &ProbeReport) -> String {
             "held_writes": event.map(|e| e.writes.clone()),
             "mss": event.map(|e| e.mss),
             "peer_stack": event.and_then(|e| e.peer_stack).map(|p| p.name()),
+            "handshake_not_taken": event.and_then(|e| e.handshake_not_taken).map(|h| json!({
+                "by": h.by_name(),
+                "proof": h.proof_name(),
+            })),
             "segments": d.evidence.iter().map(|l| json!({
                 "t_ms": round3(l.offset_ms),
                 "from": l.from.name(),
