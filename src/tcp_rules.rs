@@ -277,6 +277,22 @@ pub const PATH_SLACK: Duration = Duration::from_millis(1);
 /// the application's answer. The bound is not a proof (a process awake in its event loop may
 /// answer as fast): the rule also asks for writes gathered behind the small segment.
 pub const SOFTIRQ_RELEASE: Duration = Duration::from_micros(8);
+/// The first retransmission timeout of a connection before any round trip is timed: a SYN
+/// (and a SYN-ACK) unanswered is resent after it (`TCP_TIMEOUT_INIT`, RFC 6298 §2.1 and its
+/// appendix; `tcp_connect`, `inet_csk_reqsk_queue_hash_add`), doubling each time. A connect
+/// that took this long waited for a SYN resend.
+pub const TIMEOUT_INIT: Duration = Duration::from_secs(1);
+/// A listener whose accept queue is full (`sk_acceptq_is_full`: more children waiting for
+/// `accept()` than the backlog given to `listen()`, itself capped by `net.core.somaxconn`)
+/// drops new SYNs (`tcp_conn_request`) and the handshake's ACK (`tcp_check_req` →
+/// `tcp_v4_syn_recv_sock` fails; with `net.ipv4.tcp_abort_on_overflow` 0, the default, the
+/// request stays in SYN_RECV and the ACK, with any data it carries, is dropped). Both count
+/// `TcpExt: ListenOverflows` and `ListenDrops` in the listener's network namespace.
+pub const LISTEN_OVERFLOWS: &str = "ListenOverflows";
+/// See [`LISTEN_OVERFLOWS`]: also counts other drops at a listener.
+pub const LISTEN_DROPS: &str = "ListenDrops";
+/// The ceiling of every listener's backlog (`__sys_listen` clamps it to this sysctl).
+pub const SOMAXCONN_SYSCTL: &str = "/proc/sys/net/core/somaxconn";
 /// A capture whose round trip to a host is below this was taken on that host.
 pub const ON_HOST_LEG: Duration = Duration::from_micros(200);
 

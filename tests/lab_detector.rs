@@ -80,7 +80,13 @@ fn assert_detector_agrees(rows: &[Value]) {
         let kinds: Vec<&str> = stalls.keys().map(String::as_str).collect();
         assert_eq!(
             kinds,
-            ["cork_timer", "nagle_delayed_ack", "rto", "zero_window"],
+            [
+                "cork_timer",
+                "nagle_delayed_ack",
+                "rto",
+                "syn_retry",
+                "zero_window"
+            ],
             "{}: the detector's kinds",
             name(row)
         );

@@ -376,6 +376,7 @@ pub(crate) fn record(
         peer_stack: None,
         backoffs: 0,
         backoff_ns: Span::ZERO,
+        handshake_not_taken: None,
         paced: Some(Box::new(*p)),
     };
     pacing.event[i] = Some((sink.generation, events.len()));

@@ -8,7 +8,7 @@
 //! whole milliseconds (or tens of them: a pcapng `if_tsresol` of 10^-3, a device that stamps
 //! coarsely, a file rewritten at low resolution) err by up to that much in every difference.
 
-use super::{cork, nagle, rto, zero_window, Finding, Proof, StallKind};
+use super::{cork, nagle, rto, syn_retry, zero_window, Finding, Proof, StallKind};
 use crate::decode::Segment;
 use crate::flow::{Flow, Side, Span, Timestamp};
 
@@ -168,6 +168,7 @@ pub(crate) fn unsettled(
         StallKind::NagleDelayedAck => nagle::margin(flow, side, finding),
         StallKind::CorkTimer => cork::margin(flow, side, seg),
         StallKind::Rto => rto::margin(flow, side, seg, finding),
+        StallKind::SynRetry => syn_retry::margin(finding),
         StallKind::ZeroWindow => zero_window::margin(flow, side, seg, finding),
         StallKind::NagleMinor | StallKind::NagleAckPaced => return None,
     };

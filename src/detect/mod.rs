@@ -27,6 +27,8 @@ pub use ack_paced::Pacing;
 /// Holds that make a flow direction `nagle_ack_paced`.
 pub use ack_paced::MIN_HOLDS as PACED_HOLDS;
 pub(crate) use kind::{Holder, KindInfo, Proof, Release, Rule};
+pub use rto::HandshakeNotTaken;
+pub use syn_retry::waited_for_syn_resend;
 pub use verdict::{FlowSummary, PeerStack};
 
 /// Makes, from one line per kind (`Variant in file`, in report order), the kind's module
@@ -67,6 +69,8 @@ kinds! {
     CorkTimer in cork,
     /// A retransmission sent by the retransmission timer (no ACK triggered it).
     Rto in rto,
+    /// A connect that waited for its SYN to be resent (no SYN-ACK in between).
+    SynRetry in syn_retry,
     /// The sender waited for the receiver to open a zero window.
     ZeroWindow in zero_window,
     /// Small writes each held one round trip for the ACK of the previous small segment,
@@ -110,6 +114,12 @@ impl StallKind {
     /// Every kind reported as events of its own ([`StallKind::is_reported`]), in report order.
     pub fn reported() -> impl Iterator<Item = StallKind> {
         StallKind::ALL.into_iter().filter(|k| k.is_reported())
+    }
+
+    /// A resend by a timer that backs off until answered: further resends before the peer's
+    /// answer are steps of one episode, one event (RFC 6298 §5.5).
+    fn timer_episode(self) -> bool {
+        matches!(self, StallKind::Rto | StallKind::SynRetry)
     }
 
     /// Position in [`StallKind::ALL`]: variants are declared in report order.
@@ -283,6 +293,9 @@ pub struct StallEvent {
     pub backoff_ns: Span,
     /// For [`StallKind::NagleAckPaced`]: the holds of the flow's side so far.
     pub paced: Option<Box<Pacing>>,
+    /// For a retransmission timeout of the client's first data: the capture shows the server
+    /// never took the handshake (its listener's accept queue full), not a loss of the path.
+    pub handshake_not_taken: Option<HandshakeNotTaken>,
 }
 
 /// Detector settings.
@@ -359,6 +372,9 @@ struct FlowTally {
     lost_until: Timestamp,
     /// Holds for the ACK of the previous small segment, per side.
     paced: Option<Box<ack_paced::FlowPacing>>,
+    /// Per side, the latest timer episode's event (`take_events` generation, index in the
+    /// events): found at once however many events of other flows came since.
+    episode: [Option<(u64, usize)>; 2],
 }
 
 /// The streaming stall detector.
@@ -430,20 +446,20 @@ impl Detector {
             if let Some(reason) = evidence::unsettled(flow, side, seg, &finding, coarse) {
                 self.analysis.undecided.add(finding.kind, reason);
                 undecided = true;
-            } else if finding.kind == StallKind::Rto && flow.dir(side).rto_open {
-                backoff_step(
-                    &mut self.tallies,
-                    &mut self.analysis.events,
-                    flow,
-                    side,
-                    seg,
-                    &finding,
-                );
+            } else if finding.kind.timer_episode() && flow.dir(side).rto_open {
+                let tally = self.tallies.entry(flow.id).or_default();
+                let events = &mut self.analysis.events;
+                backoff_step(tally, events, self.taken, flow, side, seg, &finding);
             } else {
                 let event = record(&self.config, &mut self.tallies, flow, side, seg, finding);
                 self.analysis.counts.add(finding.kind);
                 if let Some(mut event) = event {
                     event.ordinal = ordinal;
+                    if finding.kind.timer_episode() {
+                        let index = self.analysis.events.len();
+                        self.tallies.entry(flow.id).or_default().episode[side.index()] =
+                            Some((self.taken, index));
+                    }
                     self.analysis.events.push(event);
                 }
             }
@@ -462,7 +478,7 @@ impl Detector {
             flow.dirs[side.index()].loss_probes += 1;
         }
         flow.update(seg, side);
-        if matches!(finding, Some(f) if f.kind == StallKind::Rto) && !undecided {
+        if matches!(finding, Some(f) if f.kind.timer_episode()) && !undecided {
             flow.dirs[side.index()].rto_open = true;
         }
 
@@ -546,20 +562,28 @@ impl FlowTally {
 /// doubling `icsk_rto`). It lengthens the episode's one event, while that event is still held,
 /// and the flow's time lost; it is no new timeout.
 fn backoff_step(
-    tallies: &mut FxHashMap<u64, FlowTally>,
+    tally: &mut FlowTally,
     events: &mut [StallEvent],
+    generation: u64,
     flow: &Flow,
     side: Side,
     seg: &Segment,
     finding: &Finding,
 ) {
-    let tally = tallies.entry(flow.id).or_default();
     tally.add_interval(seg.ts_ns, finding.delay_ns);
-    // The episode's event is among the latest few, unless a consumer already took it.
-    let episode = events.iter_mut().rev().take(64).find(|e| {
-        e.flow_id == flow.id && e.finding.kind == StallKind::Rto && e.finding.held_side == side
-    });
+    // The episode's event, unless a consumer already took it.
+    let episode = tally.episode[side.index()]
+        .filter(|&(g, _)| g == generation)
+        .and_then(|(_, i)| events.get_mut(i))
+        .filter(|e| e.finding.kind == finding.kind && e.finding.held_side == side);
     if let Some(e) = episode {
+        // A server that resent its SYN-ACK meanwhile proves, now, what the first resend could
+        // not (or proves it more directly): it had not taken the handshake.
+        if finding.kind == StallKind::Rto {
+            if let Some(h) = rto::handshake_not_taken(flow, side, seg) {
+                e.handshake_not_taken = Some(h);
+            }
+        }
         let first = e.finding.delay_ns - e.backoff_ns;
         e.backoff_ns = seg.ts_ns.since(e.ts_ns);
         e.finding.delay_ns = first + e.backoff_ns;
@@ -637,6 +661,10 @@ fn record(
         backoffs: 0,
         backoff_ns: Span::ZERO,
         paced: None,
+        handshake_not_taken: match finding.kind {
+            StallKind::Rto => rto::handshake_not_taken(flow, side, seg),
+            _ => None,
+        },
     })
 }
 

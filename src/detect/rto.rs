@@ -8,6 +8,12 @@
 //! it came sooner than the path allows any timeout and resent the tail with data unacked
 //! before it: a tail-loss probe (RFC 8985 §7, `tcp_send_loss_probe`), the loss recovery of
 //! about two round trips, counted in the flow (`loss_probes`) and not as a stall.
+//!
+//! A client's first data resent by the timer, when the server never took the handshake, is no
+//! loss of the path's making: a listener whose accept queue was full dropped the handshake's
+//! ACK and the data with it ([`tcp_rules::LISTEN_OVERFLOWS`]). The capture proves that the
+//! server did not take the ACK when it resent its SYN-ACK after the ACK passed; it proves the
+//! listener dropped it when taken on the server's host, where the ACK is seen to arrive.
 
 use super::{Finding, Holder, KindInfo, Proof, Release, Rule, StallEvent, StallKind, MIN_STALL};
 use crate::decode::Segment;
@@ -22,6 +28,62 @@ enum TimerResend {
     LossProbe,
 }
 
+/// The capture shows the server did not take the handshake's ACK before the client's first
+/// data was resent by the timer ([`handshake_not_taken`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HandshakeNotTaken {
+    /// Captured on the server's host (its leg under [`tcp_rules::ON_HOST_LEG`], or loopback
+    /// traffic): the ACK and
+    /// the data arrived there and the listener dropped them, its accept queue full. Captured
+    /// away from it, they may also have been lost on the way.
+    pub at_server: bool,
+    /// The server resent its SYN-ACK after the client's ACK had passed the capture point; else
+    /// the proof is that it sent nothing, not even an ACK of the data, until the resend.
+    pub syn_ack_resent: bool,
+}
+
+impl HandshakeNotTaken {
+    /// What the capture shows, for people.
+    pub fn sentence(&self) -> &'static str {
+        if self.at_server {
+            "the server's listener dropped the handshake's ACK and the request with it: its \
+             accept queue was full (not the network)"
+        } else {
+            "the server did not take the handshake's ACK (its listener's accept queue full, or \
+             the ACK lost after the capture point)"
+        }
+    }
+
+    /// The evidence, for people.
+    pub fn proof(&self) -> &'static str {
+        if self.syn_ack_resent {
+            "the server resent its SYN-ACK after the client's ACK had passed the capture point"
+        } else {
+            "the data reached the server's host and the server acknowledged nothing until the \
+             resend"
+        }
+    }
+
+    /// Stable name of who dropped the ACK, for the JSON output: `listener`, or
+    /// `listener_or_path` when captured away from the server.
+    pub fn by_name(&self) -> &'static str {
+        if self.at_server {
+            "listener"
+        } else {
+            "listener_or_path"
+        }
+    }
+
+    /// Stable name of the proof, for the JSON output.
+    pub fn proof_name(&self) -> &'static str {
+        if self.syn_ack_resent {
+            "syn_ack_resent"
+        } else {
+            "data_unacknowledged"
+        }
+    }
+}
+
 /// A loss recovered by the retransmission timer.
 pub(crate) const KIND: KindInfo = KindInfo {
     name: "rto",
@@ -34,10 +96,46 @@ pub(crate) const KIND: KindInfo = KindInfo {
     page_column: "rto",
     gap: "silence until the retransmission timer",
     explain,
-    fixes: |_, _| vec!["find the packet loss on the path (retransmissions)".to_string()],
+    fixes,
 };
 
+fn fixes(_: Side, example: Option<&StallEvent>) -> Vec<String> {
+    match example.and_then(|e| e.handshake_not_taken) {
+        Some(h) => {
+            let mut fixes = vec![ACCEPT_QUEUE_FIX.to_string()];
+            if !h.at_server {
+                fixes.push(
+                    "if the server's ListenOverflows did not rise, find the packet loss between \
+                     the capture point and the server"
+                        .to_string(),
+                );
+            }
+            fixes
+        }
+        None => vec!["find the packet loss on the path (retransmissions)".to_string()],
+    }
+}
+
+/// The fix for a listener whose accept queue overflows.
+pub(crate) const ACCEPT_QUEUE_FIX: &str = "raise the backlog the server passes to listen() \
+     (and net.core.somaxconn, which caps it), or accept connections sooner; the server's \
+     `nstat TcpExtListenOverflows` counts the overflows";
+
 fn explain(event: &StallEvent) -> String {
+    if let Some(h) = event.handshake_not_taken {
+        return format!(
+            "the client resent its first request ({} B) after {:.1} ms of silence{}: {}; {}",
+            event.released_bytes,
+            event.finding.delay_ns.as_millis_f64(),
+            if event.backoffs > 0 {
+                format!(", {} times in all", event.backoffs + 1)
+            } else {
+                String::new()
+            },
+            h.sentence(),
+            h.proof()
+        );
+    }
     let held = event.finding.held_side.name();
     let delay = event.finding.delay_ns;
     let ms = delay.as_millis_f64();
@@ -64,6 +162,34 @@ pub(crate) fn check(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
         TimerResend::Timeout(delay) => Some(Finding::own_timer(StallKind::Rto, side, delay)),
         TimerResend::LossProbe => None,
     }
+}
+
+/// Whether the timeout resend `seg` of `side` is the client's first data, which the server
+/// never took with the handshake, as far as the capture shows (see [`HandshakeNotTaken`]).
+pub(crate) fn handshake_not_taken(
+    flow: &Flow,
+    side: Side,
+    seg: &Segment,
+) -> Option<HandshakeNotTaken> {
+    let h = flow.handshake;
+    let client = flow.dir(Side::Client);
+    // The client's first data, the handshake seen, and nothing from the server since but
+    // SYN-ACKs: a server that took the ACK acknowledges the data at once (quick-ACK mode of a
+    // new connection) or answers it.
+    let first_data = seg.seq == client.isn + 1;
+    if side != Side::Client || !first_data || h.client_ack_at.is_none() || h.server_spoke {
+        return None;
+    }
+    // Loopback traffic never leaves the host: captured there, whatever a busy host's softirq
+    // made of the handshake's timing.
+    let loopback = flow.client.addr.is_loopback() && flow.server.addr.is_loopback();
+    let on_host = Span::from_duration(tcp_rules::ON_HOST_LEG);
+    let at_server = loopback || flow.dir(Side::Server).near_rtt.is_some_and(|l| l < on_host);
+    // Away from the server, silence alone cannot tell a dropped ACK from lost data.
+    (h.syn_ack_after_ack || at_server).then_some(HandshakeNotTaken {
+        at_server,
+        syn_ack_resent: h.syn_ack_after_ack,
+    })
 }
 
 /// Whether `seg` from `side` is a tail-loss probe: counted in the flow, never as a stall.
@@ -243,6 +369,60 @@ mod tests {
         w.retransmit(false, 70_110, 1000);
         w.last().seq = w.last().seq - 1000;
         assert_single(&w.analyse(), StallKind::Rto, Side::Server);
+    }
+
+    /// The client's first request, after the handshake, resent by its timer while the server
+    /// said nothing: captured on the server's host (the ACK and the data seen arriving there),
+    /// the listener dropped them; captured on the client's host, silence alone proves
+    /// nothing, until the server resends its SYN-ACK after the ACK.
+    #[test]
+    fn first_request_resent_when_the_server_never_took_the_handshake() {
+        use super::super::testing::Wire;
+        // On the server's host: 10 µs to the server, 30 ms to the client.
+        let mut w = Wire::handshake_between(30_000, 10, 1448);
+        w.data(true, 30_100, 121).retransmit(true, 240_100, 121);
+        w.ack(false, 240_150).data(false, 241_000, 184);
+        let a = w.analyse();
+        assert_single(&a, StallKind::Rto, Side::Client);
+        let h = a.events[0].handshake_not_taken.expect("the listener dropped it");
+        assert!(h.at_server && !h.syn_ack_resent);
+        let text = super::explain(&a.events[0]);
+        assert!(text.contains("accept queue"), "{text}");
+        assert!(!super::fixes(Side::Client, Some(&a.events[0]))[0].contains("packet loss"));
+
+        // On the client's host: the same silence is also what lost data looks like.
+        let near_client = |syn_ack_again: bool| {
+            let mut w = Wire::handshake_between(10, 30_000, 1448);
+            w.data(true, 30_100, 121).retransmit(true, 240_100, 121);
+            if syn_ack_again {
+                let mut syn_ack = w.segments[1];
+                syn_ack.ts_ns += MS * 1_000;
+                w.segments.push(syn_ack);
+                w.ack(true, 1_030_020);
+            }
+            w.retransmit(true, 1_100_000, 121);
+            w.ack(false, 1_130_000);
+            w.analyse()
+        };
+        let a = near_client(false);
+        assert_single(&a, StallKind::Rto, Side::Client);
+        assert_eq!(a.events[0].handshake_not_taken, None);
+        let a = near_client(true);
+        assert_single(&a, StallKind::Rto, Side::Client);
+        assert_eq!(a.events[0].backoffs, 1);
+        let h = a.events[0].handshake_not_taken.expect("the SYN-ACK came again");
+        assert!(!h.at_server && h.syn_ack_resent);
+        assert!(super::explain(&a.events[0]).contains("did not take the handshake"));
+        assert_eq!(a.flows[0].near_rtt_ns[1], Some(MS * 30), "a resent SYN-ACK times nothing");
+        assert!(a.events.iter().all(|e| e.finding.kind != StallKind::SynRetry));
+
+        // The server acknowledged part of the data: it had taken the handshake.
+        let mut w = Wire::handshake_between(30_000, 10, 1448);
+        w.data(true, 30_100, 121).ack(false, 30_120).data(true, 30_200, 100);
+        w.retransmit(true, 240_200, 100);
+        let a = w.analyse();
+        assert_single(&a, StallKind::Rto, Side::Client);
+        assert_eq!(a.events[0].handshake_not_taken, None);
     }
 
     #[test]

@@ -65,6 +65,20 @@ struct AckSeen {
     window_before: u64,
 }
 
+/// Whether the server took the handshake, as far as the capture shows: a listener whose
+/// accept queue is full drops the handshake's ACK and the data it carries, and resends its
+/// SYN-ACK later (`tcp_check_req`'s `listen_overflow`, [`crate::tcp_rules::LISTEN_OVERFLOWS`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Handshake {
+    /// Capture time of the client's first segment after a SYN-ACK (the handshake's ACK).
+    pub(crate) client_ack_at: Option<Timestamp>,
+    /// The server resent its SYN-ACK after that ACK had passed the capture point: it had not
+    /// taken it (still in SYN_RECV).
+    pub(crate) syn_ack_after_ack: bool,
+    /// The server sent a segment without SYN: it took the handshake (or answered otherwise).
+    pub(crate) server_spoke: bool,
+}
+
 /// One TCP connection (or, after port reuse, one incarnation of a 4-tuple).
 #[derive(Debug, Clone)]
 pub(crate) struct Flow {
@@ -91,10 +105,12 @@ pub(crate) struct Flow {
     pub(crate) turns: Turns,
     /// Both legs of the path were timed by the handshake.
     pub(crate) handshake_timed: bool,
-    /// Time of the SYN, for the handshake RTT.
-    syn_at: Option<Timestamp>,
-    /// Time of the SYN-ACK, for the handshake RTT.
-    syn_ack_at: Option<Timestamp>,
+    /// Time of the client's latest SYN, for the handshake RTT and a SYN's resend.
+    pub(crate) syn_at: Option<Timestamp>,
+    /// Time of the server's latest SYN-ACK.
+    pub(crate) syn_ack_at: Option<Timestamp>,
+    /// What the handshake showed of the server taking it.
+    pub(crate) handshake: Handshake,
     /// The client guess may still change at the flow's first data ([`ClientGuess::FirstData`]).
     pub(super) guess_open: bool,
     /// The continuation of a connection that had closed (its late retransmissions and
@@ -162,6 +178,7 @@ impl Flow {
             handshake_timed: false,
             syn_at: None,
             syn_ack_at: None,
+            handshake: Handshake::default(),
             guess_open: !syn && by_ports.open,
             after_close: false,
             continued: false,
@@ -255,6 +272,9 @@ impl Flow {
     fn handshake_step(&mut self, seg: &Segment, side: Side) {
         let me = side.index();
         if !seg.has(flags::SYN) {
+            if side == Side::Server {
+                self.handshake.server_spoke = true;
+            }
             self.handshake_ack_step(seg, side);
             return;
         }
@@ -265,8 +285,16 @@ impl Flow {
             self.announced_mss(side, u32::from(mss));
         }
         if seg.has(flags::ACK) {
+            // A SYN-ACK resent by its timer times nothing: only the first answer to the
+            // latest SYN times the server's leg.
+            let answers_syn = self
+                .syn_at
+                .is_some_and(|s| self.syn_ack_at.map_or(true, |a| a < s));
             self.syn_ack_at = Some(seg.ts_ns);
-            if let Some(syn_at) = self.syn_at {
+            if self.handshake.client_ack_at.is_some() && side == Side::Server {
+                self.handshake.syn_ack_after_ack = true;
+            }
+            if let Some(syn_at) = self.syn_at.filter(|_| answers_syn) {
                 self.dirs[me].near_rtt = Some(seg.ts_ns.since(syn_at));
             }
             self.scaling = self.dirs[0].wscale.is_some() && self.dirs[1].wscale.is_some();
@@ -305,11 +333,17 @@ impl Flow {
     /// The client's first segment after the SYN-ACK completes the handshake and times the
     /// client side's near RTT.
     fn handshake_ack_step(&mut self, seg: &Segment, side: Side) {
-        let d = &mut self.dirs[side.index()];
         let Some(syn_ack_at) = self.syn_ack_at else {
             return;
         };
-        if side != Side::Client || d.near_rtt.is_some() {
+        if side != Side::Client {
+            return;
+        }
+        if self.handshake.client_ack_at.is_none() {
+            self.handshake.client_ack_at = Some(seg.ts_ns);
+        }
+        let d = &mut self.dirs[side.index()];
+        if d.near_rtt.is_some() {
             return;
         }
         d.near_rtt = Some(seg.ts_ns.since(syn_ack_at));

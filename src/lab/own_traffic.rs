@@ -294,6 +294,7 @@ mod tests {
             peer_stack: None,
             backoffs: 0,
             backoff_ns: crate::flow::Span::ZERO,
+            handshake_not_taken: None,
             paced: None,
         }
     }
@@ -335,7 +336,7 @@ mod tests {
         let json = serde_json::to_string(&first).unwrap();
         assert_eq!(
             json,
-            r#"{"stalls":{"nagle_delayed_ack":1,"cork_timer":0,"rto":1,"zero_window":0},"holds":{"nagle_ack_paced":0,"nagle_minor":0},"held_side":"client","paced_side":null}"#
+            r#"{"stalls":{"nagle_delayed_ack":1,"cork_timer":0,"rto":1,"syn_retry":0,"zero_window":0},"holds":{"nagle_ack_paced":0,"nagle_minor":0},"held_side":"client","paced_side":null}"#
         );
     }
 

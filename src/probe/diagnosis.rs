@@ -18,7 +18,8 @@ const EVIDENCE_LINES: usize = 12;
 impl Diagnosis {
     /// `clean` or `stall`.
     pub fn verdict(&self) -> &'static str {
-        if self.counts.stalls() > 0 || self.upstream.is_some() {
+        let queue = self.listen_queue.as_ref().is_some_and(|q| q.blamed);
+        if self.counts.stalls() > 0 || self.upstream.is_some() || queue {
             "stall"
         } else {
             "clean"
@@ -101,6 +102,7 @@ pub fn diagnose(
         hop,
         advice,
         upstream: None,
+        listen_queue: None,
     }
 }
 

@@ -15,6 +15,7 @@ pub(crate) mod diagnosis;
 pub(crate) mod dialogue;
 pub(crate) mod http;
 pub(crate) mod line;
+pub(crate) mod listen_queue;
 pub(crate) mod memcached;
 pub(crate) mod paced;
 pub(crate) mod redis;
@@ -171,6 +172,11 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
         .as_ref()
         .map_err(Clone::clone)
         .and_then(upstream::HopWatch::start);
+    // The server's accept queue, read before and after the requests (server on this host).
+    let queue = proxy
+        .as_ref()
+        .ok()
+        .and_then(|p| listen_queue::Watch::start(plan.addrs[0], p).ok());
     let Observed {
         log,
         stalls,
@@ -178,6 +184,7 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
         source,
         captured,
     } = observed_run(&plan, &dialogue, requests, usize::from(args.connections));
+    let queue = queue.map(listen_queue::Watch::finish);
     let hops = hops.and_then(|watch| watch.finish(&log));
     let answered = log.requests().count();
     if answered == 0 {
@@ -195,6 +202,9 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
     let server = proxy.as_ref().ok().cloned();
     let mut diagnosis =
         diagnosis::diagnose(stalls, &log, source, captured.as_ref(), server.as_ref());
+    let connect_times = listen_queue::connect_times(&log);
+    let queue_note = queue
+        .and_then(|q| listen_queue::judge(&mut diagnosis, q, &outside, connect_times.as_ref()));
     let pipeline = usize::from(args.pipeline);
     let mut ack_paced = paced::of(&log, captured.as_ref(), pipeline);
     if ack_paced.own_writes_held() {
@@ -245,6 +255,8 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
         report.notes.insert(0, note);
     }
     report.notes.extend(remarks);
+    report.notes.extend(queue_note);
+    report.connect_times = connect_times;
     let text = if args.json {
         report::probe::json(&report)
     } else {
@@ -543,7 +555,11 @@ const OUTSIDE_SHOWN: usize = 3;
 /// on them.
 fn outside_note(outside: &[stalls::Stall], log: &RunLog) -> Option<String> {
     use self::stalls::Position;
-    let real: Vec<&stalls::Stall> = outside.iter().filter(|s| s.kind.is_stall()).collect();
+    // Connects that waited for a SYN resend have their own line (`connects:`).
+    let real: Vec<&stalls::Stall> = outside
+        .iter()
+        .filter(|s| s.kind.is_stall() && s.kind != crate::detect::StallKind::SynRetry)
+        .collect();
     if real.is_empty() {
         return None;
     }
@@ -721,5 +737,6 @@ fn assemble(
         errors: log.errors.clone(),
         ack_paced: paced::of(log, None, 1),
         pipeline: 1,
+        connect_times: None,
     }
 }

@@ -24,7 +24,7 @@ mod pattern;
 pub(crate) mod privilege;
 mod seccomp;
 mod signals;
-mod sock_diag;
+pub(crate) mod sock_diag;
 pub(crate) mod socket_model;
 mod syscall_info;
 mod syscalls;

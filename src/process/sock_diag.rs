@@ -15,7 +15,9 @@ use netlink_packet_core::{
     NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_DUMP, NLM_F_REQUEST,
 };
 use netlink_packet_sock_diag::constants::{AF_INET, AF_INET6, IPPROTO_TCP};
-use netlink_packet_sock_diag::inet::{ExtensionFlags, InetRequest, SocketId, StateFlags};
+use netlink_packet_sock_diag::inet::{
+    ExtensionFlags, InetRequest, InetResponseHeader, SocketId, StateFlags,
+};
 use netlink_packet_sock_diag::SockDiagMessage;
 use netlink_sys::{protocols::NETLINK_SOCK_DIAG, Socket, SocketAddr as NetlinkAddr};
 
@@ -29,6 +31,51 @@ pub(crate) fn tcp_sockets(wanted: &HashSet<u64>) -> io::Result<HashMap<u64, TcpE
     if wanted.is_empty() {
         return Ok(found);
     }
+    each_socket(held_states(), &mut |header| {
+        let inode = u64::from(header.inode);
+        if wanted.contains(&inode) {
+            if let Some(entry) = entry_of(header) {
+                found.insert(inode, entry);
+            }
+        }
+    })?;
+    Ok(found)
+}
+
+/// A listening TCP socket and its accept queue, as `inet_diag` reports it
+/// (`tcp_diag_get_info`: for a listener, `idiag_rqueue` is `sk_ack_backlog`, `idiag_wqueue`
+/// `sk_max_ack_backlog`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ListenQueue {
+    /// The address it listens on.
+    pub(crate) local: SocketAddr,
+    /// Its inode.
+    pub(crate) inode: u64,
+    /// Connections waiting for `accept()` now.
+    pub(crate) queued: u32,
+    /// The backlog the kernel keeps: `listen()`'s, capped by `net.core.somaxconn`.
+    pub(crate) backlog: u32,
+}
+
+/// Every listening TCP socket of tcpstall's own network namespace.
+pub(crate) fn listeners() -> io::Result<Vec<ListenQueue>> {
+    let mut found = Vec::new();
+    each_socket(StateFlags::LISTEN, &mut |header| {
+        found.push(ListenQueue {
+            local: unmapped(SocketAddr::new(
+                header.socket_id.source_address,
+                header.socket_id.source_port,
+            )),
+            inode: u64::from(header.inode),
+            queued: header.recv_queue,
+            backlog: header.send_queue,
+        });
+    })?;
+    Ok(found)
+}
+
+/// Dumps the TCP sockets in `states`, both families, handing each to `seen`.
+fn each_socket(states: StateFlags, seen: &mut dyn FnMut(&InetResponseHeader)) -> io::Result<()> {
     let mut socket = Socket::new(NETLINK_SOCK_DIAG)?;
     socket.bind_auto()?;
     socket.connect(&NetlinkAddr::new(0, 0))?;
@@ -36,9 +83,9 @@ pub(crate) fn tcp_sockets(wanted: &HashSet<u64>) -> io::Result<HashMap<u64, TcpE
         (AF_INET, SocketId::new_v4()),
         (AF_INET6, SocketId::new_v6()),
     ] {
-        dump(&socket, family, id, wanted, &mut found)?;
+        dump(&socket, family, id, states.clone(), seen)?;
     }
-    Ok(found)
+    Ok(())
 }
 
 /// Every state a socket held by a process can be in: all but TIME_WAIT (request sockets,
@@ -51,8 +98,8 @@ fn dump(
     socket: &Socket,
     family: u8,
     socket_id: SocketId,
-    wanted: &HashSet<u64>,
-    found: &mut HashMap<u64, TcpEntry>,
+    states: StateFlags,
+    seen: &mut dyn FnMut(&InetResponseHeader),
 ) -> io::Result<()> {
     let mut header = NetlinkHeader::default();
     header.flags = NLM_F_REQUEST | NLM_F_DUMP;
@@ -62,7 +109,7 @@ fn dump(
             family,
             protocol: IPPROTO_TCP,
             extensions: ExtensionFlags::empty(),
-            states: held_states(),
+            states,
             socket_id,
         })
         .into(),
@@ -92,12 +139,7 @@ fn dump(
                     return Err(io::Error::from_raw_os_error(-err.raw_code()))
                 }
                 NetlinkPayload::InnerMessage(SockDiagMessage::InetResponse(response)) => {
-                    let inode = u64::from(response.header.inode);
-                    if wanted.contains(&inode) {
-                        if let Some(entry) = entry_of(&response.header) {
-                            found.insert(inode, entry);
-                        }
-                    }
+                    seen(&response.header);
                 }
                 _ => {}
             }
@@ -110,7 +152,7 @@ fn dump(
     }
 }
 
-fn entry_of(header: &netlink_packet_sock_diag::inet::InetResponseHeader) -> Option<TcpEntry> {
+fn entry_of(header: &InetResponseHeader) -> Option<TcpEntry> {
     let id = &header.socket_id;
     Some(TcpEntry {
         local: unmapped(SocketAddr::new(id.source_address, id.source_port)),

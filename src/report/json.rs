@@ -130,6 +130,14 @@ pub fn write_event(buf: &mut Vec<u8>, e: &StallEvent, flow: &str) -> io::Result<
         number.write_u32(buf, w)?;
     }
     buf.push(b']');
+    if let Some(h) = e.handshake_not_taken {
+        // Only on a timeout of the client's first data the server never took.
+        buf.extend_from_slice(b",\"handshake_not_taken\":{\"by\":\"");
+        buf.extend_from_slice(h.by_name().as_bytes());
+        buf.extend_from_slice(b"\",\"proof\":\"");
+        buf.extend_from_slice(h.proof_name().as_bytes());
+        buf.extend_from_slice(b"\"}");
+    }
     if let Some(p) = e.paced.as_deref() {
         buf.extend_from_slice(b",\"nagle_ack_paced\":");
         write_pacing(buf, f.held_side, p)?;

@@ -137,6 +137,17 @@ pub fn text(r: &ProbeReport) -> String {
         r.latency.max_ms,
         link.join(", ")
     );
+    if let Some(ct) = r.connect_times.filter(|c| c.waited_for_syn > 0) {
+        let _ = writeln!(
+            out,
+            "connects: p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms; {} of {} waited for a SYN \
+             resend (not in the request latencies)",
+            ct.latency.p50_ms, ct.latency.p99_ms, ct.latency.max_ms, ct.waited_for_syn, ct.connects
+        );
+    }
+    if let Some(q) = &d.listen_queue {
+        let _ = writeln!(out, "listen queue: {}", listen_queue_text(q));
+    }
     let c = &d.counts;
     let _ = writeln!(
         out,
@@ -156,11 +167,19 @@ pub fn text(r: &ProbeReport) -> String {
         }
     }
     if d.verdict() == "stall" {
-        let _ = writeln!(
-            out,
-            "culprit: {}",
-            d.culprit.map_or("none (the network)", |s| s.name())
-        );
+        // A timeout the capture shows as a handshake the server did not take is not put on
+        // the network, though from the client's side it cannot be put on the server either.
+        let handshake = d
+            .example
+            .as_ref()
+            .and_then(|s| s.event.as_ref())
+            .is_some_and(|e| e.handshake_not_taken.is_some());
+        let none = if handshake {
+            "none proven (the server's accept queue, or the path to it: see why)"
+        } else {
+            "none (the network)"
+        };
+        let _ = writeln!(out, "culprit: {}", d.culprit.map_or(none, |s| s.name()));
     }
     if let Some(why) = &d.explanation {
         let _ = writeln!(out, "why: {why}");
@@ -277,6 +296,26 @@ fn source_text(source: &Source) -> String {
     }
 }
 
+/// The server's listening socket in a line.
+fn listen_queue_text(q: &crate::report::model::probe::ListenQueue) -> String {
+    let count = |n: Option<u64>| n.map_or("?".to_string(), |n| n.to_string());
+    format!(
+        "{} (pid {}) on {}: backlog {}{}, queued {} before, {} at most, {} after; \
+         ListenOverflows +{}, ListenDrops +{} (its network namespace)",
+        q.command,
+        q.pid,
+        q.address,
+        q.backlog,
+        q.somaxconn
+            .map_or(String::new(), |m| format!(" (somaxconn {m})")),
+        q.queued[0],
+        q.queued[1],
+        q.queued[2],
+        count(q.overflows),
+        count(q.drops)
+    )
+}
+
 /// The report as JSON (one object, one line).
 pub fn json(r: &ProbeReport) -> String {
     let d = &r.diagnosis;
@@ -298,6 +337,10 @@ pub fn json(r: &ProbeReport) -> String {
             "held_writes": event.map(|e| e.writes.clone()),
             "mss": event.map(|e| e.mss),
             "peer_stack": event.and_then(|e| e.peer_stack).map(|p| p.name()),
+            "handshake_not_taken": event.and_then(|e| e.handshake_not_taken).map(|h| json!({
+                "by": h.by_name(),
+                "proof": h.proof_name(),
+            })),
             "segments": d.evidence.iter().map(|l| json!({
                 "t_ms": round3(l.offset_ms),
                 "from": l.from.name(),
@@ -344,6 +387,26 @@ pub fn json(r: &ProbeReport) -> String {
         "capture_dropped": dropped,
         "no_capture_reason": reason,
         "connect_ms": r.connect_ms.map(round3),
+        "connect_times": r.connect_times.map(|c| json!({
+            "connects": c.connects,
+            "p50_ms": round3(c.latency.p50_ms),
+            "p99_ms": round3(c.latency.p99_ms),
+            "max_ms": round3(c.latency.max_ms),
+            "waited_for_syn": c.waited_for_syn,
+        })),
+        "listen_queue": d.listen_queue.as_ref().map(|q| json!({
+            "pid": q.pid,
+            "command": q.command,
+            "address": q.address.to_string(),
+            "backlog": q.backlog,
+            "queued_before": q.queued[0],
+            "queued_max": q.queued[1],
+            "queued_after": q.queued[2],
+            "somaxconn": q.somaxconn,
+            "listen_overflows": q.overflows,
+            "listen_drops": q.drops,
+            "blamed": q.blamed,
+        })),
         "min_rtt_ms": r.min_rtt_ms.map(round3),
         "retransmissions": r.retransmissions,
         "notes": r.notes,

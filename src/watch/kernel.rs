@@ -267,6 +267,7 @@ impl Hold {
             peer_stack: ack_delay.map(PeerStack::from_ack_delay),
             backoffs: 0,
             backoff_ns: Span::ZERO,
+            handshake_not_taken: None,
             paced: None,
         }
     }

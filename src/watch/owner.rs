@@ -248,6 +248,7 @@ mod tests {
             peer_stack: None,
             backoffs: 0,
             backoff_ns: crate::flow::Span::ZERO,
+            handshake_not_taken: None,
             paced: None,
         }
     }

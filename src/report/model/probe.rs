@@ -40,6 +40,47 @@ pub struct ProbeReport {
     pub ack_paced: AckPaced,
     /// Requests in each timed exchange (`--pipeline`).
     pub pipeline: usize,
+    /// Every connection's connect time: percentiles, and the connects that waited for a SYN
+    /// resend (the request latencies start after the connect and leave them out).
+    pub connect_times: Option<ConnectTimes>,
+}
+
+/// The connect times of a run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ConnectTimes {
+    /// Connects timed.
+    pub connects: usize,
+    /// Their percentiles.
+    pub latency: LatencySummary,
+    /// Connects that took at least the initial SYN timeout (1 s on Linux): their SYN, or the
+    /// server's SYN-ACK, was resent.
+    pub waited_for_syn: usize,
+}
+
+/// The server's listening socket over the run, when the server is on this host
+/// (`sock_diag`, and the TcpExt counters of its network namespace).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenQueue {
+    /// The listening process.
+    pub pid: u32,
+    /// Its command name.
+    pub command: String,
+    /// The address it listens on.
+    pub address: SocketAddr,
+    /// The backlog the kernel keeps for it: what it passed to `listen()`, capped by
+    /// `net.core.somaxconn`.
+    pub backlog: u32,
+    /// Connections waiting for `accept()` before the run, at most during it (sampled), after.
+    pub queued: [u32; 3],
+    /// `net.core.somaxconn`, when readable.
+    pub somaxconn: Option<u64>,
+    /// Rise of `TcpExt: ListenOverflows` in the server's namespace during the run, when
+    /// readable (every listener of the namespace counts there).
+    pub overflows: Option<u64>,
+    /// Rise of `TcpExt: ListenDrops` likewise.
+    pub drops: Option<u64>,
+    /// The run's timer waits are put on the overflowing queue.
+    pub blamed: bool,
 }
 
 /// One side's writes paced by ACKs over the probe's connections (from the capture).
@@ -186,6 +227,8 @@ pub struct Diagnosis {
     pub advice: Vec<String>,
     /// The stall behind the server, when the run points there.
     pub upstream: Option<Upstream>,
+    /// The server's listening socket and its accept queue, when the server is on this host.
+    pub listen_queue: Option<ListenQueue>,
 }
 
 /// What the confirmation run changes.
