@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /* Nagle holds as the kernel sees them, for `tcpstall watch --kernel`.
  *
- * Two BTF tracepoints (tp_btf: no kprobe, no fentry, so a locked-down kernel allows them):
+ * BTF tracepoints (tp_btf: no kprobe, no fentry, so a locked-down kernel allows them):
  *
  *  - sock:sock_send_length, after every sendmsg (sock_sendmsg_nosec), in the writer's own
  *    context: a TCP socket with Nagle on whose unsent bytes (write_seq - snd_nxt) are left
@@ -16,11 +16,13 @@
  *    hold.
  *
  * A hold may also end without the ACK: a timer sends the held bytes (the tail-loss probe
- * sends new data whatever Nagle says, tcp_send_loss_probe; the zero-window probe,
- * tcp_write_wakeup), seen at the next segment received as bytes already sent; or the
- * socket closes (sock:inet_sock_set_state: to FIN_WAIT1 or LAST_ACK the FIN pushes them
- * out, to CLOSE a reset or abort discards them). tcp:tcp_retransmit_skb marks a hold whose
- * small segment the RTO or the loss probe resent: its ACK came only after that timer.
+ * sends new data whatever Nagle says, tcp_send_loss_probe), seen as bytes already sent at
+ * the next segment received or, if the RTO comes first, at tcp:tcp_cong_state_set when
+ * tcp_enter_loss sets the Loss state, before it clears the probe's mark and the RTO's
+ * resend moves lsndtime; or the socket closes (sock:inet_sock_set_state: to FIN_WAIT1 or
+ * LAST_ACK the FIN pushes them out, to CLOSE a reset or abort discards them).
+ * tcp:tcp_retransmit_skb marks a hold whose small segment the RTO or the loss probe resent:
+ * its ACK came only after that timer.
  *
  * Holds shorter than min_emit_ns (1 ms unless the loader sets it: 0 for `watch --minor`) are
  * only counted. A write that empties the queue by itself (the held bytes reached a full
@@ -234,32 +236,44 @@ static __always_inline void finish(struct pending *p, __u64 key, __u8 release, _
 	bpf_map_delete_elem(&holds, &key);
 }
 
+/* The held bytes have left already without the ACK of the small segment (tail_left): a
+ * timer sent them, or an option change pushed them. The hold ends now, named by the state
+ * the sender left: tlp_high_seq is set by tcp_send_loss_probe once its probe is out (new
+ * data whatever Nagle says: tcp_write_xmit with TCP_NAGLE_OFF) until the probe's ACK or
+ * tcp_enter_loss; icsk_probes_out counts the zero-window probes (tcp_send_probe0).
+ * Nonzero when it ended the hold. */
+static __always_inline int left_already(struct pending *p, __u64 key, struct sock *sk)
+{
+	struct tcp_sock *tp = (struct tcp_sock *)sk;
+	struct inet_connection_sock *icsk = (struct inet_connection_sock *)sk;
+	__u32 ago = 0;
+
+	if (!tail_left(sk, p->end_seq, &ago))
+		return 0;
+	__u8 release = RELEASE_PUSHED;
+	if (BPF_CORE_READ(tp, tlp_high_seq))
+		release = RELEASE_TLP;
+	else if (BPF_CORE_READ(icsk, icsk_probes_out))
+		release = RELEASE_PROBE0;
+	else if (p->timer)
+		release = p->timer;
+	finish(p, key, release, ago);
+	return 1;
+}
+
 SEC("tp_btf/tcp_probe")
 int tcp_probe(__u64 *ctx)
 {
 	struct sock *sk = (struct sock *)ctx[0];
 	struct sk_buff *skb = (struct sk_buff *)ctx[1];
-	struct tcp_sock *tp = (struct tcp_sock *)sk;
 	__u64 key = (__u64)sk;
 
 	struct pending *p = bpf_map_lookup_elem(&holds, &key);
 	if (!p)
 		return 0;
-	/* The held bytes left before this segment came: not its ACK but a timer sent them (or
-	 * an option change pushed them), lsndtime jiffies ago. */
-	if (!seq_before(BPF_CORE_READ(tp, snd_nxt), p->end_seq)) {
-		struct inet_connection_sock *icsk = (struct inet_connection_sock *)sk;
-		__u8 release = RELEASE_PUSHED;
-		if (BPF_CORE_READ(tp, tlp_high_seq))
-			release = RELEASE_TLP;
-		else if (BPF_CORE_READ(icsk, icsk_probes_out))
-			release = RELEASE_PROBE0;
-		else if (p->timer)
-			release = p->timer;
-		__u32 ago = (__u32)bpf_jiffies64() - BPF_CORE_READ(tp, lsndtime);
-		finish(p, key, release, ago);
+	/* The held bytes left before this segment came: not its ACK. */
+	if (left_already(p, key, sk))
 		return 0;
-	}
 	__u32 ack = 0;
 	if (segment_ack(skb, &ack))
 		return 0;
@@ -267,6 +281,25 @@ int tcp_probe(__u64 *ctx)
 		return 0; /* the small segment is still unacknowledged: the hold goes on */
 	/* Its ACK, but after a timer resent the small segment: that timer's wait. */
 	finish(p, key, p->timer ? p->timer : RELEASE_ACK, 0);
+	return 0;
+}
+
+/* The congestion state changes (tcp_set_ca_state) while a hold waits. The one that matters
+ * is the RTO's: tcp_retransmit_timer calls tcp_enter_loss, which sets the Loss state, then
+ * clears tlp_high_seq, then the timer resends the first unacknowledged segment, moving
+ * lsndtime. If the loss probe sent the held bytes and no segment has come since (tcp_probe
+ * would have ended the hold), this is the last moment both still say so: end it here.
+ * Other changes come from an ACK, which tcp_probe saw first, or from the sender's own
+ * congestion (tcp_enter_cwr); the held bytes are judged by snd_nxt either way. */
+SEC("tp_btf/tcp_cong_state_set")
+int tcp_cong_state_set(__u64 *ctx)
+{
+	struct sock *sk = (struct sock *)ctx[0];
+	__u64 key = (__u64)sk;
+
+	struct pending *p = bpf_map_lookup_elem(&holds, &key);
+	if (p)
+		left_already(p, key, sk);
 	return 0;
 }
 

@@ -49,6 +49,18 @@ static __always_inline int segment_ack(struct sk_buff *skb, __u32 *ack)
 	return 0;
 }
 
+/* Whether a held tail ending at `end_seq` has left (snd_nxt has passed it) without waiting
+ * for the ACK; then *ago is the jiffies since the socket last sent data (lsndtime,
+ * tcp_event_data_sent): when the tail left, so long as nothing was sent since. */
+static __always_inline int tail_left(struct sock *sk, __u32 end_seq, __u32 *ago)
+{
+	struct tcp_sock *tp = (struct tcp_sock *)sk;
+	if (seq_before(BPF_CORE_READ(tp, snd_nxt), end_seq))
+		return 0;
+	*ago = (__u32)bpf_jiffies64() - BPF_CORE_READ(tp, lsndtime);
+	return 1;
+}
+
 static __always_inline int is_tcp(struct sock *sk)
 {
 	__u16 family = BPF_CORE_READ(sk, __sk_common.skc_family);

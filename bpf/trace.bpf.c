@@ -21,6 +21,9 @@
  *    (snd_sml) releases it (tcp_data_snd_check sends it right after), or the tail had left
  *    already (a timer, an option change), lsndtime jiffies ago. One record says when, so
  *    user space times the hold itself, not the read that waits for the peer's next message.
+ *  - tcp:tcp_cong_state_set, for sockets with a held tail: when the RTO enters the Loss
+ *    state (tcp_enter_loss) before any segment came, a tail the loss probe sent already is
+ *    released there, before the RTO's resend moves lsndtime.
  *  - sched_process_fork / sched_process_exec / sched_process_exit: a child of a target
  *    becomes a target (as ptrace's TRACEFORK follows it), exec and thread ends are told.
  *
@@ -560,34 +563,13 @@ int sock_send_length(__u64 *ctx)
 	return 0;
 }
 
-SEC("tp_btf/tcp_probe")
-int tcp_probe(__u64 *ctx)
+/* The held tail of socket `key` has left: one record for its sender, `ago` jiffies before
+ * now if `late` (it left before this moment, not at it). */
+static __always_inline void released(struct held *h, __u64 key, __u32 ago, __u8 late)
 {
-	struct sock *sk = (struct sock *)ctx[0];
-	struct sk_buff *skb = (struct sk_buff *)ctx[1];
-	struct tcp_sock *tp = (struct tcp_sock *)sk;
-	__u64 key = (__u64)sk;
-	struct held *h = bpf_map_lookup_elem(&holds, &key);
-	if (!h)
-		return 0;
-	__u32 ago = 0;
-	__u8 late = 0;
-	if (!seq_before(BPF_CORE_READ(tp, snd_nxt), h->end_seq)) {
-		/* Gone before this segment came: a timer sent it (the tail-loss probe sends new
-		 * data whatever Nagle says), or TCP_NODELAY pushed it, at lsndtime. */
-		ago = (__u32)bpf_jiffies64() - BPF_CORE_READ(tp, lsndtime);
-		late = 1;
-	} else {
-		__u32 ack = 0;
-		if (segment_ack(skb, &ack))
-			return 0;
-		/* tcp_minshall_check: held while the small segment is unacknowledged. */
-		if (seq_before(ack, h->sml))
-			return 0;
-	}
 	struct record *r = new_record(REC_RELEASED);
 	if (r) {
-		/* Softirq: the sender named by the hold, not whoever runs now. */
+		/* Softirq or a timer: the sender named by the hold, not whoever runs now. */
 		r->tid = h->tid;
 		r->tgid = h->tgid;
 		r->fd = h->fd;
@@ -597,6 +579,53 @@ int tcp_probe(__u64 *ctx)
 		submit(r);
 	}
 	bpf_map_delete_elem(&holds, &key);
+}
+
+/* Whether the held tail has left already (tail_left): a timer sent it (the tail-loss probe
+ * sends new data whatever Nagle says, tcp_send_loss_probe), or TCP_NODELAY pushed it.
+ * Nonzero when it sent the record. */
+static __always_inline int left_already(struct held *h, __u64 key, struct sock *sk)
+{
+	__u32 ago = 0;
+	if (!tail_left(sk, h->end_seq, &ago))
+		return 0;
+	released(h, key, ago, 1);
+	return 1;
+}
+
+SEC("tp_btf/tcp_probe")
+int tcp_probe(__u64 *ctx)
+{
+	struct sock *sk = (struct sock *)ctx[0];
+	struct sk_buff *skb = (struct sk_buff *)ctx[1];
+	__u64 key = (__u64)sk;
+	struct held *h = bpf_map_lookup_elem(&holds, &key);
+	if (!h || left_already(h, key, sk))
+		return 0;
+	__u32 ack = 0;
+	if (segment_ack(skb, &ack))
+		return 0;
+	/* tcp_minshall_check: held while the small segment is unacknowledged. */
+	if (seq_before(ack, h->sml))
+		return 0;
+	released(h, key, 0, 0);
+	return 0;
+}
+
+/* The congestion state changes (tcp_set_ca_state) while a tail is held. The RTO's change
+ * matters: tcp_retransmit_timer calls tcp_enter_loss, which sets the Loss state, and then
+ * resends the first unacknowledged segment, moving lsndtime. If the loss probe sent the
+ * tail and no segment has come since (tcp_probe would have ended the hold), this is the
+ * last moment lsndtime says when it left. Other changes come from an ACK, which tcp_probe
+ * saw first, or from the sender's own congestion (tcp_enter_cwr): judged by snd_nxt too. */
+SEC("tp_btf/tcp_cong_state_set")
+int tcp_cong_state_set(__u64 *ctx)
+{
+	struct sock *sk = (struct sock *)ctx[0];
+	__u64 key = (__u64)sk;
+	struct held *h = bpf_map_lookup_elem(&holds, &key);
+	if (h)
+		left_already(h, key, sk);
 	return 0;
 }
 

@@ -460,3 +460,55 @@ fn a_process_already_under_strace_is_followed_too() {
 fn the_committed_object_is_built_from_its_source() {
     support::assert_bpf_object_fresh("trace");
 }
+
+/// A held tail that the tail-loss probe sends, then an RTO before any ACK: the client writes
+/// twice (its second write held by Nagle behind the first), the server's segments to it are
+/// dropped, and it reads the server's answer once the drop is lifted 0.6 s later. The probe
+/// (tcp_send_loss_probe, about 200 ms after the writes: tcp_schedule_loss_probe with one
+/// segment out) sends the held tail whatever Nagle says; the RTO follows at least 200 ms
+/// later (tcp_retransmit_timer: tcp_enter_loss, then the first segment resent, which moves
+/// lsndtime). The hold ends at the probe's send, not at the RTO's nor at the read.
+#[test]
+fn a_tail_sent_by_the_loss_probe_before_an_rto_is_timed_by_the_probe() {
+    require_tracepoints!();
+    let _serial = serial();
+    let ns = support::Netns::new("tp");
+    ns.run(&["sysctl", "-qw", "net.ipv4.tcp_early_retrans=3"], true);
+    let target = support::command_in(Some(&ns.0), "python3")
+        .args(["-c", &support::held_behind_a_drop("rto", true)])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    let mut target = KillOnDrop(target);
+    // `ip netns exec` execs the command: the pid is python's.
+    let pid = target.0.id();
+    let (trace, stderr) = start_trace(pid, &["--duration", "30", "--json"]);
+    {
+        use std::io::Write;
+        let mut go = target.0.stdin.take().expect("target stdin");
+        go.write_all(b"go\n").expect("let the target go");
+    }
+    let (code, out, errors) = finish(trace, stderr, Duration::from_secs(20));
+    let mut printed = String::new();
+    if let Some(mut pipe) = target.0.stdout.take() {
+        pipe.read_to_string(&mut printed)
+            .expect("the target's port");
+    }
+    assert!(target.0.wait().expect("target ends").success(), "{printed}");
+    assert_eq!(code, Some(0), "{errors}");
+    let report = report_of(&out, &errors);
+    assert_eq!(report["method"], "tracepoints", "{errors}");
+    let server = format!("127.0.0.1:{}", printed.trim());
+    let client = sockets(&report)
+        .iter()
+        .find(|s| s["remote"] == server.as_str())
+        .unwrap_or_else(|| panic!("the client's socket (to {server}) is reported: {report:#}"));
+    let example = &client["example"];
+    assert_eq!(example["writes"], serde_json::json!([10, 10]), "{client:#}");
+    assert_eq!(example["hold_is_upper_bound"], false, "{client:#}");
+    // The probe's send, before the RTO's resend (at least 200 ms after the probe) and the
+    // read after the drop was lifted.
+    let hold = example["hold_ms"].as_f64().unwrap_or(f64::NAN);
+    assert!((30.0..400.0).contains(&hold), "{client:#}");
+}

@@ -259,37 +259,10 @@ fn the_metrics_count_the_kernels_holds() {
     }
 }
 
-/// A client in network namespace `ns` whose server's segments to it are dropped (nft), so
-/// its second small write waits with nothing to release it; then, per `ending`: `rto` (the
-/// retransmission timer resends the first; after 0.6 s the drop is lifted and the server
-/// writes, its segment acknowledging), `close` or `reset` (the client closes after 0.1 s,
-/// plainly or with SO_LINGER 0). Returns the server's port.
+/// [`support::held_behind_a_drop`] run to its end in network namespace `ns`, per `ending`;
+/// the server's port.
 fn held_then(ns: &Netns, ending: &str) -> u16 {
-    let script = format!(
-        r#"
-import socket, struct, subprocess, time
-L = socket.socket(); L.bind(("127.0.0.1", 0)); L.listen(1)
-lp = L.getsockname()[1]
-c = socket.create_connection(("127.0.0.1", lp)); s, _ = L.accept()
-nft = lambda *a: subprocess.run(["nft", *a], check=True)
-nft("add", "table", "inet", "t")
-nft("add chain inet t out {{ type filter hook output priority 0; }}")
-nft(f"add rule inet t out tcp sport {{lp}} tcp dport {{c.getsockname()[1]}} drop")
-c.send(b"a" * 10); c.send(b"b" * 10)
-ending = "{ending}"
-time.sleep(0.6 if ending == "rto" else 0.1)
-if ending == "reset":
-    c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-if ending != "rto":
-    c.close()
-nft("flush", "ruleset")
-if ending == "rto":
-    s.send(b"z")
-time.sleep(0.2)
-print(lp, flush=True)
-"#
-    );
-    port_printed_by(Some(&ns.0), &script)
+    port_printed_by(Some(&ns.0), &support::held_behind_a_drop(ending, false))
 }
 
 /// Runs a Python `script` (inside network namespace `ns`, if given) to its end; the port it
@@ -326,6 +299,33 @@ fn a_hold_released_by_the_retransmission_timer_is_named() {
     assert_eq!(held[0]["held_side"], "client", "{}", held[0]);
     // Held until the drop was lifted, 0.6 s after the writes.
     assert!(held[0]["delay_ms"].as_f64() >= Some(500.0), "{}", held[0]);
+}
+
+/// The same held write with the tail-loss probe on (the kernel's default). With one segment
+/// out, tcp_schedule_loss_probe arms the probe about 200 ms ahead (2 RTTs plus the minimum
+/// RTO, tcp_rto_min_us, for the peer's delayed ACK); tcp_send_loss_probe then sends the held bytes as new data whatever Nagle
+/// says (tcp_write_xmit with TCP_NAGLE_OFF) and sets tlp_high_seq. No ACK comes, so the RTO
+/// follows, at least TCP_RTO_MIN (200 ms) later: tcp_enter_loss sets the Loss state, clears
+/// tlp_high_seq, and the timer resends the small segment. The hold is the probe's, timed by
+/// the probe's send, not by the RTO's nor by the ACK after the drop is lifted.
+#[test]
+fn a_hold_released_by_the_tail_loss_probe_is_named() {
+    require_kernel!();
+    let ns = Netns::new("wt");
+    ns.run(&["sysctl", "-qw", "net.ipv4.tcp_early_retrans=3"], true);
+    let kernel = Background::start(&["--kernel", "--json", "--minor", "--duration", "5"], "t");
+    let port = held_then(&ns, "rto");
+    let events = kernel.lines();
+    let held: Vec<&Value> = events.iter().filter(|e| e["server_port"] == port).collect();
+    assert_eq!(held.len(), 1, "{events:?}");
+    assert_eq!(held[0]["release"], "tlp", "{}", held[0]);
+    // A loss-recovery timer's wait, as the RTO's.
+    assert_eq!(held[0]["kind"], "rto", "{}", held[0]);
+    assert_eq!(held[0]["held_side"], "client", "{}", held[0]);
+    // Sent by the probe, before the RTO's resend (at least 200 ms after the probe) and long
+    // before the drop was lifted, 0.6 s after the writes.
+    let delay = held[0]["delay_ms"].as_f64().unwrap_or(f64::NAN);
+    assert!((30.0..400.0).contains(&delay), "{}", held[0]);
 }
 
 #[test]

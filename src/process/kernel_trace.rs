@@ -34,11 +34,12 @@ use crate::tracepoints::{chain, clock_ns, load_btf_tracepoints, KernelError};
 pub static TRACE_BPF: &[u8] = aya::include_bytes_aligned!("../../bpf/trace.bpf.o");
 
 /// The tracepoints the programs attach to, by program name (= tracepoint name).
-const TRACEPOINTS: [&str; 7] = [
+const TRACEPOINTS: [&str; 8] = [
     "sys_enter",
     "sys_exit",
     "sock_send_length",
     "tcp_probe",
+    "tcp_cong_state_set",
     "sched_process_fork",
     "sched_process_exec",
     "sched_process_exit",

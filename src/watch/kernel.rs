@@ -3,7 +3,7 @@
 //!
 //! The BPF object (`bpf/nagle.bpf.c`, built by `scripts/build-bpf`, committed as
 //! `bpf/nagle.bpf.o`) is embedded in the binary and loaded with aya, a loader in Rust: no
-//! clang, no libbpf and no capture at run time. Its two programs (`tp_btf`, allowed where
+//! clang, no libbpf and no capture at run time. Its programs (`tp_btf`, allowed where
 //! lockdown refuses kprobes and fentry) keep each hold in progress in a kernel hash map keyed
 //! by the socket and put only completed holds of 1 ms or more (every hold with `--minor`) into
 //! a ring buffer, without waking the reader: this module polls the ring every [`POLL`], so the
@@ -40,10 +40,11 @@ pub(crate) use crate::tracepoints::{chain, clock_ns, load_btf_tracepoints_with};
 pub static NAGLE_BPF: &[u8] = aya::include_bytes_aligned!("../../bpf/nagle.bpf.o");
 
 /// The tracepoints the programs attach to, by program name (= tracepoint name).
-const TRACEPOINTS: [&str; 4] = [
+const TRACEPOINTS: [&str; 5] = [
     "sock_send_length",
     "tcp_probe",
     "tcp_retransmit_skb",
+    "tcp_cong_state_set",
     "inet_sock_set_state",
 ];
 

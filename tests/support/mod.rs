@@ -473,6 +473,42 @@ pub fn tracer_of(pid: &str) -> Option<String> {
         .find_map(|l| l.strip_prefix("TracerPid:").map(|v| v.trim().to_string()))
 }
 
+/// A Python script for a network namespace: a client whose server's segments to it are
+/// dropped (nft), so its second small write waits behind its first with nothing to release
+/// it; then, per `ending`: `rto` (after 0.6 s the drop is lifted and the server writes, its
+/// segment acknowledging; the client reads it), `close` or `reset` (the client closes after
+/// 0.1 s, plainly or with SO_LINGER 0). With `wait`, it first waits for a line on stdin (a
+/// tracer following it) before any socket. It prints the server's port.
+pub fn held_behind_a_drop(ending: &str, wait: bool) -> String {
+    let wait = if wait { "True" } else { "False" };
+    format!(
+        r#"
+import socket, struct, subprocess, sys, time
+if {wait}:
+    sys.stdin.readline()
+L = socket.socket(); L.bind(("127.0.0.1", 0)); L.listen(1)
+lp = L.getsockname()[1]
+c = socket.create_connection(("127.0.0.1", lp)); s, _ = L.accept()
+nft = lambda *a: subprocess.run(["nft", *a], check=True)
+nft("add", "table", "inet", "t")
+nft("add chain inet t out {{ type filter hook output priority 0; }}")
+nft(f"add rule inet t out tcp sport {{lp}} tcp dport {{c.getsockname()[1]}} drop")
+c.send(b"a" * 10); c.send(b"b" * 10)
+ending = "{ending}"
+time.sleep(0.6 if ending == "rto" else 0.1)
+if ending == "reset":
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+if ending != "rto":
+    c.close()
+nft("flush", "ruleset")
+if ending == "rto":
+    s.send(b"z"); c.recv(1)
+time.sleep(0.2)
+print(lp, flush=True)
+"#
+    )
+}
+
 /// A network namespace of its own, loopback up, deleted when the test ends; `tag` tells the
 /// tests apart in its name.
 pub struct Netns(pub String);
