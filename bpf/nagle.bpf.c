@@ -46,10 +46,11 @@ const volatile __u64 min_emit_ns = SHORT_NS;
 #define RELEASE_ACK 1    /* the ACK of the small segment */
 #define RELEASE_TLP 2    /* the tail-loss probe timer */
 #define RELEASE_RTO 3    /* the retransmission timer */
-#define RELEASE_PROBE0 4 /* the zero-window probe timer */
-#define RELEASE_PUSHED 5 /* sent without an ACK or a timer: TCP_NODELAY set, uncorked */
-#define RELEASE_CLOSE 6  /* close(): the FIN pushed them */
-#define RELEASE_RESET 7  /* reset or abort: discarded */
+#define RELEASE_PUSHED 4 /* sent without an ACK or a timer: TCP_NODELAY set, uncorked */
+#define RELEASE_CLOSE 5  /* close(): the FIN pushed them */
+#define RELEASE_RESET 6  /* reset or abort: discarded */
+/* No zero-window probe ends a hold: tcp_probe_timer runs only with nothing in flight, and the
+ * ACK that emptied the flight ended the hold first (tcp_probe). */
 
 /* include/net/tcp_states.h, include/net/inet_connection_sock.h, enum tcp_ca_state */
 #define TCP_FIN_WAIT1 4
@@ -240,12 +241,10 @@ static __always_inline void finish(struct pending *p, __u64 key, __u8 release, _
  * timer sent them, or an option change pushed them. The hold ends now, named by the state
  * the sender left: tlp_high_seq is set by tcp_send_loss_probe once its probe is out (new
  * data whatever Nagle says: tcp_write_xmit with TCP_NAGLE_OFF) until the probe's ACK or
- * tcp_enter_loss; icsk_probes_out counts the zero-window probes (tcp_send_probe0).
- * Nonzero when it ended the hold. */
+ * tcp_enter_loss. Nonzero when it ended the hold. */
 static __always_inline int left_already(struct pending *p, __u64 key, struct sock *sk)
 {
 	struct tcp_sock *tp = (struct tcp_sock *)sk;
-	struct inet_connection_sock *icsk = (struct inet_connection_sock *)sk;
 	__u32 ago = 0;
 
 	if (!tail_left(sk, p->end_seq, &ago))
@@ -253,8 +252,6 @@ static __always_inline int left_already(struct pending *p, __u64 key, struct soc
 	__u8 release = RELEASE_PUSHED;
 	if (BPF_CORE_READ(tp, tlp_high_seq))
 		release = RELEASE_TLP;
-	else if (BPF_CORE_READ(icsk, icsk_probes_out))
-		release = RELEASE_PROBE0;
 	else if (p->timer)
 		release = p->timer;
 	finish(p, key, release, ago);

@@ -197,7 +197,6 @@ pub fn release_text(release: &str) -> &'static str {
         "ack" => "the ACK of the small segment in flight",
         "tlp" => "the tail-loss probe timer (no ACK came in time: the probe sent or resent data)",
         "rto" => "the retransmission timer (the small segment or its ACK was lost and resent)",
-        "probe0" => "the zero-window probe timer",
         "pushed" => "no ACK: TCP_NODELAY was switched on, or the socket uncorked",
         "close" => "close(): the FIN carried the held bytes out",
         "reset" => "a reset or abort: the held bytes were discarded with the socket",

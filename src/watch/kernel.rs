@@ -87,8 +87,6 @@ pub enum Release {
     Tlp,
     /// The retransmission timer resent the small segment; its ACK released the bytes.
     Rto,
-    /// The zero-window probe timer sent them (tcp_write_wakeup).
-    Probe0,
     /// Sent with no ACK and no timer: TCP_NODELAY switched on, or uncorked.
     Pushed,
     /// close(): the FIN pushed them out (tcp_send_fin). The hold ended; nothing was lost.
@@ -98,11 +96,10 @@ pub enum Release {
 }
 
 impl Release {
-    const ALL: [Release; 7] = [
+    const ALL: [Release; 6] = [
         Release::Ack,
         Release::Tlp,
         Release::Rto,
-        Release::Probe0,
         Release::Pushed,
         Release::Close,
         Release::Reset,
@@ -118,7 +115,6 @@ impl Release {
             Release::Ack => "ack",
             Release::Tlp => "tlp",
             Release::Rto => "rto",
-            Release::Probe0 => "probe0",
             Release::Pushed => "pushed",
             Release::Close => "close",
             Release::Reset => "reset",
@@ -225,12 +221,11 @@ impl Hold {
         // Released by the peer's ACK: at 30 ms or more that ACK was a delayed one (the peer's
         // tcp_delack_timer, 40 ms at least on Linux: tcp_rules::DELACK_MIN); sooner, an
         // ordinary ACK, a round trip's wait. Released by a timer: the loss-recovery timers'
-        // wait (TLP, RTO), or the zero-window probe's.
+        // wait (TLP, RTO).
         let long = delay >= Span::from_duration(tcp_rules::STALL_THRESHOLD);
         let kind = match self.release {
             _ if !long => StallKind::NagleMinor,
             Release::Tlp | Release::Rto => StallKind::Rto,
-            Release::Probe0 => StallKind::ZeroWindow,
             _ => StallKind::NagleDelayedAck,
         };
         let delayed = kind == StallKind::NagleDelayedAck;
