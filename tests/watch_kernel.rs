@@ -479,6 +479,82 @@ fn a_server_in_another_network_namespace_is_named_by_the_kernel() {
     }
 }
 
+/// A short-lived client: a warm-up request (the server leaves quick-ACK mode and delays its
+/// ACKs, ping-pong), then three requests of two small writes each, whose second waits for the
+/// server's delayed ACK; it reads each answer and exits. The server keeps its end open.
+const SHORT_LIVED_CLIENT: &str = r#"
+import socket, sys
+c = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+f = c.makefile("rb")
+c.sendall(b"ping\n"); f.readline()
+for _ in range(3):
+    c.send(b"hello "); c.send(b"world\n"); f.readline()
+print(__import__("os").getpid(), flush=True)
+"#;
+
+/// A line-echo server that answers each line in one write and keeps the connection open
+/// (its socket then waits in CLOSE_WAIT, held by its fd) after the client has gone.
+const KEEPING_SERVER: &str = r#"
+import socket, time
+L = socket.socket(); L.bind(("127.0.0.1", 0)); L.listen(1)
+print(L.getsockname()[1], flush=True)
+s, _ = L.accept(); f = s.makefile("rb")
+for _ in range(4):
+    s.sendall(f.readline())
+time.sleep(30)
+"#;
+
+/// The writer exited before its holds were looked up: its socket has left the table, and
+/// only the server's end, still open, is there. The kernel saw the client write, so the
+/// client is named, never the server it talked to. watch is stopped while the client runs
+/// (its records wait in the kernel's ring), so the lookup comes after the exit.
+#[test]
+fn a_writer_that_exited_is_named_not_its_peer() {
+    require_kernel!();
+    // Host-wide: another test's holds would be this one's.
+    let _serial = support::serial();
+    let (server, port) = spawn_printing_port(
+        Command::new("python3").args(["-c", KEEPING_SERVER]),
+        "the keeping server",
+    );
+    let kernel = Background::start(&["--kernel", "--json", "--duration", "4"], "x");
+    let watch_pid = kernel.child.0.id().to_string();
+    let signal = |sig: &str| {
+        let status = Command::new("kill")
+            .args([sig, &watch_pid])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill {sig}");
+    };
+    signal("-STOP");
+    let client = Command::new("python3")
+        .args(["-c", SHORT_LIVED_CLIENT, &port.to_string()])
+        .output();
+    // Never left stopped, whatever the client did.
+    signal("-CONT");
+    let client = client.expect("python3 runs");
+    assert!(client.status.success(), "{client:?}");
+    let client_pid: u64 = String::from_utf8_lossy(&client.stdout)
+        .trim()
+        .parse()
+        .expect("the client's pid");
+    let events = kernel.lines();
+    let held = stalls_on(&events, port);
+    assert!(
+        !held.is_empty(),
+        "no delayed-ACK hold of the client: {events:?}"
+    );
+    for e in &held {
+        assert_eq!(e["held_side"], "client", "{e}");
+        assert_eq!(
+            e["pid"].as_u64(),
+            Some(client_pid),
+            "the exited writer: {e}"
+        );
+        assert_ne!(e["pid"].as_u64(), Some(u64::from(server.0.id())), "{e}");
+    }
+}
+
 #[test]
 fn the_labs_stalls_are_the_kernels() {
     require_kernel!();

@@ -74,8 +74,21 @@ fn print_all(rx: &Receiver<ToPrinter>, json: bool) -> io::Result<Printed> {
             }
             ToPrinter::Stall(event) => {
                 let owner = match (lookup.owner_of(&event), writer.take()) {
-                    (Err(NoOwner::NotLocal), Some((pid, command))) => {
-                        Ok(Owner::writer(&event, pid, command))
+                    (Err(NoOwner::NotLocal), Some((pid, command))) => Ok(Owner::writer(
+                        &event,
+                        pid,
+                        command,
+                        "the socket is in another network namespace",
+                    )),
+                    // The kernel saw the held side write here: a socket found only for the
+                    // other end is its peer's, the writer's own having closed since.
+                    (Ok(found), Some((pid, command))) if found.side != event.finding.held_side => {
+                        Ok(Owner::writer(
+                            &event,
+                            pid,
+                            command,
+                            "the socket has closed since",
+                        ))
                     }
                     (found, _) => found,
                 };

@@ -130,7 +130,7 @@ pub struct Owner {
 impl Owner {
     /// The process the kernel saw write `event`'s held bytes, when its socket is not in this
     /// network namespace (a container's): no fd to name, no options to read.
-    pub fn writer(event: &StallEvent, pid: u32, command: String) -> Owner {
+    pub fn writer(event: &StallEvent, pid: u32, command: String, why: &str) -> Owner {
         let held = event.finding.held_side;
         Owner {
             side: held,
@@ -143,9 +143,7 @@ impl Owner {
             },
             nodelay: None,
             cork: None,
-            unreadable: Some(
-                "the socket is in another network namespace; the kernel named its writer".into(),
-            ),
+            unreadable: Some(format!("{why}; the kernel named its writer")),
             listener: false,
         }
     }
