@@ -3,6 +3,7 @@
 //! TcpExt counters of `/proc/net/netstat`.
 
 use std::fs;
+use std::time::Duration;
 
 use serde::Serialize;
 
@@ -35,6 +36,13 @@ impl KernelFacts {
             tcp_autocorking,
             delack_min_ms: tcp_rules::DELACK_MIN.as_millis() as u32,
         }
+    }
+
+    /// One jiffy (1/HZ); `None` when HZ is unknown.
+    pub fn jiffy(&self) -> Option<Duration> {
+        self.hz
+            .filter(|hz| *hz > 0)
+            .map(|hz| Duration::from_secs(1) / hz)
     }
 
     /// The delayed-ACK window this kernel fires in: (40 ms, 40 ms + 1 jiffy], from

@@ -677,11 +677,8 @@ fn connected_sockets(tree: &[u32]) -> Vec<SocketAddr> {
 /// The running kernel's tick, [`tcp_rules::JIFFY_UNKNOWN_HZ`] when HZ is unknown.
 pub fn jiffy() -> Duration {
     crate::kernel::KernelFacts::read()
-        .hz
-        .filter(|hz| *hz > 0)
-        .map_or(tcp_rules::JIFFY_UNKNOWN_HZ, |hz| {
-            Duration::from_nanos(1_000_000_000 / u64::from(hz))
-        })
+        .jiffy()
+        .unwrap_or(tcp_rules::JIFFY_UNKNOWN_HZ)
 }
 
 /// Whether `ip` is an address of this host (loopback, or held by an interface).

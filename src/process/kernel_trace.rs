@@ -470,9 +470,7 @@ pub(crate) fn trace_process(
         processes: HashSet::from([pid]),
         syscalls: 0,
         base: (clock_ns(libc::CLOCK_MONOTONIC) as u64, Instant::now()),
-        jiffy: crate::kernel::KernelFacts::read()
-            .hz
-            .map(|hz| Duration::from_secs(1) / hz.max(1)),
+        jiffy: crate::kernel::KernelFacts::read().jiffy(),
     };
     let mut last_check = Instant::now();
     let mut interrupted = false;

@@ -335,8 +335,8 @@ impl KernelSource {
             counts,
             realtime_offset_ns: realtime_offset_ns(),
             jiffy_ns: crate::kernel::KernelFacts::read()
-                .hz
-                .map(|hz| 1_000_000_000 / u64::from(hz.max(1))),
+                .jiffy()
+                .map(tcp_rules::nanos),
         })
     }
 
