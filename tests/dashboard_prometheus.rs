@@ -284,7 +284,7 @@ fn every_panel_has_data_and_the_stall_alert_is_raised_on_a_real_stall() {
     assert!(
         containers
             .iter()
-            .any(|m| m["container"] == &container.id[..12]
+            .any(|m| m["container"] == container.id[..12]
                 && m["pod_uid"] == container.pod_uid.as_str()),
         "{containers:?}"
     );
