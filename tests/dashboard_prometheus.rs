@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use support::cgroup::FakeContainer;
 use support::python_http::PythonServer;
-use support::{Collected, KillOnDrop};
+use support::KillOnDrop;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tcpstall");
 
@@ -144,31 +144,6 @@ impl Drop for Prometheus {
     }
 }
 
-/// A `tcpstall watch ... --metrics 127.0.0.1:0` running: its metrics address.
-fn start_watch(args: &[&str]) -> (Collected, String) {
-    let mut command = Command::new(BIN);
-    command
-        .arg("watch")
-        .args(args)
-        .args(["--metrics", "127.0.0.1:0", "--duration", "120"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let watch = Collected::new(command.spawn().expect("tcpstall runs"));
-    let said = watch.stderr_until(
-        "tcpstall: watching",
-        Duration::from_secs(20),
-        &format!("watch {args:?}"),
-    );
-    let addr = said
-        .iter()
-        .find_map(|l| l.split("metrics at http://").nth(1))
-        .and_then(|rest| rest.split('/').next())
-        .unwrap_or_else(|| panic!("no metrics address in {said:?}"))
-        .to_string();
-    (watch, addr)
-}
-
 /// Every panel's queries, with the dashboard's variables as Grafana fills them for the job
 /// tcpstall-watch, all nodes, and a range covering the test.
 fn panel_queries() -> Vec<(String, String)> {
@@ -219,14 +194,14 @@ fn every_panel_has_data_and_the_stall_alert_is_raised_on_a_real_stall() {
     container.enter(server.pid());
     let filter = format!("port {}", server.port);
 
-    let (capture, capture_addr) = start_watch(&["-i", "lo", &filter]);
+    let (capture, capture_addr) = support::watch_with_metrics(&["-i", "lo", &filter], 120);
     let probe = ["watch", "--kernel", "--json", "--duration", "0.1"];
     let kernel = match support::bpf_unavailable(BIN, &probe) {
         Some(why) => {
             eprintln!("SKIPPED the watch --kernel target: {why}");
             None
         }
-        None => Some(start_watch(&["--kernel"])),
+        None => Some(support::watch_with_metrics(&["--kernel"], 120)),
     };
     let mut targets = vec![capture_addr.clone()];
     targets.extend(kernel.as_ref().map(|(_, addr)| addr.clone()));

@@ -171,7 +171,10 @@ fn the_service_monitor_selects_the_watch_service() {
         "app.kubernetes.io/name: tcpstall",
         "app.kubernetes.io/component: watch",
     ] {
-        assert!(monitor.contains(label), "the ServiceMonitor does not select {label}");
+        assert!(
+            monitor.contains(label),
+            "the ServiceMonitor does not select {label}"
+        );
         assert!(service.contains(label), "the Service has no {label}");
     }
     assert!(monitor.contains("- port: metrics"), "{monitor}");

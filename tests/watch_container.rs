@@ -10,36 +10,19 @@ mod support;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
 use support::cgroup::FakeContainer;
 use support::python_http::PythonServer;
-use support::Collected;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tcpstall");
 
 /// `tcpstall watch ARGS --duration 4 --metrics 127.0.0.1:0` while the server answers keep-alive
 /// requests: the printed output and the metrics scraped at the end of the requests.
 fn watch_while_stalling(server: &PythonServer, args: &[&str]) -> (String, String) {
-    let mut command = Command::new(BIN);
-    command
-        .arg("watch")
-        .args(args)
-        .args(["--duration", "4", "--metrics", "127.0.0.1:0"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let watch = Collected::new(command.spawn().expect("tcpstall runs"));
     let what = format!("watch {args:?}");
-    let said = watch.stderr_until("tcpstall: watching", Duration::from_secs(20), &what);
-    let metrics_addr = said
-        .iter()
-        .find_map(|l| l.split("metrics at http://").nth(1))
-        .and_then(|rest| rest.split('/').next())
-        .unwrap_or_else(|| panic!("no metrics address in {said:?}"))
-        .to_string();
+    let (watch, metrics_addr) = support::watch_with_metrics(args, 4);
     // Two connections of six requests: each answer after a connection's first is held.
     server.requests(6);
     server.requests(6);
