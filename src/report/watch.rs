@@ -115,6 +115,13 @@ pub fn event_text(event: &StallEvent, found: Result<&Owner, &NoOwner>) -> String
                 "  process: pid {} ({}){fd}{socket}, port {}, {whose}; {options}",
                 o.pid, o.command, o.port
             );
+            if let Some(c) = &o.container {
+                let pod = match &c.pod_uid {
+                    Some(uid) => format!(", pod UID {uid}"),
+                    None => String::new(),
+                };
+                let _ = writeln!(out, "  container: {} ({}){pod}", c.short_id(), c.runtime);
+            }
         }
         None if found == Err(&NoOwner::Hidden) => {
             let _ = writeln!(
@@ -290,7 +297,11 @@ pub fn write_event_json(
         cork: Option<bool>,
         cork_confirmed: Option<bool>,
         fix: Option<String>,
+        container_id: Option<&'a str>,
+        container_runtime: Option<&'static str>,
+        pod_uid: Option<&'a str>,
     }
+    let container = owner.and_then(|o| o.container.as_ref());
     let keys = OwnerKeys {
         pid: owner.map(|o| o.pid),
         command: owner.map(|o| o.command.as_str()),
@@ -302,6 +313,9 @@ pub fn write_event_json(
         cork: owner.and_then(|o| o.cork),
         cork_confirmed: cork_confirmed(event, owner),
         fix: owner.and_then(|o| fix_command(event, o)),
+        container_id: container.map(|c| c.id.as_str()),
+        container_runtime: container.map(|c| c.runtime),
+        pod_uid: container.and_then(|c| c.pod_uid.as_deref()),
     };
     let object = serde_json::to_vec(&keys).map_err(io::Error::from)?;
     // `{"pid":...}` → `,"pid":...}` after the event's last key.
@@ -521,6 +535,7 @@ mod tests {
             cork: Some(false),
             unreadable: None,
             listener: false,
+            container: None,
         };
         let text = event_text(event, Ok(&client));
         let cap = "fix here, if the server cannot be changed: tcpstall fix 4321 --port 40000 \

@@ -446,7 +446,7 @@ pub(super) fn watch(
     let deadline = args
         .duration
         .map(|d| started + Duration::from_secs_f64(d.min(1e9)));
-    let (tx, printer) = printer::spawn(args.json)?;
+    let (tx, printer) = printer::spawn(args.json, metrics.owner_stalls())?;
     let mut summary = WatchSummary {
         interface: "kernel".into(),
         ..WatchSummary::default()

@@ -5,17 +5,27 @@
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::AtomicU64;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
-    TextEncoder,
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
+use rustc_hash::FxHashSet;
 
 use crate::detect::{StallEvent, StallKind};
 use crate::flow::Side;
+use crate::report::model::watch::Owner;
+
+/// Distinct (command, container, pod_uid) label sets of `process_stalls_total` at most: the
+/// stalls of further owners are counted under `other` in all three labels, so a host running
+/// thousands of short-lived containers keeps a bounded number of series.
+pub const OWNER_LABEL_SETS: usize = 64;
+
+/// The value of the owner labels past [`OWNER_LABEL_SETS`].
+pub const OTHER: &str = "other";
 
 /// Upper bounds of the delay histogram, seconds: the delayed-ACK floor (40 ms) and its jiffy
 /// rounding, macOS/FreeBSD's 100 ms, the 200 ms-class timers (delayed-ACK maximum, cork/probe
@@ -44,6 +54,11 @@ pub struct Metrics {
     kernel_holds: IntCounter,
     kernel_short_holds: IntCounterVec,
     kernel_holds_ended: IntCounterVec,
+    /// 1, labelled with where the stalls come from and the version.
+    info: IntGaugeVec,
+    /// Stalls by the process (and container) owning the socket, counted where the owner is
+    /// found.
+    owner_stalls: OwnerStalls,
     /// Last totals seen, so the counters advance by the difference.
     seen: [AtomicU64; 4],
     /// The same for the kernel's hold counters, in [`KernelTotals`] order.
@@ -134,7 +149,30 @@ impl Metrics {
         for by in ["write", "close", "reset"] {
             kernel_holds_ended.with_label_values(&[by]);
         }
+        let owner_stalls = OwnerStalls {
+            counter: IntCounterVec::new(
+                Opts::new(
+                    "process_stalls_total",
+                    "Stalls whose socket's owner was found, by kind, held side, the owner's \
+                     command, container (first 12 digits of its id; empty outside containers) \
+                     and pod UID (empty outside Kubernetes); past 64 distinct owners, under \
+                     \"other\"",
+                ),
+                &["kind", "held_side", "command", "container", "pod_uid"],
+            )?,
+            label_sets: Arc::default(),
+        };
+        let info = IntGaugeVec::new(
+            Opts::new(
+                "info",
+                "Always 1: where this watch finds its stalls (source: capture, or kernel for \
+                 watch --kernel) and tcpstall's version",
+            ),
+            &["source", "version"],
+        )?;
         let metrics = Metrics {
+            info,
+            owner_stalls,
             kernel_holds: counter(
                 "kernel_holds_total",
                 "watch --kernel: Nagle holds that began (a write left bytes waiting)",
@@ -169,6 +207,8 @@ impl Metrics {
         let r = &metrics.registry;
         r.register(Box::new(metrics.stalls.clone()))?;
         r.register(Box::new(metrics.delay.clone()))?;
+        r.register(Box::new(metrics.owner_stalls.counter.clone()))?;
+        r.register(Box::new(metrics.info.clone()))?;
         for c in [
             &metrics.packets,
             &metrics.tcp_segments,
@@ -198,6 +238,18 @@ impl Metrics {
         self.delay
             .with_label_values(&[f.kind.name()])
             .observe(f.delay_ns.as_secs_f64());
+    }
+
+    /// Says where the stalls come from: `capture` or `kernel` (`tcpstall_watch_info`).
+    pub fn set_source(&self, source: &str) {
+        self.info
+            .with_label_values(&[source, env!("CARGO_PKG_VERSION")])
+            .set(1);
+    }
+
+    /// The per-owner stall counter, for the thread that finds the owners.
+    pub fn owner_stalls(&self) -> OwnerStalls {
+        self.owner_stalls.clone()
     }
 
     /// Counts `n` flows retired.
@@ -244,6 +296,52 @@ impl Metrics {
         // registration already refused.
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
         String::from_utf8(out).unwrap_or_default()
+    }
+}
+
+/// `tcpstall_watch_process_stalls_total`: stalls by owning process and container, its label
+/// sets bounded by [`OWNER_LABEL_SETS`].
+#[derive(Debug, Clone)]
+pub struct OwnerStalls {
+    counter: IntCounterVec,
+    /// The (command, container, pod_uid) sets given series so far.
+    label_sets: Arc<Mutex<FxHashSet<[String; 3]>>>,
+}
+
+impl OwnerStalls {
+    /// Counts `event` for `owner`, as [`Metrics::record_stall`] counts it.
+    pub fn record(&self, event: &StallEvent, owner: &Owner) {
+        let f = &event.finding;
+        if !f.kind.is_reported() {
+            return;
+        }
+        let container = owner.container.as_ref();
+        let mut labels = [
+            owner.command.clone(),
+            container
+                .map(|c| c.short_id().to_string())
+                .unwrap_or_default(),
+            container
+                .and_then(|c| c.pod_uid.clone())
+                .unwrap_or_default(),
+        ];
+        {
+            let mut sets = self
+                .label_sets
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            if !sets.contains(&labels) {
+                if sets.len() < OWNER_LABEL_SETS {
+                    sets.insert(labels.clone());
+                } else {
+                    labels = [OTHER.into(), OTHER.into(), OTHER.into()];
+                }
+            }
+        }
+        let [command, container, pod] = &labels;
+        self.counter
+            .with_label_values(&[f.kind.name(), f.held_side.name(), command, container, pod])
+            .inc();
     }
 }
 
@@ -316,6 +414,58 @@ fn answer(stream: TcpStream, metrics: &Metrics) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn owner_label_sets_are_capped_and_the_rest_is_other() {
+        use crate::detect::testing::Wire;
+        use crate::report::model::watch::Container;
+        let mut w = Wire::handshake(30, 1448);
+        w.data(true, 1_000, 80)
+            .data(false, 1_100, 148)
+            .ack(true, 41_100)
+            .data(false, 41_130, 127);
+        let analysis = w.analyse();
+        let event = &analysis.events[0];
+        let m = Metrics::new().expect("metric names are valid");
+        let owners = m.owner_stalls();
+        for i in 0..OWNER_LABEL_SETS + 10 {
+            let owner = Owner {
+                side: Side::Server,
+                pid: 100 + i as u32,
+                command: "server".into(),
+                fd: 3,
+                port: 80,
+                nodelay: None,
+                cork: None,
+                unreadable: None,
+                listener: false,
+                container: Some(Container {
+                    runtime: "containerd",
+                    id: format!("{i:02x}{}", "0".repeat(62)),
+                    pod_uid: None,
+                }),
+            };
+            owners.record(event, &owner);
+            owners.record(event, &owner);
+        }
+        let text = m.render();
+        let series: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("tcpstall_watch_process_stalls_total{"))
+            .collect();
+        assert_eq!(series.len(), OWNER_LABEL_SETS + 1, "{text}");
+        let other = series
+            .iter()
+            .find(|l| l.contains("container=\"other\""))
+            .unwrap_or_else(|| panic!("no other series: {text}"));
+        assert!(other.ends_with(" 20"), "{other}");
+        assert!(
+            series
+                .iter()
+                .any(|l| l.contains("container=\"010000000000\"") && l.ends_with(" 2")),
+            "{text}"
+        );
+    }
 
     #[test]
     fn totals_advance_counters_by_difference() {

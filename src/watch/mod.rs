@@ -10,6 +10,7 @@
 //! It can run for days: events and retired flows are taken from the detector as they come,
 //! and the detector retires closed and idle flows, so memory follows the active flows.
 
+pub mod container;
 pub(crate) mod kernel;
 pub mod metrics;
 pub(crate) mod owner;
@@ -115,6 +116,7 @@ pub fn run(args: &WatchArgs) -> anyhow::Result<Outcome> {
     };
 
     let metrics = Arc::new(Metrics::new().context("cannot set up the metrics")?);
+    metrics.set_source(if args.kernel { "kernel" } else { "capture" });
     if let Some(addr) = args.metrics {
         let bound = metrics::serve(addr, Arc::clone(&metrics))?;
         eprintln!("tcpstall: metrics at http://{bound}/metrics");
@@ -190,7 +192,8 @@ fn capture_loop(
     let deadline = args
         .duration
         .map(|d| started + Duration::from_secs_f64(d.min(1e9)));
-    let (tx, printer) = printer::spawn(args.json).context("cannot start the printing thread")?;
+    let (tx, printer) = printer::spawn(args.json, metrics.owner_stalls())
+        .context("cannot start the printing thread")?;
     let mut detector = Detector::new(DetectorConfig {
         keep_minor_events: args.minor,
         keep_turns: false,

@@ -72,6 +72,7 @@ impl OwnerLookup {
             cork: None,
             unreadable: None,
             listener: located.listener,
+            container: None,
         };
         match read_options(&located) {
             Ok(Some((nodelay, cork))) => {

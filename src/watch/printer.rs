@@ -5,6 +5,8 @@ use std::io::{self, Write};
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::thread::JoinHandle;
 
+use super::container;
+use super::metrics::OwnerStalls;
 use super::owner::{NoOwner, Owner, OwnerLookup};
 use crate::detect::StallEvent;
 use crate::report::model::watch::OwnerTally;
@@ -40,16 +42,24 @@ pub struct Printed {
 /// absorbed; a sustained flood slows the loop, and the kernel's drop counter says so.
 pub const QUEUE: usize = 4096;
 
-/// Starts the printer: text blocks, or one JSON object per line with `json`.
-pub fn spawn(json: bool) -> io::Result<(SyncSender<ToPrinter>, JoinHandle<io::Result<Printed>>)> {
+/// Starts the printer: text blocks, or one JSON object per line with `json`; each stall whose
+/// owner is found is counted in `owner_stalls`.
+pub fn spawn(
+    json: bool,
+    owner_stalls: OwnerStalls,
+) -> io::Result<(SyncSender<ToPrinter>, JoinHandle<io::Result<Printed>>)> {
     let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE);
     let handle = std::thread::Builder::new()
         .name("watch-printer".into())
-        .spawn(move || print_all(&rx, json))?;
+        .spawn(move || print_all(&rx, json, &owner_stalls))?;
     Ok((tx, handle))
 }
 
-fn print_all(rx: &Receiver<ToPrinter>, json: bool) -> io::Result<Printed> {
+fn print_all(
+    rx: &Receiver<ToPrinter>,
+    json: bool,
+    owner_stalls: &OwnerStalls,
+) -> io::Result<Printed> {
     let mut lookup = OwnerLookup::new();
     let mut printed = Printed::default();
     let mut writer = None;
@@ -73,7 +83,7 @@ fn print_all(rx: &Receiver<ToPrinter>, json: bool) -> io::Result<Printed> {
                 out.flush()?;
             }
             ToPrinter::Stall(event) => {
-                let owner = match (lookup.owner_of(&event), writer.take()) {
+                let mut owner = match (lookup.owner_of(&event), writer.take()) {
                     (Err(NoOwner::NotLocal), Some((pid, command))) => Ok(Owner::writer(
                         &event,
                         pid,
@@ -92,6 +102,12 @@ fn print_all(rx: &Receiver<ToPrinter>, json: bool) -> io::Result<Printed> {
                     }
                     (found, _) => found,
                 };
+                if let Ok(o) = &mut owner {
+                    // Read at each event: a pid is in one container for its life, and the
+                    // read is one small file.
+                    o.container = container::of_pid(o.pid);
+                    owner_stalls.record(&event, o);
+                }
                 if event.finding.kind.is_stall() {
                     match &owner {
                         Ok(o) => printed.owners.add(&event, o),

@@ -1,10 +1,11 @@
 //! Plumbing shared by the integration tests: child processes that never outlive a test, the
 //! first line a server prints (its port) read with a time bound, root required, the lab run,
 //! a self-signed certificate, a build script run in the tests' build directory, Python's
-//! http.server (python_http.rs), the process tests' fixtures and servers (process.rs).
+//! http.server (python_http.rs), a container's cgroup (cgroup.rs), the process tests' fixtures and servers (process.rs).
 
 #![allow(dead_code)] // each test binary uses its own part of this module
 
+pub mod cgroup;
 pub mod process;
 pub mod python_http;
 
@@ -575,4 +576,35 @@ pub fn as_nobody(bin: &str, args: &[&str]) -> Option<std::process::Output> {
         .output()
         .expect("setpriv runs");
     Some(out)
+}
+
+/// `tcpstall watch ARGS --metrics 127.0.0.1:0 --duration SECONDS` started and ready: the
+/// running watch and its metrics address (host:port).
+pub fn watch_with_metrics(args: &[&str], seconds: u32) -> (Collected, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tcpstall"));
+    command
+        .arg("watch")
+        .args(args)
+        .args([
+            "--metrics",
+            "127.0.0.1:0",
+            "--duration",
+            &seconds.to_string(),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let watch = Collected::new(command.spawn().expect("tcpstall runs"));
+    let said = watch.stderr_until(
+        "tcpstall: watching",
+        Duration::from_secs(20),
+        &format!("watch {args:?}"),
+    );
+    let addr = said
+        .iter()
+        .find_map(|l| l.split("metrics at http://").nth(1))
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_else(|| panic!("no metrics address in {said:?}"))
+        .to_string();
+    (watch, addr)
 }

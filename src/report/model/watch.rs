@@ -125,6 +125,27 @@ pub struct Owner {
     pub unreadable: Option<String>,
     /// The socket found is the server's listening socket: the connection itself had closed.
     pub listener: bool,
+    /// The container the process runs in, from its cgroup; `None` outside any.
+    pub container: Option<Container>,
+}
+
+/// A container, as its process's cgroup path names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Container {
+    /// The runtime the path names: `containerd`, `cri-o`, `docker`, `podman`; `kubernetes`
+    /// (the kubelet's cgroupfs layout, runtime unnamed) or `container` (a bare id).
+    pub runtime: &'static str,
+    /// The container's id, 64 hex digits.
+    pub id: String,
+    /// Under Kubernetes, the pod's UID.
+    pub pod_uid: Option<String>,
+}
+
+impl Container {
+    /// The id's first 12 digits, as `docker ps` and `crictl ps` show it.
+    pub fn short_id(&self) -> &str {
+        self.id.get(..12).unwrap_or(&self.id)
+    }
 }
 
 impl Owner {
@@ -145,6 +166,7 @@ impl Owner {
             cork: None,
             unreadable: Some(format!("{why}; the kernel named its writer")),
             listener: false,
+            container: None,
         }
     }
 }
