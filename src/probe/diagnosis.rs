@@ -15,15 +15,52 @@ pub use crate::report::model::probe::{Culprit, Diagnosis, EvidenceLine, Source};
 /// Most segments shown for one stalled turn.
 const EVIDENCE_LINES: usize = 12;
 
+impl super::ProbeReport {
+    /// The run's verdict: the diagnosis's, but `error` when the server answered with HTTP
+    /// error statuses and no stall was found (the figures are those of its error answers).
+    pub fn verdict(&self) -> &'static str {
+        match self.diagnosis.verdict() {
+            "stall" => "stall",
+            _ if !self.http_errors.is_empty() => "error",
+            other => other,
+        }
+    }
+}
+
 impl Diagnosis {
-    /// `clean` or `stall`.
+    /// `stall` (a hold seen), `undecided` (a timer's shape behind a server the probe cannot
+    /// see into), `slow` (slow answers, no hold seen anywhere: the server's own time) or
+    /// `clean`.
     pub fn verdict(&self) -> &'static str {
         let queue = self.listen_queue.as_ref().is_some_and(|q| q.blamed);
-        if self.counts.stalls() > 0 || self.upstream.is_some() || queue {
+        let upstream = self.upstream.as_ref().is_some_and(|u| u.held.is_some());
+        if self.counts.stalls() > 0 || upstream || queue {
             "stall"
+        } else if self.undecided.is_some() {
+            "undecided"
+        } else if self.server_time.is_some() {
+            "slow"
         } else {
             "clean"
         }
+    }
+
+    /// A wait in a timer's shape behind the server, with no hold seen and no way to look:
+    /// `undecided`, the suspect named, and what would settle it in place of a fix.
+    pub fn suspect_upstream(&mut self, upstream: Upstream, settle: String) {
+        self.culprit = None;
+        self.explanation = Some(format!(
+            "{}; no hold is seen: the probe cannot see behind the server, so the wait may be \
+             a write held there for a delayed ACK, or the server's own time",
+            upstream.timer.as_ref().map_or_else(
+                || "the answers waited".to_string(),
+                super::upstream::TimerMode::describe
+            )
+        ));
+        self.hop = Some(upstream.hop());
+        self.advice = vec![settle.clone()];
+        self.undecided = Some(settle);
+        self.upstream = Some(upstream);
     }
 
     /// Puts the blame behind the server: the culprit, the explanation, the hop and the advice
@@ -103,6 +140,9 @@ pub fn diagnose(
         advice,
         upstream: None,
         listen_queue: None,
+        undecided: None,
+        server_time: None,
+        also: Vec::new(),
     }
 }
 

@@ -218,11 +218,13 @@ impl Upstream {
             .or_else(|| self.timer.as_ref().map(|t| t.mode_ms))
     }
 
-    /// Who the proxy is, in words.
+    /// Who the proxy is, in words: a proxy only once a hold on its connection behind it is
+    /// seen; a lone server is the server.
     fn proxy_name(&self) -> String {
-        match &self.proxy {
-            Some(p) => format!("the proxy ({}, pid {})", p.command, p.pid),
-            None => "the server (a proxy, load balancer or sidecar)".to_string(),
+        match (&self.proxy, self.held.is_some()) {
+            (Some(p), true) => format!("the proxy ({}, pid {})", p.command, p.pid),
+            (Some(p), false) => format!("the server ({}, pid {})", p.command, p.pid),
+            (None, _) => "the server (a proxy, load balancer or sidecar, if any)".to_string(),
         }
     }
 
@@ -253,8 +255,9 @@ impl Upstream {
                     None => format!("the backend at {}", held.address),
                 };
                 let writes = match e.writes.len() {
-                    0 | 1 => format!("a {} B write", e.released_bytes),
-                    n => format!("its answer in {n} writes ({})", sizes(&e.writes)),
+                    0 | 1 => format!("a {} B segment", e.released_bytes),
+                    // The capture sees segments, not the application's write calls.
+                    n => format!("its answer in {n} segments ({})", sizes(&e.writes)),
                 };
                 let stack = e
                     .peer_stack
@@ -315,10 +318,11 @@ impl Upstream {
                     .map(|w| format!(" (the hop itself was not watched: {w})"))
                     .unwrap_or_default();
                 format!(
-                    "behind the server: this probe's connection ends at {proxy} and shows no \
-                     hold, so the wait is on a connection beyond it, to the application server; \
-                     only the timing tells{why}. `tcpstall watch` on the host of that hop names \
-                     the process"
+                    "behind the server, if anywhere: this probe's connection ends at {proxy} and \
+                     shows no hold; a write held on a connection beyond it, to an application \
+                     server, would look like this, and so would the server's own time: only the \
+                     timing tells{why}. `tcpstall watch` on the host of that hop names the \
+                     process"
                 )
             }
         }

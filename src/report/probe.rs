@@ -109,15 +109,23 @@ pub(crate) fn describe_paced(p: &AckPaced) -> Vec<String> {
 pub fn text(r: &ProbeReport) -> String {
     let d = &r.diagnosis;
     let mut out = String::new();
+    // A run cut short says so beside its verdict: it exits 2 (an error) or 130 (Ctrl-C).
+    let cut = if r.interrupted {
+        " so far (interrupted by Ctrl-C)"
+    } else if !r.errors.is_empty() {
+        " so far (the run ended early: see the error below)"
+    } else {
+        ""
+    };
     let _ = writeln!(
         out,
-        "probe {}: {} of {} requests answered on {} connection{}; verdict: {}",
+        "probe {}: {} of {} requests answered on {} connection{}; verdict: {}{cut}",
         r.target,
         r.requests,
         r.requests_asked,
         r.connections,
         if r.connections == 1 { "" } else { "s" },
-        d.verdict()
+        r.verdict()
     );
     let mut link = Vec::new();
     if let Some(ms) = r.connect_ms {
@@ -151,7 +159,8 @@ pub fn text(r: &ProbeReport) -> String {
     let c = &d.counts;
     let _ = writeln!(
         out,
-        "stalls: {} (minor Nagle holds {}); seen by {}",
+        "stalls on the probe's own connection{}: {} (minor Nagle holds {}); seen by {}",
+        if r.connections == 1 { "" } else { "s" },
         StallKind::stalls()
             .map(|k| format!("{} {}", k.name(), c.get(k)))
             .collect::<Vec<_>>()
@@ -159,6 +168,24 @@ pub fn text(r: &ProbeReport) -> String {
         c.get(StallKind::NagleMinor),
         source_text(&d.source)
     );
+    if let Some(held) = d.upstream.as_ref().and_then(|u| u.held.as_ref()) {
+        let _ = writeln!(
+            out,
+            "stalls behind the server: {} of {} slow requests had a write held upstream \
+             (counted apart: the probe's connection ends at the server)",
+            held.matched, held.slow
+        );
+    }
+    if let Some(t) = &d.server_time {
+        let rtt = t.round_trip_ms.map_or(String::new(), |ms| {
+            format!(", the path's round trip {ms:.3} ms")
+        });
+        let _ = writeln!(
+            out,
+            "slow: the server's own time: p50 {:.1} ms, quickest {:.1} ms{rtt}; {}",
+            t.p50_ms, t.quickest_ms, t.looked
+        );
+    }
     let paced = describe_paced(&r.ack_paced);
     if !paced.is_empty() {
         let _ = writeln!(out, "ACK pacing (batches of {}):", r.pipeline);
@@ -362,15 +389,41 @@ pub fn json(r: &ProbeReport) -> String {
         })
     });
     let upstream = d.upstream.as_ref().map(upstream_json);
+    let server_time = d.server_time.as_ref().map(|t| {
+        json!({
+            "p50_ms": round3(t.p50_ms),
+            "quickest_ms": round3(t.quickest_ms),
+            "round_trip_ms": t.round_trip_ms.map(round3),
+            "looked": t.looked,
+        })
+    });
+    let listen_queue = d.listen_queue.as_ref().map(|q| {
+        json!({
+            "pid": q.pid,
+            "command": q.command,
+            "address": q.address.to_string(),
+            "backlog": q.backlog,
+            "queued_before": q.queued[0],
+            "queued_max": q.queued[1],
+            "queued_after": q.queued[2],
+            "somaxconn": q.somaxconn,
+            "listen_overflows": q.overflows,
+            "listen_drops": q.drops,
+            "blamed": q.blamed,
+        })
+    });
     let value = json!({
         "target": r.target,
         "requests": r.requests,
         "requests_asked": r.requests_asked,
         "connections": r.connections,
+        "reconnects": r.reconnects,
+        "interrupted": r.interrupted,
         "p50_ms": round3(r.latency.p50_ms),
         "p99_ms": round3(r.latency.p99_ms),
         "max_ms": round3(r.latency.max_ms),
-        "verdict": d.verdict(),
+        "verdict": r.verdict(),
+        "http_errors": r.http_errors.iter().map(|(status, count)| json!({"status": status, "count": count})).collect::<Vec<Value>>(),
         "culprit": d.culprit.map(|s| s.name()),
         "stalls": c,
         "pipeline": r.pipeline,
@@ -382,6 +435,8 @@ pub fn json(r: &ProbeReport) -> String {
         "evidence": evidence,
         "hop": d.hop,
         "upstream": upstream,
+        "undecided": d.undecided,
+        "server_time": server_time,
         "evidence_source": source,
         "interface": interface,
         "capture_dropped": dropped,
@@ -394,19 +449,7 @@ pub fn json(r: &ProbeReport) -> String {
             "max_ms": round3(c.latency.max_ms),
             "waited_for_syn": c.waited_for_syn,
         })),
-        "listen_queue": d.listen_queue.as_ref().map(|q| json!({
-            "pid": q.pid,
-            "command": q.command,
-            "address": q.address.to_string(),
-            "backlog": q.backlog,
-            "queued_before": q.queued[0],
-            "queued_max": q.queued[1],
-            "queued_after": q.queued[2],
-            "somaxconn": q.somaxconn,
-            "listen_overflows": q.overflows,
-            "listen_drops": q.drops,
-            "blamed": q.blamed,
-        })),
+        "listen_queue": listen_queue,
         "min_rtt_ms": r.min_rtt_ms.map(round3),
         "retransmissions": r.retransmissions,
         "notes": r.notes,

@@ -20,6 +20,13 @@ pub struct ProbeReport {
     pub requests_asked: usize,
     /// Connections opened.
     pub connections: usize,
+    /// Kept-alive connections the server closed after an answer without `Connection: close`:
+    /// the next request went again on a new connection.
+    pub reconnects: usize,
+    /// The run was cut short by Ctrl-C (SIGINT): the figures are those so far.
+    pub interrupted: bool,
+    /// HTTP answers with an error status (400 and up): (status, count), commonest first.
+    pub http_errors: Vec<(u16, usize)>,
     /// Latency of the answered requests.
     pub latency: LatencySummary,
     /// The diagnosis.
@@ -229,6 +236,41 @@ pub struct Diagnosis {
     pub upstream: Option<Upstream>,
     /// The server's listening socket and its accept queue, when the server is on this host.
     pub listen_queue: Option<ListenQueue>,
+    /// Why the run is `undecided`: a wait in a timer's shape behind a server the probe cannot
+    /// see into, and what would settle it.
+    pub undecided: Option<String>,
+    /// The requests were slow with no hold seen anywhere: the server's own time.
+    pub server_time: Option<ServerTime>,
+    /// Further causes, after the main one, in order of the time they cost.
+    pub also: Vec<Cause>,
+}
+
+/// A slow answer with no hold seen: the server's own time, with the figures.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerTime {
+    /// Median latency, ms.
+    pub p50_ms: f64,
+    /// Quickest request, ms.
+    pub quickest_ms: f64,
+    /// The path's round trip (TCP_INFO min RTT, else the quickest connect), ms.
+    pub round_trip_ms: Option<f64>,
+    /// Where the probe looked for a hold and saw none, in words.
+    pub looked: String,
+}
+
+/// One more cause of lost time beside the main one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cause {
+    /// Stable name (`nagle_delayed_ack`, `listen_queue`, …).
+    pub kind: String,
+    /// How many times it struck.
+    pub count: u64,
+    /// The time it cost, ms (an estimate where the capture cannot measure it).
+    pub lost_ms: f64,
+    /// One sentence naming it.
+    pub explanation: String,
+    /// What to change.
+    pub advice: Vec<String>,
 }
 
 /// What the confirmation run changes.
