@@ -115,3 +115,43 @@ fn a_server_closing_each_connection_unannounced_is_reconnected_to() {
     assert!(out.status.success(), "{text}");
     assert!(!text.contains("so far"), "{text}");
 }
+
+#[test]
+fn ctrl_c_prints_what_was_answered_and_exits_130() {
+    // 200 requests of 20 ms each: about 4 s, interrupted after 1.5 s.
+    let (_server, port) = python("probe/think_server.py", &["20"]);
+    let target = format!("http://127.0.0.1:{port}/");
+    for json in [false, true] {
+        let mut args = vec!["--requests", "200"];
+        if json {
+            args.push("--json");
+        }
+        args.push(&target);
+        let child = probe_command(false, &args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("tcpstall runs");
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        let pid = libc::pid_t::try_from(child.id()).expect("a pid");
+        // SAFETY: signals our own child, still running (it is reaped below).
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+        let started = std::time::Instant::now();
+        let out = child.wait_with_output().expect("wait for the probe");
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(130), "{stdout}");
+        if json {
+            let v: Value = serde_json::from_str(&stdout).expect("JSON");
+            assert_eq!(v["interrupted"], true, "{v}");
+            let answered = v["requests"].as_u64().unwrap_or(0);
+            assert!((1..200).contains(&answered), "{v}");
+            assert_eq!(v["requests_asked"], 200, "{v}");
+        } else {
+            assert!(stdout.contains("of 200 requests answered"), "{stdout}");
+            assert!(stdout.contains("interrupted by Ctrl-C"), "{stdout}");
+            assert!(stdout.contains("latency: p50"), "{stdout}");
+        }
+    }
+}

@@ -161,6 +161,9 @@ fn worker(
     let mut log = RunLog::default();
     let mut done = 0;
     while done < share {
+        if super::interrupted() {
+            break;
+        }
         if Instant::now() >= plan.deadline {
             log.errors.push(format!(
                 "the run's time limit ended it after {done} of {share} requests on a connection"
@@ -188,7 +191,7 @@ fn worker(
             .map(|e| (true, e))
             .chain(std::iter::repeat((false, &dialogue.request)));
         for (setup, exchange) in exchanges {
-            if !setup && done >= share {
+            if !setup && (done >= share || super::interrupted()) {
                 break;
             }
             match turn(&mut stream, exchange, plan, &mut buf) {
@@ -223,7 +226,7 @@ fn worker(
         let info = stream.socket().tcp_info().ok();
         log.connections[index].info_at_end = info;
         stream.close();
-        if failed || (!closed && done < share) {
+        if failed || (!closed && done < share) || super::interrupted() {
             break;
         }
     }

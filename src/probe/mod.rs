@@ -52,6 +52,42 @@ use crate::Outcome;
 /// Most requests a run may make.
 pub const MAX_REQUESTS: usize = 10_000;
 
+/// Set by Ctrl-C (SIGINT) or SIGTERM: no new request starts, the requests in flight end, and
+/// the report shows what was answered so far.
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Ctrl-C arrived: stop starting requests.
+pub(crate) fn interrupted() -> bool {
+    INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+/// Exit status of a run cut short by Ctrl-C, as a shell reports SIGINT.
+const EXIT_INTERRUPTED: i32 = 130;
+
+/// Catches SIGINT and SIGTERM for the run: the first sets [`INTERRUPTED`], a second one ends
+/// the process at once (the default action, restored by signal-hook).
+fn catch_interrupt() -> anyhow::Result<()> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for signal in [SIGINT, SIGTERM] {
+        signal_hook::flag::register_conditional_default(signal, std::sync::Arc::clone(&flag))
+            .context("cannot install the Ctrl-C handler")?;
+        signal_hook::flag::register(signal, std::sync::Arc::clone(&flag))
+            .context("cannot install the Ctrl-C handler")?;
+    }
+    std::thread::Builder::new()
+        .name("interrupt".into())
+        .spawn(move || loop {
+            if flag.load(std::sync::atomic::Ordering::SeqCst) {
+                INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        })
+        .context("cannot start the Ctrl-C watcher")?;
+    Ok(())
+}
+
 /// Arguments of `tcpstall probe`.
 #[derive(Args, Debug, Clone)]
 #[command(after_help = "Examples:\n  \
@@ -152,6 +188,7 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
     };
     let dialogue = dialogue::build(&target, &shape)?;
     let addrs = resolve(&target)?;
+    catch_interrupt()?;
     let tls = if target.protocol.is_tls() {
         Some((tls::client_config(args.insecure)?, args.insecure))
     } else {
@@ -192,6 +229,10 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
     let hops = hops.and_then(|watch| watch.finish(&log));
     let connections_behind = lister.map(|l| l.finish(&log));
     let answered = log.requests().count();
+    if answered == 0 && interrupted() {
+        eprintln!("tcpstall: probe interrupted before any request was answered");
+        std::process::exit(EXIT_INTERRUPTED);
+    }
     if answered == 0 {
         let first = log
             .errors
@@ -212,7 +253,7 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
         .and_then(|q| listen_queue::judge(&mut diagnosis, q, &outside, connect_times.as_ref()));
     let pipeline = usize::from(args.pipeline);
     let mut ack_paced = paced::of(&log, captured.as_ref(), pipeline);
-    if ack_paced.own_writes_held() {
+    if ack_paced.own_writes_held() && !interrupted() {
         // The same run with TCP_NODELAY on the probe's sockets: the throughput it gains (or
         // loses: on a short path the holds also gather requests into fewer segments).
         let nodelay = Plan {
@@ -255,6 +296,7 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
         .map(|t| t.latency.as_secs_f64() * 1e3)
         .collect();
     let mut report = assemble(&target, requests, &log, diagnosis, confirmation, jiffy);
+    report.interrupted = interrupted();
     report.ack_paced = ack_paced;
     report.pipeline = pipeline;
     if let Some(note) = outside_note(&outside, &log) {
@@ -290,6 +332,11 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
         }
         page.write_to(path)?;
         eprintln!("tcpstall: HTML report written to {}", path.display());
+    }
+    if report.interrupted {
+        // Everything measured is printed; the status says the run did not finish.
+        let _ = std::io::stdout().flush();
+        std::process::exit(EXIT_INTERRUPTED);
     }
     if let Some(first) = report.errors.first() {
         return Err(anyhow!(
@@ -362,6 +409,10 @@ fn confirm_and_place(
     diagnosis: &mut Diagnosis,
     max_time: Duration,
 ) -> (Option<Confirmation>, Vec<String>) {
+    if interrupted() {
+        // Ctrl-C: no re-run; the diagnosis is what the requests so far show.
+        return (None, Vec::new());
+    }
     let latencies: Vec<Duration> = log.requests().map(|t| t.latency).collect();
     let hops = seen.hops;
     let behind = Upstream {
