@@ -7,6 +7,7 @@ mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 use serde_json::Value;
 use support::{spawn_printing_port, KillOnDrop};
@@ -153,5 +154,153 @@ fn ctrl_c_prints_what_was_answered_and_exits_130() {
             assert!(stdout.contains("interrupted by Ctrl-C"), "{stdout}");
             assert!(stdout.contains("latency: p50"), "{stdout}");
         }
+    }
+}
+
+/// A directory with index.html for http_server.py, removed when dropped.
+struct WebRoot(PathBuf);
+
+impl WebRoot {
+    fn new(name: &str) -> WebRoot {
+        let dir = std::env::temp_dir().join(format!(
+            "tcpstall-probe-verdicts-{}-{name}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create a temporary directory");
+        std::fs::write(dir.join("index.html"), "hello\n").expect("write a file");
+        WebRoot(dir)
+    }
+}
+
+impl Drop for WebRoot {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn two_causes_are_both_named_in_order_of_cost_with_their_advice() {
+    // CPython's http.server: header and body in two writes (Nagle x our delayed ACK) and a
+    // listen backlog of 5 that 16 connections at once overflow (SYN resends).
+    let _serial = support::serial();
+    let root = WebRoot::new("two-causes");
+    let (server, port) = python(
+        "probe/http_server.py",
+        &[root.0.to_str().expect("a UTF-8 path")],
+    );
+    let pid = server.0.id();
+    let target = format!("http://127.0.0.1:{port}/index.html");
+    let (code, v, err) = probe_json(
+        false,
+        &["--connections", "16", "--requests", "200", &target],
+    );
+    assert_eq!(code, 0, "{v} {err}");
+    assert_eq!(v["verdict"], "stall", "{v}");
+    let causes = v["causes"].as_array().expect("causes");
+    let kinds: Vec<&str> = causes.iter().filter_map(|c| c["kind"].as_str()).collect();
+    assert_eq!(kinds.len(), 2, "{v}");
+    assert!(
+        kinds.contains(&"listen_queue") && kinds.contains(&"nagle_delayed_ack"),
+        "{v}"
+    );
+    assert!(
+        causes[0]["lost_ms"].as_f64() >= causes[1]["lost_ms"].as_f64(),
+        "{v}"
+    );
+    let advice = v["advice"].to_string();
+    assert!(advice.contains("TCP_NODELAY"), "{v}");
+    assert!(
+        advice.contains(&format!("tcpstall fix {pid} --port {port}")),
+        "{v}"
+    );
+    assert!(advice.contains("--yes"), "{v}");
+    assert!(advice.contains("listen()"), "{v}");
+    // The server's pid is known: no placeholder for it (the client's host's line keeps one:
+    // the client is whatever program the probe stands in for).
+    assert!(!advice.contains("tcpstall fix PID --port"), "{v}");
+    // The counters agree with the connects line.
+    let waited = v["connect_times"]["waited_for_syn"].as_u64().unwrap_or(0);
+    assert!(waited >= 1, "{v}");
+    assert!(v["stalls"]["syn_retry"].as_u64() >= Some(waited), "{v}");
+}
+
+/// redis-server on a free port, without persistence, once it accepts.
+fn redis_server() -> (KillOnDrop, u16) {
+    for _ in 0..3 {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let mut child = KillOnDrop(
+            Command::new("redis-server")
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server is installed (scripts/install-deps)"),
+        );
+        let started = std::time::Instant::now();
+        while started.elapsed() < Duration::from_secs(10) {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return (child, port);
+            }
+            if child.0.try_wait().ok().flatten().is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    panic!("redis-server did not start listening");
+}
+
+#[test]
+fn a_split_request_has_no_pacing_block_and_batches_are_counted_one_way() {
+    let (_server, port) = python("probe/think_server.py", &["0"]);
+    let target = format!("http://127.0.0.1:{port}/");
+    let out = run(
+        false,
+        &[
+            "--split-request",
+            "--method",
+            "POST",
+            "--body-size",
+            "100",
+            &target,
+        ],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(!text.contains("ACK pacing"), "{text}");
+    assert!(!text.contains("batches of 1"), "{text}");
+
+    let (_redis, port) = redis_server();
+    let target = format!("redis://127.0.0.1:{port}");
+    let out = run(
+        false,
+        &[
+            "--pipeline",
+            "16",
+            "--connections",
+            "4",
+            "--requests",
+            "100",
+            &target,
+        ],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("100 of 100 batches of 16 = 1600 requests"),
+        "{text}"
+    );
+    // Every count of requests in the text uses the same wording.
+    assert!(!text.contains(" 200 requests"), "{text}");
+    if text.contains("TCP_NODELAY re-run") {
+        assert!(
+            text.contains("re-run: 100 batches of 16 = 1600 requests"),
+            "{text}"
+        );
     }
 }

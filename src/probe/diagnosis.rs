@@ -87,11 +87,20 @@ pub fn diagnose(
 ) -> Diagnosis {
     let counts: KindCounts = stalls.iter().map(|s| s.kind).collect();
     let example = dominant(&stalls);
+    let lost_ms = example.as_ref().map_or(0.0, |e| {
+        stalls
+            .iter()
+            .filter(|s| s.kind == e.kind && s.held == e.held)
+            .map(|s| s.delay_ns as f64 / 1e6)
+            .sum()
+    });
     let culprit = example
         .as_ref()
         .and_then(|s| culprit_of(s.kind, s.held))
         .map(Culprit::from);
     let explanation = example.as_ref().map(|s| match &s.event {
+        // A capture sees the server's segments, not its write calls.
+        Some(event) if s.held == Side::Server => segments_not_writes(&explain(event)),
         Some(event) => explain(event),
         None => explain_from_socket(s),
     });
@@ -114,6 +123,22 @@ pub fn diagnose(
         .as_ref()
         .map(|s| fixes(s.kind, s.held, s.event.as_ref()))
         .unwrap_or_default();
+    // The server's process on this host: the fixes meant for the server's host name its pid.
+    if let Some(p) = server {
+        for line in advice
+            .iter_mut()
+            .filter(|a| a.contains("on the server's host") && a.contains("tcpstall fix PID"))
+        {
+            *line = line.replacen(
+                "tcpstall fix PID",
+                &format!(
+                    "tcpstall fix {} (pid {}, {}; add --yes when not at a terminal)",
+                    p.pid, p.pid, p.command
+                ),
+                1,
+            );
+        }
+    }
     // The server's own Nagle hold, and its process on this host: the live fix names it.
     let nagle = |s: &Stall| matches!(s.kind, StallKind::NagleDelayedAck | StallKind::NagleMinor);
     if let (Some(p), Some(s)) = (server, example.as_ref()) {
@@ -123,10 +148,17 @@ pub fn diagnose(
                 .iter()
                 .find_map(|c| c.remote)
                 .map_or(0, |r| r.port());
-            advice.push(format!(
-                "on this host, live: tcpstall fix {} --port {port} (pid {}, {})",
+            let live = format!(
+                "on this host, live: tcpstall fix {} --port {port} (pid {}, {}; it asks before \
+                 changing anything: add --yes when not at a terminal)",
                 p.pid, p.pid, p.command
-            ));
+            );
+            // Right after the TCP_NODELAY advice it applies.
+            let at = advice
+                .iter()
+                .position(|a| a.contains("TCP_NODELAY"))
+                .map_or(advice.len(), |i| i + 1);
+            advice.insert(at, live);
         }
     }
     Diagnosis {
@@ -142,7 +174,8 @@ pub fn diagnose(
         listen_queue: None,
         undecided: None,
         server_time: None,
-        also: Vec::new(),
+        causes: Vec::new(),
+        lost_ms,
     }
 }
 
@@ -168,6 +201,27 @@ fn dominant(stalls: &[Stall]) -> Option<Stall> {
         .enumerate()
         .max_by_key(|(i, s)| (count(s), *i))
         .map(|(_, s)| (*s).clone())
+}
+
+/// "in 2 writes (17 B, then 192 B)" said of segments a capture saw: "in 2 segments (…)".
+fn segments_not_writes(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(" writes (") {
+        let (head, tail) = rest.split_at(at);
+        let counted = head
+            .rsplit(' ')
+            .next()
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+        out.push_str(head);
+        out.push_str(if counted { " segments (" } else { " writes (" });
+        rest = &tail[" writes (".len()..];
+    }
+    out.push_str(rest);
+    out.replace(
+        "server writes the response in",
+        "server sends the response in",
+    )
 }
 
 /// The socket-only sentence for a stall.
@@ -365,7 +419,8 @@ fn hop_from_capture(
         format!(
             "the held write is on this host (loopback): {who} wrote it; its segment left \
              {gap_text} after our ACK reached it. `tcpstall sockets {pid}` shows its sockets' \
-             TCP_NODELAY and `tcpstall fix {pid} --port {port}` sets it live"
+             TCP_NODELAY and `tcpstall fix {pid} --port {port}` sets it live (add --yes when \
+             not at a terminal)"
         )
     } else {
         format!(
@@ -405,4 +460,20 @@ fn upstream_pauses(segments: &[WireSegment]) -> Option<String> {
             tcp_rules::STALL_THRESHOLD.as_millis()
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::segments_not_writes;
+
+    #[test]
+    fn a_capture_counts_segments_not_write_calls() {
+        assert_eq!(
+            segments_not_writes(
+                "the server writes the response in 2 writes (17 B, then 192 B); the last waits"
+            ),
+            "the server sends the response in 2 segments (17 B, then 192 B); the last waits"
+        );
+        assert_eq!(segments_not_writes("its writes (all)"), "its writes (all)");
+    }
 }

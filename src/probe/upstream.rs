@@ -339,7 +339,8 @@ impl Upstream {
         {
             Some((b, port)) => advice.push(format!(
                 "set TCP_NODELAY on the backend's sockets, live: tcpstall fix {} --port {port} \
-                 ({}{}), then in its code (or make it write each answer in one call)",
+                 ({}{}; add --yes when not at a terminal), then in its code (or make it write \
+                 each answer in one call)",
                 b.process.pid,
                 b.process.command,
                 match b.nodelay {
@@ -370,8 +371,9 @@ impl Upstream {
             };
             advice.push(format!(
                 "if the backend cannot be changed, cap the proxy's delayed ACK on its upstream \
-                 connections: {target} --delack-max 5ms (Linux 6.13+; reaches the connections \
-                 open now, not those it opens later; costs more ACKs)"
+                 connections: {target} --delack-max 5ms (Linux 6.13+; add --yes when not at a \
+                 terminal; reaches the connections open now, not those it opens later; costs \
+                 more ACKs)"
             ));
         }
         let hint = match self.proxy.as_ref().map(|p| p.command.as_str()) {

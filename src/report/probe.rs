@@ -28,6 +28,7 @@ fn ack_paced_json(p: &AckPaced) -> Value {
         "requests_per_s": p.requests_per_s.map(f64::round),
         "requests_per_s_without_estimate": p.estimate_per_s.map(f64::round),
         "nodelay": p.nodelay.map(|n| json!({
+            "batches": n.batches,
             "requests": n.requests,
             "requests_per_s": n.requests_per_s.map(f64::round),
             "paced_connections": n.paced_connections,
@@ -78,8 +79,8 @@ pub(crate) fn describe_paced(p: &AckPaced) -> Vec<String> {
             .paced_connections
             .map_or(String::new(), |n| format!(", {n} connections still paced"));
         lines.push(format!(
-            "TCP_NODELAY re-run: {} requests, {:.0} requests/s ({gain:+.1} %{paced}){}",
-            run.requests,
+            "TCP_NODELAY re-run: {}, {:.0} requests/s ({gain:+.1} %{paced}){}",
+            batches_text(run.batches, p.pipeline),
             run.requests_per_s.unwrap_or(0.0),
             if gain < 0.0 {
                 ": slower, the holds gathered requests into fewer segments and the path's round \
@@ -105,6 +106,18 @@ pub(crate) fn describe_paced(p: &AckPaced) -> Vec<String> {
     lines
 }
 
+/// `N requests`, or with --pipeline `N batches of P = R requests`: one wording everywhere.
+pub(crate) fn batches_text(batches: usize, pipeline: usize) -> String {
+    if pipeline > 1 {
+        format!(
+            "{batches} batches of {pipeline} = {} requests",
+            batches * pipeline
+        )
+    } else {
+        format!("{batches} requests")
+    }
+}
+
 /// The report as text.
 pub fn text(r: &ProbeReport) -> String {
     let d = &r.diagnosis;
@@ -119,10 +132,10 @@ pub fn text(r: &ProbeReport) -> String {
     };
     let _ = writeln!(
         out,
-        "probe {}: {} of {} requests answered on {} connection{}; verdict: {}{cut}",
+        "probe {}: {} of {} answered on {} connection{}; verdict: {}{cut}",
         r.target,
         r.requests,
-        r.requests_asked,
+        batches_text(r.requests_asked, r.pipeline),
         r.connections,
         if r.connections == 1 { "" } else { "s" },
         r.verdict()
@@ -188,7 +201,7 @@ pub fn text(r: &ProbeReport) -> String {
     }
     let paced = describe_paced(&r.ack_paced);
     if !paced.is_empty() {
-        let _ = writeln!(out, "ACK pacing (batches of {}):", r.pipeline);
+        let _ = writeln!(out, "ACK pacing:");
         for line in &paced {
             let _ = writeln!(out, "  {line}");
         }
@@ -208,8 +221,19 @@ pub fn text(r: &ProbeReport) -> String {
         };
         let _ = writeln!(out, "culprit: {}", d.culprit.map_or(none, |s| s.name()));
     }
+    if !d.causes.is_empty() {
+        let list: Vec<String> = d
+            .causes
+            .iter()
+            .map(|c| format!("{} ({} times, {:.1} ms lost)", c.kind, c.count, c.lost_ms))
+            .collect();
+        let _ = writeln!(out, "causes, by time lost: {}", list.join(", then "));
+    }
     if let Some(why) = &d.explanation {
         let _ = writeln!(out, "why: {why}");
+    }
+    for cause in d.causes.iter().skip(1) {
+        let _ = writeln!(out, "also ({}): {}", cause.kind, cause.explanation);
     }
     if !d.evidence.is_empty() {
         let _ = writeln!(out, "evidence (one stalled turn):");
@@ -389,6 +413,19 @@ pub fn json(r: &ProbeReport) -> String {
         })
     });
     let upstream = d.upstream.as_ref().map(upstream_json);
+    let causes: Vec<Value> = d
+        .causes
+        .iter()
+        .map(|c| {
+            json!({
+                "kind": c.kind,
+                "count": c.count,
+                "lost_ms": round3(c.lost_ms),
+                "explanation": c.explanation,
+                "advice": c.advice,
+            })
+        })
+        .collect();
     let server_time = d.server_time.as_ref().map(|t| {
         json!({
             "p50_ms": round3(t.p50_ms),
@@ -436,6 +473,7 @@ pub fn json(r: &ProbeReport) -> String {
         "hop": d.hop,
         "upstream": upstream,
         "undecided": d.undecided,
+        "causes": causes,
         "server_time": server_time,
         "evidence_source": source,
         "interface": interface,

@@ -62,6 +62,8 @@ pub struct ConnectTimes {
     /// Connects that took at least the initial SYN timeout (1 s on Linux): their SYN, or the
     /// server's SYN-ACK, was resent.
     pub waited_for_syn: usize,
+    /// The time those connects took, ms, all of them.
+    pub waited_ms: f64,
 }
 
 /// The server's listening socket over the run, when the server is on this host
@@ -121,11 +123,15 @@ pub struct AckPaced {
     pub estimate_per_s: Option<f64>,
     /// The TCP_NODELAY re-run, when the probe's own writes were paced or kept back.
     pub nodelay: Option<NoDelayRun>,
+    /// Requests per batch (`--pipeline`).
+    pub pipeline: usize,
 }
 
 /// The TCP_NODELAY re-run of a pipelining probe.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct NoDelayRun {
+    /// Batches (timed exchanges) answered.
+    pub batches: usize,
     /// Requests answered.
     pub requests: usize,
     /// Requests per second.
@@ -241,8 +247,11 @@ pub struct Diagnosis {
     pub undecided: Option<String>,
     /// The requests were slow with no hold seen anywhere: the server's own time.
     pub server_time: Option<ServerTime>,
-    /// Further causes, after the main one, in order of the time they cost.
-    pub also: Vec<Cause>,
+    /// When more than one cause struck: all of them, in order of the time they cost, the
+    /// first the one `explanation`, `hop` and the first advice speak of; empty for one cause.
+    pub causes: Vec<Cause>,
+    /// The time the stalls of the example's kind and side cost, ms.
+    pub lost_ms: f64,
 }
 
 /// A slow answer with no hold seen: the server's own time, with the figures.
@@ -258,7 +267,7 @@ pub struct ServerTime {
     pub looked: String,
 }
 
-/// One more cause of lost time beside the main one.
+/// One cause of lost time among several.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Cause {
     /// Stable name (`nagle_delayed_ack`, `listen_queue`, …).
