@@ -100,8 +100,11 @@ fn catch_interrupt() -> anyhow::Result<()> {
     tcpstall probe tcp://127.0.0.1:7000 --send 'PING\\r\\n' --until '\\r\\n'\n\n\
     With CAP_NET_RAW (root) the probe captures its own packets and runs the same detector as \
     `analyze`; without it, it judges from its socket's receive times and TCP_INFO, which \
-    cannot see ACKs. Exit status: 0 done, 1 stall found with --fail-on-stall, 2 error \
-    (the results measured before it are still printed).")]
+    cannot see ACKs. Verdicts: stall (a hold seen), slow (the server's own time, no hold \
+    seen), undecided (a timer's shape behind a server it cannot see into), error (HTTP error \
+    answers), clean. Exit status: 0 done, 1 stall found with --fail-on-stall, 2 error or HTTP \
+    error answers (the results measured before it are still printed), 130 interrupted by \
+    Ctrl-C (the results so far are printed).")]
 pub struct ProbeArgs {
     /// The target: http://HOST:PORT/PATH, https://…, memcached://HOST:PORT, redis://HOST:PORT,
     /// rediss://… (redis over TLS), tcp://HOST:PORT (with --send and --until). Credentials go
