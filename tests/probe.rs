@@ -889,7 +889,9 @@ fn pipelining_probe_against_redis_finds_its_writes_paced() {
     let out = run_probe(Privilege::AsIs, &args);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.contains("ACK pacing (batches of 16)") && text.contains("TCP_NODELAY re-run"),
+        text.contains("100 of 100 batches of 16 = 1600 requests answered")
+            && text.contains("ACK pacing:")
+            && text.contains("TCP_NODELAY re-run: 100 batches of 16 = 1600 requests"),
         "{text}"
     );
 }
@@ -978,7 +980,7 @@ fn pipelining_probe_page_shows_the_pacing() {
     };
     let rerun = line("TCP_NODELAY re-run: ");
     assert!(
-        rerun.starts_with("TCP_NODELAY re-run: 1600 requests, "),
+        rerun.starts_with("TCP_NODELAY re-run: 100 batches of 16 = 1600 requests, "),
         "{rerun}"
     );
     assert!(rerun.contains(" %"), "the measured change: {rerun}");

@@ -637,16 +637,38 @@ fn a_backend_in_another_namespace_seen_from_the_proxy_and_from_afar() {
         assert_eq!(up["backend"], Value::Null, "{v}");
         assert!(up["writes"].as_array().map_or(0, Vec::len) >= 2, "{v}");
 
-        // From another host: the proxy is remote too, only the timing tells.
+        // From another host: the proxy is remote too, only the timing tells, which proves no
+        // hold: undecided, the suspect named, and where to look to settle it.
         let remote = format!("http://{PROXY_FROM_CLIENT}:{}/index.html", front.port);
-        let (code, v) = probe(Some(&ns.client), false, &[], &remote);
+        let (code, v) = probe(Some(&ns.client), false, &["--fail-on-stall"], &remote);
         assert_eq!(code, 0, "{v}");
-        assert_upstream(&v);
-        let up = &v["upstream"];
-        assert_eq!(up["proxy"], Value::Null, "{v}");
-        assert_eq!(up["backend"], Value::Null, "{v}");
-        assert_eq!(up["timer"]["stack"], "linux", "{v}");
-        assert!(up["unwatched"].is_string(), "{v}");
+        // A busy host may spread the waits off the timer's shape: then it is slow, still no
+        // stall.
+        assert_eq!(v["culprit"], Value::Null, "{v}");
+        assert_ne!(v["verdict"], "stall", "{v}");
+        if v["verdict"] == "undecided" {
+            assert!(
+                v["hop"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("behind the server"),
+                "{v}"
+            );
+            assert!(
+                v["undecided"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("on the server's host"),
+                "{v}"
+            );
+            let up = &v["upstream"];
+            assert_eq!(up["proxy"], Value::Null, "{v}");
+            assert_eq!(up["backend"], Value::Null, "{v}");
+            assert_eq!(up["timer"]["stack"], "linux", "{v}");
+            assert!(up["unwatched"].is_string(), "{v}");
+        } else {
+            assert_eq!(v["verdict"], "slow", "{v}");
+        }
         drop(front);
         drop(app);
     }

@@ -304,3 +304,19 @@ fn a_split_request_has_no_pacing_block_and_batches_are_counted_one_way() {
         );
     }
 }
+
+#[test]
+fn a_run_that_ends_in_an_error_never_prints_a_plain_clean_verdict() {
+    // Three answers, then the server closes in the middle of the fourth: exit 2, and the
+    // verdict line says the run ended early.
+    let (_server, port) = python("probe/bad_server.py", &["close-mid", "3"]);
+    let out = run(false, &[&format!("http://127.0.0.1:{port}/index.html")]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    let first = text.lines().next().unwrap_or("");
+    assert!(first.contains("3 of 20 requests answered"), "{text}");
+    assert!(
+        first.ends_with("so far (the run ended early: see the error below)"),
+        "{text}"
+    );
+}

@@ -86,7 +86,7 @@ impl Drop for Lister {
 }
 
 /// The connected TCP sockets of the processes `tree`: (local, remote).
-fn connections(tree: &[u32]) -> Vec<(SocketAddr, SocketAddr)> {
+pub(crate) fn connections(tree: &[u32]) -> Vec<(SocketAddr, SocketAddr)> {
     let Some(&first) = tree.first() else {
         return Vec::new();
     };

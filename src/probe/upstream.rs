@@ -660,24 +660,10 @@ pub fn listener_owner(target: SocketAddr) -> Result<Process, String> {
 
 /// The local addresses of the connected TCP sockets of the processes `tree`.
 fn connected_sockets(tree: &[u32]) -> Vec<SocketAddr> {
-    let Some(&first) = tree.first() else {
-        return Vec::new();
-    };
-    let inodes: HashSet<u64> = tree
-        .iter()
-        .filter_map(|pid| procfs::socket_fds(*pid).ok())
-        .flatten()
-        .map(|(_, inode)| inode)
-        .collect();
-    procfs::tcp_entries(first, &inodes)
-        .map(|entries| {
-            entries
-                .values()
-                .filter(|e| e.state != TcpState::Listen)
-                .map(|e| plain(e.local))
-                .collect()
-        })
-        .unwrap_or_default()
+    super::behind::connections(tree)
+        .into_iter()
+        .map(|(local, _)| local)
+        .collect()
 }
 
 /// The running kernel's tick, [`tcp_rules::JIFFY_UNKNOWN_HZ`] when HZ is unknown.
