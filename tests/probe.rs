@@ -357,6 +357,43 @@ fn nginx(dir: &TempDir, tls: Option<(&Path, &Path, &str)>, directives: &str) -> 
 }
 
 #[test]
+fn http_error_answers_are_errors_not_clean() {
+    // A 404 from http.server, and nginx's 400 to `http://` sent to its TLS port: said with
+    // status and count, exit 2 (also with --fail-on-stall); on the TLS port, https:// is named.
+    let root = web_root();
+    let server = python_server("probe/http_server.py", &[root.0.to_str().unwrap()]);
+    let missing = format!("http://127.0.0.1:{}/no-such-file", server.port);
+    let (code, v, err) = probe_json(Privilege::AsIs, &["--fail-on-stall", &missing]);
+    assert_eq!(code, 2, "{v} {err}");
+    assert_eq!(v["verdict"], "error", "{v}");
+    assert_eq!(v["http_errors"][0]["status"], 404, "{v}");
+    assert_eq!(v["http_errors"][0]["count"], 20, "{v}");
+    assert!(err.contains("404"), "{err}");
+    let out = run_probe(Privilege::AsIs, &["--requests", "3", &missing]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(!text.contains("verdict: clean"), "{text}");
+    assert!(text.contains("verdict: error"), "{text}");
+
+    let dir = TempDir::new(&format!("nginx-tls-{}", free_port()));
+    let (cert, key) = self_signed(&dir.0);
+    let tls = nginx(&dir, Some((&cert, &key, "TLSv1.2 TLSv1.3")), "");
+    let (code, v, err) = probe_json(
+        Privilege::AsIs,
+        &["--requests", "3", "--fail-on-stall", &url("http", tls.port)],
+    );
+    assert_eq!(code, 2, "{v} {err}");
+    assert_eq!(v["verdict"], "error", "{v}");
+    assert_eq!(v["http_errors"][0]["status"], 400, "{v}");
+    assert!(
+        v["notes"]
+            .to_string()
+            .contains(&format!("https://127.0.0.1:{}/index.html", tls.port)),
+        "{v}"
+    );
+}
+
+#[test]
 fn nginx_is_clean() {
     let dir = TempDir::new(&format!("nginx-{}", free_port()));
     let server = nginx(&dir, None, "");
@@ -741,8 +778,13 @@ fn http_basic_credentials_from_the_url() {
     );
     let port = server.port;
     let notes = |v: &Value| v["notes"].to_string();
-    let (code, v, err) = probe_json(Privilege::AsIs, &[&url("http", port)]);
-    assert_eq!(code, 0, "{err}");
+    // A 401 is an error answer: said, and exit 2, also with --fail-on-stall.
+    let (code, v, err) = probe_json(Privilege::AsIs, &["--fail-on-stall", &url("http", port)]);
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(v["verdict"], "error", "{v}");
+    assert_eq!(v["http_errors"][0]["status"], 401, "{v}");
+    assert_eq!(v["http_errors"][0]["count"], 20, "{v}");
+    assert!(err.contains("401"), "{err}");
     assert!(notes(&v).contains("wants credentials"), "{v}");
     assert!(
         notes(&v).contains(&format!("http://USER:PASSWORD@127.0.0.1:{port}/index.html")),
@@ -754,7 +796,8 @@ fn http_basic_credentials_from_the_url() {
             "http://tc%40user:wrong@127.0.0.1:{port}/index.html"
         )],
     );
-    assert_eq!(code, 0, "{err}");
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(v["verdict"], "error", "{v}");
     assert!(notes(&v).contains("refused the credentials"), "{v}");
 
     let _serial = support::serial();
@@ -846,7 +889,9 @@ fn pipelining_probe_against_redis_finds_its_writes_paced() {
     let out = run_probe(Privilege::AsIs, &args);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.contains("ACK pacing (batches of 16)") && text.contains("TCP_NODELAY re-run"),
+        text.contains("100 of 100 batches of 16 = 1600 requests answered")
+            && text.contains("ACK pacing:")
+            && text.contains("TCP_NODELAY re-run: 100 batches of 16 = 1600 requests"),
         "{text}"
     );
 }
@@ -935,7 +980,7 @@ fn pipelining_probe_page_shows_the_pacing() {
     };
     let rerun = line("TCP_NODELAY re-run: ");
     assert!(
-        rerun.starts_with("TCP_NODELAY re-run: 1600 requests, "),
+        rerun.starts_with("TCP_NODELAY re-run: 100 batches of 16 = 1600 requests, "),
         "{rerun}"
     );
     assert!(rerun.contains(" %"), "the measured change: {rerun}");

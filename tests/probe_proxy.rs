@@ -495,13 +495,27 @@ fn without_capture_the_timing_alone_tells() {
     let scratch = Scratch::new("no-net-raw");
     let app = backend(&scratch, false, None, "127.0.0.1");
     let front = proxy(Proxy::Haproxy, &scratch, &app.address, false, None);
-    let (code, v) = probe(None, true, &[], &url(false, front.port));
+    let (code, v) = probe(None, true, &["--fail-on-stall"], &url(false, front.port));
+    // A timer's shape with no hold seen (no capture of the proxy's connection behind it): no
+    // stall claimed, the suspect named, and what would settle it.
     assert_eq!(code, 0, "{v}");
     assert_eq!(v["evidence_source"], "socket", "{v}");
-    assert_upstream(&v);
+    assert_eq!(v["verdict"], "undecided", "{v}");
+    assert_eq!(v["culprit"], Value::Null, "{v}");
+    assert!(
+        v["hop"]
+            .as_str()
+            .unwrap_or("")
+            .contains("behind the server"),
+        "{v}"
+    );
     assert_eq!(v["upstream"]["backend"], Value::Null, "{v}");
     assert_eq!(v["upstream"]["timer"]["stack"], "linux", "{v}");
-    assert!(v["notes"].to_string().contains("judged from timing"), "{v}");
+    let settle = v["undecided"].as_str().unwrap_or("");
+    assert!(
+        settle.contains("CAP_NET_RAW") && settle.contains("watch --kernel"),
+        "{v}"
+    );
 }
 
 #[test]
@@ -521,7 +535,9 @@ fn a_backend_taking_its_own_time_is_not_a_timer() {
         let front = proxy(Proxy::Haproxy, &scratch, &app.address, false, None);
         let (code, v) = probe(None, false, &["--fail-on-stall"], &url(false, front.port));
         assert_eq!(code, 0, "{v}");
-        assert_eq!(v["verdict"], "clean", "{v}");
+        // Slow (p50 over a stall's worth) or not, never a stall.
+        let slow = v["p50_ms"].as_f64() >= Some(support::STALL_MIN_MS);
+        assert_eq!(v["verdict"], if slow { "slow" } else { "clean" }, "{v}");
         assert_eq!(v["culprit"], Value::Null, "{v}");
         assert_eq!(v["upstream"], Value::Null, "{v}");
     }
@@ -621,16 +637,38 @@ fn a_backend_in_another_namespace_seen_from_the_proxy_and_from_afar() {
         assert_eq!(up["backend"], Value::Null, "{v}");
         assert!(up["writes"].as_array().map_or(0, Vec::len) >= 2, "{v}");
 
-        // From another host: the proxy is remote too, only the timing tells.
+        // From another host: the proxy is remote too, only the timing tells, which proves no
+        // hold: undecided, the suspect named, and where to look to settle it.
         let remote = format!("http://{PROXY_FROM_CLIENT}:{}/index.html", front.port);
-        let (code, v) = probe(Some(&ns.client), false, &[], &remote);
+        let (code, v) = probe(Some(&ns.client), false, &["--fail-on-stall"], &remote);
         assert_eq!(code, 0, "{v}");
-        assert_upstream(&v);
-        let up = &v["upstream"];
-        assert_eq!(up["proxy"], Value::Null, "{v}");
-        assert_eq!(up["backend"], Value::Null, "{v}");
-        assert_eq!(up["timer"]["stack"], "linux", "{v}");
-        assert!(up["unwatched"].is_string(), "{v}");
+        // A busy host may spread the waits off the timer's shape: then it is slow, still no
+        // stall.
+        assert_eq!(v["culprit"], Value::Null, "{v}");
+        assert_ne!(v["verdict"], "stall", "{v}");
+        if v["verdict"] == "undecided" {
+            assert!(
+                v["hop"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("behind the server"),
+                "{v}"
+            );
+            assert!(
+                v["undecided"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("on the server's host"),
+                "{v}"
+            );
+            let up = &v["upstream"];
+            assert_eq!(up["proxy"], Value::Null, "{v}");
+            assert_eq!(up["backend"], Value::Null, "{v}");
+            assert_eq!(up["timer"]["stack"], "linux", "{v}");
+            assert!(up["unwatched"].is_string(), "{v}");
+        } else {
+            assert_eq!(v["verdict"], "slow", "{v}");
+        }
         drop(front);
         drop(app);
     }

@@ -59,6 +59,9 @@ pub struct Turn {
     pub http_status: Option<u16>,
     /// HTTP 401: the scheme its `WWW-Authenticate` asks for (`Basic`, `Bearer`, …).
     pub auth_scheme: Option<String>,
+    /// An HTTP 400 whose text names HTTPS (nginx: "The plain HTTP request was sent to HTTPS
+    /// port"): the port speaks TLS.
+    pub https_port: bool,
 }
 
 /// One connection.
@@ -87,6 +90,10 @@ pub struct RunLog {
     /// needed a new one): connections the probe opened itself, one per `--connections`,
     /// are not counted.
     pub closed_by_server: usize,
+    /// Kept-alive connections the server closed after an answer without saying so (no
+    /// `Connection: close`): the next request found them closed and went again on a new
+    /// connection, as curl and http.client do.
+    pub reconnects: usize,
 }
 
 impl RunLog {
@@ -104,6 +111,7 @@ impl RunLog {
         self.connections.extend(other.connections);
         self.errors.extend(other.errors);
         self.closed_by_server += other.closed_by_server;
+        self.reconnects += other.reconnects;
     }
 }
 
@@ -153,6 +161,9 @@ fn worker(
     let mut log = RunLog::default();
     let mut done = 0;
     while done < share {
+        if super::interrupted() {
+            break;
+        }
         if Instant::now() >= plan.deadline {
             log.errors.push(format!(
                 "the run's time limit ended it after {done} of {share} requests on a connection"
@@ -173,13 +184,14 @@ fn worker(
         let mut buf = Vec::with_capacity(READ_CHUNK);
         let mut closed = false;
         let mut failed = false;
+        let mut answered_here = 0;
         let exchanges = dialogue
             .setup
             .iter()
             .map(|e| (true, e))
             .chain(std::iter::repeat((false, &dialogue.request)));
         for (setup, exchange) in exchanges {
-            if !setup && done >= share {
+            if !setup && (done >= share || super::interrupted()) {
                 break;
             }
             match turn(&mut stream, exchange, plan, &mut buf) {
@@ -188,14 +200,24 @@ fn worker(
                     record.setup = setup;
                     log.turns.push(record);
                     done += usize::from(!setup);
+                    answered_here += 1;
                     if close {
                         closed = true;
                         log.closed_by_server += 1;
                         break;
                     }
                 }
+                // A kept-alive connection found closed before any byte of the answer: the
+                // server closed it after its last answer; a client goes on with a new one
+                // (RFC 9112 section 9.3.1: a request may be retried on a new connection).
+                Err(err) if err.unanswered_close && answered_here > 0 => {
+                    log.reconnects += 1;
+                    closed = true;
+                    break;
+                }
                 Err(err) => {
-                    log.errors.push(format!("{} {err}", what(setup, done)));
+                    log.errors
+                        .push(format!("{} {}", what(setup, done), err.text));
                     failed = true;
                     break;
                 }
@@ -204,7 +226,7 @@ fn worker(
         let info = stream.socket().tcp_info().ok();
         log.connections[index].info_at_end = info;
         stream.close();
-        if failed || (!closed && done < share) {
+        if failed || (!closed && done < share) || super::interrupted() {
             break;
         }
     }
@@ -275,6 +297,33 @@ fn connect_error(addr: SocketAddr, err: &io::Error, timeout: Duration) -> anyhow
     }
 }
 
+/// Why a turn failed.
+struct TurnError {
+    /// In words.
+    text: String,
+    /// The connection was found closed (FIN or reset) before any byte of the answer.
+    unanswered_close: bool,
+}
+
+impl From<String> for TurnError {
+    fn from(text: String) -> TurnError {
+        TurnError {
+            text,
+            unanswered_close: false,
+        }
+    }
+}
+
+/// A closed connection's error kinds, when writing to it or reading from it.
+fn closed_kind(err: &io::Error) -> bool {
+    matches!(
+        err.kind(),
+        io::ErrorKind::ConnectionReset
+            | io::ErrorKind::BrokenPipe
+            | io::ErrorKind::ConnectionAborted
+    )
+}
+
 /// Sends one exchange and reads its whole reply. Returns the turn and whether the server
 /// closes the connection after it.
 fn turn(
@@ -282,7 +331,7 @@ fn turn(
     exchange: &Exchange,
     plan: &Plan,
     buf: &mut Vec<u8>,
-) -> Result<(Turn, bool), String> {
+) -> Result<(Turn, bool), TurnError> {
     let deadline = plan.deadline.min(Instant::now() + plan.timeout);
     stream.socket().set_deadline(deadline);
     stream.socket().take_log();
@@ -293,41 +342,57 @@ fn turn(
         stream
             .write_all(write)
             .and_then(|()| stream.flush())
-            .map_err(|err| io_failure("sending the request", &err, 0, plan))?;
+            .map_err(|err| TurnError {
+                text: io_failure("sending the request", &err, 0, plan),
+                unanswered_close: closed_kind(&err),
+            })?;
     }
     let mut chunk = vec![0u8; READ_CHUNK];
     let close = loop {
-        let parsed = exchange.reply.parse(buf).map_err(|why| why.describe())?;
+        let parsed = exchange
+            .reply
+            .parse(buf)
+            .map_err(|why| TurnError::from(why.describe()))?;
         if let Parsed::Complete { len, close } = parsed {
             if buf.len() > len {
                 return Err(format!(
                     "the server sent {} B more than the reply: {}",
                     buf.len() - len,
                     excerpt(&buf[len..])
-                ));
+                )
+                .into());
             }
             break close;
         }
         if buf.len() > MAX_REPLY {
-            return Err(format!("reply longer than {} MiB", MAX_REPLY >> 20));
+            return Err(format!("reply longer than {} MiB", MAX_REPLY >> 20).into());
         }
         let n = match stream.read(&mut chunk) {
             Ok(n) => n,
             Err(err) if err.kind() == io::ErrorKind::UnexpectedEof => 0,
-            Err(err) => return Err(io_failure("reading the reply", &err, buf.len(), plan)),
+            Err(err) => {
+                return Err(TurnError {
+                    text: io_failure("reading the reply", &err, buf.len(), plan),
+                    unanswered_close: buf.is_empty() && closed_kind(&err),
+                })
+            }
         };
         if n == 0 {
             if parsed == Parsed::UntilClose {
                 break true;
             }
             return Err(if buf.is_empty() {
-                "the server closed the connection without answering".to_string()
+                TurnError {
+                    text: "the server closed the connection without answering".to_string(),
+                    unanswered_close: true,
+                }
             } else {
                 format!(
                     "the server closed the connection in the middle of the reply, after {} B: {}",
                     buf.len(),
                     excerpt(buf)
                 )
+                .into()
             });
         }
         buf.extend_from_slice(&chunk[..n]);
@@ -338,6 +403,8 @@ fn turn(
         Reply::Http { .. } => (http::status(buf), http::auth_scheme(buf)),
         _ => (None, None),
     };
+    let https_port =
+        http_status == Some(400) && buf.windows(5).any(|w| w.eq_ignore_ascii_case(b"https"));
     Ok((
         Turn {
             connection: 0,
@@ -348,6 +415,7 @@ fn turn(
             arrivals,
             http_status,
             auth_scheme,
+            https_port,
         },
         close,
     ))

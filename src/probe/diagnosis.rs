@@ -15,15 +15,52 @@ pub use crate::report::model::probe::{Culprit, Diagnosis, EvidenceLine, Source};
 /// Most segments shown for one stalled turn.
 const EVIDENCE_LINES: usize = 12;
 
+impl super::ProbeReport {
+    /// The run's verdict: the diagnosis's, but `error` when the server answered with HTTP
+    /// error statuses and no stall was found (the figures are those of its error answers).
+    pub fn verdict(&self) -> &'static str {
+        match self.diagnosis.verdict() {
+            "stall" => "stall",
+            _ if !self.http_errors.is_empty() => "error",
+            other => other,
+        }
+    }
+}
+
 impl Diagnosis {
-    /// `clean` or `stall`.
+    /// `stall` (a hold seen), `undecided` (a timer's shape behind a server the probe cannot
+    /// see into), `slow` (slow answers, no hold seen anywhere: the server's own time) or
+    /// `clean`.
     pub fn verdict(&self) -> &'static str {
         let queue = self.listen_queue.as_ref().is_some_and(|q| q.blamed);
-        if self.counts.stalls() > 0 || self.upstream.is_some() || queue {
+        let upstream = self.upstream.as_ref().is_some_and(|u| u.held.is_some());
+        if self.counts.stalls() > 0 || upstream || queue {
             "stall"
+        } else if self.undecided.is_some() {
+            "undecided"
+        } else if self.server_time.is_some() {
+            "slow"
         } else {
             "clean"
         }
+    }
+
+    /// A wait in a timer's shape behind the server, with no hold seen and no way to look:
+    /// `undecided`, the suspect named, and what would settle it in place of a fix.
+    pub fn suspect_upstream(&mut self, upstream: Upstream, settle: String) {
+        self.culprit = None;
+        self.explanation = Some(format!(
+            "{}; no hold is seen: the probe cannot see behind the server, so the wait may be \
+             a write held there for a delayed ACK, or the server's own time",
+            upstream.timer.as_ref().map_or_else(
+                || "the answers waited".to_string(),
+                super::upstream::TimerMode::describe
+            )
+        ));
+        self.hop = Some(upstream.hop());
+        self.advice = vec![settle.clone()];
+        self.undecided = Some(settle);
+        self.upstream = Some(upstream);
     }
 
     /// Puts the blame behind the server: the culprit, the explanation, the hop and the advice
@@ -50,11 +87,20 @@ pub fn diagnose(
 ) -> Diagnosis {
     let counts: KindCounts = stalls.iter().map(|s| s.kind).collect();
     let example = dominant(&stalls);
+    let lost_ms = example.as_ref().map_or(0.0, |e| {
+        stalls
+            .iter()
+            .filter(|s| s.kind == e.kind && s.held == e.held)
+            .map(|s| s.delay_ns as f64 / 1e6)
+            .sum()
+    });
     let culprit = example
         .as_ref()
         .and_then(|s| culprit_of(s.kind, s.held))
         .map(Culprit::from);
     let explanation = example.as_ref().map(|s| match &s.event {
+        // A capture sees the server's segments, not its write calls.
+        Some(event) if s.held == Side::Server => segments_not_writes(&explain(event)),
         Some(event) => explain(event),
         None => explain_from_socket(s),
     });
@@ -77,6 +123,22 @@ pub fn diagnose(
         .as_ref()
         .map(|s| fixes(s.kind, s.held, s.event.as_ref()))
         .unwrap_or_default();
+    // The server's process on this host: the fixes meant for the server's host name its pid.
+    if let Some(p) = server {
+        for line in advice
+            .iter_mut()
+            .filter(|a| a.contains("on the server's host") && a.contains("tcpstall fix PID"))
+        {
+            *line = line.replacen(
+                "tcpstall fix PID",
+                &format!(
+                    "tcpstall fix {} (pid {}, {}; add --yes when not at a terminal)",
+                    p.pid, p.pid, p.command
+                ),
+                1,
+            );
+        }
+    }
     // The server's own Nagle hold, and its process on this host: the live fix names it.
     let nagle = |s: &Stall| matches!(s.kind, StallKind::NagleDelayedAck | StallKind::NagleMinor);
     if let (Some(p), Some(s)) = (server, example.as_ref()) {
@@ -86,10 +148,17 @@ pub fn diagnose(
                 .iter()
                 .find_map(|c| c.remote)
                 .map_or(0, |r| r.port());
-            advice.push(format!(
-                "on this host, live: tcpstall fix {} --port {port} (pid {}, {})",
+            let live = format!(
+                "on this host, live: tcpstall fix {} --port {port} (pid {}, {}; it asks before \
+                 changing anything: add --yes when not at a terminal)",
                 p.pid, p.pid, p.command
-            ));
+            );
+            // Right after the TCP_NODELAY advice it applies.
+            let at = advice
+                .iter()
+                .position(|a| a.contains("TCP_NODELAY"))
+                .map_or(advice.len(), |i| i + 1);
+            advice.insert(at, live);
         }
     }
     Diagnosis {
@@ -103,6 +172,10 @@ pub fn diagnose(
         advice,
         upstream: None,
         listen_queue: None,
+        undecided: None,
+        server_time: None,
+        causes: Vec::new(),
+        lost_ms,
     }
 }
 
@@ -128,6 +201,27 @@ fn dominant(stalls: &[Stall]) -> Option<Stall> {
         .enumerate()
         .max_by_key(|(i, s)| (count(s), *i))
         .map(|(_, s)| (*s).clone())
+}
+
+/// "in 2 writes (17 B, then 192 B)" said of segments a capture saw: "in 2 segments (…)".
+fn segments_not_writes(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(" writes (") {
+        let (head, tail) = rest.split_at(at);
+        let counted = head
+            .rsplit(' ')
+            .next()
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+        out.push_str(head);
+        out.push_str(if counted { " segments (" } else { " writes (" });
+        rest = &tail[" writes (".len()..];
+    }
+    out.push_str(rest);
+    out.replace(
+        "server writes the response in",
+        "server sends the response in",
+    )
 }
 
 /// The socket-only sentence for a stall.
@@ -325,7 +419,8 @@ fn hop_from_capture(
         format!(
             "the held write is on this host (loopback): {who} wrote it; its segment left \
              {gap_text} after our ACK reached it. `tcpstall sockets {pid}` shows its sockets' \
-             TCP_NODELAY and `tcpstall fix {pid} --port {port}` sets it live"
+             TCP_NODELAY and `tcpstall fix {pid} --port {port}` sets it live (add --yes when \
+             not at a terminal)"
         )
     } else {
         format!(
@@ -365,4 +460,20 @@ fn upstream_pauses(segments: &[WireSegment]) -> Option<String> {
             tcp_rules::STALL_THRESHOLD.as_millis()
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::segments_not_writes;
+
+    #[test]
+    fn a_capture_counts_segments_not_write_calls() {
+        assert_eq!(
+            segments_not_writes(
+                "the server writes the response in 2 writes (17 B, then 192 B); the last waits"
+            ),
+            "the server sends the response in 2 segments (17 B, then 192 B); the last waits"
+        );
+        assert_eq!(segments_not_writes("its writes (all)"), "its writes (all)");
+    }
 }

@@ -19,7 +19,7 @@ use crate::detect::{waited_for_syn_resend, StallKind};
 use crate::kernel;
 use crate::lab::measure::LatencySummary;
 use crate::process::sock_diag::{self, ListenQueue as Row};
-pub use crate::report::model::probe::{ConnectTimes, ListenQueue};
+pub use crate::report::model::probe::{Cause, ConnectTimes, ListenQueue};
 use crate::tcp_rules;
 
 /// How often the queue is sampled during the run.
@@ -140,10 +140,15 @@ fn times(n: u64) -> String {
 /// The connect times of `log`.
 pub(crate) fn connect_times(log: &RunLog) -> Option<ConnectTimes> {
     let times: Vec<Duration> = log.connections.iter().map(|c| c.connect).collect();
+    let waited: Vec<&Duration> = times
+        .iter()
+        .filter(|t| waited_for_syn_resend(**t))
+        .collect();
     (!times.is_empty()).then(|| ConnectTimes {
         connects: times.len(),
         latency: LatencySummary::of(&times),
-        waited_for_syn: times.iter().filter(|t| waited_for_syn_resend(**t)).count(),
+        waited_for_syn: waited.len(),
+        waited_ms: waited.iter().map(|t| t.as_secs_f64() * 1e3).sum(),
     })
 }
 
@@ -152,6 +157,8 @@ pub(crate) fn connect_times(log: &RunLog) -> Option<ConnectTimes> {
 struct TimerWaits {
     resent_requests: u64,
     connects: u64,
+    /// The time the connects lost, ms.
+    connects_ms: f64,
 }
 
 fn timer_waits(d: &Diagnosis, outside: &[Stall], connects: Option<&ConnectTimes>) -> TimerWaits {
@@ -163,7 +170,25 @@ fn timer_waits(d: &Diagnosis, outside: &[Stall], connects: Option<&ConnectTimes>
     TimerWaits {
         resent_requests: d.counts.get(StallKind::Rto),
         connects: (syn_seen + d.counts.get(StallKind::SynRetry)).max(slow),
+        connects_ms: connects.map_or(0.0, |c| c.waited_ms),
     }
+}
+
+/// What to change for an overflowing accept queue.
+fn queue_advice(queue: &ListenQueue) -> Vec<String> {
+    let cap = queue
+        .somaxconn
+        .map_or(String::new(), |m| format!(", here {m}"));
+    vec![
+        format!(
+            "raise the backlog {} (pid {}) passes to listen() (now {}; net.core.somaxconn caps \
+             it{cap})",
+            queue.command, queue.pid, queue.backlog
+        ),
+        "accept connections sooner: more accepting threads or processes, or fewer \
+         connections opened at once by the clients"
+            .to_string(),
+    ]
 }
 
 /// Puts the run's timer waits on the server's accept queue when it overflowed during the run;
@@ -202,15 +227,34 @@ pub(crate) fn judge(
                 tcp_rules::TIMEOUT_INIT.as_secs()
             ));
         }
-        d.explanation = Some(format!(
-            "the server's accept queue (backlog {}) overflowed {} during the run: the \
-             kernel dropped SYNs and handshake ACKs, and requests waited for \
-             retransmission timers ({})",
-            queue.backlog,
-            times(overflows),
-            waited.join(", ")
-        ));
-        d.hop = Some(format!(
+        // A stall of another kind the requests showed (the server's Nagle hold) stays in the
+        // answer: the two causes in order of the time they cost.
+        let other = d
+            .example
+            .as_ref()
+            .filter(|e| !matches!(e.kind, StallKind::Rto | StallKind::SynRetry))
+            .map(|e| Cause {
+                kind: e.kind.name().to_string(),
+                count: d.counts.get(e.kind),
+                lost_ms: d.lost_ms,
+                explanation: d.explanation.clone().unwrap_or_default(),
+                advice: d.advice.clone(),
+            });
+        let queue_cause = Cause {
+            kind: "listen_queue".to_string(),
+            count: waits.connects + waits.resent_requests,
+            lost_ms: waits.connects_ms,
+            explanation: format!(
+                "the server's accept queue (backlog {}) overflowed {} during the run: the \
+                 kernel dropped SYNs and handshake ACKs, and requests waited for \
+                 retransmission timers ({})",
+                queue.backlog,
+                times(overflows),
+                waited.join(", ")
+            ),
+            advice: queue_advice(&queue),
+        };
+        let queue_hop = format!(
             "the listening socket of {} (pid {}) on {}: {} connections waited for accept() at \
              most during the run (sampled every {} ms), its backlog {}",
             queue.command,
@@ -219,20 +263,27 @@ pub(crate) fn judge(
             queue.queued[1],
             SAMPLE_EVERY.as_millis(),
             queue.backlog
-        ));
-        let cap = queue
-            .somaxconn
-            .map_or(String::new(), |m| format!(", here {m}"));
-        d.advice = vec![
-            format!(
-                "raise the backlog {} passes to listen() (now {}; net.core.somaxconn caps \
-                 it{cap})",
-                queue.command, queue.backlog
-            ),
-            "accept connections sooner: more accepting threads or processes, or fewer \
-             connections opened at once by the clients"
-                .to_string(),
-        ];
+        );
+        match other {
+            Some(other) if other.lost_ms > queue_cause.lost_ms => {
+                d.advice.extend(queue_cause.advice.iter().cloned());
+                d.causes = vec![other, queue_cause];
+            }
+            other => {
+                d.explanation = Some(queue_cause.explanation.clone());
+                d.hop = Some(queue_hop);
+                d.advice = queue_cause.advice.clone();
+                if let Some(other) = other {
+                    d.advice.extend(other.advice.iter().cloned());
+                    d.causes = vec![queue_cause, other];
+                }
+            }
+        }
+        // The counters agree with the connects line: each connect that waited for a SYN
+        // resend is a syn_retry.
+        for _ in d.counts.get(StallKind::SynRetry)..waits.connects {
+            d.counts.add(StallKind::SynRetry);
+        }
         None
     };
     d.listen_queue = Some(queue);

@@ -8,6 +8,7 @@
 //! weaker view the report owns up to. A stall it can blame on Nagle × delayed ACK is then
 //! re-run with the client-side remedy ([`confirm`]): it must vanish.
 
+pub(crate) mod behind;
 pub(crate) mod capture;
 pub(crate) mod client;
 pub(crate) mod confirm;
@@ -45,10 +46,47 @@ use self::upstream::Upstream;
 use crate::lab::measure::LatencySummary;
 use crate::report;
 pub use crate::report::model::probe::ProbeReport;
+use crate::report::model::probe::ServerTime;
 use crate::Outcome;
 
 /// Most requests a run may make.
 pub const MAX_REQUESTS: usize = 10_000;
+
+/// Set by Ctrl-C (SIGINT) or SIGTERM: no new request starts, the requests in flight end, and
+/// the report shows what was answered so far.
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Ctrl-C arrived: stop starting requests.
+pub(crate) fn interrupted() -> bool {
+    INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+/// Exit status of a run cut short by Ctrl-C, as a shell reports SIGINT.
+const EXIT_INTERRUPTED: i32 = 130;
+
+/// Catches SIGINT and SIGTERM for the run: the first sets [`INTERRUPTED`], a second one ends
+/// the process at once (the default action, restored by signal-hook).
+fn catch_interrupt() -> anyhow::Result<()> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for signal in [SIGINT, SIGTERM] {
+        signal_hook::flag::register_conditional_default(signal, std::sync::Arc::clone(&flag))
+            .context("cannot install the Ctrl-C handler")?;
+        signal_hook::flag::register(signal, std::sync::Arc::clone(&flag))
+            .context("cannot install the Ctrl-C handler")?;
+    }
+    std::thread::Builder::new()
+        .name("interrupt".into())
+        .spawn(move || loop {
+            if flag.load(std::sync::atomic::Ordering::SeqCst) {
+                INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        })
+        .context("cannot start the Ctrl-C watcher")?;
+    Ok(())
+}
 
 /// Arguments of `tcpstall probe`.
 #[derive(Args, Debug, Clone)]
@@ -62,8 +100,11 @@ pub const MAX_REQUESTS: usize = 10_000;
     tcpstall probe tcp://127.0.0.1:7000 --send 'PING\\r\\n' --until '\\r\\n'\n\n\
     With CAP_NET_RAW (root) the probe captures its own packets and runs the same detector as \
     `analyze`; without it, it judges from its socket's receive times and TCP_INFO, which \
-    cannot see ACKs. Exit status: 0 done, 1 stall found with --fail-on-stall, 2 error \
-    (the results measured before it are still printed).")]
+    cannot see ACKs. Verdicts: stall (a hold seen), slow (the server's own time, no hold \
+    seen), undecided (a timer's shape behind a server it cannot see into), error (HTTP error \
+    answers), clean. Exit status: 0 done, 1 stall found with --fail-on-stall, 2 error or HTTP \
+    error answers (the results measured before it are still printed), 130 interrupted by \
+    Ctrl-C (the results so far are printed).")]
 pub struct ProbeArgs {
     /// The target: http://HOST:PORT/PATH, https://…, memcached://HOST:PORT, redis://HOST:PORT,
     /// rediss://… (redis over TLS), tcp://HOST:PORT (with --send and --until). Credentials go
@@ -150,6 +191,7 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
     };
     let dialogue = dialogue::build(&target, &shape)?;
     let addrs = resolve(&target)?;
+    catch_interrupt()?;
     let tls = if target.protocol.is_tls() {
         Some((tls::client_config(args.insecure)?, args.insecure))
     } else {
@@ -177,6 +219,8 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
         .as_ref()
         .ok()
         .and_then(|p| listen_queue::Watch::start(plan.addrs[0], p).ok());
+    // The server's own connections: whether there is any hop behind it at all.
+    let lister = proxy.as_ref().ok().and_then(behind::Lister::start);
     let Observed {
         log,
         stalls,
@@ -186,7 +230,12 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
     } = observed_run(&plan, &dialogue, requests, usize::from(args.connections));
     let queue = queue.map(listen_queue::Watch::finish);
     let hops = hops.and_then(|watch| watch.finish(&log));
+    let connections_behind = lister.map(|l| l.finish(&log));
     let answered = log.requests().count();
+    if answered == 0 && interrupted() {
+        eprintln!("tcpstall: probe interrupted before any request was answered");
+        std::process::exit(EXIT_INTERRUPTED);
+    }
     if answered == 0 {
         let first = log
             .errors
@@ -207,7 +256,7 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
         .and_then(|q| listen_queue::judge(&mut diagnosis, q, &outside, connect_times.as_ref()));
     let pipeline = usize::from(args.pipeline);
     let mut ack_paced = paced::of(&log, captured.as_ref(), pipeline);
-    if ack_paced.own_writes_held() {
+    if ack_paced.own_writes_held() && !interrupted() {
         // The same run with TCP_NODELAY on the probe's sockets: the throughput it gains (or
         // loses: on a short path the holds also gather requests into fewer segments).
         let nodelay = Plan {
@@ -234,6 +283,7 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
             proxy: proxy.ok(),
             hops,
             jiffy,
+            connections_behind,
         },
         &mut diagnosis,
         max_time,
@@ -249,6 +299,7 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
         .map(|t| t.latency.as_secs_f64() * 1e3)
         .collect();
     let mut report = assemble(&target, requests, &log, diagnosis, confirmation, jiffy);
+    report.interrupted = interrupted();
     report.ack_paced = ack_paced;
     report.pipeline = pipeline;
     if let Some(note) = outside_note(&outside, &log) {
@@ -285,6 +336,11 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
         page.write_to(path)?;
         eprintln!("tcpstall: HTML report written to {}", path.display());
     }
+    if report.interrupted {
+        // Everything measured is printed; the status says the run did not finish.
+        let _ = std::io::stdout().flush();
+        std::process::exit(EXIT_INTERRUPTED);
+    }
     if let Some(first) = report.errors.first() {
         return Err(anyhow!(
             "probe of {} ended early ({} of {} requests answered): {first}",
@@ -293,7 +349,23 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
             requests
         ));
     }
-    Ok(if report.diagnosis.verdict() == "stall" {
+    if let Some((code, count)) = report.http_errors.first() {
+        return Err(anyhow!(
+            "probe of {}: the server answered with HTTP errors ({count} of {} requests {code}{}): \
+             the answers are errors, not the page (see the notes)",
+            report.target,
+            report.requests,
+            match report.http_errors.len() {
+                1 => String::new(),
+                n => format!(
+                    ", and {} other status{}",
+                    n - 1,
+                    if n == 2 { "" } else { "es" }
+                ),
+            }
+        ));
+    }
+    Ok(if report.verdict() == "stall" {
         Outcome::StallsFound
     } else {
         Outcome::Done
@@ -323,6 +395,9 @@ struct Behind {
     hops: Result<upstream::HopCapture, String>,
     /// The running kernel's tick.
     jiffy: Duration,
+    /// The server's connections other than the probe's, when it is on this host and its
+    /// sockets could be listed.
+    connections_behind: Option<Vec<SocketAddr>>,
 }
 
 /// Runs the confirmation the diagnosis calls for and decides whether the hold sits behind the
@@ -337,6 +412,10 @@ fn confirm_and_place(
     diagnosis: &mut Diagnosis,
     max_time: Duration,
 ) -> (Option<Confirmation>, Vec<String>) {
+    if interrupted() {
+        // Ctrl-C: no re-run; the diagnosis is what the requests so far show.
+        return (None, Vec::new());
+    }
     let latencies: Vec<Duration> = log.requests().map(|t| t.latency).collect();
     let hops = seen.hops;
     let behind = Upstream {
@@ -382,6 +461,30 @@ fn confirm_and_place(
         .as_ref()
         .is_some_and(|c| c.confirmed == Some(false));
     let mut remarks = Vec::new();
+    if suspect_upstream && stayed && behind.held.is_none() {
+        // No hold seen: a timer's shape alone proves nothing.
+        let no_hop = seen.connections_behind.as_ref().is_some_and(Vec::is_empty);
+        if no_hop || hops.is_ok() {
+            let why = if no_hop {
+                "the server has no connection behind it but the probe's (its sockets listed \
+                 while the requests ran), so no write of a hop there can wait"
+            } else {
+                "no write was held on the server's connections behind it (captured on this \
+                 host)"
+            };
+            remarks.push(format!(
+                "the answers waited in a delayed-ACK timer's shape, but no hold is seen: not on \
+                 this connection, and {why}; with our ACKs sent at once they waited as long: \
+                 the server's own time"
+            ));
+            confirmation = None;
+        } else {
+            let settle = settle_text(behind.proxy.as_ref(), &hops);
+            confirmation = None;
+            diagnosis.suspect_upstream(behind, settle);
+        }
+        return (confirmation, remarks);
+    }
     if suspect_upstream && stayed {
         if let Some(conf) = confirmation.as_mut() {
             conf.out_of_reach(&behind.hop_name());
@@ -413,6 +516,25 @@ fn confirm_and_place(
         }
     }
     (confirmation, remarks)
+}
+
+/// What would settle a timer-shaped wait behind a server the probe cannot see into.
+fn settle_text(
+    server: Option<&upstream::Process>,
+    hops: &Result<upstream::HopCapture, String>,
+) -> String {
+    match (server, hops) {
+        (Some(p), Err(why)) => format!(
+            "to settle it, let the probe see the connections of {} (pid {}) behind it ({why}): \
+             run the probe with CAP_NET_RAW (as root), or `sudo tcpstall watch --kernel` while \
+             it runs",
+            p.command, p.pid
+        ),
+        _ => "to settle it, look where the server runs: run `tcpstall probe` on the server's \
+              host, capture there (`sudo tcpstall watch`), or `sudo tcpstall watch --kernel` \
+              there while the probe runs"
+            .to_string(),
+    }
 }
 
 /// Re-runs a few requests with `remedy` on a fresh connection and judges whether the stall of
@@ -675,17 +797,26 @@ fn assemble(
         }
     }
     let rule = upstream::rule_text(jiffy);
+    let mut diagnosis = diagnosis;
     if diagnosis.verdict() == "clean" && latency.p50_ms >= crate::lab::measure::STALL_THRESHOLD_MS {
-        let whose = if diagnosis.hop.is_some() {
-            "the time is spent at or behind the server (see where)"
-        } else {
-            "the server's own time"
+        let seen = match &diagnosis.source {
+            Source::Capture { .. } => "this connection's packets (captured)",
+            Source::Socket { .. } => "this connection's socket (receive times, TCP_INFO)",
         };
-        notes.push(format!(
-            "requests are slow (p50 {:.1} ms) but show no stall on this connection, nor one \
-             behind the server ({rule}): {whose}",
-            latency.p50_ms
-        ));
+        let behind = if diagnosis.hop.is_some() {
+            "; the time is spent at or behind the server (see where)"
+        } else {
+            ""
+        };
+        diagnosis.server_time = Some(ServerTime {
+            p50_ms: latency.p50_ms,
+            quickest_ms: latencies
+                .iter()
+                .min()
+                .map_or(0.0, |d| d.as_secs_f64() * 1e3),
+            round_trip_ms: upstream::round_trip(log).map(|d| d.as_secs_f64() * 1e3),
+            looked: format!("no hold seen in {seen}, nor behind the server{behind}"),
+        });
     }
     if diagnosis
         .upstream
@@ -699,24 +830,54 @@ fn assemble(
     if let Some(note) = unauthorized_note(target, log) {
         notes.insert(0, note);
     }
-    let failed_status: Vec<u16> = log
+    let mut http_errors: Vec<(u16, usize)> = Vec::new();
+    for code in log
         .requests()
         .filter_map(|t| t.http_status)
-        .filter(|code| *code >= 400 && *code != 401)
-        .collect();
-    if let Some(code) = failed_status.first() {
-        notes.push(format!(
-            "the server answered {} of the requests with an error status (first: {code}): the \
-             figures are those of its error answer; check the URL and --method",
-            failed_status.len()
-        ));
+        .filter(|c| *c >= 400)
+    {
+        match http_errors.iter_mut().find(|(c, _)| *c == code) {
+            Some((_, n)) => *n += 1,
+            None => http_errors.push((code, 1)),
+        }
+    }
+    http_errors.sort_by_key(|(code, n)| (std::cmp::Reverse(*n), *code));
+    let failed: usize = http_errors
+        .iter()
+        .filter(|(code, _)| *code != 401)
+        .map(|(_, n)| n)
+        .sum();
+    if let Some((code, _)) = http_errors.iter().find(|(code, _)| *code != 401) {
+        let mut note = format!(
+            "the server answered {failed} of {} requests with an error status (first: {code}): \
+             the figures are those of its error answer; check the URL and --method",
+            log.requests().count()
+        );
+        if log.requests().any(|t| t.https_port) {
+            note.push_str(&format!(
+                "; it says the port speaks TLS: write https://{}{}",
+                target.authority(),
+                target.path
+            ));
+        }
+        notes.push(note);
     }
     let answered = log.requests().count();
-    if log.closed_by_server > answered / 2 && answered > 2 {
+    if log.reconnects > 0 {
+        notes.push(format!(
+            "the server closed {} kept-alive connection{} after an answer without saying so (no \
+             `Connection: close`): the probe sent the next request again on a new connection \
+             each time, as curl and Python's http.client do",
+            log.reconnects,
+            if log.reconnects == 1 { "" } else { "s" }
+        ));
+    }
+    if log.closed_by_server + log.reconnects > answered / 2 && answered > 2 {
         notes.push(format!(
             "the server closed the connection after most answers ({} of {}): a new \
              connection starts in quick-ACK mode, so a Nagle stall may not show",
-            log.closed_by_server, answered
+            log.closed_by_server + log.reconnects,
+            answered
         ));
     }
     ProbeReport {
@@ -724,6 +885,9 @@ fn assemble(
         requests: latencies.len(),
         requests_asked,
         connections: log.connections.len(),
+        reconnects: log.reconnects,
+        interrupted: false,
+        http_errors,
         latency,
         diagnosis,
         confirmation,

@@ -74,7 +74,12 @@ pub fn held_writes(log: &RunLog) -> (u64, u64) {
 
 /// The pacing of a run: `captured` when the probe captured its traffic.
 pub fn of(log: &RunLog, captured: Option<&Captured>, pipeline: usize) -> AckPaced {
-    let sides = captured.map_or_else(Vec::new, |c| from_capture(c, log));
+    let mut sides = captured.map_or_else(Vec::new, |c| from_capture(c, log));
+    // Without --pipeline the probe writes one request at a time: a request written in parts
+    // (--split-request) held by Nagle is the main diagnosis's stall, not pacing of batches.
+    if pipeline <= 1 {
+        sides.retain(|s| s.held == Side::Server);
+    }
     let requests_per_s = rate(log, pipeline);
     let connections = log.connections.len().max(1) as u32;
     let own_lost: Duration = sides
@@ -89,16 +94,22 @@ pub fn of(log: &RunLog, captured: Option<&Captured>, pipeline: usize) -> AckPace
     });
     AckPaced {
         sides,
-        held_writes: held_writes(log),
+        held_writes: if pipeline > 1 {
+            held_writes(log)
+        } else {
+            (0, 0)
+        },
         requests_per_s,
         estimate_per_s,
         nodelay: None,
+        pipeline: pipeline.max(1),
     }
 }
 
 /// The re-run with TCP_NODELAY on the probe's sockets, measured as the first run was.
 pub fn nodelay_run(log: &RunLog, captured: Option<&Captured>, pipeline: usize) -> NoDelayRun {
     NoDelayRun {
+        batches: log.requests().count(),
         requests: log.requests().count() * per_exchange(pipeline),
         requests_per_s: rate(log, pipeline),
         paced_connections: captured.map(|c| {
@@ -123,12 +134,14 @@ mod tests {
             requests_per_s: Some(1000.0),
             estimate_per_s: None,
             nodelay: None,
+            pipeline: 16,
         };
         assert!(p.own_writes_held());
         p.held_writes = (1, 10);
         assert!(!p.own_writes_held());
         assert_eq!(p.gain_percent(), None);
         p.nodelay = Some(NoDelayRun {
+            batches: 10,
             requests: 10,
             requests_per_s: Some(1500.0),
             paced_connections: None,

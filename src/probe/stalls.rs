@@ -10,7 +10,9 @@ use super::client::{RunLog, Turn};
 
 pub use crate::report::model::probe::Stall;
 
-/// The detector's events, for the connections of `log` only.
+/// The detector's events, for the connections of `log` only. A "cork timer" that is a whole
+/// answer in one segment after a wait shows no hold (no part of the answer left before the
+/// rest waited): a server's own time looks the same, so it is no stall claim here.
 pub fn from_capture(events: &[StallEvent], log: &RunLog) -> Vec<Stall> {
     events
         .iter()
@@ -19,6 +21,7 @@ pub fn from_capture(events: &[StallEvent], log: &RunLog) -> Vec<Stall> {
                 .iter()
                 .any(|c| c.local_port == e.client.port)
         })
+        .filter(|e| e.finding.kind != StallKind::CorkTimer || e.writes.len() > 1)
         .map(|e| Stall {
             kind: e.finding.kind,
             held: e.finding.held_side,
@@ -96,9 +99,10 @@ pub fn from_socket(log: &RunLog) -> Vec<Stall> {
 ///   and the turn took a delayed-ACK time: Nagle held our own write (`tcp_nagle_check`);
 /// - the reply reached the socket in parts, the last at least a delayed-ACK time after the
 ///   one before: the server's last write waited, for our delayed ACK as far as the socket
-///   can tell (a server pausing between its writes looks the same);
-/// - the whole reply came in the cork timer's window after the request: TCP_CORK/MSG_MORE
-///   on the server, or as long spent by it (a capture cannot tell them apart either).
+///   can tell (a server pausing between its writes looks the same).
+///
+/// A whole reply that comes late shows no hold: it is the server's own time as far as the
+/// socket can see (the report says `slow`), whatever timer its wait resembles.
 pub fn from_turn(turn: &Turn, local_port: u16) -> Option<Stall> {
     let threshold = tcp_rules::nanos(tcp_rules::STALL_THRESHOLD);
     let latency = turn.latency.as_nanos() as u64;
@@ -129,15 +133,9 @@ pub fn from_turn(turn: &Turn, local_port: u16) -> Option<Stall> {
         .windows(2)
         .map(|w| (w[1].ts_ns.saturating_sub(w[0].ts_ns), w[1].ts_ns))
         .max();
-    if let Some((gap, ts)) = widest_gap.filter(|(gap, _)| *gap >= threshold) {
-        return Some(stall(StallKind::NagleDelayedAck, Side::Server, gap, ts));
-    }
-    let first = turn.arrivals.first()?;
-    let wait = first.ts_ns.saturating_sub(last_write.ts_ns);
-    let cork =
-        tcp_rules::nanos(tcp_rules::CORK_TIMER_MIN)..=tcp_rules::nanos(tcp_rules::CORK_TIMER_MAX);
-    cork.contains(&wait)
-        .then(|| stall(StallKind::CorkTimer, Side::Server, wait, first.ts_ns))
+    widest_gap
+        .filter(|(gap, _)| *gap >= threshold)
+        .map(|(gap, ts)| stall(StallKind::NagleDelayedAck, Side::Server, gap, ts))
 }
 
 #[cfg(test)]
@@ -168,6 +166,7 @@ mod tests {
                 .collect(),
             http_status: None,
             auth_scheme: None,
+            https_port: false,
         }
     }
 
@@ -238,10 +237,11 @@ mod tests {
     }
 
     #[test]
-    fn a_whole_reply_on_the_cork_timer() {
-        let s = from_turn(&turn(&[(0, Some(0))], &[205 * MS], 205), 7).unwrap();
-        assert_eq!((s.kind, s.held), (StallKind::CorkTimer, Side::Server));
-        // 100 ms of the server's own time is neither.
+    fn a_whole_reply_late_shows_no_hold() {
+        // 205 ms, the cork timer's length, and 42 ms, a delayed ACK's: the socket sees no
+        // hold, only the server's time.
+        assert!(from_turn(&turn(&[(0, Some(0))], &[205 * MS], 205), 7).is_none());
+        assert!(from_turn(&turn(&[(0, Some(0))], &[42 * MS], 42), 7).is_none());
         assert!(from_turn(&turn(&[(0, Some(0))], &[100 * MS], 100), 7).is_none());
     }
 }

@@ -218,11 +218,13 @@ impl Upstream {
             .or_else(|| self.timer.as_ref().map(|t| t.mode_ms))
     }
 
-    /// Who the proxy is, in words.
+    /// Who the proxy is, in words: a proxy only once a hold on its connection behind it is
+    /// seen; a lone server is the server.
     fn proxy_name(&self) -> String {
-        match &self.proxy {
-            Some(p) => format!("the proxy ({}, pid {})", p.command, p.pid),
-            None => "the server (a proxy, load balancer or sidecar)".to_string(),
+        match (&self.proxy, self.held.is_some()) {
+            (Some(p), true) => format!("the proxy ({}, pid {})", p.command, p.pid),
+            (Some(p), false) => format!("the server ({}, pid {})", p.command, p.pid),
+            (None, _) => "the server (a proxy, load balancer or sidecar, if any)".to_string(),
         }
     }
 
@@ -253,8 +255,9 @@ impl Upstream {
                     None => format!("the backend at {}", held.address),
                 };
                 let writes = match e.writes.len() {
-                    0 | 1 => format!("a {} B write", e.released_bytes),
-                    n => format!("its answer in {n} writes ({})", sizes(&e.writes)),
+                    0 | 1 => format!("a {} B segment", e.released_bytes),
+                    // The capture sees segments, not the application's write calls.
+                    n => format!("its answer in {n} segments ({})", sizes(&e.writes)),
                 };
                 let stack = e
                     .peer_stack
@@ -315,10 +318,11 @@ impl Upstream {
                     .map(|w| format!(" (the hop itself was not watched: {w})"))
                     .unwrap_or_default();
                 format!(
-                    "behind the server: this probe's connection ends at {proxy} and shows no \
-                     hold, so the wait is on a connection beyond it, to the application server; \
-                     only the timing tells{why}. `tcpstall watch` on the host of that hop names \
-                     the process"
+                    "behind the server, if anywhere: this probe's connection ends at {proxy} and \
+                     shows no hold; a write held on a connection beyond it, to an application \
+                     server, would look like this, and so would the server's own time: only the \
+                     timing tells{why}. `tcpstall watch` on the host of that hop names the \
+                     process"
                 )
             }
         }
@@ -335,7 +339,8 @@ impl Upstream {
         {
             Some((b, port)) => advice.push(format!(
                 "set TCP_NODELAY on the backend's sockets, live: tcpstall fix {} --port {port} \
-                 ({}{}), then in its code (or make it write each answer in one call)",
+                 ({}{}; add --yes when not at a terminal), then in its code (or make it write \
+                 each answer in one call)",
                 b.process.pid,
                 b.process.command,
                 match b.nodelay {
@@ -366,8 +371,9 @@ impl Upstream {
             };
             advice.push(format!(
                 "if the backend cannot be changed, cap the proxy's delayed ACK on its upstream \
-                 connections: {target} --delack-max 5ms (Linux 6.13+; reaches the connections \
-                 open now, not those it opens later; costs more ACKs)"
+                 connections: {target} --delack-max 5ms (Linux 6.13+; add --yes when not at a \
+                 terminal; reaches the connections open now, not those it opens later; costs \
+                 more ACKs)"
             ));
         }
         let hint = match self.proxy.as_ref().map(|p| p.command.as_str()) {
@@ -654,24 +660,10 @@ pub fn listener_owner(target: SocketAddr) -> Result<Process, String> {
 
 /// The local addresses of the connected TCP sockets of the processes `tree`.
 fn connected_sockets(tree: &[u32]) -> Vec<SocketAddr> {
-    let Some(&first) = tree.first() else {
-        return Vec::new();
-    };
-    let inodes: HashSet<u64> = tree
-        .iter()
-        .filter_map(|pid| procfs::socket_fds(*pid).ok())
-        .flatten()
-        .map(|(_, inode)| inode)
-        .collect();
-    procfs::tcp_entries(first, &inodes)
-        .map(|entries| {
-            entries
-                .values()
-                .filter(|e| e.state != TcpState::Listen)
-                .map(|e| plain(e.local))
-                .collect()
-        })
-        .unwrap_or_default()
+    super::behind::connections(tree)
+        .into_iter()
+        .map(|(local, _)| local)
+        .collect()
 }
 
 /// The running kernel's tick, [`tcp_rules::JIFFY_UNKNOWN_HZ`] when HZ is unknown.

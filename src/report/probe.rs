@@ -28,6 +28,7 @@ fn ack_paced_json(p: &AckPaced) -> Value {
         "requests_per_s": p.requests_per_s.map(f64::round),
         "requests_per_s_without_estimate": p.estimate_per_s.map(f64::round),
         "nodelay": p.nodelay.map(|n| json!({
+            "batches": n.batches,
             "requests": n.requests,
             "requests_per_s": n.requests_per_s.map(f64::round),
             "paced_connections": n.paced_connections,
@@ -78,8 +79,8 @@ pub(crate) fn describe_paced(p: &AckPaced) -> Vec<String> {
             .paced_connections
             .map_or(String::new(), |n| format!(", {n} connections still paced"));
         lines.push(format!(
-            "TCP_NODELAY re-run: {} requests, {:.0} requests/s ({gain:+.1} %{paced}){}",
-            run.requests,
+            "TCP_NODELAY re-run: {}, {:.0} requests/s ({gain:+.1} %{paced}){}",
+            batches_text(run.batches, p.pipeline),
             run.requests_per_s.unwrap_or(0.0),
             if gain < 0.0 {
                 ": slower, the holds gathered requests into fewer segments and the path's round \
@@ -105,19 +106,39 @@ pub(crate) fn describe_paced(p: &AckPaced) -> Vec<String> {
     lines
 }
 
+/// `N requests`, or with --pipeline `N batches of P = R requests`: one wording everywhere.
+pub(crate) fn batches_text(batches: usize, pipeline: usize) -> String {
+    if pipeline > 1 {
+        format!(
+            "{batches} batches of {pipeline} = {} requests",
+            batches * pipeline
+        )
+    } else {
+        format!("{batches} requests")
+    }
+}
+
 /// The report as text.
 pub fn text(r: &ProbeReport) -> String {
     let d = &r.diagnosis;
     let mut out = String::new();
+    // A run cut short says so beside its verdict: it exits 2 (an error) or 130 (Ctrl-C).
+    let cut = if r.interrupted {
+        " so far (interrupted by Ctrl-C)"
+    } else if !r.errors.is_empty() {
+        " so far (the run ended early: see the error below)"
+    } else {
+        ""
+    };
     let _ = writeln!(
         out,
-        "probe {}: {} of {} requests answered on {} connection{}; verdict: {}",
+        "probe {}: {} of {} answered on {} connection{}; verdict: {}{cut}",
         r.target,
         r.requests,
-        r.requests_asked,
+        batches_text(r.requests_asked, r.pipeline),
         r.connections,
         if r.connections == 1 { "" } else { "s" },
-        d.verdict()
+        r.verdict()
     );
     let mut link = Vec::new();
     if let Some(ms) = r.connect_ms {
@@ -151,7 +172,8 @@ pub fn text(r: &ProbeReport) -> String {
     let c = &d.counts;
     let _ = writeln!(
         out,
-        "stalls: {} (minor Nagle holds {}); seen by {}",
+        "stalls on the probe's own connection{}: {} (minor Nagle holds {}); seen by {}",
+        if r.connections == 1 { "" } else { "s" },
         StallKind::stalls()
             .map(|k| format!("{} {}", k.name(), c.get(k)))
             .collect::<Vec<_>>()
@@ -159,9 +181,27 @@ pub fn text(r: &ProbeReport) -> String {
         c.get(StallKind::NagleMinor),
         source_text(&d.source)
     );
+    if let Some(held) = d.upstream.as_ref().and_then(|u| u.held.as_ref()) {
+        let _ = writeln!(
+            out,
+            "stalls behind the server: {} of {} slow requests had a write held upstream \
+             (counted apart: the probe's connection ends at the server)",
+            held.matched, held.slow
+        );
+    }
+    if let Some(t) = &d.server_time {
+        let rtt = t.round_trip_ms.map_or(String::new(), |ms| {
+            format!(", the path's round trip {ms:.3} ms")
+        });
+        let _ = writeln!(
+            out,
+            "slow: the server's own time: p50 {:.1} ms, quickest {:.1} ms{rtt}; {}",
+            t.p50_ms, t.quickest_ms, t.looked
+        );
+    }
     let paced = describe_paced(&r.ack_paced);
     if !paced.is_empty() {
-        let _ = writeln!(out, "ACK pacing (batches of {}):", r.pipeline);
+        let _ = writeln!(out, "ACK pacing:");
         for line in &paced {
             let _ = writeln!(out, "  {line}");
         }
@@ -181,8 +221,19 @@ pub fn text(r: &ProbeReport) -> String {
         };
         let _ = writeln!(out, "culprit: {}", d.culprit.map_or(none, |s| s.name()));
     }
+    if !d.causes.is_empty() {
+        let list: Vec<String> = d
+            .causes
+            .iter()
+            .map(|c| format!("{} ({} times, {:.1} ms lost)", c.kind, c.count, c.lost_ms))
+            .collect();
+        let _ = writeln!(out, "causes, by time lost: {}", list.join(", then "));
+    }
     if let Some(why) = &d.explanation {
         let _ = writeln!(out, "why: {why}");
+    }
+    for cause in d.causes.iter().skip(1) {
+        let _ = writeln!(out, "also ({}): {}", cause.kind, cause.explanation);
     }
     if !d.evidence.is_empty() {
         let _ = writeln!(out, "evidence (one stalled turn):");
@@ -362,15 +413,54 @@ pub fn json(r: &ProbeReport) -> String {
         })
     });
     let upstream = d.upstream.as_ref().map(upstream_json);
+    let causes: Vec<Value> = d
+        .causes
+        .iter()
+        .map(|c| {
+            json!({
+                "kind": c.kind,
+                "count": c.count,
+                "lost_ms": round3(c.lost_ms),
+                "explanation": c.explanation,
+                "advice": c.advice,
+            })
+        })
+        .collect();
+    let server_time = d.server_time.as_ref().map(|t| {
+        json!({
+            "p50_ms": round3(t.p50_ms),
+            "quickest_ms": round3(t.quickest_ms),
+            "round_trip_ms": t.round_trip_ms.map(round3),
+            "looked": t.looked,
+        })
+    });
+    let listen_queue = d.listen_queue.as_ref().map(|q| {
+        json!({
+            "pid": q.pid,
+            "command": q.command,
+            "address": q.address.to_string(),
+            "backlog": q.backlog,
+            "queued_before": q.queued[0],
+            "queued_max": q.queued[1],
+            "queued_after": q.queued[2],
+            "somaxconn": q.somaxconn,
+            "listen_overflows": q.overflows,
+            "listen_drops": q.drops,
+            "blamed": q.blamed,
+        })
+    });
     let value = json!({
         "target": r.target,
         "requests": r.requests,
         "requests_asked": r.requests_asked,
         "connections": r.connections,
+        "reconnects": r.reconnects,
+        "interrupted": r.interrupted,
         "p50_ms": round3(r.latency.p50_ms),
         "p99_ms": round3(r.latency.p99_ms),
         "max_ms": round3(r.latency.max_ms),
-        "verdict": d.verdict(),
+        "verdict": r.verdict(),
+        "http_errors": r.http_errors.iter().map(|(status, count)| json!({"status": status, "count": count})).collect::<Vec<Value>>(),
         "culprit": d.culprit.map(|s| s.name()),
         "stalls": c,
         "pipeline": r.pipeline,
@@ -382,6 +472,9 @@ pub fn json(r: &ProbeReport) -> String {
         "evidence": evidence,
         "hop": d.hop,
         "upstream": upstream,
+        "undecided": d.undecided,
+        "causes": causes,
+        "server_time": server_time,
         "evidence_source": source,
         "interface": interface,
         "capture_dropped": dropped,
@@ -394,19 +487,7 @@ pub fn json(r: &ProbeReport) -> String {
             "max_ms": round3(c.latency.max_ms),
             "waited_for_syn": c.waited_for_syn,
         })),
-        "listen_queue": d.listen_queue.as_ref().map(|q| json!({
-            "pid": q.pid,
-            "command": q.command,
-            "address": q.address.to_string(),
-            "backlog": q.backlog,
-            "queued_before": q.queued[0],
-            "queued_max": q.queued[1],
-            "queued_after": q.queued[2],
-            "somaxconn": q.somaxconn,
-            "listen_overflows": q.overflows,
-            "listen_drops": q.drops,
-            "blamed": q.blamed,
-        })),
+        "listen_queue": listen_queue,
         "min_rtt_ms": r.min_rtt_ms.map(round3),
         "retransmissions": r.retransmissions,
         "notes": r.notes,

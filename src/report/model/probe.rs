@@ -20,6 +20,13 @@ pub struct ProbeReport {
     pub requests_asked: usize,
     /// Connections opened.
     pub connections: usize,
+    /// Kept-alive connections the server closed after an answer without `Connection: close`:
+    /// the next request went again on a new connection.
+    pub reconnects: usize,
+    /// The run was cut short by Ctrl-C (SIGINT): the figures are those so far.
+    pub interrupted: bool,
+    /// HTTP answers with an error status (400 and up): (status, count), commonest first.
+    pub http_errors: Vec<(u16, usize)>,
     /// Latency of the answered requests.
     pub latency: LatencySummary,
     /// The diagnosis.
@@ -55,6 +62,8 @@ pub struct ConnectTimes {
     /// Connects that took at least the initial SYN timeout (1 s on Linux): their SYN, or the
     /// server's SYN-ACK, was resent.
     pub waited_for_syn: usize,
+    /// The time those connects took, ms, all of them.
+    pub waited_ms: f64,
 }
 
 /// The server's listening socket over the run, when the server is on this host
@@ -114,11 +123,15 @@ pub struct AckPaced {
     pub estimate_per_s: Option<f64>,
     /// The TCP_NODELAY re-run, when the probe's own writes were paced or kept back.
     pub nodelay: Option<NoDelayRun>,
+    /// Requests per batch (`--pipeline`).
+    pub pipeline: usize,
 }
 
 /// The TCP_NODELAY re-run of a pipelining probe.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct NoDelayRun {
+    /// Batches (timed exchanges) answered.
+    pub batches: usize,
     /// Requests answered.
     pub requests: usize,
     /// Requests per second.
@@ -229,6 +242,44 @@ pub struct Diagnosis {
     pub upstream: Option<Upstream>,
     /// The server's listening socket and its accept queue, when the server is on this host.
     pub listen_queue: Option<ListenQueue>,
+    /// Why the run is `undecided`: a wait in a timer's shape behind a server the probe cannot
+    /// see into, and what would settle it.
+    pub undecided: Option<String>,
+    /// The requests were slow with no hold seen anywhere: the server's own time.
+    pub server_time: Option<ServerTime>,
+    /// When more than one cause struck: all of them, in order of the time they cost, the
+    /// first the one `explanation`, `hop` and the first advice speak of; empty for one cause.
+    pub causes: Vec<Cause>,
+    /// The time the stalls of the example's kind and side cost, ms.
+    pub lost_ms: f64,
+}
+
+/// A slow answer with no hold seen: the server's own time, with the figures.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerTime {
+    /// Median latency, ms.
+    pub p50_ms: f64,
+    /// Quickest request, ms.
+    pub quickest_ms: f64,
+    /// The path's round trip (TCP_INFO min RTT, else the quickest connect), ms.
+    pub round_trip_ms: Option<f64>,
+    /// Where the probe looked for a hold and saw none, in words.
+    pub looked: String,
+}
+
+/// One cause of lost time among several.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cause {
+    /// Stable name (`nagle_delayed_ack`, `listen_queue`, …).
+    pub kind: String,
+    /// How many times it struck.
+    pub count: u64,
+    /// The time it cost, ms (an estimate where the capture cannot measure it).
+    pub lost_ms: f64,
+    /// One sentence naming it.
+    pub explanation: String,
+    /// What to change.
+    pub advice: Vec<String>,
 }
 
 /// What the confirmation run changes.
