@@ -26,6 +26,7 @@ use crate::tcp_rules;
 pub use ack_paced::Pacing;
 /// Holds that make a flow direction `nagle_ack_paced`.
 pub use ack_paced::MIN_HOLDS as PACED_HOLDS;
+pub use kind::Obligation;
 pub(crate) use kind::{Holder, KindInfo, Proof, Release, Rule};
 pub use rto::HandshakeNotTaken;
 pub use syn_retry::waited_for_syn_resend;
@@ -106,6 +107,12 @@ impl StallKind {
         self.is_stall() || self.info().release == Release::Acks
     }
 
+    /// For a kind counted apart from the stalls: how a summary names a count of it, after the
+    /// number.
+    pub fn aside(self) -> Option<&'static str> {
+        self.info().aside
+    }
+
     /// Every kind that counts as a stall, in report order.
     pub fn stalls() -> impl Iterator<Item = StallKind> {
         StallKind::ALL.into_iter().filter(|k| k.is_stall())
@@ -119,7 +126,7 @@ impl StallKind {
     /// A resend by a timer that backs off until answered: further resends before the peer's
     /// answer are steps of one episode, one event (RFC 6298 §5.5).
     fn timer_episode(self) -> bool {
-        matches!(self, StallKind::Rto | StallKind::SynRetry)
+        self.info().timer_episode
     }
 
     /// Position in [`StallKind::ALL`]: variants are declared in report order.
@@ -288,8 +295,9 @@ pub struct StallEvent {
     /// For a retransmission timeout: the timer's backoff steps after the first resend, each a
     /// further resend with no ACK of progress between (the episode's one event covers them).
     pub backoffs: u32,
-    /// The part of `delay_ns` after `ts_ns`: from this event's resend to the episode's last
-    /// backoff step (`delay_ns` runs from the last send before the timeout to that step).
+    /// The part of `delay_ns` after the episode's first resend: from it to the last backoff
+    /// step, where `ts_ns` and `packet_number` are (`delay_ns` runs from the last send before
+    /// the timeout to that step).
     pub backoff_ns: Span,
     /// For [`StallKind::NagleAckPaced`]: the holds of the flow's side so far.
     pub paced: Option<Box<Pacing>>,
@@ -341,7 +349,7 @@ impl Analysis {
             all.counts.merge(&part.counts);
             all.events.extend(part.events);
             all.flows.extend(part.flows);
-            all.undecided.extend(&part.undecided);
+            all.undecided.extend(part.undecided);
             all.span_ns = match (all.span_ns, part.span_ns) {
                 (Some((f1, l1)), Some((f2, l2))) => Some((f1.min(f2), l1.max(l2))),
                 (a, b) => a.or(b),
@@ -436,15 +444,32 @@ impl Detector {
             .lookup(seg, ordinal, |old| retire(flows, tallies, old, keep_turns));
         let flow = lookup.flow;
         let side = lookup.side;
-        let finding = classify(flow, side, seg);
+        let mut finding = classify(flow, side, seg);
         let mut undecided = false;
+        let unsettled = finding
+            .as_ref()
+            .and_then(|f| evidence::unsettled(flow, side, seg, f, self.resolution.coarse()));
+        // A hold that claims no stall and fails an obligation is no hold at all.
+        if unsettled.is_some() && finding.is_some_and(|f| !f.kind.is_stall()) {
+            finding = None;
+        }
         if let Some(mut finding) = finding {
             // Nothing waited before the flow began: a delay reaching back past the flow's
             // first packet is cut there.
             finding.delay_ns = finding.delay_ns.min(seg.ts_ns.since(flow.first_seen));
-            let coarse = self.resolution.coarse();
-            if let Some(reason) = evidence::unsettled(flow, side, seg, &finding, coarse) {
-                self.analysis.undecided.add(finding.kind, reason);
+            if let Some(reason) = unsettled {
+                self.analysis.undecided.push(evidence::Claim {
+                    kind: finding.kind,
+                    reason,
+                    flow_id: flow.id,
+                    client: flow.client,
+                    server: flow.server,
+                    held_side: side,
+                    ts_ns: seg.ts_ns,
+                    packet_number: seg.packet_number,
+                    ordinal,
+                    delay_ns: finding.delay_ns,
+                });
                 undecided = true;
             } else if finding.kind.timer_episode() && flow.dir(side).rto_open {
                 let tally = self.tallies.entry(flow.id).or_default();
@@ -584,9 +609,14 @@ fn backoff_step(
                 e.handshake_not_taken = Some(h);
             }
         }
+        // The event ends where its delay ends, at the latest step: its time, packet and delay
+        // agree, and it never starts before its flow.
         let first = e.finding.delay_ns - e.backoff_ns;
-        e.backoff_ns = seg.ts_ns.since(e.ts_ns);
-        e.finding.delay_ns = first + e.backoff_ns;
+        let first_resend = Timestamp::from_nanos(e.ts_ns.as_nanos() - e.backoff_ns.as_nanos());
+        e.backoff_ns = seg.ts_ns.since(first_resend);
+        e.finding.delay_ns = (first + e.backoff_ns).min(seg.ts_ns.since(flow.first_seen));
+        e.ts_ns = seg.ts_ns;
+        e.packet_number = seg.packet_number;
         e.backoffs += 1;
         tally.worst = tally.worst.max(e.finding.delay_ns);
     }
@@ -670,7 +700,7 @@ fn record(
 
 #[cfg(test)]
 mod tests {
-    use super::testing::{assert_single, Wire, MS};
+    use super::testing::{assert_claimed, Wire, MS};
     use super::*;
 
     /// Closed flows leave the table after the grace period: memory follows active flows.
@@ -778,7 +808,7 @@ mod tests {
             crate::flow::ClientGuess::ServicePort
         );
         assert_eq!(a.flows[0].client.port, 40000);
-        assert_eq!(a.counts.get(StallKind::NagleDelayedAck), 1);
+        assert_claimed(&a, StallKind::NagleDelayedAck, Side::Server);
     }
 
     /// Mid-flow with both ports ephemeral and the server's the larger: the side that sends the
@@ -801,8 +831,8 @@ mod tests {
         let f = &a.flows[0];
         assert_eq!(f.client_guess, crate::flow::ClientGuess::FirstData);
         assert_eq!((f.client.port, f.server.port), (40_000, 50_000));
-        assert_single(&a, StallKind::NagleDelayedAck, Side::Server);
-        assert_eq!(a.events[0].server.port, 50_000);
+        assert_claimed(&a, StallKind::NagleDelayedAck, Side::Server);
+        assert_eq!(a.undecided.claims()[0].server.port, 50_000);
     }
 
     /// Without a SYN the MSS is assumed (Ethernet's), not taken from the largest payload: a
@@ -816,7 +846,7 @@ mod tests {
             .data(false, 41_130, 23);
         w.segments.drain(..3);
         let a = w.analyse();
-        assert_single(&a, StallKind::NagleDelayedAck, Side::Server);
+        assert_claimed(&a, StallKind::NagleDelayedAck, Side::Server);
         assert_eq!(a.flows[0].mss_source[1], crate::flow::MssSource::Assumed);
         // Only the SYN-ACK: the server's own announced MSS stands in for the client's.
         let mut w = Wire::handshake(30, 1460);
@@ -826,7 +856,7 @@ mod tests {
             .data(false, 41_130, 23);
         w.segments.remove(0);
         let a = w.analyse();
-        assert_single(&a, StallKind::NagleDelayedAck, Side::Server);
+        assert_claimed(&a, StallKind::NagleDelayedAck, Side::Server);
         assert_eq!(a.flows[0].mss, [1460, 1460]);
         assert_eq!(a.flows[0].mss_source[1], crate::flow::MssSource::OwnSyn);
     }
@@ -960,6 +990,16 @@ pub(crate) mod testing {
             }
             d.finish()
         }
+    }
+
+    /// Asserts the rules found exactly one claim, of `kind`, holding `side`: a stall, or one set
+    /// apart as undecided (a capture without the handshake times no ACK delay).
+    pub fn assert_claimed(a: &super::Analysis, kind: super::StallKind, side: crate::flow::Side) {
+        let events = a.events.iter().filter(|e| e.finding.kind == kind);
+        let events: Vec<_> = events.map(|e| e.finding.held_side).collect();
+        let claims = a.undecided.claims().iter().filter(|c| c.kind == kind);
+        let claims: Vec<_> = claims.map(|c| c.held_side).collect();
+        assert_eq!([events, claims].concat(), vec![side], "{:?}", a.undecided);
     }
 
     /// Asserts the analysis holds exactly one stall, of `kind`, holding `side`.

@@ -7,7 +7,7 @@
 //! 200 ms on Linux, ~200 ms on Windows) decides between a real stall and a one-RTT hold.
 
 use super::verdict::{delack_cap_fix, held_address, message, route_fix, sizes};
-use super::{Finding, Holder, KindInfo, PeerStack, Proof, Release, Rule, StallEvent, StallKind};
+use super::{Obligation, Finding, Holder, KindInfo, PeerStack, Proof, Release, Rule, StallEvent, StallKind};
 use crate::decode::Segment;
 use crate::flow::{Flow, Side, Span};
 use crate::tcp_rules;
@@ -21,11 +21,50 @@ pub(crate) const KIND: KindInfo = KindInfo {
     proof: Proof::HeldLeg,
     // Also finds [`super::nagle_minor`]: one check, the ACK's delay decides.
     rule: Some(Rule { rank: 30, check }),
+    obligations: &[HOLD[0], HOLD[1], HOLD[2], PEER_LEG],
+    margin: Some(|flow, side, _, finding| margin(flow, side, finding)),
+    timer_episode: false,
+    aside: None,
     column: "nagle",
     page_column: "nagle×delack",
     gap: "{held} holds data until {peer}'s delayed ACK",
     explain: |event| explain_hold(event, "delayed "),
     fixes: |held, example| hold_fixes(held, example, true),
+};
+
+/// What the packets must show for any Nagle hold, delayed ACK or not (`tcp_nagle_check`,
+/// `tcp_minshall_check`).
+pub(super) const HOLD: [Obligation; 3] = [
+    Obligation {
+        name: "held_segment_full",
+        text: "the released segment must be below one full segment: Nagle never holds a full \
+               one (a full or larger segment leaving on the peer's ACK waited for the send \
+               buffer or the window, through that ACK's delay; TCP_NODELAY cannot help it)",
+        holds: |flow, side, seg, _| flow.dir(side).below_mss(seg),
+    },
+    Obligation {
+        name: "held_side_nagle_off",
+        text: "the held side must behave as Nagle on: it sent a sub-MSS segment while another \
+               of its sub-MSS segments was unacknowledged, which Nagle forbids (it runs with \
+               TCP_NODELAY; its waits are not Nagle's)",
+        holds: |flow, side, _, _| !flow.dir(side).nagle_off,
+    },
+    Obligation {
+        name: "ack_not_of_the_small_segment",
+        text: "the peer's ACK must acknowledge exactly the end of the small segment it released",
+        holds: |flow, side, _, _| {
+            let me = flow.dir(side);
+            flow.prev.and_then(|p| p.ack) == Some(me.snd_nxt) && me.snd_sml == me.snd_nxt
+        },
+    },
+];
+
+/// A delayed ACK is told from the path only when the leg to the ACKing side is timed.
+const PEER_LEG: Obligation = Obligation {
+    name: "ack_delay_unmeasured",
+    text: "the round trip to the ACKing side must be timed, so that the ACK's delay is not the \
+           path's",
+    holds: |flow, side, _, _| flow.dir(side.peer()).near_rtt.is_some(),
 };
 
 /// The sentence of a Nagle hold; `ack` qualifies the peer's ACK that released it.
@@ -362,5 +401,76 @@ mod tests {
             .ack(false, 41_000)
             .data(true, 41_020, 100);
         assert_eq!(w.analyse().stall_count(), 0);
+    }
+
+    /// The reason a lone claim was set apart.
+    fn undecided_reason(a: &super::super::Analysis) -> Option<&'static str> {
+        match a.undecided.claims() {
+            [c] => Some(c.reason.name()),
+            _ => None,
+        }
+    }
+
+    /// A full-sized segment, or a TSO super-segment, leaving on the peer's delayed ACK of a
+    /// small one: Nagle never holds a full segment (the sender waited on its send buffer or
+    /// window). Never a Nagle stall: set apart with the obligation it fails.
+    #[test]
+    fn full_segment_released_by_a_delayed_ack_is_not_nagle() {
+        for len in [1448, 11_141] {
+            let mut w = Wire::handshake(30, 1448);
+            w.data(true, 1_000, 80)
+                .data(false, 1_100, 892)
+                .ack(true, 201_100)
+                .data(false, 201_130, len);
+            let a = w.analyse();
+            assert_eq!(a.stall_count(), 0, "{len} B: {:?}", a.counts);
+            assert_eq!(a.counts.get(StallKind::NagleMinor), 0);
+            assert_eq!(undecided_reason(&a), Some("held_segment_full"), "{len} B");
+            assert_eq!(a.undecided.claims()[0].packet_number, a.packets);
+        }
+    }
+
+    /// A side that sent a small segment 10 µs after another, the first unacknowledged, runs
+    /// with Nagle off: its later wait for a delayed ACK is not Nagle's, and it gets no
+    /// TCP_NODELAY advice.
+    #[test]
+    fn side_seen_with_nagle_off_gets_no_nagle_claim() {
+        let mut w = Wire::handshake(30, 1448);
+        w.data(true, 1_000, 80)
+            .data(false, 1_100, 1)
+            .data(false, 1_110, 1024)
+            .ack(true, 1_200)
+            .data(true, 10_000, 80)
+            .data(false, 10_100, 148)
+            .ack(true, 50_100)
+            .data(false, 50_130, 127);
+        let a = w.analyse();
+        assert_eq!(a.stall_count(), 0, "{:?}", a.counts);
+        assert_eq!(undecided_reason(&a), Some("held_side_nagle_off"));
+        // The same exchange without the tell-tale pair is a Nagle stall.
+        let mut w = Wire::handshake(30, 1448);
+        w.data(true, 1_000, 80)
+            .data(false, 1_100, 1025)
+            .ack(true, 1_200)
+            .data(true, 10_000, 80)
+            .data(false, 10_100, 148)
+            .ack(true, 50_100)
+            .data(false, 50_130, 127);
+        assert_single(&w.analyse(), StallKind::NagleDelayedAck, Side::Server);
+    }
+
+    /// Without the handshake the ACKing side's leg is untimed: a 40 ms wait for its ACK may be
+    /// the path. Set apart.
+    #[test]
+    fn ack_delay_without_the_peer_leg_is_undecided() {
+        let mut w = Wire::handshake(30, 1448);
+        w.data(true, 1_000, 80)
+            .data(false, 1_100, 148)
+            .ack(true, 41_100)
+            .data(false, 41_130, 127);
+        w.segments.drain(..3);
+        let a = w.analyse();
+        assert_eq!(a.stall_count(), 0);
+        assert_eq!(undecided_reason(&a), Some("ack_delay_unmeasured"));
     }
 }

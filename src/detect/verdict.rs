@@ -262,12 +262,16 @@ impl FlowSummary {
 
     /// Where the capture was taken, from the two legs of the path: `loopback`, `client host`
     /// or `server host` (a leg under 200 µs), `near client` or `near server` (a leg under a
-    /// tenth of the round trip: a tap or router next to that host), `mid-path`, or `unknown`
+    /// tenth of the round trip: a tap or router next to that host), `near both` (both legs
+    /// under 200 µs between addresses that are not loopback's), `mid-path`, or `unknown`
     /// (a leg not timed: no handshake, or one direction missing).
     pub fn capture_position(&self) -> &'static str {
         const NEAR: Span = Span::from_micros(200);
         match self.near_rtt_ns {
-            [Some(c), Some(s)] if c < NEAR && s < NEAR => "loopback",
+            [Some(c), Some(s)] if c < NEAR && s < NEAR && self.loopback() => "loopback",
+            // Both hosts within 200 µs of the capture point, not on loopback: one host's
+            // bridge or containers, a LAN, or a generated trace.
+            [Some(c), Some(s)] if c < NEAR && s < NEAR => "near both",
             [Some(c), Some(_)] if c < NEAR => "client host",
             [Some(_), Some(s)] if s < NEAR => "server host",
             [Some(c), Some(s)] if c * 10 < c + s => "near client",
@@ -275,6 +279,11 @@ impl FlowSummary {
             [Some(_), Some(_)] => "mid-path",
             _ => "unknown",
         }
+    }
+
+    /// Both addresses are loopback addresses (127.0.0.0/8, ::1).
+    fn loopback(&self) -> bool {
+        self.client.addr.is_loopback() && self.server.addr.is_loopback()
     }
 
     /// Where the capture was taken, with the legs it is judged from, for people: `near client
