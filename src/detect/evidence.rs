@@ -136,6 +136,11 @@ impl Undecided {
         self.claims.sort_by_key(|c| c.ordinal);
     }
 
+    /// Puts the claims in input order (claims set apart late, as a flow retires, come last).
+    pub(crate) fn sort(&mut self) {
+        self.claims.sort_by_key(|c| c.ordinal);
+    }
+
     /// Every (kind, reason, count), in order of first appearance.
     pub fn entries(&self) -> &[(StallKind, Reason, u64)] {
         &self.counts

@@ -438,10 +438,10 @@ impl Detector {
         });
 
         let keep_turns = self.config.keep_turns;
-        let (flows, tallies) = (&mut self.analysis.flows, &mut self.tallies);
-        let lookup = self
-            .table
-            .lookup(seg, ordinal, |old| retire(flows, tallies, old, keep_turns));
+        let (analysis, tallies) = (&mut self.analysis, &mut self.tallies);
+        let lookup = self.table.lookup(seg, ordinal, |old| {
+            retire(analysis, tallies, old, keep_turns)
+        });
         let flow = lookup.flow;
         let side = lookup.side;
         let mut finding = classify(flow, side, seg);
@@ -535,9 +535,9 @@ impl Detector {
     fn sweep(&mut self, now: Timestamp) {
         self.last_sweep = now;
         let keep_turns = self.config.keep_turns;
-        let (flows, tallies) = (&mut self.analysis.flows, &mut self.tallies);
+        let (analysis, tallies) = (&mut self.analysis, &mut self.tallies);
         self.table
-            .evict(now, |f| retire(flows, tallies, f, keep_turns));
+            .evict(now, |f| retire(analysis, tallies, f, keep_turns));
     }
 
     /// The events found since the last call (all of them, the first time), in input order,
@@ -563,8 +563,10 @@ impl Detector {
     /// Ends the run: every flow still open is summarised.
     pub fn finish(mut self) -> Analysis {
         let keep_turns = self.config.keep_turns;
-        let (flows, tallies) = (&mut self.analysis.flows, &mut self.tallies);
-        self.table.drain(|f| retire(flows, tallies, f, keep_turns));
+        let (analysis, tallies) = (&mut self.analysis, &mut self.tallies);
+        self.table
+            .drain(|f| retire(analysis, tallies, f, keep_turns));
+        self.analysis.undecided.sort();
         self.analysis.flows.sort_by_key(|f| f.id);
         verdict::join_parts(&mut self.analysis.flows);
         self.analysis
@@ -624,16 +626,79 @@ fn backoff_step(
 
 /// Summarises a flow leaving the table, with the tallies of its stalls.
 fn retire(
-    flows: &mut Vec<FlowSummary>,
+    analysis: &mut Analysis,
     tallies: &mut FxHashMap<u64, FlowTally>,
     flow: Flow,
     keep_turns: bool,
 ) {
-    let tally = tallies.remove(&flow.id).unwrap_or_default();
+    let mut tally = tallies.remove(&flow.id).unwrap_or_default();
+    let nagle_off = flow.dirs.each_ref().map(|d| d.nagle_off);
+    let nagle_claims = StallKind::stalls().filter(|k| k.info().holder == Holder::Nagle);
+    if nagle_off.contains(&true) && nagle_claims.map(|k| tally.counts.get(k)).sum::<u64>() > 0 {
+        revoke_nagle_claims(analysis, &mut tally, &flow, nagle_off);
+    }
     let paced = tally.paced.as_ref().and_then(|p| p.summary(&flow));
     let mut summary = verdict::summarise(flow, &tally.counts, tally.lost, tally.worst, keep_turns);
     summary.pacing = paced;
-    flows.push(summary);
+    analysis.flows.push(summary);
+}
+
+/// A side seen with Nagle off only after some of its waits were claimed as Nagle stalls: those
+/// claims, while the detector still holds them, are set apart as undecided (the obligation
+/// [`nagle::HOLD`] names), and the flow's time lost is counted again without them.
+#[cold]
+fn revoke_nagle_claims(
+    analysis: &mut Analysis,
+    tally: &mut FlowTally,
+    flow: &Flow,
+    nagle_off: [bool; 2],
+) {
+    let nagle_on = &nagle::HOLD[1];
+    let revoked = |e: &StallEvent| {
+        e.flow_id == flow.id
+            && e.finding.kind.is_stall()
+            && e.finding.kind.info().holder == Holder::Nagle
+            && nagle_off[e.finding.held_side.index()]
+    };
+    let mut any = false;
+    for e in analysis.events.iter().filter(|e| revoked(e)) {
+        any = true;
+        analysis.counts.remove(e.finding.kind, 1);
+        tally.counts.remove(e.finding.kind, 1);
+        analysis.undecided.push(evidence::Claim {
+            kind: e.finding.kind,
+            reason: evidence::Reason::Unproven {
+                name: nagle_on.name,
+                text: nagle_on.text,
+            },
+            flow_id: flow.id,
+            client: flow.client,
+            server: flow.server,
+            held_side: e.finding.held_side,
+            ts_ns: e.ts_ns,
+            packet_number: e.packet_number,
+            ordinal: e.ordinal,
+            delay_ns: e.finding.delay_ns,
+        });
+    }
+    if !any {
+        return;
+    }
+    analysis.events.retain(|e| !revoked(e));
+    // The union of the flow's remaining stalls (each ends at its event's time).
+    let mut rest = FlowTally::default();
+    let mut spans: Vec<(Timestamp, Span)> = analysis
+        .events
+        .iter()
+        .filter(|e| e.flow_id == flow.id && e.finding.kind.is_stall())
+        .map(|e| (e.ts_ns, e.finding.delay_ns))
+        .collect();
+    spans.sort_by_key(|s| s.0);
+    for (end, delay) in spans {
+        rest.add_interval(end, delay);
+    }
+    tally.lost = rest.lost.min(tally.lost);
+    tally.worst = rest.worst.min(tally.worst);
 }
 
 /// Runs the rules, in order, on `seg` against the flow state before it.
@@ -685,7 +750,11 @@ fn record(
         mss: dir.mss,
         // The delay of a delayed ACK names the peer's stack.
         peer_stack: match finding.kind.info().release {
-            Release::DelayedAck => finding.ack_delay_ns.map(PeerStack::from_ack_delay),
+            Release::DelayedAck => {
+                let syn_timestamps = flow.dir(side.peer()).syn_timestamps;
+                let stack = |d| PeerStack::from_fingerprint(d, syn_timestamps);
+                finding.ack_delay_ns.map(stack)
+            }
             Release::Ack | Release::OwnTimer | Release::Acks => None,
         },
         backoffs: 0,

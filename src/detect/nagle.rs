@@ -64,7 +64,7 @@ const PEER_LEG: Obligation = Obligation {
     name: "ack_delay_unmeasured",
     text: "the round trip to the ACKing side must be timed, so that the ACK's delay is not the \
            path's",
-    holds: |flow, side, _, _| flow.dir(side.peer()).near_rtt.is_some(),
+    holds: |flow, side, _, _| flow.dir(side.peer()).ack_leg().is_some(),
 };
 
 /// The sentence of a Nagle hold; `ack` qualifies the peer's ACK that released it.
@@ -108,13 +108,25 @@ pub(super) fn hold_fixes(held: Side, example: Option<&StallEvent>, delayed: bool
     ];
     // A minor hold waited for an ordinary ACK: a cap on the delayed ACK changes nothing; nor
     // is a Linux option any use to a peer whose delay names another stack.
-    let linux_peer = matches!(peer, None | Some(PeerStack::Linux | PeerStack::Unknown));
+    let linux_peer = matches!(
+        peer,
+        None | Some(PeerStack::Linux | PeerStack::Unknown | PeerStack::Ambiguous)
+    );
+    let ambiguous = peer == Some(PeerStack::Ambiguous);
+    let if_linux = if ambiguous { " and the peer runs Linux" } else { "" };
     if delayed && linux_peer {
         fixes.push(format!(
-            "if the {h} cannot be changed, {}",
+            "if the {h} cannot be changed{if_linux}, {}",
             delack_cap_fix(p)
         ));
         fixes.extend(route_fix(p, h, example.map(held_address)));
+    }
+    if delayed && matches!(peer, Some(PeerStack::Windows | PeerStack::Ambiguous)) {
+        fixes.push(format!(
+            "if the {p} runs Windows: TcpAckFrequency = 1 on its interface (registry, \
+             Tcpip\\Parameters\\Interfaces\\{{GUID}}; every connection of the interface ACKs \
+             at once)"
+        ));
     }
     fixes
 }
@@ -164,7 +176,7 @@ pub(crate) fn check(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
     // 4. How long the ACK took after A, minus the round trip from the capture point to the
     //    peer: the peer's ACK delay.
     let ack_after_a = prev.at.since(me.last_data);
-    let peer_near = flow.dir(side.peer()).near_rtt.unwrap_or(Span::ZERO);
+    let peer_near = flow.dir(side.peer()).ack_leg().unwrap_or(Span::ZERO);
     let ack_delay = ack_after_a - peer_near;
     let delay = seg.ts_ns.since(me.last_data);
     let kind = if ack_delay >= DELAYED_ACK_MIN {
@@ -175,7 +187,7 @@ pub(crate) fn check(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
     // A stall released sooner than the leg by less than a quarter of it is a claim the
     // capture cannot settle (evidence.rs sets it apart); a minor hold so released, or any
     // release sooner still, is not the ACK's doing.
-    if let Some(near) = me.near_rtt {
+    if let Some(near) = me.measured_leg() {
         let too_soon = release + PATH_SLACK < near;
         if release + PATH_SLACK + near / 4 < near || (too_soon && kind == StallKind::NagleMinor) {
             return None;
@@ -198,7 +210,7 @@ pub(crate) fn margin(flow: &Flow, side: Side, finding: &Finding) -> Span {
     let release = finding.release_ns.unwrap_or(Span::ZERO);
     let ack_delay = finding.ack_delay_ns.unwrap_or(Span::ZERO);
     let mut margin = (ack_delay - DELAYED_ACK_MIN).min(flow.follow_allowance(side) - release);
-    if let Some(near) = flow.dir(side).near_rtt {
+    if let Some(near) = flow.dir(side).measured_leg() {
         margin = margin.min(release + PATH_SLACK - near);
     }
     margin
@@ -214,7 +226,7 @@ pub(crate) fn margin(flow: &Flow, side: Side, finding: &Finding) -> Span {
 pub(crate) fn released_before_the_leg(flow: &Flow, side: Side, finding: &Finding) -> bool {
     let release = finding.release_ns.unwrap_or(Span::ZERO);
     flow.dir(side)
-        .near_rtt
+        .measured_leg()
         .is_some_and(|near| release + PATH_SLACK < near)
 }
 
@@ -230,6 +242,7 @@ mod tests {
     #[test]
     fn split_response_held_until_delayed_ack() {
         let mut w = Wire::handshake(30, 1448);
+        w.segments[0].timestamps = Some((1, 0)); // the client's SYN: Linux's options
         w.data(true, 1_000, 80) // request
             .data(false, 1_100, 148) // header
             .ack(true, 41_100) // client's delayed ACK, 40 ms
@@ -300,6 +313,7 @@ mod tests {
     #[test]
     fn captured_on_the_receiver() {
         let mut w = Wire::handshake_between(30_000, 10, 1448);
+        w.segments[1].timestamps = Some((1, 1)); // the server's SYN-ACK: Linux's options
         w.data(true, 100_000, 6)
             .ack(false, 140_100)
             .data(true, 170_150, 7);
@@ -472,5 +486,52 @@ mod tests {
         let a = w.analyse();
         assert_eq!(a.stall_count(), 0);
         assert_eq!(undecided_reason(&a), Some("ack_delay_unmeasured"));
+    }
+
+    /// A 40 ms delayed ACK from a peer whose SYN carried no TCP timestamps (Windows's default;
+    /// Linux sends them): ambiguous, said so, with the fixes for both.
+    #[test]
+    fn peer_stack_from_the_fingerprint_not_the_delay_alone() {
+        let run = |timestamps: bool| {
+            let mut w = Wire::handshake(30, 1448);
+            if timestamps {
+                w.segments[0].timestamps = Some((1, 0));
+            }
+            w.data(true, 1_000, 80)
+                .data(false, 1_100, 148)
+                .ack(true, 41_100)
+                .data(false, 41_130, 127);
+            w.analyse()
+        };
+        let a = run(true);
+        assert_eq!(a.events[0].peer_stack, Some(PeerStack::Linux));
+        let a = run(false);
+        let e = &a.events[0];
+        assert_eq!(e.peer_stack, Some(PeerStack::Ambiguous));
+        let fixes = super::hold_fixes(Side::Server, Some(e), true);
+        assert!(fixes.iter().any(|f| f.contains("TcpAckFrequency")), "{fixes:?}");
+        assert!(fixes.iter().any(|f| f.contains("TCP_DELACK_MAX_US")), "{fixes:?}");
+    }
+
+    /// Nagle off shows only after a claim: the claim is set apart as the flow retires, its
+    /// time no longer counted lost.
+    #[test]
+    fn nagle_off_seen_later_revokes_the_claim() {
+        let mut w = Wire::handshake(30, 1448);
+        w.segments[0].timestamps = Some((1, 0));
+        w.data(true, 1_000, 80)
+            .data(false, 1_100, 148)
+            .ack(true, 41_100)
+            .data(false, 41_130, 127)
+            .data(true, 100_000, 80)
+            .data(false, 100_100, 1)
+            .data(false, 100_110, 1024)
+            .ack(true, 100_200);
+        let a = w.analyse();
+        assert_eq!(a.stall_count(), 0, "{:?}", a.counts);
+        assert!(a.events.iter().all(|e| !e.finding.kind.is_stall()));
+        assert_eq!(undecided_reason(&a), Some("held_side_nagle_off"));
+        assert_eq!(a.flows[0].time_lost_ns, crate::flow::Span::ZERO);
+        assert_eq!(a.flows[0].counts.stalls(), 0);
     }
 }

@@ -296,6 +296,7 @@ impl Flow {
         let d = &mut self.dirs[me];
         d.isn = seg.seq;
         d.wscale = seg.window_scale;
+        d.syn_timestamps = Some(seg.timestamps.is_some());
         if let Some(mss) = seg.mss {
             self.announced_mss(side, u32::from(mss));
         }
@@ -381,6 +382,23 @@ impl Flow {
         // that crossed on the path (each sent before the other arrived) time nothing.
         let answers_data = prev.side != side && prev.payload_len > 0 && seg.payload_len > 0;
         let peer = &self.dirs[side.peer().index()];
+        // A pure ACK of more than one full segment right after the last of them is sent at
+        // once (`__tcp_ack_snd_check`; Windows ACKs every second segment): its delay bounds
+        // this side's leg from above.
+        let immediate_ack = prev.side != side
+            && prev.payload_len > 0
+            && seg.is_pure_ack()
+            && peer.una_known
+            && peer.snd_nxt <= seg.ack
+            && seg.ack - peer.snd_una > peer.mss;
+        if immediate_ack {
+            let bound = seg.ts_ns.since(prev.at);
+            let d = &mut self.dirs[side.index()];
+            if d.leg_bound.map_or(true, |b| bound < b) {
+                d.leg_bound = Some(bound);
+            }
+        }
+        let peer = &self.dirs[side.peer().index()];
         let covers = peer.snd_una < seg.ack && peer.snd_nxt <= seg.ack;
         if answers_data && seg.has(flags::ACK) && covers {
             let answer = seg.ts_ns.since(prev.at);
@@ -432,8 +450,12 @@ impl Flow {
                 d.bytes += u64::from(seg.payload_len);
                 d.last_data = seg.ts_ns;
                 d.rto_open = false;
+                // Two small segments in a row, the first unacknowledged. The partial tail of a
+                // write whose full segments just left is not counted: Windows sends it (its
+                // Nagle is not Minshall's), and Linux's own send path may have it queued.
                 let small_unacked = d.small_sent && d.una_known && d.snd_una < d.snd_sml;
-                if small_unacked && d.below_mss(seg) && !seg.has(flags::FIN) {
+                let small_after_small = d.last_data_small && d.below_mss(seg);
+                if small_unacked && small_after_small && !seg.has(flags::FIN) {
                     d.nagle_off = true;
                 }
                 d.last_data_small = d.is_small(seg);

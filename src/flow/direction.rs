@@ -68,6 +68,9 @@ pub(crate) struct Direction {
     pub(crate) nagle_off: bool,
     /// `snd_sml` holds the end of a sub-MSS segment this side sent.
     pub(crate) small_sent: bool,
+    /// Whether this side's SYN carried TCP timestamps, when seen: part of its stack's
+    /// fingerprint.
+    pub(crate) syn_timestamps: Option<bool>,
     /// Data (payload) was seen from this side: `data_from..data_nxt` holds what it sent.
     pub(crate) data_seen: bool,
     /// Start of the first payload seen from this side.
@@ -103,6 +106,9 @@ pub(crate) struct Direction {
     /// Round trip from the capture point to this side's host and back: 0 when captured on that
     /// host. From the handshake, then the quickest answer seen.
     pub(crate) near_rtt: Option<Span>,
+    /// An upper bound of the leg from this side's immediate ACKs (of more than one full
+    /// segment), when no answer timed it.
+    pub(crate) leg_bound: Option<Span>,
     /// The leg as the handshake timed it, when it did.
     pub(crate) handshake_leg: Option<Span>,
     /// An answer far quicker than the handshake's leg, waiting for a second to corroborate it.
@@ -170,6 +176,19 @@ impl Direction {
     pub(crate) fn is_small(&self, seg: &Segment) -> bool {
         let full = tcp_rules::payload_mss(self.mss, seg.timestamps.is_some());
         tcp_rules::is_sub_mss(u64::from(seg.payload_len), u64::from(full))
+    }
+
+    /// The leg to this side as far as a delay of its ACK is concerned: timed (handshake,
+    /// answers), or bounded from above by its immediate ACKs.
+    pub(crate) fn ack_leg(&self) -> Option<Span> {
+        self.near_rtt.or(self.leg_bound)
+    }
+
+    /// The leg when the handshake timed it (refined by answers since): a round trip measured,
+    /// that a release cannot beat. A leg from answers alone is an upper bound (the answer
+    /// includes its writer's own time), and proves no release too soon.
+    pub(crate) fn measured_leg(&self) -> Option<Span> {
+        self.handshake_leg.and(self.near_rtt)
     }
 
     /// Takes `answer`, quicker than the leg known so far, for the leg. One far below the
