@@ -73,6 +73,9 @@ pub(crate) struct Rule {
     pub(crate) check: fn(&Flow, Side, &Segment) -> Option<Finding>,
 }
 
+/// How far a claim's timing clears its rule's thresholds.
+pub(crate) type Margin = fn(&Flow, Side, &Segment, &Finding) -> Span;
+
 /// Everything the reports say of one kind.
 pub(crate) struct KindInfo {
     /// Stable name: the JSON key and value, the metrics label.
@@ -94,7 +97,7 @@ pub(crate) struct KindInfo {
     /// How far a claim's timing clears the rule's thresholds, for the capture clock's
     /// resolution to be judged against ([`super::evidence::Resolution`]); `None` for kinds that
     /// claim no stall.
-    pub(crate) margin: Option<fn(&Flow, Side, &Segment, &Finding) -> Span>,
+    pub(crate) margin: Option<Margin>,
     /// A resend by a timer that backs off until answered: further resends before the peer's
     /// answer are steps of one episode, one event (RFC 6298 §5.5).
     pub(crate) timer_episode: bool,

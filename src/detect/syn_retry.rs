@@ -234,7 +234,7 @@ mod tests {
         let (syn, syn_ack, ack) = (w.segments[0], w.segments[1], w.segments[2]);
         let mut stale = syn_ack;
         stale.flags = crate::decode::flags::ACK;
-        stale.ack = stale.ack + 77_777;
+        stale.ack += 77_777;
         stale.ts_ns = syn.ts_ns + MS / 10;
         let mut rst = syn;
         rst.flags = crate::decode::flags::RST;

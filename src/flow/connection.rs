@@ -382,17 +382,16 @@ impl Flow {
         // that crossed on the path (each sent before the other arrived) time nothing.
         let answers_data = prev.side != side && prev.payload_len > 0 && seg.payload_len > 0;
         let peer = &self.dirs[side.peer().index()];
-        // A pure ACK of more than one full segment right after the last of them is sent at
-        // once (`__tcp_ack_snd_check`; Windows ACKs every second segment): its delay bounds
-        // this side's leg from above.
-        let immediate_ack = prev.side != side
-            && prev.payload_len > 0
+        // A pure ACK of more than one full segment of the peer's data is sent at once
+        // (`__tcp_ack_snd_check`; Windows ACKs every second segment): its delay after the
+        // last of them bounds this side's leg from above.
+        let immediate_ack = peer.data_seen
             && seg.is_pure_ack()
             && peer.una_known
             && peer.snd_nxt <= seg.ack
             && seg.ack - peer.snd_una > peer.mss;
         if immediate_ack {
-            let bound = seg.ts_ns.since(prev.at);
+            let bound = seg.ts_ns.since(peer.last_data);
             let d = &mut self.dirs[side.index()];
             if d.leg_bound.map_or(true, |b| bound < b) {
                 d.leg_bound = Some(bound);

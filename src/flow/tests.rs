@@ -323,7 +323,7 @@ fn same_syn_after_a_stale_ack_and_the_clients_rst_is_one_connection() {
     let (syn, syn_ack, ack) = (w.segments[0], w.segments[1], w.segments[2]);
     let mut stale = syn_ack;
     stale.flags = crate::decode::flags::ACK;
-    stale.ack = stale.ack + 77_777;
+    stale.ack += 77_777;
     stale.ts_ns = us(100);
     let mut rst = syn;
     rst.flags = crate::decode::flags::RST;
