@@ -660,8 +660,10 @@ fn revoke_nagle_claims(
             && e.finding.kind.info().holder == Holder::Nagle
             && nagle_off[e.finding.held_side.index()]
     };
+    // The flow's events come at or after its first segment (events are in input order).
+    let start = analysis.events.partition_point(|e| e.ordinal < flow.id);
     let mut any = false;
-    for e in analysis.events.iter().filter(|e| revoked(e)) {
+    for e in analysis.events[start..].iter().filter(|e| revoked(e)) {
         any = true;
         analysis.counts.remove(e.finding.kind, 1);
         tally.counts.remove(e.finding.kind, 1);
@@ -684,11 +686,12 @@ fn revoke_nagle_claims(
     if !any {
         return;
     }
-    analysis.events.retain(|e| !revoked(e));
+    let mut tail = analysis.events.split_off(start);
+    tail.retain(|e| !revoked(e));
+    analysis.events.extend(tail);
     // The union of the flow's remaining stalls (each ends at its event's time).
     let mut rest = FlowTally::default();
-    let mut spans: Vec<(Timestamp, Span)> = analysis
-        .events
+    let mut spans: Vec<(Timestamp, Span)> = analysis.events[start..]
         .iter()
         .filter(|e| e.flow_id == flow.id && e.finding.kind.is_stall())
         .map(|e| (e.ts_ns, e.finding.delay_ns))
