@@ -133,18 +133,7 @@ mod tests {
         assert_eq!(a.events[0].finding.delay_ns, MS * 1_000);
         assert!(a.flows[0].near_rtt_ns[1].is_some_and(|l| l < MS));
         // Resent again after 2 s more: one episode, its delay the whole wait.
-        let mut w2 = Wire::handshake(30, 1448);
-        let syn = w2.segments[0];
-        let tail: Vec<_> = w2.segments.drain(1..).collect();
-        for t in [1_000, 3_000] {
-            let mut s = syn;
-            s.ts_ns += MS * t;
-            w2.segments.push(s);
-        }
-        for mut seg in tail {
-            seg.ts_ns += MS * 3_000;
-            w2.segments.push(seg);
-        }
+        let mut w2 = resent_twice();
         off_the_second(&mut w2);
         let a = w2.analyse();
         assert_single(&a, StallKind::SynRetry, Side::Client);
@@ -175,10 +164,8 @@ mod tests {
         assert_eq!(w.analyse().stall_count(), 0);
     }
 
-    /// Resent twice: the event is where its delay ends, at the last resend, and it starts at
-    /// the first SYN, not before the flow.
-    #[test]
-    fn backed_off_event_ends_at_the_last_resend() {
+    /// A handshake whose SYN was resent 1 s and 3 s after the first, then answered.
+    fn resent_twice() -> Wire {
         let mut w = Wire::handshake(30, 1448);
         let syn = w.segments[0];
         let tail: Vec<_> = w.segments.drain(1..).collect();
@@ -191,6 +178,14 @@ mod tests {
             seg.ts_ns += MS * 3_000;
             w.segments.push(seg);
         }
+        w
+    }
+
+    /// Resent twice: the event is where its delay ends, at the last resend, and it starts at
+    /// the first SYN, not before the flow.
+    #[test]
+    fn backed_off_event_ends_at_the_last_resend() {
+        let mut w = resent_twice();
         for (i, seg) in w.segments.iter_mut().enumerate() {
             seg.packet_number = i as u64 + 1;
         }
