@@ -270,8 +270,10 @@ pub fn analyse_files_decap(
             // One damaged file does not lose the others: it is named on stderr and in the
             // report, and the run ends with an error once the rest is reported. Its readable
             // packets (an I/O failure can come after some) stay in the analysis.
+            let start = router.ordinal;
             match analyse_one(path, &mut router, &mut decap, &mut facts.warnings) {
                 Ok(stats) => {
+                    facts.file_starts.push(start);
                     facts.records += stats.packets;
                     facts.skipped.add(&stats.skipped);
                     facts.files.push(display(path));

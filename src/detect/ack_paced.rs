@@ -42,6 +42,10 @@ pub(crate) const KIND: KindInfo = KindInfo {
     release: Release::Acks,
     proof: Proof::Timing,
     rule: None,
+    obligations: &[],
+    margin: None,
+    timer_episode: false,
+    aside: Some("flow sides whose small writes each waited one round trip for an ACK (Nagle pacing a busy sender; not a 40 ms stall)"),
     column: "paced",
     page_column: "paced",
     gap: "{held}'s writes wait for {peer}'s ACK, one round trip each (Nagle pacing)",
@@ -66,6 +70,9 @@ pub const MIN_SLOW_HOLD: Span = Span::from_millis(1);
 /// holds paced.
 pub const MIN_SHARE_PERCENT: u64 = 10;
 
+/// Longest ACK delay (path removed) taken for an ACK sent at once: below the shortest
+/// delayed-ACK cap measured (`TCP_DELACK_MAX_US` at its floor, 5 ms, fires after 5-12 ms).
+const QUICK_ACK_MAX: Span = Span::from_millis(3);
 const SOFTIRQ_RELEASE: Span = Span::from_duration(tcp_rules::SOFTIRQ_RELEASE);
 const ON_HOST_LEG: Span = Span::from_duration(tcp_rules::ON_HOST_LEG);
 
@@ -199,16 +206,22 @@ pub(crate) fn hold(
     // is the application's next write (a bulk sender's, whose partial segment is what it had
     // copied so far), not held data.
     // A clock coarser than a microsecond's (`coarse`) cannot time that bound.
+    // A clock coarser than a microsecond's (whole milliseconds: a generated or re-timed trace)
+    // cannot tell a hold from a sender writing on its own schedule.
     let on_host = me.near_rtt.is_some_and(|leg| leg < ON_HOST_LEG);
-    if on_host && (coarse || seg.ts_ns.since(prev.at) > SOFTIRQ_RELEASE) {
+    if coarse || (on_host && seg.ts_ns.since(prev.at) > SOFTIRQ_RELEASE) {
         return None;
     }
     match finding {
         // On loopback a sender writing every few µs, TCP_NODELAY or not, has its next write
         // follow each ACK as closely as a release does: only writes gathered behind A show the
         // hold there. On a longer path a sender not held does not wait for ACKs.
-        Some(f) if f.kind == StallKind::NagleMinor => (seg.payload_len > in_flight
-            || round_trip(flow) >= ON_HOST_LEG)
+        // The ACK came at once: one delayed, even capped to a few ms (`TCP_DELACK_MAX_US`),
+        // released a hold that waited for its timer, not for the round trip.
+        Some(f) if f.kind == StallKind::NagleMinor => (f
+            .ack_delay_ns
+            .is_some_and(|d| d <= QUICK_ACK_MAX)
+            && (seg.payload_len > in_flight || round_trip(flow) >= ON_HOST_LEG))
             .then_some(Seen::Hold(f.delay_ns)),
         Some(_) => None,
         None => released_by_data(flow, side, seg, in_flight).map(Seen::Hold),
@@ -334,9 +347,14 @@ pub(crate) fn record(
             _ => events.iter().rposition(ours),
         };
         pacing.event[i] = at.map(|at| (generation, at));
+        // The event's time and packet follow its figures: the holds so far end at this one.
         if let Some(e) = at.and_then(|at| events.get_mut(at)) {
             e.finding.delay_ns = p.time_lost_ns;
             e.paced = Some(Box::new(*p));
+            e.ts_ns = seg.ts_ns;
+            e.packet_number = seg.packet_number;
+            e.released_bytes = seg.payload_len;
+            e.writes = vec![seg.payload_len];
         }
         return;
     }
@@ -598,5 +616,46 @@ mod tests {
         }
         let a = w.analyse();
         assert_eq!(a.counts.get(StallKind::NagleAckPaced), 0);
+    }
+
+    /// Holds released by a capped delayed ACK (`TCP_DELACK_MAX_US`: 12 ms on loopback) waited
+    /// for the peer's timer, not for the round trip: no pacing, however many.
+    #[test]
+    fn holds_released_by_a_capped_delayed_ack_are_not_pacing() {
+        let mut w = Wire::handshake(30, 1448);
+        for i in 0..MIN_HOLDS + 5 {
+            let t = 100_000 + i * 20_000;
+            w.data(true, t, 6).ack(false, t + 12_000).data(true, t + 12_004, 7);
+            w.data(false, t + 12_200, 10);
+        }
+        let a = w.analyse();
+        assert_eq!(a.counts.get(StallKind::NagleAckPaced), 0, "{:?}", a.counts);
+    }
+
+    /// A trace whose packets are all whole milliseconds apart (generated, or re-timed): its
+    /// clock cannot show a hold.
+    #[test]
+    fn a_coarse_clock_shows_no_pacing() {
+        let mut w = Wire::handshake(1_000, 1448);
+        for i in 0..MIN_HOLDS + 5 {
+            let t = 100_000 + i * 13_000;
+            w.data(true, t, 6).ack(false, t + 1_000).data(true, t + 2_000, 7);
+        }
+        assert_eq!(w.analyse().counts.get(StallKind::NagleAckPaced), 0);
+    }
+
+    /// The event's packet and time are those of the latest hold its figures count.
+    #[test]
+    fn the_event_is_at_its_latest_hold() {
+        let w = pipelined(40, 4 * US);
+        let a = w.analyse();
+        let e = a
+            .events
+            .iter()
+            .find(|e| e.finding.kind == StallKind::NagleAckPaced)
+            .expect("paced");
+        let p = e.paced.as_deref().copied().unwrap_or_default();
+        assert_eq!(e.ts_ns, p.last_hold);
+        assert!(e.finding.delay_ns <= e.ts_ns.since(a.flows[0].span_ns.0));
     }
 }

@@ -3,7 +3,7 @@
 //! (`tcp_check_probe_timer`, `max(RTO, TCP_RTO_MIN)`: 200 ms-class, measured 204-212 ms on
 //! loopback) finally sends them.
 
-use super::{Finding, Holder, KindInfo, Proof, Release, Rule, StallEvent, StallKind};
+use super::{Obligation, Finding, Holder, KindInfo, Proof, Release, Rule, StallEvent, StallKind};
 use crate::decode::Segment;
 use crate::flow::{Flow, Side, Span};
 use crate::tcp_rules;
@@ -16,6 +16,16 @@ pub(crate) const KIND: KindInfo = KindInfo {
     release: Release::OwnTimer,
     proof: Proof::HeldLeg,
     rule: Some(Rule { rank: 40, check }),
+    obligations: &[Obligation {
+        name: "cork_not_a_tail",
+        text: "the data must be the partial tail of a write whose full segments left at once: \
+               a whole answer ~200 ms after the request may be as long spent by its writer \
+               (`tcpstall sockets PID` shows TCP_CORK, `tcpstall trace` the writes)",
+        holds: |flow, side, _, _| tail_of_write(flow, side),
+    }],
+    margin: Some(|flow, side, seg, _| margin(flow, side, seg)),
+    timer_episode: false,
+    aside: None,
     column: "cork",
     page_column: "cork",
     gap: "{held}'s data waits on its timer",
@@ -125,8 +135,11 @@ impl Timing {
         CORK_MIN + self.path_rtt
     }
 
+    /// The probe timer is `max(RTO, TCP_RTO_MIN)` (`tcp_probe0_base`), the RTO about the
+    /// round trip plus 200 ms (`__tcp_set_rto`): a round trip more for its variation, no more
+    /// (four let a far server's own response time through).
     fn ceiling(&self) -> Span {
-        CORK_MAX + self.path_rtt * 4
+        CORK_MAX + self.path_rtt * 2
     }
 }
 
@@ -144,9 +157,15 @@ impl Timing {
 fn continues_turn(flow: &Flow, side: Side) -> bool {
     let me = flow.dir(side);
     let peer = flow.dir(side.peer());
-    let tail_of_write = me.burst.count > 0 && !me.last_data_small;
     let answers_request = side == Side::Server && peer.bytes > 0 && peer.last_data >= me.last_data;
-    tail_of_write || answers_request
+    tail_of_write(flow, side) || answers_request
+}
+
+/// The held data follows full segments of the same write (`tcp_write_xmit` sends full
+/// segments at once even when corked; only the last, partial one waits).
+fn tail_of_write(flow: &Flow, side: Side) -> bool {
+    let me = flow.dir(side);
+    me.burst.count > 0 && !me.last_data_small
 }
 
 #[cfg(test)]
@@ -155,17 +174,21 @@ mod tests {
     use super::super::StallKind;
     use crate::flow::Side;
 
+    /// A whole answer ~200 ms after the request: the timer, or the server's own time. The
+    /// packets do not prove the cork: set apart, undecided, with the obligation it fails.
     #[test]
-    fn corked_response_leaves_on_timer() {
+    fn whole_answer_on_the_timer_is_undecided() {
         let mut w = Wire::handshake(30, 1448);
         w.data(true, 1_000, 40)
             .ack(false, 41_000)
             .data(false, 206_000, 300);
         let a = w.analyse();
-        assert_single(&a, StallKind::CorkTimer, Side::Server);
-        // A whole answer ~200 ms after the request: the timer, or the server's own time.
-        let text = super::super::verdict::explain(&a.events[0]);
-        assert!(text.contains("cannot tell them apart"), "{text}");
+        assert_eq!(a.stall_count(), 0);
+        let claims = a.undecided.claims();
+        assert_eq!(claims.len(), 1);
+        assert_eq!(claims[0].kind, StallKind::CorkTimer);
+        assert_eq!(claims[0].reason.name(), "cork_not_a_tail");
+        assert_eq!(claims[0].packet_number, a.packets);
     }
 
     /// A client that reads the whole answer, then waits 200 ms before its next request: think
@@ -208,11 +231,22 @@ mod tests {
         let mut w = Wire::handshake_between(10, 347_000, 1448);
         w.data(true, 400_000, 40).data(false, 747_500, 300);
         assert_eq!(w.analyse().stall_count(), 0);
-        // The timer runs from the request's arrival for at least the round trip plus 200 ms
-        // (the RTO's floor), and its data takes half a round trip back: it is the timer.
-        let mut w = Wire::handshake_between(10, 347_000, 1448);
-        w.data(true, 400_000, 40).data(false, 1_305_000, 300);
-        assert_single(&w.analyse(), StallKind::CorkTimer, Side::Server);
+        // A tail after the write's full segment: the timer runs from the ACK's arrival for at
+        // least the round trip plus 200 ms (the RTO's floor), and its data takes half a round
+        // trip back: it is the timer. Sooner, it is not.
+        let tail_at = |t_us: u64| {
+            let mut w = Wire::handshake_between(10, 347_000, 1448);
+            w.data(true, 400_000, 40)
+                .data(false, 747_500, 1448)
+                .ack(true, 747_600)
+                .data(false, t_us, 300);
+            w.analyse()
+        };
+        assert_single(&tail_at(1_650_000), StallKind::CorkTimer, Side::Server);
+        assert_eq!(tail_at(1_300_000).stall_count(), 0);
+        // Far beyond the timer given the path (a round trip more than its floor): the
+        // writer's own time.
+        assert_eq!(tail_at(1_900_000).stall_count(), 0);
     }
 
     #[test]

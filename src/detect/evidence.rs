@@ -8,9 +8,9 @@
 //! whole milliseconds (or tens of them: a pcapng `if_tsresol` of 10^-3, a device that stamps
 //! coarsely, a file rewritten at low resolution) err by up to that much in every difference.
 
-use super::{cork, nagle, rto, syn_retry, zero_window, Finding, Proof, StallKind};
+use super::{nagle, Finding, Proof, StallKind};
 use crate::decode::Segment;
-use crate::flow::{Flow, Side, Span, Timestamp};
+use crate::flow::{Endpoint, Flow, Side, Span, Timestamp};
 
 /// Why a claim is undecided. The names are the stable JSON names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -28,6 +28,14 @@ pub enum Reason {
     /// The capture's timestamps are coarser than the margin by which the gap clears the rule's
     /// thresholds: the clock cannot tell the claim from its look-alike.
     CoarseTimestamps,
+    /// The packets do not show what the kind's claim needs: one of its proof obligations
+    /// ([`super::Obligation`]) failed; its name and sentence.
+    Unproven {
+        /// The obligation's stable name.
+        name: &'static str,
+        /// What the packets had to show.
+        text: &'static str,
+    },
 }
 
 impl Reason {
@@ -38,6 +46,7 @@ impl Reason {
             Reason::OneDirection => "one_direction",
             Reason::PathVaried => "path_varied",
             Reason::CoarseTimestamps => "coarse_timestamps",
+            Reason::Unproven { name, .. } => name,
         }
     }
 
@@ -54,44 +63,97 @@ impl Reason {
             Reason::CoarseTimestamps => {
                 "the capture's timestamps are too coarse to tell the gap from its thresholds"
             }
+            Reason::Unproven { text, .. } => text,
         }
     }
 }
 
-/// Claims set apart, per kind and reason.
+/// One claim set apart: which flow, which packet, what it would have claimed and why it
+/// cannot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// The kind the rule found.
+    pub kind: StallKind,
+    /// Why it is undecided.
+    pub reason: Reason,
+    /// [`super::FlowSummary::id`] of the flow.
+    pub flow_id: u64,
+    /// The flow's client and server.
+    pub client: Endpoint,
+    /// The flow's server.
+    pub server: Endpoint,
+    /// The side whose data would have waited.
+    pub held_side: Side,
+    /// Capture time of the segment the claim is about.
+    pub ts_ns: Timestamp,
+    /// Its packet number in its capture.
+    pub packet_number: u64,
+    /// Position of that segment among all segments analysed (0-based).
+    pub ordinal: u64,
+    /// The delay the rule measured.
+    pub delay_ns: Span,
+}
+
+/// Claims set apart: counts per kind and reason, and each claim.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Undecided(Vec<(StallKind, Reason, u64)>);
+pub struct Undecided {
+    counts: Vec<(StallKind, Reason, u64)>,
+    claims: Vec<Claim>,
+}
 
 impl Undecided {
     /// Counts one claim.
     pub(crate) fn add(&mut self, kind: StallKind, reason: Reason) {
         match self
-            .0
+            .counts
             .iter_mut()
             .find(|(k, r, _)| *k == kind && *r == reason)
         {
             Some(entry) => entry.2 += 1,
-            None => self.0.push((kind, reason, 1)),
+            None => self.counts.push((kind, reason, 1)),
         }
     }
 
+    /// Counts one claim and keeps it.
+    pub(crate) fn push(&mut self, claim: Claim) {
+        self.add(claim.kind, claim.reason);
+        self.claims.push(claim);
+    }
+
     /// Adds another tally's claims.
-    pub(crate) fn extend(&mut self, other: &Undecided) {
-        for &(kind, reason, n) in &other.0 {
-            for _ in 0..n {
-                self.add(kind, reason);
+    pub(crate) fn extend(&mut self, other: Undecided) {
+        for (kind, reason, n) in other.counts {
+            match self
+                .counts
+                .iter_mut()
+                .find(|(k, r, _)| *k == kind && *r == reason)
+            {
+                Some(entry) => entry.2 += n,
+                None => self.counts.push((kind, reason, n)),
             }
         }
+        self.claims.extend(other.claims);
+        self.claims.sort_by_key(|c| c.ordinal);
+    }
+
+    /// Puts the claims in input order (claims set apart late, as a flow retires, come last).
+    pub(crate) fn sort(&mut self) {
+        self.claims.sort_by_key(|c| c.ordinal);
     }
 
     /// Every (kind, reason, count), in order of first appearance.
     pub fn entries(&self) -> &[(StallKind, Reason, u64)] {
-        &self.0
+        &self.counts
+    }
+
+    /// Every claim set apart, in input order.
+    pub fn claims(&self) -> &[Claim] {
+        &self.claims
     }
 
     /// Claims set apart, all kinds.
     pub fn total(&self) -> u64 {
-        self.0.iter().map(|e| e.2).sum()
+        self.counts.iter().map(|e| e.2).sum()
     }
 }
 
@@ -145,6 +207,18 @@ pub(crate) fn unsettled(
     finding: &Finding,
     coarse: Option<Span>,
 ) -> Option<Reason> {
+    if let Some(failed) = finding
+        .kind
+        .info()
+        .obligations
+        .iter()
+        .find(|o| !(o.holds)(flow, side, seg, finding))
+    {
+        return Some(Reason::Unproven {
+            name: failed.name,
+            text: failed.text,
+        });
+    }
     if !finding.kind.is_stall() {
         return None;
     }
@@ -164,14 +238,7 @@ pub(crate) fn unsettled(
     // Every difference of two timestamps errs by less than the resolution: a margin at least
     // that large holds whatever the true times were.
     let resolution = coarse?;
-    let margin = match finding.kind {
-        StallKind::NagleDelayedAck => nagle::margin(flow, side, finding),
-        StallKind::CorkTimer => cork::margin(flow, side, seg),
-        StallKind::Rto => rto::margin(flow, side, seg, finding),
-        StallKind::SynRetry => syn_retry::margin(finding),
-        StallKind::ZeroWindow => zero_window::margin(flow, side, seg, finding),
-        StallKind::NagleMinor | StallKind::NagleAckPaced => return None,
-    };
+    let margin = (finding.kind.info().margin?)(flow, side, seg, finding);
     (margin < resolution).then_some(Reason::CoarseTimestamps)
 }
 
@@ -197,13 +264,14 @@ mod tests {
         );
     }
 
-    /// No handshake and no timed answer of the server: a reply 250 ms after the request may be
-    /// the cork timer or the path. Set apart with the reason.
+    /// No handshake and no timed answer of the server: a tail 250 ms after the ACK of its
+    /// write's full segment may be the cork timer or the path. Set apart with the reason.
     #[test]
     fn cork_without_the_path_is_undecided() {
         let mut w = Wire::handshake(30, 1448);
         w.ack(false, 500)
-            .data(true, 1_000, 40)
+            .data(false, 1_100, 1460)
+            .ack(true, 1_200)
             .data(false, 251_000, 300);
         w.segments.drain(..3);
         let a = w.analyse();

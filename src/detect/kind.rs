@@ -7,7 +7,7 @@
 
 use super::{Finding, StallEvent, StallKind};
 use crate::decode::Segment;
-use crate::flow::{Flow, Side};
+use crate::flow::{Flow, Side, Span};
 
 /// What held the data back: who is to change, and how the ladder finds the wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,6 +48,20 @@ pub(crate) enum Proof {
     HeldLeg,
 }
 
+/// One thing the packets must show for a claim of a kind to stand: checked after the kind's
+/// rule found the claim ([`super::evidence::unsettled`]). A claim that fails one is set apart
+/// as undecided with the obligation's name and sentence, never counted as a stall, never
+/// dropped in silence.
+#[derive(Clone, Copy)]
+pub struct Obligation {
+    /// Stable name: the JSON `reason` of an undecided claim that fails it.
+    pub name: &'static str,
+    /// What the packets must show, in people's words (said of a claim that fails it).
+    pub text: &'static str,
+    /// Whether the claim `finding` on `seg` of `side` meets it, the flow as it was before `seg`.
+    pub(crate) holds: fn(&Flow, Side, &Segment, &Finding) -> bool,
+}
+
 /// One rule: a check of a new segment against the flow state before it.
 #[derive(Clone, Copy)]
 pub(crate) struct Rule {
@@ -58,6 +72,9 @@ pub(crate) struct Rule {
     /// The check.
     pub(crate) check: fn(&Flow, Side, &Segment) -> Option<Finding>,
 }
+
+/// How far a claim's timing clears its rule's thresholds.
+pub(crate) type Margin = fn(&Flow, Side, &Segment, &Finding) -> Span;
 
 /// Everything the reports say of one kind.
 pub(crate) struct KindInfo {
@@ -73,6 +90,20 @@ pub(crate) struct KindInfo {
     pub(crate) proof: Proof,
     /// The rule that finds it; `None` when another kind's rule does (one check, two outcomes).
     pub(crate) rule: Option<Rule>,
+    /// What the packets must show for a claim to stand, checked in order; the first that fails
+    /// sets the claim apart, undecided. A kind that is no stall (a minor hold) drops a claim
+    /// that fails one: it claims no stall.
+    pub(crate) obligations: &'static [Obligation],
+    /// How far a claim's timing clears the rule's thresholds, for the capture clock's
+    /// resolution to be judged against ([`super::evidence::Resolution`]); `None` for kinds that
+    /// claim no stall.
+    pub(crate) margin: Option<Margin>,
+    /// A resend by a timer that backs off until answered: further resends before the peer's
+    /// answer are steps of one episode, one event (RFC 6298 §5.5).
+    pub(crate) timer_episode: bool,
+    /// For a kind counted apart from the stalls: how a report's summary names a count of it,
+    /// after the number.
+    pub(crate) aside: Option<&'static str>,
     /// Header of its column in `analyze --flows`.
     pub(crate) column: &'static str,
     /// Header of its column in the HTML tables (stall kinds only).

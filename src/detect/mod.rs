@@ -26,6 +26,7 @@ use crate::tcp_rules;
 pub use ack_paced::Pacing;
 /// Holds that make a flow direction `nagle_ack_paced`.
 pub use ack_paced::MIN_HOLDS as PACED_HOLDS;
+pub use kind::Obligation;
 pub(crate) use kind::{Holder, KindInfo, Proof, Release, Rule};
 pub use rto::HandshakeNotTaken;
 pub use syn_retry::waited_for_syn_resend;
@@ -106,6 +107,12 @@ impl StallKind {
         self.is_stall() || self.info().release == Release::Acks
     }
 
+    /// For a kind counted apart from the stalls: how a summary names a count of it, after the
+    /// number.
+    pub fn aside(self) -> Option<&'static str> {
+        self.info().aside
+    }
+
     /// Every kind that counts as a stall, in report order.
     pub fn stalls() -> impl Iterator<Item = StallKind> {
         StallKind::ALL.into_iter().filter(|k| k.is_stall())
@@ -119,7 +126,7 @@ impl StallKind {
     /// A resend by a timer that backs off until answered: further resends before the peer's
     /// answer are steps of one episode, one event (RFC 6298 §5.5).
     fn timer_episode(self) -> bool {
-        matches!(self, StallKind::Rto | StallKind::SynRetry)
+        self.info().timer_episode
     }
 
     /// Position in [`StallKind::ALL`]: variants are declared in report order.
@@ -288,8 +295,9 @@ pub struct StallEvent {
     /// For a retransmission timeout: the timer's backoff steps after the first resend, each a
     /// further resend with no ACK of progress between (the episode's one event covers them).
     pub backoffs: u32,
-    /// The part of `delay_ns` after `ts_ns`: from this event's resend to the episode's last
-    /// backoff step (`delay_ns` runs from the last send before the timeout to that step).
+    /// The part of `delay_ns` after the episode's first resend: from it to the last backoff
+    /// step, where `ts_ns` and `packet_number` are (`delay_ns` runs from the last send before
+    /// the timeout to that step).
     pub backoff_ns: Span,
     /// For [`StallKind::NagleAckPaced`]: the holds of the flow's side so far.
     pub paced: Option<Box<Pacing>>,
@@ -341,7 +349,7 @@ impl Analysis {
             all.counts.merge(&part.counts);
             all.events.extend(part.events);
             all.flows.extend(part.flows);
-            all.undecided.extend(&part.undecided);
+            all.undecided.extend(part.undecided);
             all.span_ns = match (all.span_ns, part.span_ns) {
                 (Some((f1, l1)), Some((f2, l2))) => Some((f1.min(f2), l1.max(l2))),
                 (a, b) => a.or(b),
@@ -430,21 +438,38 @@ impl Detector {
         });
 
         let keep_turns = self.config.keep_turns;
-        let (flows, tallies) = (&mut self.analysis.flows, &mut self.tallies);
-        let lookup = self
-            .table
-            .lookup(seg, ordinal, |old| retire(flows, tallies, old, keep_turns));
+        let (analysis, tallies) = (&mut self.analysis, &mut self.tallies);
+        let lookup = self.table.lookup(seg, ordinal, |old| {
+            retire(analysis, tallies, old, keep_turns)
+        });
         let flow = lookup.flow;
         let side = lookup.side;
-        let finding = classify(flow, side, seg);
+        let mut finding = classify(flow, side, seg);
         let mut undecided = false;
+        let unsettled = finding
+            .as_ref()
+            .and_then(|f| evidence::unsettled(flow, side, seg, f, self.resolution.coarse()));
+        // A hold that claims no stall and fails an obligation is no hold at all.
+        if unsettled.is_some() && finding.is_some_and(|f| !f.kind.is_stall()) {
+            finding = None;
+        }
         if let Some(mut finding) = finding {
             // Nothing waited before the flow began: a delay reaching back past the flow's
             // first packet is cut there.
             finding.delay_ns = finding.delay_ns.min(seg.ts_ns.since(flow.first_seen));
-            let coarse = self.resolution.coarse();
-            if let Some(reason) = evidence::unsettled(flow, side, seg, &finding, coarse) {
-                self.analysis.undecided.add(finding.kind, reason);
+            if let Some(reason) = unsettled {
+                self.analysis.undecided.push(evidence::Claim {
+                    kind: finding.kind,
+                    reason,
+                    flow_id: flow.id,
+                    client: flow.client,
+                    server: flow.server,
+                    held_side: side,
+                    ts_ns: seg.ts_ns,
+                    packet_number: seg.packet_number,
+                    ordinal,
+                    delay_ns: finding.delay_ns,
+                });
                 undecided = true;
             } else if finding.kind.timer_episode() && flow.dir(side).rto_open {
                 let tally = self.tallies.entry(flow.id).or_default();
@@ -510,9 +535,9 @@ impl Detector {
     fn sweep(&mut self, now: Timestamp) {
         self.last_sweep = now;
         let keep_turns = self.config.keep_turns;
-        let (flows, tallies) = (&mut self.analysis.flows, &mut self.tallies);
+        let (analysis, tallies) = (&mut self.analysis, &mut self.tallies);
         self.table
-            .evict(now, |f| retire(flows, tallies, f, keep_turns));
+            .evict(now, |f| retire(analysis, tallies, f, keep_turns));
     }
 
     /// The events found since the last call (all of them, the first time), in input order,
@@ -538,8 +563,10 @@ impl Detector {
     /// Ends the run: every flow still open is summarised.
     pub fn finish(mut self) -> Analysis {
         let keep_turns = self.config.keep_turns;
-        let (flows, tallies) = (&mut self.analysis.flows, &mut self.tallies);
-        self.table.drain(|f| retire(flows, tallies, f, keep_turns));
+        let (analysis, tallies) = (&mut self.analysis, &mut self.tallies);
+        self.table
+            .drain(|f| retire(analysis, tallies, f, keep_turns));
+        self.analysis.undecided.sort();
         self.analysis.flows.sort_by_key(|f| f.id);
         verdict::join_parts(&mut self.analysis.flows);
         self.analysis
@@ -584,9 +611,14 @@ fn backoff_step(
                 e.handshake_not_taken = Some(h);
             }
         }
+        // The event ends where its delay ends, at the latest step: its time, packet and delay
+        // agree, and it never starts before its flow.
         let first = e.finding.delay_ns - e.backoff_ns;
-        e.backoff_ns = seg.ts_ns.since(e.ts_ns);
-        e.finding.delay_ns = first + e.backoff_ns;
+        let first_resend = Timestamp::from_nanos(e.ts_ns.as_nanos() - e.backoff_ns.as_nanos());
+        e.backoff_ns = seg.ts_ns.since(first_resend);
+        e.finding.delay_ns = (first + e.backoff_ns).min(seg.ts_ns.since(flow.first_seen));
+        e.ts_ns = seg.ts_ns;
+        e.packet_number = seg.packet_number;
         e.backoffs += 1;
         tally.worst = tally.worst.max(e.finding.delay_ns);
     }
@@ -594,16 +626,82 @@ fn backoff_step(
 
 /// Summarises a flow leaving the table, with the tallies of its stalls.
 fn retire(
-    flows: &mut Vec<FlowSummary>,
+    analysis: &mut Analysis,
     tallies: &mut FxHashMap<u64, FlowTally>,
     flow: Flow,
     keep_turns: bool,
 ) {
-    let tally = tallies.remove(&flow.id).unwrap_or_default();
+    let mut tally = tallies.remove(&flow.id).unwrap_or_default();
+    let nagle_off = flow.dirs.each_ref().map(|d| d.nagle_off);
+    let nagle_claims = StallKind::stalls().filter(|k| k.info().holder == Holder::Nagle);
+    if nagle_off.contains(&true) && nagle_claims.map(|k| tally.counts.get(k)).sum::<u64>() > 0 {
+        revoke_nagle_claims(analysis, &mut tally, &flow, nagle_off);
+    }
     let paced = tally.paced.as_ref().and_then(|p| p.summary(&flow));
     let mut summary = verdict::summarise(flow, &tally.counts, tally.lost, tally.worst, keep_turns);
     summary.pacing = paced;
-    flows.push(summary);
+    analysis.flows.push(summary);
+}
+
+/// A side seen with Nagle off only after some of its waits were claimed as Nagle stalls: those
+/// claims, while the detector still holds them, are set apart as undecided (the obligation
+/// [`nagle::HOLD`] names), and the flow's time lost is counted again without them.
+#[cold]
+fn revoke_nagle_claims(
+    analysis: &mut Analysis,
+    tally: &mut FlowTally,
+    flow: &Flow,
+    nagle_off: [bool; 2],
+) {
+    let nagle_on = &nagle::HOLD[1];
+    let revoked = |e: &StallEvent| {
+        e.flow_id == flow.id
+            && e.finding.kind.is_stall()
+            && e.finding.kind.info().holder == Holder::Nagle
+            && nagle_off[e.finding.held_side.index()]
+    };
+    // The flow's events come at or after its first segment (events are in input order).
+    let start = analysis.events.partition_point(|e| e.ordinal < flow.id);
+    let mut any = false;
+    for e in analysis.events[start..].iter().filter(|e| revoked(e)) {
+        any = true;
+        analysis.counts.remove(e.finding.kind, 1);
+        tally.counts.remove(e.finding.kind, 1);
+        analysis.undecided.push(evidence::Claim {
+            kind: e.finding.kind,
+            reason: evidence::Reason::Unproven {
+                name: nagle_on.name,
+                text: nagle_on.text,
+            },
+            flow_id: flow.id,
+            client: flow.client,
+            server: flow.server,
+            held_side: e.finding.held_side,
+            ts_ns: e.ts_ns,
+            packet_number: e.packet_number,
+            ordinal: e.ordinal,
+            delay_ns: e.finding.delay_ns,
+        });
+    }
+    if !any {
+        return;
+    }
+    let mut tail = analysis.events.split_off(start);
+    tail.retain(|e| !revoked(e));
+    analysis.events.extend(tail);
+    // The union of the flow's remaining stalls (each ends at its event's time).
+    let mut rest = FlowTally::default();
+    let mut spans: Vec<(Timestamp, Span)> = analysis.events[start..]
+        .iter()
+        .filter(|e| e.flow_id == flow.id && e.finding.kind.is_stall())
+        .map(|e| (e.ts_ns, e.finding.delay_ns))
+        .collect();
+    spans.sort_by_key(|s| s.0);
+    for (end, delay) in spans {
+        rest.add_interval(end, delay);
+    }
+    tally.lost = rest.lost.min(tally.lost);
+    tally.worst = rest.worst.min(tally.worst);
 }
 
 /// Runs the rules, in order, on `seg` against the flow state before it.
@@ -655,7 +753,11 @@ fn record(
         mss: dir.mss,
         // The delay of a delayed ACK names the peer's stack.
         peer_stack: match finding.kind.info().release {
-            Release::DelayedAck => finding.ack_delay_ns.map(PeerStack::from_ack_delay),
+            Release::DelayedAck => {
+                let syn_timestamps = flow.dir(side.peer()).syn_timestamps;
+                let stack = |d| PeerStack::from_fingerprint(d, syn_timestamps);
+                finding.ack_delay_ns.map(stack)
+            }
             Release::Ack | Release::OwnTimer | Release::Acks => None,
         },
         backoffs: 0,
@@ -670,7 +772,7 @@ fn record(
 
 #[cfg(test)]
 mod tests {
-    use super::testing::{assert_single, Wire, MS};
+    use super::testing::{assert_claimed, Wire, MS};
     use super::*;
 
     /// Closed flows leave the table after the grace period: memory follows active flows.
@@ -778,7 +880,7 @@ mod tests {
             crate::flow::ClientGuess::ServicePort
         );
         assert_eq!(a.flows[0].client.port, 40000);
-        assert_eq!(a.counts.get(StallKind::NagleDelayedAck), 1);
+        assert_claimed(&a, StallKind::NagleDelayedAck, Side::Server);
     }
 
     /// Mid-flow with both ports ephemeral and the server's the larger: the side that sends the
@@ -801,8 +903,8 @@ mod tests {
         let f = &a.flows[0];
         assert_eq!(f.client_guess, crate::flow::ClientGuess::FirstData);
         assert_eq!((f.client.port, f.server.port), (40_000, 50_000));
-        assert_single(&a, StallKind::NagleDelayedAck, Side::Server);
-        assert_eq!(a.events[0].server.port, 50_000);
+        assert_claimed(&a, StallKind::NagleDelayedAck, Side::Server);
+        assert_eq!(a.undecided.claims()[0].server.port, 50_000);
     }
 
     /// Without a SYN the MSS is assumed (Ethernet's), not taken from the largest payload: a
@@ -816,7 +918,7 @@ mod tests {
             .data(false, 41_130, 23);
         w.segments.drain(..3);
         let a = w.analyse();
-        assert_single(&a, StallKind::NagleDelayedAck, Side::Server);
+        assert_claimed(&a, StallKind::NagleDelayedAck, Side::Server);
         assert_eq!(a.flows[0].mss_source[1], crate::flow::MssSource::Assumed);
         // Only the SYN-ACK: the server's own announced MSS stands in for the client's.
         let mut w = Wire::handshake(30, 1460);
@@ -826,7 +928,7 @@ mod tests {
             .data(false, 41_130, 23);
         w.segments.remove(0);
         let a = w.analyse();
-        assert_single(&a, StallKind::NagleDelayedAck, Side::Server);
+        assert_claimed(&a, StallKind::NagleDelayedAck, Side::Server);
         assert_eq!(a.flows[0].mss, [1460, 1460]);
         assert_eq!(a.flows[0].mss_source[1], crate::flow::MssSource::OwnSyn);
     }
@@ -960,6 +1062,16 @@ pub(crate) mod testing {
             }
             d.finish()
         }
+    }
+
+    /// Asserts the rules found exactly one claim, of `kind`, holding `side`: a stall, or one set
+    /// apart as undecided (a capture without the handshake times no ACK delay).
+    pub fn assert_claimed(a: &super::Analysis, kind: super::StallKind, side: crate::flow::Side) {
+        let events = a.events.iter().filter(|e| e.finding.kind == kind);
+        let events: Vec<_> = events.map(|e| e.finding.held_side).collect();
+        let claims = a.undecided.claims().iter().filter(|c| c.kind == kind);
+        let claims: Vec<_> = claims.map(|c| c.held_side).collect();
+        assert_eq!([events, claims].concat(), vec![side], "{:?}", a.undecided);
     }
 
     /// Asserts the analysis holds exactly one stall, of `kind`, holding `side`.

@@ -7,7 +7,7 @@
 //! 200 ms on Linux, ~200 ms on Windows) decides between a real stall and a one-RTT hold.
 
 use super::verdict::{delack_cap_fix, held_address, message, route_fix, sizes};
-use super::{Finding, Holder, KindInfo, PeerStack, Proof, Release, Rule, StallEvent, StallKind};
+use super::{Obligation, Finding, Holder, KindInfo, PeerStack, Proof, Release, Rule, StallEvent, StallKind};
 use crate::decode::Segment;
 use crate::flow::{Flow, Side, Span};
 use crate::tcp_rules;
@@ -21,11 +21,50 @@ pub(crate) const KIND: KindInfo = KindInfo {
     proof: Proof::HeldLeg,
     // Also finds [`super::nagle_minor`]: one check, the ACK's delay decides.
     rule: Some(Rule { rank: 30, check }),
+    obligations: &[HOLD[0], HOLD[1], HOLD[2], PEER_LEG],
+    margin: Some(|flow, side, _, finding| margin(flow, side, finding)),
+    timer_episode: false,
+    aside: None,
     column: "nagle",
     page_column: "nagle×delack",
     gap: "{held} holds data until {peer}'s delayed ACK",
     explain: |event| explain_hold(event, "delayed "),
     fixes: |held, example| hold_fixes(held, example, true),
+};
+
+/// What the packets must show for any Nagle hold, delayed ACK or not (`tcp_nagle_check`,
+/// `tcp_minshall_check`).
+pub(super) const HOLD: [Obligation; 3] = [
+    Obligation {
+        name: "held_segment_full",
+        text: "the released segment must be below one full segment: Nagle never holds a full \
+               one (a full or larger segment leaving on the peer's ACK waited for the send \
+               buffer or the window, through that ACK's delay; TCP_NODELAY cannot help it)",
+        holds: |flow, side, seg, _| flow.dir(side).below_mss(seg),
+    },
+    Obligation {
+        name: "held_side_nagle_off",
+        text: "the held side must behave as Nagle on: it sent a sub-MSS segment while another \
+               of its sub-MSS segments was unacknowledged, which Nagle forbids (it runs with \
+               TCP_NODELAY; its waits are not Nagle's)",
+        holds: |flow, side, _, _| !flow.dir(side).nagle_off,
+    },
+    Obligation {
+        name: "ack_not_of_the_small_segment",
+        text: "the peer's ACK must acknowledge exactly the end of the small segment it released",
+        holds: |flow, side, _, _| {
+            let me = flow.dir(side);
+            flow.prev.and_then(|p| p.ack) == Some(me.snd_nxt) && me.snd_sml == me.snd_nxt
+        },
+    },
+];
+
+/// A delayed ACK is told from the path only when the leg to the ACKing side is timed.
+const PEER_LEG: Obligation = Obligation {
+    name: "ack_delay_unmeasured",
+    text: "the round trip to the ACKing side must be timed, so that the ACK's delay is not the \
+           path's",
+    holds: |flow, side, _, _| flow.dir(side.peer()).ack_leg().is_some(),
 };
 
 /// The sentence of a Nagle hold; `ack` qualifies the peer's ACK that released it.
@@ -69,13 +108,25 @@ pub(super) fn hold_fixes(held: Side, example: Option<&StallEvent>, delayed: bool
     ];
     // A minor hold waited for an ordinary ACK: a cap on the delayed ACK changes nothing; nor
     // is a Linux option any use to a peer whose delay names another stack.
-    let linux_peer = matches!(peer, None | Some(PeerStack::Linux | PeerStack::Unknown));
+    let linux_peer = matches!(
+        peer,
+        None | Some(PeerStack::Linux | PeerStack::Unknown | PeerStack::Ambiguous)
+    );
+    let ambiguous = peer == Some(PeerStack::Ambiguous);
+    let if_linux = if ambiguous { " and the peer runs Linux" } else { "" };
     if delayed && linux_peer {
         fixes.push(format!(
-            "if the {h} cannot be changed, {}",
+            "if the {h} cannot be changed{if_linux}, {}",
             delack_cap_fix(p)
         ));
         fixes.extend(route_fix(p, h, example.map(held_address)));
+    }
+    if delayed && matches!(peer, Some(PeerStack::Windows | PeerStack::Ambiguous)) {
+        fixes.push(format!(
+            "if the {p} runs Windows: TcpAckFrequency = 1 on its interface (registry, \
+             Tcpip\\Parameters\\Interfaces\\{{GUID}}; every connection of the interface ACKs \
+             at once)"
+        ));
     }
     fixes
 }
@@ -125,7 +176,7 @@ pub(crate) fn check(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
     // 4. How long the ACK took after A, minus the round trip from the capture point to the
     //    peer: the peer's ACK delay.
     let ack_after_a = prev.at.since(me.last_data);
-    let peer_near = flow.dir(side.peer()).near_rtt.unwrap_or(Span::ZERO);
+    let peer_near = flow.dir(side.peer()).ack_leg().unwrap_or(Span::ZERO);
     let ack_delay = ack_after_a - peer_near;
     let delay = seg.ts_ns.since(me.last_data);
     let kind = if ack_delay >= DELAYED_ACK_MIN {
@@ -136,7 +187,7 @@ pub(crate) fn check(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
     // A stall released sooner than the leg by less than a quarter of it is a claim the
     // capture cannot settle (evidence.rs sets it apart); a minor hold so released, or any
     // release sooner still, is not the ACK's doing.
-    if let Some(near) = me.near_rtt {
+    if let Some(near) = me.measured_leg() {
         let too_soon = release + PATH_SLACK < near;
         if release + PATH_SLACK + near / 4 < near || (too_soon && kind == StallKind::NagleMinor) {
             return None;
@@ -159,7 +210,7 @@ pub(crate) fn margin(flow: &Flow, side: Side, finding: &Finding) -> Span {
     let release = finding.release_ns.unwrap_or(Span::ZERO);
     let ack_delay = finding.ack_delay_ns.unwrap_or(Span::ZERO);
     let mut margin = (ack_delay - DELAYED_ACK_MIN).min(flow.follow_allowance(side) - release);
-    if let Some(near) = flow.dir(side).near_rtt {
+    if let Some(near) = flow.dir(side).measured_leg() {
         margin = margin.min(release + PATH_SLACK - near);
     }
     margin
@@ -175,7 +226,7 @@ pub(crate) fn margin(flow: &Flow, side: Side, finding: &Finding) -> Span {
 pub(crate) fn released_before_the_leg(flow: &Flow, side: Side, finding: &Finding) -> bool {
     let release = finding.release_ns.unwrap_or(Span::ZERO);
     flow.dir(side)
-        .near_rtt
+        .measured_leg()
         .is_some_and(|near| release + PATH_SLACK < near)
 }
 
@@ -191,6 +242,7 @@ mod tests {
     #[test]
     fn split_response_held_until_delayed_ack() {
         let mut w = Wire::handshake(30, 1448);
+        w.segments[0].timestamps = Some((1, 0)); // the client's SYN: Linux's options
         w.data(true, 1_000, 80) // request
             .data(false, 1_100, 148) // header
             .ack(true, 41_100) // client's delayed ACK, 40 ms
@@ -261,6 +313,7 @@ mod tests {
     #[test]
     fn captured_on_the_receiver() {
         let mut w = Wire::handshake_between(30_000, 10, 1448);
+        w.segments[1].timestamps = Some((1, 1)); // the server's SYN-ACK: Linux's options
         w.data(true, 100_000, 6)
             .ack(false, 140_100)
             .data(true, 170_150, 7);
@@ -362,5 +415,123 @@ mod tests {
             .ack(false, 41_000)
             .data(true, 41_020, 100);
         assert_eq!(w.analyse().stall_count(), 0);
+    }
+
+    /// The reason a lone claim was set apart.
+    fn undecided_reason(a: &super::super::Analysis) -> Option<&'static str> {
+        match a.undecided.claims() {
+            [c] => Some(c.reason.name()),
+            _ => None,
+        }
+    }
+
+    /// A full-sized segment, or a TSO super-segment, leaving on the peer's delayed ACK of a
+    /// small one: Nagle never holds a full segment (the sender waited on its send buffer or
+    /// window). Never a Nagle stall: set apart with the obligation it fails.
+    #[test]
+    fn full_segment_released_by_a_delayed_ack_is_not_nagle() {
+        for len in [1448, 11_141] {
+            let mut w = Wire::handshake(30, 1448);
+            w.data(true, 1_000, 80)
+                .data(false, 1_100, 892)
+                .ack(true, 201_100)
+                .data(false, 201_130, len);
+            let a = w.analyse();
+            assert_eq!(a.stall_count(), 0, "{len} B: {:?}", a.counts);
+            assert_eq!(a.counts.get(StallKind::NagleMinor), 0);
+            assert_eq!(undecided_reason(&a), Some("held_segment_full"), "{len} B");
+            assert_eq!(a.undecided.claims()[0].packet_number, a.packets);
+        }
+    }
+
+    /// A side that sent a small segment 10 µs after another, the first unacknowledged, runs
+    /// with Nagle off: its later wait for a delayed ACK is not Nagle's, and it gets no
+    /// TCP_NODELAY advice.
+    #[test]
+    fn side_seen_with_nagle_off_gets_no_nagle_claim() {
+        let mut w = Wire::handshake(30, 1448);
+        w.data(true, 1_000, 80)
+            .data(false, 1_100, 1)
+            .data(false, 1_110, 1024)
+            .ack(true, 1_200)
+            .data(true, 10_000, 80)
+            .data(false, 10_100, 148)
+            .ack(true, 50_100)
+            .data(false, 50_130, 127);
+        let a = w.analyse();
+        assert_eq!(a.stall_count(), 0, "{:?}", a.counts);
+        assert_eq!(undecided_reason(&a), Some("held_side_nagle_off"));
+        // The same exchange without the tell-tale pair is a Nagle stall.
+        let mut w = Wire::handshake(30, 1448);
+        w.data(true, 1_000, 80)
+            .data(false, 1_100, 1025)
+            .ack(true, 1_200)
+            .data(true, 10_000, 80)
+            .data(false, 10_100, 148)
+            .ack(true, 50_100)
+            .data(false, 50_130, 127);
+        assert_single(&w.analyse(), StallKind::NagleDelayedAck, Side::Server);
+    }
+
+    /// Without the handshake the ACKing side's leg is untimed: a 40 ms wait for its ACK may be
+    /// the path. Set apart.
+    #[test]
+    fn ack_delay_without_the_peer_leg_is_undecided() {
+        let mut w = Wire::handshake(30, 1448);
+        w.data(true, 1_000, 80)
+            .data(false, 1_100, 148)
+            .ack(true, 41_100)
+            .data(false, 41_130, 127);
+        w.segments.drain(..3);
+        let a = w.analyse();
+        assert_eq!(a.stall_count(), 0);
+        assert_eq!(undecided_reason(&a), Some("ack_delay_unmeasured"));
+    }
+
+    /// A 40 ms delayed ACK from a peer whose SYN carried no TCP timestamps (Windows's default;
+    /// Linux sends them): ambiguous, said so, with the fixes for both.
+    #[test]
+    fn peer_stack_from_the_fingerprint_not_the_delay_alone() {
+        let run = |timestamps: bool| {
+            let mut w = Wire::handshake(30, 1448);
+            if timestamps {
+                w.segments[0].timestamps = Some((1, 0));
+            }
+            w.data(true, 1_000, 80)
+                .data(false, 1_100, 148)
+                .ack(true, 41_100)
+                .data(false, 41_130, 127);
+            w.analyse()
+        };
+        let a = run(true);
+        assert_eq!(a.events[0].peer_stack, Some(PeerStack::Linux));
+        let a = run(false);
+        let e = &a.events[0];
+        assert_eq!(e.peer_stack, Some(PeerStack::Ambiguous));
+        let fixes = super::hold_fixes(Side::Server, Some(e), true);
+        assert!(fixes.iter().any(|f| f.contains("TcpAckFrequency")), "{fixes:?}");
+        assert!(fixes.iter().any(|f| f.contains("TCP_DELACK_MAX_US")), "{fixes:?}");
+    }
+
+    /// Nagle off shows only after a claim: the claim is set apart as the flow retires, its
+    /// time no longer counted lost.
+    #[test]
+    fn nagle_off_seen_later_revokes_the_claim() {
+        let mut w = Wire::handshake(30, 1448);
+        w.segments[0].timestamps = Some((1, 0));
+        w.data(true, 1_000, 80)
+            .data(false, 1_100, 148)
+            .ack(true, 41_100)
+            .data(false, 41_130, 127)
+            .data(true, 100_000, 80)
+            .data(false, 100_100, 1)
+            .data(false, 100_110, 1024)
+            .ack(true, 100_200);
+        let a = w.analyse();
+        assert_eq!(a.stall_count(), 0, "{:?}", a.counts);
+        assert!(a.events.iter().all(|e| !e.finding.kind.is_stall()));
+        assert_eq!(undecided_reason(&a), Some("held_side_nagle_off"));
+        assert_eq!(a.flows[0].time_lost_ns, crate::flow::Span::ZERO);
+        assert_eq!(a.flows[0].counts.stalls(), 0);
     }
 }

@@ -2,7 +2,7 @@
 //! and not counted as a stall. [`super::nagle`]'s rule finds it, from the same wire pattern
 //! as a delayed-ACK hold whose ACK came sooner than `TCP_DELACK_MIN`.
 
-use super::nagle::{explain_hold, hold_fixes};
+use super::nagle::{explain_hold, hold_fixes, HOLD};
 use super::{Holder, KindInfo, Proof, Release};
 
 /// A minor Nagle hold.
@@ -13,6 +13,10 @@ pub(crate) const KIND: KindInfo = KindInfo {
     release: Release::Ack,
     proof: Proof::Timing,
     rule: None,
+    obligations: &HOLD,
+    margin: None,
+    timer_episode: false,
+    aside: Some("minor Nagle holds released by an ordinary ACK (one RTT each)"),
     column: "minor",
     page_column: "minor",
     gap: "{held} holds data one RTT (Nagle)",

@@ -15,7 +15,7 @@
 //! server did not take the ACK when it resent its SYN-ACK after the ACK passed; it proves the
 //! listener dropped it when taken on the server's host, where the ACK is seen to arrive.
 
-use super::{Finding, Holder, KindInfo, Proof, Release, Rule, StallEvent, StallKind, MIN_STALL};
+use super::{Obligation, Finding, Holder, KindInfo, Proof, Release, Rule, StallEvent, StallKind, MIN_STALL};
 use crate::decode::Segment;
 use crate::flow::{Flow, Side, Span};
 use crate::tcp_rules;
@@ -92,6 +92,22 @@ pub(crate) const KIND: KindInfo = KindInfo {
     release: Release::OwnTimer,
     proof: Proof::PeerSeen,
     rule: Some(Rule { rank: 20, check }),
+    obligations: &[Obligation {
+        name: "not_sent_before",
+        text: "the resent bytes must have been sent before in this capture (data at a \
+               sequence number a pure ACK or the SYN ran ahead to is a first transmission; a \
+               resend of bytes the capture never saw cannot be timed from their send)",
+        holds: |flow, side, seg, _| flow.dir(side).sent_before(seg),
+    }, Obligation {
+        name: "capture_rewound",
+        text: "the flow's packets must come in time order: its capture time went back (the \
+               same traffic in two files, or a clock stepped back), so a repeat may be the \
+               packet's own copy",
+        holds: |flow, _, _, _| !flow.rewound,
+    }],
+    margin: Some(margin),
+    timer_episode: true,
+    aside: None,
     column: "rto",
     page_column: "rto",
     gap: "silence until the retransmission timer",
@@ -433,5 +449,40 @@ mod tests {
             .ack(true, 1_200);
         w.retransmit(false, 1_250, 300);
         assert_eq!(w.analyse().stall_count(), 0);
+    }
+
+    /// A pure ACK whose sequence number ran ahead of data still queued, then that data: a
+    /// first transmission, not a resend. Data at the SYN's own sequence number is none
+    /// either. Both set apart with the obligation they fail.
+    #[test]
+    fn data_never_sent_before_is_no_timeout() {
+        let mut w = Wire::handshake(30, 1448);
+        w.data(true, 1_000, 50).ack(false, 1_100);
+        w.last().seq = w.last().seq + 24;
+        w.data(false, 20_000, 24);
+        let a = w.analyse();
+        assert_eq!(a.stall_count(), 0, "{:?}", a.counts);
+        assert_eq!(a.undecided.claims()[0].reason.name(), "not_sent_before");
+        let mut w = Wire::handshake(30, 1448);
+        w.data(true, 215_000, 50);
+        w.last().seq = w.last().seq - 1;
+        let a = w.analyse();
+        assert_eq!(a.stall_count(), 0, "{:?}", a.counts);
+        assert_eq!(a.undecided.claims()[0].reason.name(), "not_sent_before");
+    }
+
+    /// A backed-off episode's event is where its delay ends: the last resend.
+    #[test]
+    fn backed_off_event_ends_at_the_last_resend() {
+        let mut w = Wire::handshake(30, 1448);
+        w.data(true, 1_000, 50).data(false, 1_100, 300);
+        for t in [201_100, 601_100, 1_401_100] {
+            w.retransmit(false, t, 300);
+        }
+        let a = w.analyse();
+        let e = &a.events[0];
+        assert_eq!(e.packet_number, a.packets);
+        assert_eq!(e.ts_ns.since(w.segments[4].ts_ns), e.finding.delay_ns);
+        assert!(super::explain(e).contains("after 200.0 ms of silence"), "{}", super::explain(e));
     }
 }

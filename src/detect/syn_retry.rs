@@ -11,7 +11,7 @@
 //! it existed), its timer starts at 1 s rather than the RTO's 200 ms floor, and its fix is the
 //! server's listen queue as often as the path.
 
-use super::{Finding, Holder, KindInfo, Proof, Release, Rule, StallEvent, StallKind, MIN_STALL};
+use super::{Obligation, Finding, Holder, KindInfo, Proof, Release, Rule, StallEvent, StallKind, MIN_STALL};
 use crate::decode::{flags, Segment};
 use crate::flow::{Flow, Side, Span};
 use crate::tcp_rules;
@@ -26,6 +26,15 @@ pub(crate) const KIND: KindInfo = KindInfo {
     // the client's packets, prove it.
     proof: Proof::Timing,
     rule: Some(Rule { rank: 25, check }),
+    obligations: &[Obligation {
+        name: "syn_refused",
+        text: "nothing may have refused the SYN: a new SYN after the server's RST is the client \
+               retrying a refused connect, not its SYN timer",
+        holds: |flow, _, _, _| !flow.syn_refused,
+    }],
+    margin: Some(|_, _, _, finding| margin(finding)),
+    timer_episode: true,
+    aside: None,
     column: "syn",
     page_column: "syn retry",
     gap: "{held}'s SYN unanswered until its retransmission timer",
@@ -124,18 +133,7 @@ mod tests {
         assert_eq!(a.events[0].finding.delay_ns, MS * 1_000);
         assert!(a.flows[0].near_rtt_ns[1].is_some_and(|l| l < MS));
         // Resent again after 2 s more: one episode, its delay the whole wait.
-        let mut w2 = Wire::handshake(30, 1448);
-        let syn = w2.segments[0];
-        let tail: Vec<_> = w2.segments.drain(1..).collect();
-        for t in [1_000, 3_000] {
-            let mut s = syn;
-            s.ts_ns += MS * t;
-            w2.segments.push(s);
-        }
-        for mut seg in tail {
-            seg.ts_ns += MS * 3_000;
-            w2.segments.push(seg);
-        }
+        let mut w2 = resent_twice();
         off_the_second(&mut w2);
         let a = w2.analyse();
         assert_single(&a, StallKind::SynRetry, Side::Client);
@@ -164,5 +162,89 @@ mod tests {
         w.segments.insert(1, copy);
         off_the_second(&mut w);
         assert_eq!(w.analyse().stall_count(), 0);
+    }
+
+    /// A handshake whose SYN was resent 1 s and 3 s after the first, then answered.
+    fn resent_twice() -> Wire {
+        let mut w = Wire::handshake(30, 1448);
+        let syn = w.segments[0];
+        let tail: Vec<_> = w.segments.drain(1..).collect();
+        for t in [1_000, 3_000] {
+            let mut s = syn;
+            s.ts_ns += MS * t;
+            w.segments.push(s);
+        }
+        for mut seg in tail {
+            seg.ts_ns += MS * 3_000;
+            w.segments.push(seg);
+        }
+        w
+    }
+
+    /// Resent twice: the event is where its delay ends, at the last resend, and it starts at
+    /// the first SYN, not before the flow.
+    #[test]
+    fn backed_off_event_ends_at_the_last_resend() {
+        let mut w = resent_twice();
+        for (i, seg) in w.segments.iter_mut().enumerate() {
+            seg.packet_number = i as u64 + 1;
+        }
+        off_the_second(&mut w);
+        let a = w.analyse();
+        let e = &a.events[0];
+        assert_eq!(e.packet_number, 3, "the last resend");
+        assert_eq!(e.ts_ns, w.segments[2].ts_ns);
+        assert_eq!(e.ts_ns.since(w.segments[0].ts_ns), e.finding.delay_ns);
+    }
+
+    /// The server refused the connect (RST); the client's same SYN a second later is a new
+    /// attempt, not its SYN timer: set apart, not claimed.
+    #[test]
+    fn syn_after_the_servers_rst_is_not_a_resend() {
+        let mut w = Wire::handshake(30, 1448);
+        let syn = w.segments[0];
+        w.segments.truncate(1);
+        let mut rst = w.segments[0];
+        rst.flags = crate::decode::flags::RST | crate::decode::flags::ACK;
+        std::mem::swap(&mut rst.src, &mut rst.dst);
+        std::mem::swap(&mut rst.src_port, &mut rst.dst_port);
+        rst.seq = crate::flow::SeqNumber(0);
+        rst.ack = syn.seq + 1;
+        rst.ts_ns += MS / 10;
+        w.segments.push(rst);
+        let mut again = syn;
+        again.ts_ns += MS * 1_000;
+        w.segments.push(again);
+        off_the_second(&mut w);
+        let a = w.analyse();
+        assert_eq!(a.stall_count(), 0);
+        assert_eq!(a.undecided.claims()[0].reason.name(), "syn_refused");
+    }
+
+    /// A stale ACK answers the SYN, the client resets it and resends the same SYN 3 s later:
+    /// one connection whose connect waited 3 s.
+    #[test]
+    fn same_syn_after_a_stale_ack_is_a_connect_stall() {
+        let w = Wire::handshake(30, 1448);
+        let (syn, syn_ack, ack) = (w.segments[0], w.segments[1], w.segments[2]);
+        let mut stale = syn_ack;
+        stale.flags = crate::decode::flags::ACK;
+        stale.ack += 77_777;
+        stale.ts_ns = syn.ts_ns + MS / 10;
+        let mut rst = syn;
+        rst.flags = crate::decode::flags::RST;
+        rst.seq = stale.ack;
+        rst.ts_ns = syn.ts_ns + MS / 5;
+        let later = |mut s: crate::decode::Segment| {
+            s.ts_ns += MS * 3_000;
+            s
+        };
+        let mut w = Wire::handshake(30, 1448);
+        w.segments = vec![syn, stale, rst, later(syn), later(syn_ack), later(ack)];
+        off_the_second(&mut w);
+        let a = w.analyse();
+        assert_eq!(a.flows.len(), 1);
+        assert_single(&a, StallKind::SynRetry, Side::Client);
+        assert_eq!(a.events[0].finding.delay_ns, MS * 3_000);
     }
 }

@@ -20,10 +20,26 @@ pub enum PeerStack {
     Windows,
     /// Outside the known timeouts (a custom `delack_max`, or a long RTT mis-estimated).
     Unknown,
+    /// The delayed ACK's timeout names one system and the SYN's options another: a 40 ms
+    /// delay from a SYN without TCP timestamps (Linux sends them by default, Windows does
+    /// not), or a 200 ms one from a SYN with them (macOS at its upper end, or Windows with
+    /// timestamps turned on). Linux or Windows; the fixes of both are given.
+    Ambiguous,
 }
 
 impl PeerStack {
-    /// Names the stack from the peer's ACK delay (path RTT already removed).
+    /// Names the stack from the peer's ACK delay (path RTT removed) and its SYN's options
+    /// together: `syn_timestamps` is whether the peer's SYN carried TCP timestamps, when seen.
+    pub(crate) fn from_fingerprint(delay: Span, syn_timestamps: Option<bool>) -> PeerStack {
+        match (PeerStack::from_ack_delay(delay), syn_timestamps) {
+            (PeerStack::Linux, Some(false)) | (PeerStack::Windows, Some(true)) => {
+                PeerStack::Ambiguous
+            }
+            (stack, _) => stack,
+        }
+    }
+
+    /// Names the stack from the peer's ACK delay alone (path RTT already removed).
     pub(crate) fn from_ack_delay(delay: Span) -> PeerStack {
         let ms = delay.as_millis();
         if tcp_rules::LINUX_ACK_DELAY_MS.contains(&ms) {
@@ -44,6 +60,7 @@ impl PeerStack {
             PeerStack::MacOsBsd => "macos_bsd",
             PeerStack::Windows => "windows",
             PeerStack::Unknown => "unknown",
+            PeerStack::Ambiguous => "ambiguous",
         }
     }
 
@@ -54,6 +71,9 @@ impl PeerStack {
             PeerStack::MacOsBsd => "macOS/BSD-like (100-200 ms delayed ACK)",
             PeerStack::Windows => "Windows-like (200 ms delayed ACK)",
             PeerStack::Unknown => "unknown stack",
+            PeerStack::Ambiguous => {
+                "Linux or Windows (its delayed ACK and its SYN's options disagree)"
+            }
         }
     }
 }
@@ -262,12 +282,16 @@ impl FlowSummary {
 
     /// Where the capture was taken, from the two legs of the path: `loopback`, `client host`
     /// or `server host` (a leg under 200 µs), `near client` or `near server` (a leg under a
-    /// tenth of the round trip: a tap or router next to that host), `mid-path`, or `unknown`
+    /// tenth of the round trip: a tap or router next to that host), `near both` (both legs
+    /// under 200 µs between addresses that are not loopback's), `mid-path`, or `unknown`
     /// (a leg not timed: no handshake, or one direction missing).
     pub fn capture_position(&self) -> &'static str {
         const NEAR: Span = Span::from_micros(200);
         match self.near_rtt_ns {
-            [Some(c), Some(s)] if c < NEAR && s < NEAR => "loopback",
+            [Some(c), Some(s)] if c < NEAR && s < NEAR && self.loopback() => "loopback",
+            // Both hosts within 200 µs of the capture point, not on loopback: one host's
+            // bridge or containers, a LAN, or a generated trace.
+            [Some(c), Some(s)] if c < NEAR && s < NEAR => "near both",
             [Some(c), Some(_)] if c < NEAR => "client host",
             [Some(_), Some(s)] if s < NEAR => "server host",
             [Some(c), Some(s)] if c * 10 < c + s => "near client",
@@ -275,6 +299,11 @@ impl FlowSummary {
             [Some(_), Some(_)] => "mid-path",
             _ => "unknown",
         }
+    }
+
+    /// Both addresses are loopback addresses (127.0.0.0/8, ::1).
+    fn loopback(&self) -> bool {
+        self.client.addr.is_loopback() && self.server.addr.is_loopback()
     }
 
     /// Where the capture was taken, with the legs it is judged from, for people: `near client

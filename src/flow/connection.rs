@@ -13,6 +13,9 @@ use crate::units::{SeqNumber, Span, Timestamp};
 pub(crate) const CLOSE_GRACE: Span = Span::from_millis(2_000);
 /// Flows silent this long (capture time) are retired as idle.
 pub(crate) const IDLE_TIMEOUT: Span = Span::from_millis(300_000);
+/// How far a segment may come stamped before the flow's latest before the flow counts as
+/// read twice ([`Flow::rewound`]): capture buffers of several CPUs interleave by microseconds.
+const REWIND_SLACK: Span = Span::from_millis(1);
 /// Scheduling slack allowed for a segment to follow the packet that released it.
 const FOLLOW_SLACK: Span = Span::from_millis(1);
 
@@ -109,6 +112,13 @@ pub(crate) struct Flow {
     pub(crate) syn_at: Option<Timestamp>,
     /// Time of the server's latest SYN-ACK.
     pub(crate) syn_ack_at: Option<Timestamp>,
+    /// The server reset the connection since the client's latest SYN: a SYN after that is
+    /// the client connecting again, refused, not its SYN timer.
+    pub(crate) syn_refused: bool,
+    /// A segment came stamped earlier than the flow's latest (by more than a millisecond): the
+    /// same traffic read again from another file, or a clock stepped back. A packet then
+    /// repeats its own copy, and a repeat is no proof of a resend.
+    pub(crate) rewound: bool,
     /// What the handshake showed of the server taking it.
     pub(crate) handshake: Handshake,
     /// The client guess may still change at the flow's first data ([`ClientGuess::FirstData`]).
@@ -178,6 +188,8 @@ impl Flow {
             handshake_timed: false,
             syn_at: None,
             syn_ack_at: None,
+            syn_refused: false,
+            rewound: false,
             handshake: Handshake::default(),
             guess_open: !syn && by_ports.open,
             after_close: false,
@@ -259,11 +271,14 @@ impl Flow {
     /// Updates the state with `seg`, sent by `side`. Rules that need the state *before* the
     /// segment run before this.
     pub(crate) fn update(&mut self, seg: &Segment, side: Side) {
+        if seg.ts_ns + REWIND_SLACK < self.last_seen() {
+            self.rewound = true;
+        }
         self.handshake_step(seg, side);
         self.answer_step(seg, side);
         self.data_step(seg, side);
         let ack = self.ack_step(seg, side);
-        self.close_step(seg);
+        self.close_step(seg, side);
         self.prev = Some(self.record(seg, side, &ack));
     }
 
@@ -281,6 +296,7 @@ impl Flow {
         let d = &mut self.dirs[me];
         d.isn = seg.seq;
         d.wscale = seg.window_scale;
+        d.syn_timestamps = Some(seg.timestamps.is_some());
         if let Some(mss) = seg.mss {
             self.announced_mss(side, u32::from(mss));
         }
@@ -296,6 +312,7 @@ impl Flow {
             }
             if let Some(syn_at) = self.syn_at.filter(|_| answers_syn) {
                 self.dirs[me].near_rtt = Some(seg.ts_ns.since(syn_at));
+                self.dirs[me].handshake_leg = self.dirs[me].near_rtt;
             }
             self.scaling = self.dirs[0].wscale.is_some() && self.dirs[1].wscale.is_some();
         } else {
@@ -347,6 +364,7 @@ impl Flow {
             return;
         }
         d.near_rtt = Some(seg.ts_ns.since(syn_ack_at));
+        d.handshake_leg = d.near_rtt;
         self.handshake_timed = self.dirs[side.peer().index()].near_rtt.is_some();
         if self.state == FlowState::Opening {
             self.state = FlowState::Established;
@@ -359,14 +377,33 @@ impl Flow {
         let Some(prev) = self.prev else {
             return;
         };
-        // Only answers carrying data: a pure ACK may have been delayed on purpose.
+        // Only answers carrying data: a pure ACK may have been delayed on purpose. And only
+        // an answer that acknowledges the whole of the peer's packet before it: two segments
+        // that crossed on the path (each sent before the other arrived) time nothing.
         let answers_data = prev.side != side && prev.payload_len > 0 && seg.payload_len > 0;
-        let acks_new = || self.dirs[side.peer().index()].snd_una < seg.ack;
-        if answers_data && seg.has(flags::ACK) && acks_new() {
+        let peer = &self.dirs[side.peer().index()];
+        // A pure ACK of more than one full segment of the peer's data is sent at once
+        // (`__tcp_ack_snd_check`; Windows ACKs every second segment): its delay after the
+        // last of them bounds this side's leg from above.
+        let immediate_ack = peer.data_seen
+            && seg.is_pure_ack()
+            && peer.una_known
+            && peer.snd_nxt <= seg.ack
+            && seg.ack - peer.snd_una > peer.mss;
+        if immediate_ack {
+            let bound = seg.ts_ns.since(peer.last_data);
+            let d = &mut self.dirs[side.index()];
+            if d.leg_bound.map_or(true, |b| bound < b) {
+                d.leg_bound = Some(bound);
+            }
+        }
+        let peer = &self.dirs[side.peer().index()];
+        let covers = peer.snd_una < seg.ack && peer.snd_nxt <= seg.ack;
+        if answers_data && seg.has(flags::ACK) && covers {
             let answer = seg.ts_ns.since(prev.at);
             let d = &mut self.dirs[side.index()];
             if d.near_rtt.map_or(true, |n| answer < n) {
-                d.near_rtt = Some(answer);
+                d.refine_leg(answer);
             }
         }
     }
@@ -389,6 +426,19 @@ impl Flow {
         d.fit_mss_to(seg);
         if seg.payload_len > 0 {
             d.last_sent = seg.ts_ns;
+            let data_end = seg.seq + seg.payload_len;
+            if !d.data_seen {
+                d.data_seen = true;
+                d.data_from = seg.seq;
+                d.data_nxt = data_end;
+            } else {
+                if seg.seq < d.data_from {
+                    d.data_from = seg.seq;
+                }
+                if d.data_nxt < data_end {
+                    d.data_nxt = data_end;
+                }
+            }
             // A side's first segment defines its sequence space: neither gap nor repeat.
             if !first && d.skips_ahead(seg) {
                 d.gaps += 1;
@@ -399,8 +449,17 @@ impl Flow {
                 d.bytes += u64::from(seg.payload_len);
                 d.last_data = seg.ts_ns;
                 d.rto_open = false;
+                // Two small segments in a row, the first unacknowledged. The partial tail of a
+                // write whose full segments just left is not counted: Windows sends it (its
+                // Nagle is not Minshall's), and Linux's own send path may have it queued.
+                let small_unacked = d.small_sent && d.una_known && d.snd_una < d.snd_sml;
+                let small_after_small = d.last_data_small && d.below_mss(seg);
+                if small_unacked && small_after_small && !seg.has(flags::FIN) {
+                    d.nagle_off = true;
+                }
                 d.last_data_small = d.is_small(seg);
                 if d.last_data_small {
+                    d.small_sent = true;
                     d.snd_sml = seq_end;
                 }
                 d.peer_window = super::direction::PeerWindow::Open;
@@ -459,8 +518,18 @@ impl Flow {
     }
 
     /// Closing: FIN both ways or a RST.
-    fn close_step(&mut self, seg: &Segment) {
-        if seg.has(flags::RST) || (self.dirs[0].fin && self.dirs[1].fin) {
+    fn close_step(&mut self, seg: &Segment, side: Side) {
+        if seg.has(flags::RST) && side == Side::Server {
+            self.syn_refused = true;
+        }
+        if is_client_syn(seg) {
+            self.syn_refused = false;
+        }
+        // A client in SYN-SENT answers a stale ACK with a RST and goes on waiting for its
+        // SYN-ACK (`tcp_rcv_synsent_state_process`): its SYN resent later is the same
+        // connection.
+        let connecting = side == Side::Client && self.syn_ack_at.is_none() && self.syn_at.is_some();
+        if (seg.has(flags::RST) && !connecting) || (self.dirs[0].fin && self.dirs[1].fin) {
             if !matches!(self.state, FlowState::Closed { .. }) {
                 self.state = FlowState::Closed { since: seg.ts_ns };
             }

@@ -63,6 +63,21 @@ pub(crate) struct Direction {
     pub(crate) snd_sml: SeqNumber,
     /// The last data segment this side sent was sub-MSS (so `snd_sml` is its end).
     pub(crate) last_data_small: bool,
+    /// This side sent a sub-MSS segment while an earlier sub-MSS one was unacknowledged:
+    /// Nagle would have held it (`tcp_minshall_check`), so the side runs with Nagle off.
+    pub(crate) nagle_off: bool,
+    /// `snd_sml` holds the end of a sub-MSS segment this side sent.
+    pub(crate) small_sent: bool,
+    /// Whether this side's SYN carried TCP timestamps, when seen: part of its stack's
+    /// fingerprint.
+    pub(crate) syn_timestamps: Option<bool>,
+    /// Data (payload) was seen from this side: `data_from..data_nxt` holds what it sent.
+    pub(crate) data_seen: bool,
+    /// Start of the first payload seen from this side.
+    pub(crate) data_from: SeqNumber,
+    /// End of the highest payload seen from this side (a pure ACK or SYN moving `snd_nxt`
+    /// ahead does not move it).
+    pub(crate) data_nxt: SeqNumber,
     /// Maximum segment size this side may send.
     pub(crate) mss: u32,
     /// Where `mss` comes from.
@@ -91,6 +106,13 @@ pub(crate) struct Direction {
     /// Round trip from the capture point to this side's host and back: 0 when captured on that
     /// host. From the handshake, then the quickest answer seen.
     pub(crate) near_rtt: Option<Span>,
+    /// An upper bound of the leg from this side's immediate ACKs (of more than one full
+    /// segment), when no answer timed it.
+    pub(crate) leg_bound: Option<Span>,
+    /// The leg as the handshake timed it, when it did.
+    pub(crate) handshake_leg: Option<Span>,
+    /// An answer far quicker than the handshake's leg, waiting for a second to corroborate it.
+    pub(crate) quick_answer: Option<Span>,
     /// Data segments in the current turn.
     pub(crate) burst: Burst,
     /// Packets sent.
@@ -154,6 +176,51 @@ impl Direction {
     pub(crate) fn is_small(&self, seg: &Segment) -> bool {
         let full = tcp_rules::payload_mss(self.mss, seg.timestamps.is_some());
         tcp_rules::is_sub_mss(u64::from(seg.payload_len), u64::from(full))
+    }
+
+    /// The leg to this side as far as a delay of its ACK is concerned: timed (handshake,
+    /// answers), or bounded from above by its immediate ACKs.
+    pub(crate) fn ack_leg(&self) -> Option<Span> {
+        self.near_rtt.or(self.leg_bound)
+    }
+
+    /// The leg when the handshake timed it (refined by answers since): a round trip measured,
+    /// that a release cannot beat. A leg from answers alone is an upper bound (the answer
+    /// includes its writer's own time), and proves no release too soon.
+    pub(crate) fn measured_leg(&self) -> Option<Span> {
+        self.handshake_leg.and(self.near_rtt)
+    }
+
+    /// Takes `answer`, quicker than the leg known so far, for the leg. One far below the
+    /// handshake's (under a quarter of it) may be an answer to something else than the packet
+    /// before it; it is taken only when a second such answer corroborates it (within a factor
+    /// of two), and then the larger of the two.
+    pub(crate) fn refine_leg(&mut self, answer: Span) {
+        let far_below = self.handshake_leg.is_some_and(|h| answer * 4 < h);
+        if !far_below {
+            self.near_rtt = Some(answer);
+            return;
+        }
+        match self.quick_answer {
+            Some(q) if answer <= q * 2 && q <= answer * 2 => {
+                self.near_rtt = Some(q.max(answer));
+            }
+            _ => self.quick_answer = Some(answer),
+        }
+    }
+
+    /// `seg` repeats payload this side was seen sending before (not merely sequence space a
+    /// pure ACK or the SYN ran ahead to).
+    #[inline]
+    pub(crate) fn sent_before(&self, seg: &Segment) -> bool {
+        self.data_seen && self.data_from <= seg.seq && seg.seq < self.data_nxt
+    }
+
+    /// `seg`'s payload is below one full segment (the MSS less the timestamp option): a
+    /// segment Nagle may hold. A full or larger one (a TSO/GSO super-packet) it never holds.
+    #[inline]
+    pub(crate) fn below_mss(&self, seg: &Segment) -> bool {
+        seg.payload_len < tcp_rules::payload_mss(self.mss, seg.timestamps.is_some())
     }
 
     /// Raises a guessed MSS to what `seg` takes of it: a guess must at least fit what was sent

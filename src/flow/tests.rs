@@ -287,3 +287,52 @@ fn port_reuse_starts_a_new_flow() {
     assert_eq!(flows[1].dir(Side::Client).bytes, 0);
     assert_eq!(flows[1].id, 4);
 }
+
+/// An answer times a leg only when it acknowledges the whole of the packet before it: two
+/// segments that crossed on the path (the server's data sent before the client's second
+/// request arrived) time nothing. And an answer far below the handshake's leg needs a second
+/// to corroborate it.
+#[test]
+fn legs_refined_by_valid_answers_only() {
+    let server_leg = |w: &Wire| flow_after(&w.segments).dir(Side::Server).near_rtt;
+    // Handshake: 7.88 ms to the server.
+    let mut w = Wire::handshake_between(10, 7_880, 1448);
+    w.data(true, 20_000, 100).data(true, 20_010, 50);
+    // The server's answer to the first request only, 1.57 ms after the second.
+    w.data(false, 21_580, 200);
+    w.last().ack = w.last().ack - 50;
+    assert_eq!(server_leg(&w), Some(MS * 7_880 / 1_000));
+    // One answer of 1.5 ms covering the request: far below the handshake's, alone.
+    let mut w = Wire::handshake_between(10, 7_880, 1448);
+    w.data(true, 20_000, 100).data(false, 21_500, 200);
+    assert_eq!(server_leg(&w), Some(MS * 7_880 / 1_000));
+    // A second one corroborates it: the larger of the two is taken.
+    w.data(true, 30_000, 100).data(false, 31_600, 200);
+    assert_eq!(server_leg(&w), Some(Span::from_micros(1_600)));
+    // An answer a little quicker than the handshake's is taken at once.
+    let mut w = Wire::handshake_between(10, 7_880, 1448);
+    w.data(true, 20_000, 100).data(false, 27_000, 200);
+    assert_eq!(server_leg(&w), Some(MS * 7));
+}
+
+/// A SYN-SENT client answers a stale ACK with a RST and goes on waiting: its same SYN resent
+/// 3 s later, then answered, is one connection.
+#[test]
+fn same_syn_after_a_stale_ack_and_the_clients_rst_is_one_connection() {
+    let w = Wire::handshake(30, 1448);
+    let (syn, syn_ack, ack) = (w.segments[0], w.segments[1], w.segments[2]);
+    let mut stale = syn_ack;
+    stale.flags = crate::decode::flags::ACK;
+    stale.ack += 77_777;
+    stale.ts_ns = us(100);
+    let mut rst = syn;
+    rst.flags = crate::decode::flags::RST;
+    rst.seq = stale.ack;
+    rst.ts_ns = us(150);
+    let later = |mut s: Segment| {
+        s.ts_ns += MS * 3_000;
+        s
+    };
+    let flows = flows_after(&[syn, stale, rst, later(syn), later(syn_ack), later(ack)]);
+    assert_eq!(flows.len(), 1);
+}

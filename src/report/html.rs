@@ -251,10 +251,29 @@ pub fn analysis_page(a: &Analysis, input: &InputFacts, title: &str) -> anyhow::R
         page.facts
             .push(format!("skipped: {}", input.skipped.describe()));
     }
-    let minor = a.counts.get(StallKind::NagleMinor);
-    if minor > 0 {
+    // The kinds counted apart from the stalls, as each names itself.
+    for kind in StallKind::ALL {
+        let n = a.counts.get(kind);
+        if let Some(aside) = kind.aside().filter(|_| n > 0) {
+            page.facts.push(format!("{n} {aside}"));
+        }
+    }
+    // Claims set apart: each with its flow, packet and the proof it lacks.
+    for (kind, reason, count) in a.undecided.entries() {
         page.facts.push(format!(
-            "{minor} minor Nagle holds released by an ordinary ACK (one RTT each)"
+            "undecided: {count} {} claims set apart, not counted: {}",
+            kind.name(),
+            reason.describe()
+        ));
+    }
+    for c in a.undecided.claims().iter().take(TABLE_ROWS) {
+        page.facts.push(format!(
+            "undecided {}, flow {}-{}, packet {}: {}",
+            c.kind.name(),
+            c.client,
+            c.server,
+            c.packet_number,
+            c.reason.name()
         ));
     }
     // Writes paced by ACKs: each flow side's holds, cost and throughput estimate.

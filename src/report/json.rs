@@ -41,6 +41,20 @@ pub struct InputFacts {
     pub skipped: crate::capture::skipped::SkippedFrames,
     /// Files that could not be read, left out of the report (`summary.unreadable`).
     pub unreadable: Vec<Unreadable>,
+    /// For each of `files`, the position (0-based, among all segments) of its first segment.
+    pub file_starts: Vec<u64>,
+}
+
+impl InputFacts {
+    /// The file that holds the `ordinal`-th segment of the input, when more than one file was
+    /// read (a packet number counts within its file).
+    pub fn file_of(&self, ordinal: u64) -> Option<&str> {
+        if self.files.len() < 2 || self.file_starts.len() != self.files.len() {
+            return None;
+        }
+        let i = self.file_starts.partition_point(|&start| start <= ordinal);
+        self.files.get(i.checked_sub(1)?).map(String::as_str)
+    }
 }
 
 /// A capture file that could not be read, and why.
@@ -309,6 +323,8 @@ pub fn write_flow(
     // claim about the flow is bounded by.
     buf.extend_from_slice(b"],\"span_ms\":");
     number.write_f64(buf, ms(f.span_ns.1.since(f.span_ns.0)))?;
+    buf.extend_from_slice(b",\"start\":");
+    number.write_f64(buf, f.span_ns.0.as_secs_f64())?;
     buf.extend_from_slice(b",\"path\":{\"client_rtt_ms\":");
     write_opt_ms(buf, f.near_rtt_ns[0])?;
     buf.extend_from_slice(b",\"server_rtt_ms\":");
@@ -402,7 +418,15 @@ pub fn write(out: &mut impl Write, a: &Analysis, input: &InputFacts) -> io::Resu
             .get(&e.flow_id)
             .map(FlowLabel::as_str)
             .unwrap_or_default();
-        write_event(buf, e, label).map_err(serde_json::Error::io)
+        write_event(buf, e, label).map_err(serde_json::Error::io)?;
+        if let Some(file) = input.file_of(e.ordinal) {
+            // Several files: the one whose packet numbers `packet` counts in.
+            buf.pop();
+            buf.extend_from_slice(b",\"file\":");
+            write_str(buf, file).map_err(serde_json::Error::io)?;
+            buf.push(b'}');
+        }
+        Ok(())
     })?;
     write!(out, "\n],\n\"flows\": [")?;
     let by_flow = events_by_flow(&a.events);
@@ -418,7 +442,30 @@ pub fn write(out: &mut impl Write, a: &Analysis, input: &InputFacts) -> io::Resu
         }
         .map_err(serde_json::Error::io)
     })?;
+    write!(out, "\n],\n\"undecided\": [")?;
+    write_lines(out, a.undecided.claims(), threads, |buf, c| {
+        let mut claim = undecided_claim(c);
+        if let Some(file) = input.file_of(c.ordinal) {
+            claim["file"] = json!(file);
+        }
+        serde_json::to_writer(buf, &claim)
+    })?;
     writeln!(out, "\n]}}")
+}
+
+/// One claim of `undecided[]`: what the rule found, where, and the proof it lacks.
+fn undecided_claim(c: &crate::detect::evidence::Claim) -> serde_json::Value {
+    json!({
+        "kind": c.kind.name(),
+        "reason": c.reason.name(),
+        "why": c.reason.describe(),
+        "flow_id": c.flow_id,
+        "flow": format!("{}-{}", c.client, c.server),
+        "held_side": c.held_side.name(),
+        "time": c.ts_ns.as_secs_f64(),
+        "packet": c.packet_number,
+        "delay_ms": ms(c.delay_ns),
+    })
 }
 
 /// Writes `items` as the lines of a JSON array body (`\n` before the first, `,\n` before the

@@ -61,6 +61,7 @@ pub fn summary(a: &Analysis, input: &InputFacts) -> String {
             reason.describe()
         );
     }
+    let _ = write!(out, "{}", undecided_claims(a, input));
     let gappy = a.flows.iter().filter(|f| f.capture_gaps > 0).count();
     if gappy > 0 {
         let _ = writeln!(
@@ -265,6 +266,40 @@ pub fn flow_table_with_tunnels(a: &Analysis, outers: &crate::decode::OuterByFlow
             p99,
             f.retransmissions,
             f.capture_position(),
+        );
+    }
+    out
+}
+
+/// Claims listed one by one under the counts of `undecided:` lines.
+const UNDECIDED_LISTED: usize = 20;
+
+/// Each claim set apart, with its flow, packet and the proof it lacks (the first
+/// [`UNDECIDED_LISTED`]; `analyze --json` lists all).
+fn undecided_claims(a: &Analysis, input: &InputFacts) -> String {
+    let claims = a.undecided.claims();
+    let mut out = String::new();
+    for c in claims.iter().take(UNDECIDED_LISTED) {
+        let file = input
+            .file_of(c.ordinal)
+            .map_or(String::new(), |f| format!(" of {f}"));
+        let _ = writeln!(
+            out,
+            "  {} {}-{} packet {}{file} ({:.1} ms, {} held): {}",
+            c.kind.name(),
+            c.client,
+            c.server,
+            c.packet_number,
+            c.delay_ns.as_millis_f64(),
+            c.held_side.name(),
+            c.reason.name()
+        );
+    }
+    if claims.len() > UNDECIDED_LISTED {
+        let _ = writeln!(
+            out,
+            "  and {} more (analyze --json lists every one)",
+            claims.len() - UNDECIDED_LISTED
         );
     }
     out
