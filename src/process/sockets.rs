@@ -68,6 +68,7 @@ impl SocketView {
             quickack: None,
             tcp_info: None,
             can_stall: None,
+            can_stall_reason: None,
             held_now: None,
             unknown_reason: None,
             holders: match (pid, fd) {
@@ -108,6 +109,45 @@ impl SocketView {
             (Some(_), Some(_), _) => Some(false),
             _ => None,
         };
+    }
+}
+
+/// What a listener with Nagle on says when the server sets TCP_NODELAY on what it accepts.
+pub const SETS_NODELAY_AFTER_ACCEPT: &str =
+    "the server sets TCP_NODELAY after accept(): its accepted connections have Nagle off";
+
+/// Settles the listeners with Nagle on: one whose accepted connections (same local port, held
+/// by a process holding the listener) are all seen with TCP_NODELAY on cannot stall, since the
+/// server sets the option itself after `accept()` (redis, nginx `tcp_nodelay on`, haproxy);
+/// its `can_stall` becomes false with the reason. A listener with no connection to judge by,
+/// or one accepted connection with Nagle on, stays as `judge` left it.
+pub fn settle_listeners(views: &mut [SocketView]) {
+    let port = |addr: &str| addr.rsplit_once(':').map(|(_, p)| p.to_string());
+    let pids = |v: &SocketView| -> HashSet<u32> {
+        v.holders.iter().map(|h| h.pid).chain(v.pid).collect()
+    };
+    let settled: Vec<usize> = views
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.listening && l.can_stall == Some(true))
+        .filter(|(_, l)| {
+            let owners = pids(l);
+            let mut accepted = views
+                .iter()
+                .filter(|c| {
+                    !c.listening
+                        && c.state == TcpState::Established
+                        && port(&c.local) == port(&l.local)
+                        && !pids(c).is_disjoint(&owners)
+                })
+                .peekable();
+            accepted.peek().is_some() && accepted.all(|c| c.nodelay == Some(true))
+        })
+        .map(|(i, _)| i)
+        .collect();
+    for i in settled {
+        views[i].can_stall = Some(false);
+        views[i].can_stall_reason = Some(SETS_NODELAY_AFTER_ACCEPT.to_string());
     }
 }
 
@@ -435,6 +475,7 @@ pub fn run(args: &SocketsArgs) -> anyhow::Result<Outcome> {
         Some(views) => views,
         None => per_process(args, &mut notes)?,
     };
+    settle_listeners(&mut views);
     if let Some(port) = args.port {
         views.retain(|v| v.uses_port(port));
     }

@@ -38,3 +38,24 @@ pub fn ms(span: Span) -> String {
         format!("{:.1} ms", span.as_millis_f64())
     }
 }
+
+/// The width tables are fitted to: `COLUMNS` when set to a number, else the width of the
+/// terminal on standard output, else 100 columns (a pipe, a file).
+pub(crate) fn terminal_width() -> usize {
+    if let Some(columns) = std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.trim().parse::<usize>().ok())
+        .filter(|&c| c >= 20)
+    {
+        return columns;
+    }
+    // SAFETY: TIOCGWINSZ writes one winsize into the struct given; fd 1 may be anything, and
+    // the call fails harmlessly on a non-terminal.
+    let mut size: libc::winsize = unsafe { std::mem::zeroed() };
+    let ok = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut size) } == 0;
+    if ok && size.ws_col >= 20 {
+        usize::from(size.ws_col)
+    } else {
+        100
+    }
+}
