@@ -40,7 +40,13 @@ fn interrupted_lab(args: &[&str], after: Duration) -> (Option<i32>, String, Vec<
 /// the last line says.
 fn rows_and_finished(stdout: &str) -> (usize, usize) {
     let scenarios = [
-        "echo ", "http ", "memcached ", "stream ", "inherit ", "pipeline ", "concurrent ",
+        "echo ",
+        "http ",
+        "memcached ",
+        "stream ",
+        "inherit ",
+        "pipeline ",
+        "concurrent ",
     ];
     let rows = stdout
         .lines()
@@ -121,8 +127,16 @@ fn the_table_fits_the_terminal_in_plain_words() {
     let narrow = lab_table(&args, Some("80"));
     assert!(widest(&narrow) <= 80, "wider than COLUMNS=80:\n{narrow}");
     for text in [&piped, &narrow] {
-        for symbol in ["tcp_nagle_check", "ICSK_ACK_PUSHED2", "__tcp_ack_snd_check", "doc 0"] {
-            assert!(!text.contains(symbol), "{symbol} in the plain table:\n{text}");
+        for symbol in [
+            "tcp_nagle_check",
+            "ICSK_ACK_PUSHED2",
+            "__tcp_ack_snd_check",
+            "doc 0",
+        ] {
+            assert!(
+                !text.contains(symbol),
+                "{symbol} in the plain table:\n{text}"
+            );
         }
     }
     assert!(piped.contains("echo       split"), "{piped}");

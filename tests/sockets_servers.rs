@@ -96,7 +96,11 @@ fn assert_said_once(pid: u32, args: &[&str]) {
         .lines()
         .filter(|l| l.contains(&format!("pid {pid} listening")))
         .collect();
-    assert_eq!(about.len(), 1, "{args:?}: one line for the server:\n{stdout}");
+    assert_eq!(
+        about.len(),
+        1,
+        "{args:?}: one line for the server:\n{stdout}"
+    );
     assert!(about[0].starts_with("no fix needed:"), "{stdout}");
     assert!(
         !stdout.contains(&format!("can stall: pid {pid} ")),
@@ -124,7 +128,10 @@ fn redis_setting_nodelay_after_accept_is_not_told_to_fix_its_listener() {
     let pid_text = pid.to_string();
 
     assert_settled(&[&pid_text], port);
-    assert_settled(&["--all", "--source", "proc", "--port", &port.to_string()], port);
+    assert_settled(
+        &["--all", "--source", "proc", "--port", &port.to_string()],
+        port,
+    );
     // Two listening addresses (127.0.0.1, ::1), one server: one line.
     assert_eq!(listeners(&[&pid_text], port).len(), 2);
     assert_said_once(pid, &[&pid_text]);
@@ -140,10 +147,8 @@ fn redis_setting_nodelay_after_accept_is_not_told_to_fix_its_listener() {
 #[test]
 fn nginx_with_tcp_nodelay_on_is_not_told_to_fix_its_listener() {
     support::require_root("reads nginx's sockets");
-    let root = PathBuf::from(std::env::temp_dir()).join(format!(
-        "tcpstall-sockets-nginx-{}",
-        std::process::id()
-    ));
+    let root = PathBuf::from(std::env::temp_dir())
+        .join(format!("tcpstall-sockets-nginx-{}", std::process::id()));
     std::fs::create_dir_all(&root).expect("scratch dir");
     std::fs::write(root.join("index.html"), "hello\n").expect("index.html");
     let port = free_port();
@@ -163,7 +168,10 @@ fn nginx_with_tcp_nodelay_on_is_not_told_to_fix_its_listener() {
     let pid = nginx.0.id();
     let pid_text = pid.to_string();
     assert_settled(&[&pid_text], port);
-    assert_settled(&["--all", "--source", "proc", "--port", &port.to_string()], port);
+    assert_settled(
+        &["--all", "--source", "proc", "--port", &port.to_string()],
+        port,
+    );
     assert_said_once(pid, &[&pid_text]);
     drop(client);
     drop(nginx);
@@ -187,7 +195,9 @@ fn a_server_leaving_nagle_on_after_accept_is_still_told() {
     }
     let (_, stdout, _) = sockets(&[&pid_text]);
     assert!(
-        stdout.contains(&format!("can stall: pid {pid_text} listening with Nagle on")),
+        stdout.contains(&format!(
+            "can stall: pid {pid_text} listening with Nagle on"
+        )),
         "{stdout}"
     );
 }

@@ -30,8 +30,13 @@ pub(crate) fn run_time(selected: &[Variant], settings: &RunSettings, rtt: Durati
                 .segments
                 .sizes_of(variant, settings.size, settings.mss);
             let outcome = WireOutcome::of(variant, &sizes);
-            let trips = f64::from(outcome.round_trips()) + f64::from(u8::from(variant.per_request()));
-            let stall = if outcome.stalls() { STALL.as_secs_f64() } else { 0.0 };
+            let trips =
+                f64::from(outcome.round_trips()) + f64::from(u8::from(variant.per_request()));
+            let stall = if outcome.stalls() {
+                STALL.as_secs_f64()
+            } else {
+                0.0
+            };
             setup + settings.requests as f64 * (trips * rtt + stall)
         })
         .sum();

@@ -11,8 +11,8 @@
 //! are added: RTT + 30 ms, or 2 RTT + 30 ms when Nagle holds a split message's tail.
 
 pub mod client;
-pub(crate) mod expect;
 pub(crate) mod estimate;
+pub(crate) mod expect;
 pub(crate) mod explain;
 pub(crate) mod interrupt;
 pub(crate) mod listing;
@@ -291,7 +291,10 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
     let emulated = match shape {
         Some(shape) => {
             if !args.json {
-                eprintln!("tcpstall: {}", estimate::line(&selected, &settings, shape.rtt));
+                eprintln!(
+                    "tcpstall: {}",
+                    estimate::line(&selected, &settings, shape.rtt)
+                );
             }
             Some(EmulatedPath::create(shape, registry)?)
         }

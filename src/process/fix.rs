@@ -61,6 +61,10 @@ pub struct FixArgs {
     /// With --route: put the route back as it was before tcpstall changed it.
     #[arg(long, requires = "route", conflicts_with_all = ["quickack", "delack_max"])]
     pub undo: bool,
+    /// With --route: confirms that the default route may be changed when DEST has no route
+    /// of its own (every connection leaving by the default route takes the change).
+    #[arg(long, requires = "route")]
+    pub default_route: bool,
     /// With --route: the route of network namespace NAME (/run/netns/NAME).
     #[arg(
         long,
@@ -99,6 +103,7 @@ fn route_request(args: &FixArgs) -> anyhow::Result<Option<RouteRequest>> {
         yes: args.yes,
         dry_run: args.dry_run,
         json: args.json,
+        default_route: args.default_route,
     }))
 }
 

@@ -123,9 +123,8 @@ pub const SETS_NODELAY_AFTER_ACCEPT: &str =
 /// or one accepted connection with Nagle on, stays as `judge` left it.
 pub fn settle_listeners(views: &mut [SocketView]) {
     let port = |addr: &str| addr.rsplit_once(':').map(|(_, p)| p.to_string());
-    let pids = |v: &SocketView| -> HashSet<u32> {
-        v.holders.iter().map(|h| h.pid).chain(v.pid).collect()
-    };
+    let pids =
+        |v: &SocketView| -> HashSet<u32> { v.holders.iter().map(|h| h.pid).chain(v.pid).collect() };
     let settled: Vec<usize> = views
         .iter()
         .enumerate()

@@ -111,11 +111,7 @@ fn write_pretty_json(out: &mut impl Write, value: &impl Serialize) -> io::Result
 /// The table fits the terminal (`COLUMNS`, else the terminal's width, else 100 columns): each
 /// row's `why` goes on a line of its own in plain words, cut to the width; `wide` keeps the
 /// one-line rows with the whole explanation, kernel names and sources included (as in JSON).
-pub(crate) fn write_table(
-    out: &mut impl Write,
-    report: &LabReport,
-    wide: bool,
-) -> io::Result<()> {
+pub(crate) fn write_table(out: &mut impl Write, report: &LabReport, wide: bool) -> io::Result<()> {
     let width = super::terminal_width();
     let mut prose = Vec::new();
     prose.push(report.kernel_summary.clone());
@@ -185,7 +181,14 @@ pub(crate) fn write_table(
             "scenario", "variant", "size", "req", "p50 ms", "p99 ms", "stall", "exp", "detector"
         );
         writeln!(out, "{}", fit(head.trim_end(), width))?;
-        writeln!(out, "{}", fit("           why (--wide: kernel names, one line per row)", width))?;
+        writeln!(
+            out,
+            "{}",
+            fit(
+                "           why (--wide: kernel names, one line per row)",
+                width
+            )
+        )?;
     }
     let yes_no = |b: bool| if b { "yes" } else { "no" };
     for r in &report.rows {
@@ -239,7 +242,11 @@ pub(crate) fn write_table(
                 detector_text(r),
             );
             writeln!(out, "{}", fit(line.trim_end(), width))?;
-            writeln!(out, "{}", fit(&format!("           {}", plain(&why)), width))?;
+            writeln!(
+                out,
+                "{}",
+                fit(&format!("           {}", plain(&why)), width)
+            )?;
             continue;
         }
         writeln!(
@@ -338,7 +345,10 @@ pub(crate) fn plain(why: &str) -> String {
     const PHRASES: [(&str, &str); 4] = [
         (" in tcp_nagle_check", ""),
         ("tcp_nagle_test passes, ", ""),
-        ("doc 001's 22% needs a real RTT", "the 22% measured over a network needs a real RTT"),
+        (
+            "doc 001's 22% needs a real RTT",
+            "the 22% measured over a network needs a real RTT",
+        ),
         (" (Minshall)", ""),
     ];
     let mut text = why.to_string();

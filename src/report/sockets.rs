@@ -227,14 +227,20 @@ fn write_listeners(
     fix_pid: Option<u32>,
 ) -> io::Result<()> {
     let mut by_pid: Vec<(u32, bool, Vec<&str>)> = Vec::new();
-    for v in views.iter().filter(|v| v.listening && v.nodelay == Some(false)) {
+    for v in views
+        .iter()
+        .filter(|v| v.listening && v.nodelay == Some(false))
+    {
         let Some(pid) = v.pid else { continue };
         let stalls = match (v.can_stall, &v.can_stall_reason) {
             (Some(true), _) => true,
             (Some(false), Some(_)) => false,
             _ => continue,
         };
-        match by_pid.iter_mut().find(|(p, s, _)| *p == pid && *s == stalls) {
+        match by_pid
+            .iter_mut()
+            .find(|(p, s, _)| *p == pid && *s == stalls)
+        {
             Some((_, _, addrs)) => addrs.push(&v.local),
             None => by_pid.push((pid, stalls, vec![&v.local])),
         }
