@@ -201,3 +201,53 @@ fn a_server_leaving_nagle_on_after_accept_is_still_told() {
         "{stdout}"
     );
 }
+
+/// `sockets --all` leaves out the TIME_WAIT sockets no process holds, as `ss` does, and says
+/// how many; `--time-wait` shows them.
+#[test]
+fn time_wait_sockets_are_counted_not_listed_unless_asked() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("address").port();
+    let client = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    let (server, _) = listener.accept().expect("accept");
+    let local = client.local_addr().expect("address").to_string();
+    // The client closes first: its end waits out 2 MSL in TIME_WAIT, held by no process.
+    drop(client);
+    let mut rest = Vec::new();
+    let mut server = server;
+    server.read_to_end(&mut rest).expect("the client's FIN");
+    drop(server);
+    std::thread::sleep(Duration::from_millis(100));
+    let time_wait = |rows: &Value| {
+        rows.as_array()
+            .expect("rows")
+            .iter()
+            .any(|r| r["local"] == local.as_str() && r["state"] == "TIME_WAIT")
+    };
+    // Each process in turn: a socket no process holds is not found at all.
+    let (status, stdout, stderr) = sockets(&["--all", "--source", "proc", "--json"]);
+    assert_eq!(status, Some(0), "{stderr}");
+    let rows: Value = serde_json::from_str(&stdout).expect("JSON");
+    assert!(!time_wait(&rows), "proc: {local} TIME_WAIT listed");
+    // The kernel's iterator sees every socket of the namespace.
+    if support::bpf_unavailable(BIN, &["sockets", "--all", "--source", "kernel", "--json"])
+        .is_some()
+    {
+        eprintln!("skipped the kernel's iterator: it cannot run here");
+        return;
+    }
+    let source = "kernel";
+    let (status, stdout, stderr) = sockets(&["--all", "--source", source, "--json"]);
+    assert_eq!(status, Some(0), "{stderr}");
+    let rows: Value = serde_json::from_str(&stdout).expect("JSON");
+    assert!(!time_wait(&rows), "{source}: {local} TIME_WAIT listed");
+    assert!(stderr.contains("TIME_WAIT socket"), "{source}: {stderr}");
+    assert!(stderr.contains("--time-wait shows them"), "{stderr}");
+    let (status, stdout, stderr) = sockets(&["--all", "--source", source, "--time-wait", "--json"]);
+    assert_eq!(status, Some(0), "{stderr}");
+    let rows: Value = serde_json::from_str(&stdout).expect("JSON");
+    assert!(
+        time_wait(&rows),
+        "{source} --time-wait: {local} not listed: {rows:#}"
+    );
+}

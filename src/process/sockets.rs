@@ -5,7 +5,7 @@
 use std::collections::{HashMap, HashSet};
 use std::os::fd::AsFd;
 
-use anyhow::Context;
+use anyhow::{bail, Context};
 use clap::Args;
 
 use super::pidfd::{socket_inode, PidFd, PidFds};
@@ -30,6 +30,10 @@ pub struct SocketsArgs {
     /// Print JSON (an array of sockets) instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// With --all: also the TIME_WAIT sockets (closed connections waiting out 2 MSL, held by
+    /// no process), which are left out by default and counted on stderr, as `ss` leaves them out.
+    #[arg(long, requires = "all")]
+    pub time_wait: bool,
     /// Only the process itself, not its child processes (by default a master's workers are
     /// shown with it, each socket once with every process holding it).
     #[arg(long, conflicts_with = "all")]
@@ -478,6 +482,22 @@ pub fn run(args: &SocketsArgs) -> anyhow::Result<Outcome> {
     if let Some(port) = args.port {
         views.retain(|v| v.uses_port(port));
     }
+    if args.all && !args.time_wait {
+        let before = views.len();
+        views.retain(|v| !(v.state == TcpState::TimeWait && v.pid.is_none()));
+        let hidden = before - views.len();
+        if hidden > 0 {
+            let (count, are) = if hidden == 1 {
+                ("1 TIME_WAIT socket".to_string(), "is")
+            } else {
+                (format!("{hidden} TIME_WAIT sockets"), "are")
+            };
+            notes.push(format!(
+                "{count} (closed connections waiting out 2 MSL, held by no process) {are} not \
+                 shown: --time-wait shows them"
+            ));
+        }
+    }
     for note in &notes {
         eprintln!("tcpstall: {note}");
     }
@@ -514,6 +534,16 @@ fn per_process(args: &SocketsArgs, notes: &mut Vec<String>) -> anyhow::Result<Ve
     let mut views = Vec::new();
     if let Some(pid) = args.pid {
         let found = inspect_scope(pid, !args.no_tree)?;
+        if found.shown_instead.is_some() {
+            // Without its fds nothing tells the process's sockets from its user's others (root:
+            // the whole host's): none is shown as its own.
+            let why = found.missing.unwrap_or_default();
+            bail!(
+                "cannot read the sockets of pid {pid}: {why}; nothing of that process could be \
+                 read (its fds say which sockets are its own: the kernel's table alone would \
+                 list every socket of its user under it)"
+            );
+        }
         notes.extend(found.missing);
         notes.extend(found.shown_instead);
         notes.extend(found.notes);
@@ -567,8 +597,9 @@ fn per_process(args: &SocketsArgs, notes: &mut Vec<String>) -> anyhow::Result<Ve
                  namespaces, kernel threads, processes that are not dumpable, or a security \
                  module)",
             );
+            let processes = if refused == 1 { "process" } else { "processes" };
             notes.push(format!(
-                "{refused} processes not fully readable: {why}; their sockets are listed with \
+                "{refused} {processes} not fully readable: {why}; their sockets are listed with \
                  pid ?"
             ));
         }
