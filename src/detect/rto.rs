@@ -141,11 +141,11 @@ fn explain(event: &StallEvent) -> String {
     let ms = delay.as_millis_f64();
     if event.backoffs > 0 {
         format!(
-            "the {held} resent {} B after {:.1} ms of silence, then {} more times as the \
+            "the {held} resent {} B after {:.1} ms of silence, then {} more as the \
              retransmission timer backed off, {ms:.1} ms in all: a loss recovered by the timer",
             event.released_bytes,
             (delay - event.backoff_ns).as_millis_f64(),
-            event.backoffs
+            crate::report::counted(u64::from(event.backoffs), "time", "times")
         )
     } else {
         format!(

@@ -231,8 +231,8 @@ pub fn analysis_page(a: &Analysis, input: &InputFacts, title: &str) -> anyhow::R
             )
         }
         None => format!(
-            "no stalls in {} flows ({} TCP packets)",
-            a.flows.len(),
+            "no stalls in {} ({} TCP packets)",
+            super::counted(a.flows.len() as u64, "flow", "flows"),
             a.packets
         ),
     };
@@ -241,10 +241,10 @@ pub fn analysis_page(a: &Analysis, input: &InputFacts, title: &str) -> anyhow::R
     }
     let span = a.span_ns.map_or(Span::ZERO, |(f, l)| l.since(f));
     page.facts.push(format!(
-        "{} packets ({} TCP), {} flows, {:.3} s of traffic",
+        "{} packets ({} TCP), {}, {:.3} s of traffic",
         input.records.max(a.packets),
         a.packets,
-        a.flows.len(),
+        super::counted(a.flows.len() as u64, "flow", "flows"),
         span.as_secs_f64()
     ));
     if input.skipped.total() > 0 {

@@ -59,3 +59,9 @@ pub(crate) fn terminal_width() -> usize {
         100
     }
 }
+
+/// `n` and the noun in the form that agrees with it: `1 flow`, `2 flows`, `0 flows`.
+pub(crate) fn counted(n: impl Into<u64>, one: &str, many: &str) -> String {
+    let n = n.into();
+    format!("{n} {}", if n == 1 { one } else { many })
+}

@@ -421,11 +421,17 @@ fn write_delack_checks(
     }
     writeln!(
         out,
-        "  effect: these sockets ACK what they receive within {kept} instead of {} ms or more \
-         (up to {} ms), so a peer whose small writes wait for that ACK (Nagle) waits {kept} at \
-         most",
+        "  effect: these sockets ACK what they receive after about {kept} instead of {} ms or \
+         more (up to {} ms), so a peer whose small writes wait for that ACK (Nagle) waits about \
+         {kept} plus the timer's slack, up to two jiffies (12 ms measured for 8 ms at HZ=250)",
         crate::tcp_rules::DELACK_MIN.as_millis(),
         crate::tcp_rules::DELACK_MAX.as_millis()
+    )?;
+    writeln!(
+        out,
+        "  note: the same --delack-max on a route (fix --route) sets rto_min, which caps the \
+         delayed ACK one jiffy under it: lower than here for the same value (4 ms for 5ms at \
+         HZ=250)"
     )?;
     writeln!(
         out,

@@ -18,10 +18,10 @@ pub fn summary(a: &Analysis, input: &InputFacts) -> String {
     let span = a.span_ns.map(|(f, l)| l.since(f)).unwrap_or_default();
     let _ = writeln!(
         out,
-        "{} packets ({} TCP), {} flows, {:.3} s of traffic",
+        "{} packets ({} TCP), {}, {:.3} s of traffic",
         input.records.max(a.packets),
         a.packets,
-        a.flows.len(),
+        super::counted(a.flows.len() as u64, "flow", "flows"),
         span.as_secs_f64()
     );
     if input.skipped.total() > 0 {
@@ -65,8 +65,9 @@ pub fn summary(a: &Analysis, input: &InputFacts) -> String {
     if gappy > 0 {
         let _ = writeln!(
             out,
-            "note: {gappy} flows miss data in the capture (sequence gaps); stalls there may go \
-             unseen: capture on the host itself, or with a larger buffer (tcpdump -B)"
+            "note: {} data in the capture (sequence gaps); stalls there may go \
+             unseen: capture on the host itself, or with a larger buffer (tcpdump -B)",
+            super::counted(gappy as u64, "flow misses", "flows miss")
         );
     }
     let _ = write!(out, "{}", guess_notes(&a.flows));
@@ -151,7 +152,11 @@ pub fn summary(a: &Analysis, input: &InputFacts) -> String {
     }
     let clean = a.flows.len() - stalled.len();
     if clean > 0 {
-        let _ = writeln!(out, "\n{clean} flows without stalls");
+        let _ = writeln!(
+            out,
+            "\n{} without stalls",
+            super::counted(clean as u64, "flow", "flows")
+        );
     }
     out
 }
@@ -189,7 +194,8 @@ fn guess_notes(flows: &[FlowSummary]) -> String {
     ] {
         let n = flows.iter().filter(|f| f.client_guess == guess).count();
         if n > 0 {
-            let _ = writeln!(out, "note: {n} flows: {}", guess.describe());
+            let flows = super::counted(n as u64, "flow", "flows");
+            let _ = writeln!(out, "note: {flows}: {}", guess.describe());
         }
     }
     let assumed = flows
@@ -199,9 +205,10 @@ fn guess_notes(flows: &[FlowSummary]) -> String {
     if assumed > 0 {
         let _ = writeln!(
             out,
-            "note: {assumed} flows without a SYN carrying the MSS: MSS assumed (Ethernet's, \
+            "note: {} without a SYN carrying the MSS: MSS assumed (Ethernet's, \
              loopback's, or the largest segment seen); a write at or above it is not taken for \
-             a small one"
+             a small one",
+            super::counted(assumed as u64, "flow", "flows")
         );
     }
     out
