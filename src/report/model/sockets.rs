@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::sockopt;
 
 /// A process holding a socket, and the socket's fd there.
-#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct Holder {
     /// The process.
     pub pid: u32,
