@@ -262,6 +262,7 @@ pub fn analysis_page(a: &Analysis, input: &InputFacts, title: &str) -> anyhow::R
         .events
         .iter()
         .filter(|e| e.finding.kind == StallKind::NagleAckPaced);
+    // One line in the summary; each paced flow side in a section of its own below it.
     for e in paced.take(TABLE_ROWS) {
         let flow = flows.iter().find(|f| f.id == e.flow_id);
         let side = e.finding.held_side;
@@ -269,11 +270,21 @@ pub fn analysis_page(a: &Analysis, input: &InputFacts, title: &str) -> anyhow::R
         let pacing = final_pacing
             .or(e.paced.as_deref().copied())
             .unwrap_or_default();
-        page.facts.push(format!(
-            "nagle_ack_paced, flow {}: {}",
+        page.pacing.push(format!(
+            "flow {}: {}",
             flow.map_or_else(String::new, |f| f.label()),
             crate::detect::verdict::explain_paced(side, &pacing)
         ));
+    }
+    if !page.pacing.is_empty() {
+        let sides = a.counts.get(StallKind::NagleAckPaced);
+        page.facts.push(format!(
+            "nagle_ack_paced: {} whose small writes each waited one round trip for an ACK \
+             (Nagle pacing a busy sender, not a 40 ms stall): listed under \"Writes paced by \
+             ACKs\"",
+            super::counted(sides, "flow side", "flow sides")
+        ));
+        page.pacing_title = "Writes paced by ACKs".to_string();
     }
     for unreadable in &input.unreadable {
         page.facts.push(format!("not in this report: {unreadable}"));

@@ -1,6 +1,7 @@
 //! Rendering results: terminal tables and stable JSON.
 
 pub(crate) mod charts;
+pub(crate) mod groups;
 pub(crate) mod html;
 pub(crate) mod json;
 pub(crate) mod lab;
