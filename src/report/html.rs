@@ -307,7 +307,8 @@ pub fn analysis_page(a: &Analysis, input: &InputFacts, title: &str) -> anyhow::R
             "packets",
             "captured at",
         ])
-        .map(String::from)
+        // A break allowed after each underscore: kind names are long for a column's head.
+        .map(|h| h.replace('_', "_\u{200B}"))
         .collect();
     for f in flows.iter().take(TABLE_ROWS) {
         page.rows.push(Row {
