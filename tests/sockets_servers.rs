@@ -147,8 +147,7 @@ fn redis_setting_nodelay_after_accept_is_not_told_to_fix_its_listener() {
 #[test]
 fn nginx_with_tcp_nodelay_on_is_not_told_to_fix_its_listener() {
     support::require_root("reads nginx's sockets");
-    let root = PathBuf::from(std::env::temp_dir())
-        .join(format!("tcpstall-sockets-nginx-{}", std::process::id()));
+    let root = std::env::temp_dir().join(format!("tcpstall-sockets-nginx-{}", std::process::id()));
     std::fs::create_dir_all(&root).expect("scratch dir");
     std::fs::write(root.join("index.html"), "hello\n").expect("index.html");
     let port = free_port();

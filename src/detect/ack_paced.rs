@@ -425,7 +425,7 @@ pub(crate) fn fixes(held: Side) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::{Wire, MS};
+    use super::super::testing::Wire;
     use super::super::StallKind;
     use super::MIN_HOLDS;
     use crate::flow::Side;

@@ -408,6 +408,9 @@ fn undo(pid: u32, args: &FixArgs) -> anyhow::Result<Outcome> {
     if !super::procfs::process_exists(pid) {
         return Err(AccessError::NoSuchProcess { pid }.into());
     }
+    if let Err(super::procfs::FdListError::PermissionDenied) = super::procfs::socket_fds(pid) {
+        bail!("{}; nothing was changed", AccessError::fd_list_refused(pid));
+    }
     let path = fix_state::path_for(pid).ok_or_else(|| {
         anyhow::anyhow!(
             "cannot tell where tcpstall kept its record of pid {pid} (its start time, or \

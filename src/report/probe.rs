@@ -234,8 +234,8 @@ pub fn text(r: &ProbeReport) -> String {
              time, p50 {:.3} ms; {verdict}",
             super::counted(conf.requests as u64, "request", "requests"),
             conf.remedy.describe(),
-            super::counted(conf.stalls as u64, "stall", "stalls"),
-            super::counted(conf.slow as u64, "request", "requests"),
+            super::counted(conf.stalls, "stall", "stalls"),
+            super::counted(conf.slow, "request", "requests"),
             conf.p50_ms
         );
     }
