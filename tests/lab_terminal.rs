@@ -144,6 +144,17 @@ fn the_table_fits_the_terminal_in_plain_words() {
     let wide = lab_table(&[&args[..], &["--wide"]].concat(), Some("80"));
     assert!(wide.contains("tcp_nagle_check"), "{wide}");
     assert!(wide.contains("ICSK_ACK_PUSHED2"), "{wide}");
+    // The catalogue too.
+    let list = lab_table(&["--list"], None);
+    assert!(
+        widest(&list) <= 100,
+        "--list wider than 100 columns:\n{list}"
+    );
+    assert!(
+        !list.contains("tcp_nagle_check") && !list.contains("doc 0"),
+        "{list}"
+    );
+    assert!(lab_table(&["--list", "--wide"], None).contains("tcp_nagle_check"));
     // JSON keeps the whole explanation.
     let json = lab_table(&[&args[..], &["--json"]].concat(), None);
     assert!(json.contains("tcp_nagle_check"), "{json}");

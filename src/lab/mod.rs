@@ -242,7 +242,7 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
         if args.json {
             report::lab::write_list_json(&mut out, &listing)
         } else {
-            report::lab::write_list(&mut out, &listing)
+            report::lab::write_list(&mut out, &listing, args.wide)
         }
         .context("cannot write the catalogue to standard output")?;
         return Ok(Outcome::Done);

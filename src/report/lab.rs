@@ -46,15 +46,28 @@ impl fmt::Display for StallRule {
     }
 }
 
-/// `lab --list`: the stall rule, then each scenario and its rows.
-pub(crate) fn write_list(out: &mut impl Write, listing: &Listing) -> io::Result<()> {
+/// `lab --list`: the stall rule, then each scenario and its rows, wrapped to the terminal in
+/// plain words; `wide` keeps one line per row with the kernel's names and the sources.
+pub(crate) fn write_list(out: &mut impl Write, listing: &Listing, wide: bool) -> io::Result<()> {
+    let width = super::terminal_width();
     let rule = StallRule {
         rtt: listing.rtt,
         marks_two_rtt_rows: true,
     };
-    writeln!(out, "{rule}")?;
+    write_prose(out, &rule.to_string(), wide, width)?;
     for scenario in &listing.scenarios {
-        writeln!(out, "\n{}: {}", scenario.name, scenario.description)?;
+        writeln!(out)?;
+        let description = if wide {
+            scenario.description.to_string()
+        } else {
+            plain(&scenario.description)
+        };
+        write_prose(
+            out,
+            &format!("{}: {description}", scenario.name),
+            wide,
+            width,
+        )?;
         for v in &scenario.variants {
             let stall = if v.expected_stall {
                 "stalls"
@@ -66,11 +79,15 @@ pub(crate) fn write_list(out: &mut impl Write, listing: &Listing) -> io::Result<
             } else {
                 ""
             };
-            writeln!(
-                out,
-                "  {:<21} {:>7} B {:<8} {rounds}{}",
-                v.name, v.size, stall, v.explanation
-            )?;
+            let line = format!("  {:<21} {:>7} B {:<8} {rounds}", v.name, v.size, stall);
+            if wide {
+                writeln!(out, "{line}{}", v.explanation)?;
+            } else {
+                writeln!(out, "{}", line.trim_end())?;
+                for part in wrap(&plain(&v.explanation), width.saturating_sub(4)) {
+                    writeln!(out, "    {part}")?;
+                }
+            }
         }
     }
     Ok(())
