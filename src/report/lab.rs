@@ -60,7 +60,7 @@ pub(crate) fn write_list(out: &mut impl Write, listing: &Listing, wide: bool) ->
         let description = if wide {
             scenario.description.to_string()
         } else {
-            plain(&scenario.description)
+            plain(scenario.description)
         };
         write_prose(
             out,
