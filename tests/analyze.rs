@@ -1231,7 +1231,7 @@ fn cut_options_and_missing_packets() {
         v["summary"]
     );
     let text = run(&["analyze", file.to_str().unwrap_or_default()]);
-    assert!(String::from_utf8_lossy(&text.stdout).contains("miss data in the capture"));
+    assert!(String::from_utf8_lossy(&text.stdout).contains("data in the capture (sequence gaps)"));
 }
 
 /// memcached answers a GET in one `sendmsg` (header, value and END together): no stall on a

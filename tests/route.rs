@@ -486,6 +486,72 @@ fn refused_without_cap_net_admin() {
     );
 }
 
+/// As user nobody with no capability at all (`setpriv --reuid=nobody --clear-groups
+/// --inh-caps=-all`), where /run/tcpstall/routes (root's, mode 0700) cannot be read: the dry
+/// run shows the change and writes nothing; the change itself is refused naming CAP_NET_ADMIN.
+#[test]
+fn as_nobody_the_dry_run_works_and_the_change_names_cap_net_admin() {
+    if !root_or_skip("as_nobody_the_dry_run_works_and_the_change_names_cap_net_admin") {
+        return;
+    }
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create("/run/tcpstall/routes")
+            .expect("the state directory");
+    }
+    let before = host_routes();
+    let as_nobody = |last: &str| {
+        Command::new("setpriv")
+            .args(["--reuid=nobody", "--clear-groups", "--inh-caps=-all", BIN])
+            .args(["fix", "--route", "127.0.0.1", "--quickack", last])
+            .stdin(Stdio::null())
+            .output()
+            .expect("setpriv runs (util-linux)")
+    };
+    let dry = as_nobody("--dry-run");
+    let stdout = String::from_utf8_lossy(&dry.stdout);
+    let stderr = String::from_utf8_lossy(&dry.stderr);
+    assert_eq!(dry.status.code(), Some(0), "{stderr}");
+    assert!(stdout.contains("would become:"), "{stdout}");
+    assert!(stdout.contains("nothing written"), "{stdout}");
+    assert!(!stdout.contains("kept for --undo in"), "{stdout}");
+    let refused = as_nobody("--yes");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("CAP_NET_ADMIN"), "{stderr}");
+    assert!(!stderr.contains("Permission denied"), "{stderr}");
+    assert_eq!(host_routes(), before, "nothing changed");
+}
+
+/// A destination no specific route covers falls to the default route: the plan says so, and
+/// `--yes` alone does not change it; `--default-route` confirms, and `--undo` puts it back.
+#[test]
+fn the_default_route_is_changed_only_when_confirmed() {
+    if !root_or_skip("the_default_route_is_changed_only_when_confirmed") {
+        return;
+    }
+    let ns = Namespace::new("default");
+    let gateway = Namespace::new("gateway");
+    veth_pair(&ns, &gateway, "10.98.0.1/24", "10.98.0.2/24");
+    ns.ip(&["route", "add", "default", "via", "10.98.0.2"]);
+    let before = ns.routes();
+    let dest = "198.51.100.7";
+    let plan = ns.fix_ok(dest, &["--quickack", "--dry-run"]);
+    assert!(plan.contains("default route:"), "{plan}");
+    let out = ns.fix(dest, &["--quickack", "--yes"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--default-route"), "{stderr}");
+    assert_eq!(ns.routes(), before, "the default route was left alone");
+    ns.fix_ok(dest, &["--quickack", "--yes", "--default-route"]);
+    assert!(ns.ip(&["route", "show", "default"]).contains("quickack 1"));
+    ns.fix_ok(dest, &["--undo", "--yes"]);
+    assert_eq!(ns.routes(), before, "put back");
+}
+
 /// The host's routes, both families, every table.
 fn host_routes() -> String {
     ip(&["-d", "route", "show", "table", "all"])

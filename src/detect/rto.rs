@@ -157,16 +157,17 @@ fn explain(event: &StallEvent) -> String {
     let ms = delay.as_millis_f64();
     if event.backoffs > 0 {
         format!(
-            "the {held} resent {} B after {:.1} ms of silence, then {} more times as the \
-             retransmission timer backed off, {ms:.1} ms in all: a loss recovered by the timer",
+            "the {held} resent {} B after {:.1} ms of silence, then {} more as the \
+             retransmission timer backed off, {ms:.1} ms in all: resent by the timer because the \
+             peer had not acknowledged it (whether a resend got through, its ACK tells)",
             event.released_bytes,
             (delay - event.backoff_ns).as_millis_f64(),
-            event.backoffs
+            crate::report::counted(u64::from(event.backoffs), "time", "times")
         )
     } else {
         format!(
-            "the {held} resent {} B after {ms:.1} ms of silence: a lost segment recovered by the \
-             retransmission timer",
+            "the {held} resent {} B after {ms:.1} ms of silence: resent by the retransmission timer \
+             because the peer had not acknowledged it",
             event.released_bytes
         )
     }

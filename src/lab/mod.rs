@@ -11,8 +11,10 @@
 //! are added: RTT + 30 ms, or 2 RTT + 30 ms when Nagle holds a split message's tail.
 
 pub mod client;
+pub(crate) mod estimate;
 pub(crate) mod expect;
 pub(crate) mod explain;
+pub(crate) mod interrupt;
 pub(crate) mod listing;
 pub mod measure;
 pub(crate) mod own_traffic;
@@ -93,6 +95,11 @@ pub struct LabArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// One line per row with the whole explanation, the kernel's names (tcp_nagle_check,
+    /// ICSK_ACK_PUSHED2) and the source documents included, however wide; by default the table
+    /// fits the terminal (COLUMNS, else its width, else 100) and says why in plain words.
+    #[arg(long)]
+    pub wide: bool,
     /// Stream scenario: connections per row (1-10000; document 001 used 1000).
     #[arg(long, default_value_t = 20, value_parser = in_range("--connections", 1_usize, 10_000, ""))]
     pub connections: usize,
@@ -235,7 +242,7 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
         if args.json {
             report::lab::write_list_json(&mut out, &listing)
         } else {
-            report::lab::write_list(&mut out, &listing)
+            report::lab::write_list(&mut out, &listing, args.wide)
         }
         .context("cannot write the catalogue to standard output")?;
         return Ok(Outcome::Done);
@@ -245,11 +252,50 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
     let selected = without_delack_rows_unless_capped(selected, &mut settings, &kernel);
     let selected = without_rows_the_peer_cannot_cap(selected, args);
     let selected = route_rows_where_possible(selected, &mut settings, &kernel, args);
+    // Ctrl-C keeps the rows finished: the signals are waited for in a thread of their own,
+    // set up before any other thread starts.
+    let registry = Arc::new(Mutex::new(Vec::new()));
+    let progress_shared: interrupt::SharedProgress = Arc::default();
+    let late_settings: Arc<Mutex<Option<RunSettings>>> = Arc::default();
+    let progress = if args.json {
+        ProgressBar::hidden()
+    } else {
+        let bar = ProgressBar::new(selected.len() as u64);
+        if let Ok(style) = ProgressStyle::with_template("lab {bar:30} {pos}/{len} {msg}") {
+            bar.set_style(style);
+        }
+        bar
+    };
+    {
+        let (kernel, settings, bar) = (kernel.clone(), late_settings.clone(), progress.clone());
+        let (json, wide) = (args.json, args.wide);
+        interrupt::on_signal(
+            registry.clone(),
+            progress_shared.clone(),
+            Box::new(move |rows, interrupted| {
+                bar.finish_and_clear();
+                let settings = settings.lock().ok().and_then(|s| s.clone());
+                let mut report = lab_report(kernel, rows, None, settings.as_ref());
+                report.interrupted = Some(interrupted);
+                let mut out = std::io::stdout().lock();
+                let _ = if json {
+                    report::lab::write_json(&mut out, &report)
+                } else {
+                    report::lab::write_table(&mut out, &report, wide)
+                };
+                let _ = out.flush();
+            }),
+        )?;
+    }
     // Owns the namespaces: dropped (deleted) when this function returns, also on error.
     let emulated = match shape {
         Some(shape) => {
-            let registry = Arc::new(Mutex::new(Vec::new()));
-            path::delete_namespaces_on_signal(registry.clone())?;
+            if !args.json {
+                eprintln!(
+                    "tcpstall: {}",
+                    estimate::line(&selected, &settings, shape.rtt)
+                );
+            }
             Some(EmulatedPath::create(shape, registry)?)
         }
         None => None,
@@ -262,6 +308,12 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
         };
         let peer = crate::peer::Peer::attach(profile, args.peer_side, namespace)?;
         settings.peer = Some(Arc::new(peer));
+    }
+    if let Ok(mut late) = late_settings.lock() {
+        *late = Some(settings.clone());
+    }
+    if let Ok(mut p) = progress_shared.lock() {
+        p.total = selected.len();
     }
     // The rows' own traffic through the detector; with --capture also to the file. The
     // ladders read a capture back: the user's, or one of the lab's own.
@@ -288,21 +340,19 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
         }
     };
     // Progress on a terminal only (indicatif draws nothing when stderr is not a TTY).
-    let progress = if args.json {
-        ProgressBar::hidden()
-    } else {
-        let bar = ProgressBar::new(selected.len() as u64);
-        if let Ok(style) = ProgressStyle::with_template("lab {bar:30} {pos}/{len} {msg}") {
-            bar.set_style(style);
-        }
-        bar
-    };
     let mut rows = Vec::with_capacity(selected.len());
     for variant in &selected {
-        progress.set_message(format!("{}/{}", variant.scenario.name(), variant.name()));
-        let row = runner::run_variant(variant, &settings, &watch)
-            .with_context(|| format!("{}/{}", variant.scenario.name(), variant.name()))?;
+        let name = format!("{}/{}", variant.scenario.name(), variant.name());
+        progress.set_message(name.clone());
+        if let Ok(mut p) = progress_shared.lock() {
+            p.running = Some(name.clone());
+        }
+        let row = runner::run_variant(variant, &settings, &watch).context(name)?;
         progress.inc(1);
+        if let Ok(mut p) = progress_shared.lock() {
+            p.running = None;
+            p.rows.push(row.clone());
+        }
         rows.push(row);
     }
     progress.finish_and_clear();
@@ -357,20 +407,7 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
         _ => None,
     };
     let unexpected = rows.iter().any(|r| r.stalled && !r.expected_stall);
-    let report = LabReport {
-        kernel_summary: kernel.summary_line(),
-        kernel,
-        rows,
-        capture,
-        path: settings.path.as_ref().map(|ends| PathReport {
-            rtt_ms: ends.shape.rtt.as_secs_f64() * 1000.0,
-            rate_mbit: ends.shape.rate_bps.map(|bps| bps as f64 / 1e6),
-            lose_segment: ends.shape.lose_segment,
-            client_namespace: ends.client.name().to_string(),
-            server_namespace: ends.server.name().to_string(),
-            peer: settings.peer.as_deref().map(crate::peer::Peer::report),
-        }),
-    };
+    let report = lab_report(kernel, rows, capture, Some(&settings));
     drop(emulated);
     if let Some(path) = &args.html {
         let mut page = report::html::lab_page(&report)?;
@@ -384,7 +421,7 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
     if args.json {
         report::lab::write_json(&mut out, &report)
     } else {
-        report::lab::write_table(&mut out, &report)
+        report::lab::write_table(&mut out, &report, args.wide)
     }
     .context("cannot write the results to standard output")?;
     if args.ladder {
@@ -419,6 +456,32 @@ pub fn run(args: &LabArgs) -> anyhow::Result<Outcome> {
     } else {
         Outcome::Done
     })
+}
+
+/// The report of a run (or of the rows finished when it was interrupted).
+fn lab_report(
+    kernel: KernelFacts,
+    rows: Vec<RowResult>,
+    capture: Option<report::model::lab::CaptureReport>,
+    settings: Option<&RunSettings>,
+) -> LabReport {
+    LabReport {
+        kernel_summary: kernel.summary_line(),
+        kernel,
+        rows,
+        capture,
+        path: settings.and_then(|settings| {
+            settings.path.as_ref().map(|ends| PathReport {
+                rtt_ms: ends.shape.rtt.as_secs_f64() * 1000.0,
+                rate_mbit: ends.shape.rate_bps.map(|bps| bps as f64 / 1e6),
+                lose_segment: ends.shape.lose_segment,
+                client_namespace: ends.client.name().to_string(),
+                server_namespace: ends.server.name().to_string(),
+                peer: settings.peer.as_deref().map(crate::peer::Peer::report),
+            })
+        }),
+        interrupted: None,
+    }
 }
 
 /// Sets the run's delayed-ACK cap for the `delack-max` rows; on a kernel without

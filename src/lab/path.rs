@@ -523,34 +523,6 @@ fn configure_middle(ns: &str) -> anyhow::Result<()> {
     )
 }
 
-/// Deletes the namespaces listed in `registry` when SIGINT, SIGTERM or SIGHUP arrives, then
-/// exits with 128 + the signal's number, as the shell would report it. Must be called before
-/// this process starts other threads: the signals are blocked in the calling thread, and every
-/// thread started later inherits that mask, so only the waiting thread receives them.
-pub fn delete_namespaces_on_signal(registry: Arc<Mutex<Vec<String>>>) -> anyhow::Result<()> {
-    use nix::sys::signal::{SigSet, Signal};
-    let mut signals = SigSet::empty();
-    for signal in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
-        signals.add(signal);
-    }
-    signals
-        .thread_block()
-        .context("cannot block SIGINT/SIGTERM to clean up on Ctrl-C")?;
-    std::thread::Builder::new()
-        .name("lab-path-signals".into())
-        .spawn(move || {
-            let Ok(signal) = signals.wait() else { return };
-            let names = registry.lock().map(|n| n.clone()).unwrap_or_default();
-            for name in names {
-                delete_namespace(&name);
-            }
-            eprintln!("tcpstall: {signal}: deleted the lab's network namespaces");
-            std::process::exit(128 + signal as i32);
-        })
-        .context("cannot start the signal thread")?;
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

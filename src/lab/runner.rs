@@ -197,6 +197,12 @@ pub(crate) fn run_variant(
     if path.is_some() {
         explanation = format!("{explanation}; {}", PathNote::of(variant, &expected));
     }
+    if let Some(lost) = path.and_then(|p| p.shape.lose_segment) {
+        explanation = format!(
+            "the path lost data segment {lost} of each connection (client to server), and its \
+             repair adds to these times; {explanation}"
+        );
+    }
     if stalled != expected.stalls() {
         explanation = format!("UNEXPECTED on this kernel; the kernel rules say: {explanation}");
     }

@@ -16,6 +16,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::Args;
 
+use super::fix_state::{self, ChangedSocket};
 use super::pidfd::{socket_inode, PidFds};
 use super::procfs::TcpState;
 use super::sockets::{inspect_scope, Holder, SocketView};
@@ -58,9 +59,14 @@ pub struct FixArgs {
     /// With --route: quick ACKs on every connection of the route (`quickack 1`).
     #[arg(long, requires = "route", conflicts_with = "delack_max")]
     pub quickack: bool,
-    /// With --route: put the route back as it was before tcpstall changed it.
-    #[arg(long, requires = "route", conflicts_with_all = ["quickack", "delack_max"])]
+    /// Put back what tcpstall changed: the options `fix PID` set on the process's sockets
+    /// (kept in /run/tcpstall/fixes/), or with --route the route as it was.
+    #[arg(long, conflicts_with_all = ["quickack", "delack_max", "port"])]
     pub undo: bool,
+    /// With --route: confirms that the default route may be changed when DEST has no route
+    /// of its own (every connection leaving by the default route takes the change).
+    #[arg(long, requires = "route")]
+    pub default_route: bool,
     /// With --route: the route of network namespace NAME (/run/netns/NAME).
     #[arg(
         long,
@@ -99,6 +105,7 @@ fn route_request(args: &FixArgs) -> anyhow::Result<Option<RouteRequest>> {
         yes: args.yes,
         dry_run: args.dry_run,
         json: args.json,
+        default_route: args.default_route,
     }))
 }
 
@@ -212,6 +219,9 @@ pub fn run(args: &FixArgs) -> anyhow::Result<Outcome> {
     let pid = args
         .pid
         .ok_or_else(|| anyhow::anyhow!("give the PID of the process to fix, or --route DEST"))?;
+    if args.undo {
+        return undo(pid, args);
+    }
     let found = inspect_scope(pid, !args.no_tree)?;
     if let Some(missing) = found.missing {
         bail!("{missing}; nothing was changed");
@@ -270,7 +280,9 @@ pub fn run(args: &FixArgs) -> anyhow::Result<Outcome> {
         if !args.yes && !confirm(&format!("pid {pid}"), &question)? {
             eprintln!("tcpstall: nothing changed");
         } else {
-            apply(&mut report)?;
+            let applied = apply(&mut report);
+            keep_for_undo(&report);
+            applied?;
             report.applied = true;
         }
     }
@@ -343,6 +355,162 @@ fn apply(report: &mut FixReport) -> Result<(), AccessError> {
         }
     }
     Ok(())
+}
+
+/// Records the sockets `apply` changed, with their option before, for `fix PID --undo`; a
+/// record that cannot be written is said, the change stands.
+fn keep_for_undo(report: &FixReport) {
+    let changed: Vec<ChangedSocket> = report
+        .sockets
+        .iter()
+        .filter(|s| {
+            s.nodelay_after == Some(true) && s.action == Action::SetNodelay
+                || s.delack_max_us_after.is_some() && s.action == Action::SetDelackMax
+        })
+        .map(|s| ChangedSocket {
+            inode: s.socket.inode,
+            holders: s.socket.holders.clone(),
+            local: s.socket.local.clone(),
+            nodelay_before: (s.action == Action::SetNodelay).then_some(false),
+            delack_max_us_before: if s.action == Action::SetDelackMax {
+                s.socket.delack_max_us
+            } else {
+                None
+            },
+        })
+        .collect();
+    if changed.is_empty() {
+        return;
+    }
+    let kept = fix_state::path_for(report.pid)
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "no place to keep it (root keeps it in {}, other users in $XDG_RUNTIME_DIR)",
+                fix_state::STATE_DIR
+            )
+        })
+        .and_then(|path| fix_state::record(&path, report.pid, changed).map(|()| path));
+    match kept {
+        Ok(path) => eprintln!(
+            "tcpstall: kept for --undo in {} (tcpstall fix {} --undo)",
+            path.display(),
+            report.pid
+        ),
+        Err(err) => {
+            eprintln!("tcpstall: warning: the change cannot be undone by tcpstall: {err:#}")
+        }
+    }
+}
+
+/// `fix PID --undo`: puts back on each socket still open the option as it was before
+/// tcpstall's first change, then removes the record.
+fn undo(pid: u32, args: &FixArgs) -> anyhow::Result<Outcome> {
+    if !super::procfs::process_exists(pid) {
+        return Err(AccessError::NoSuchProcess { pid }.into());
+    }
+    if let Err(super::procfs::FdListError::PermissionDenied) = super::procfs::socket_fds(pid) {
+        bail!("{}; nothing was changed", AccessError::fd_list_refused(pid));
+    }
+    let path = fix_state::path_for(pid).ok_or_else(|| {
+        anyhow::anyhow!(
+            "cannot tell where tcpstall kept its record of pid {pid} (its start time, or \
+             $XDG_RUNTIME_DIR for a user other than root): nothing was changed"
+        )
+    })?;
+    let state = fix_state::load(&path)?.ok_or_else(|| {
+        anyhow::anyhow!(
+            "tcpstall has no record of changing pid {pid}: nothing to undo (looked for {})",
+            path.display()
+        )
+    })?;
+    let before = |s: &ChangedSocket| match (s.nodelay_before, s.delack_max_us_before) {
+        (Some(nodelay), _) => format!("TCP_NODELAY back {}", if nodelay { "on" } else { "off" }),
+        (None, Some(us)) => format!("TCP_DELACK_MAX_US back to {us} µs"),
+        (None, None) => "nothing recorded".to_string(),
+    };
+    let mut plan = String::new();
+    for s in &state.sockets {
+        plan.push_str(&format!("  {}: {}\n", s.local, before(s)));
+    }
+    let mut out: Box<dyn Write> = if args.json {
+        Box::new(std::io::stderr())
+    } else {
+        Box::new(std::io::stdout())
+    };
+    write!(
+        out,
+        "undo for pid {pid}: {} changed by tcpstall fix\n{plan}",
+        crate::report::counted(state.sockets.len() as u64, "socket", "sockets")
+    )?;
+    out.flush()?;
+    if args.dry_run {
+        writeln!(out, "dry run: nothing changed")?;
+        return Ok(Outcome::Done);
+    }
+    let question = format!("put back the options of pid {pid}?");
+    if !args.yes && !confirm(&format!("pid {pid}"), &question)? {
+        eprintln!("tcpstall: nothing changed");
+        return Ok(Outcome::Done);
+    }
+    let mut pidfds = PidFds::default();
+    let mut undone = Vec::new();
+    let mut gone = 0usize;
+    for s in &state.sockets {
+        let mut dup = None;
+        for holder in &s.holders {
+            let Ok(fd) = pidfds.get(holder.pid).and_then(|p| p.get_fd(holder.fd)) else {
+                continue;
+            };
+            if socket_inode(&fd).ok() == Some(s.inode) {
+                dup = Some((*holder, fd));
+                break;
+            }
+        }
+        let Some((Holder { pid: holder, fd }, dup)) = dup else {
+            gone += 1;
+            continue;
+        };
+        let io_err = |err| AccessError::from_errno(err, holder, format!("put back fd {fd}"));
+        if let Some(nodelay) = s.nodelay_before {
+            sockopt::set_nodelay(dup.as_fd(), nodelay).map_err(io_err)?;
+        }
+        if let Some(us) = s.delack_max_us_before {
+            sockopt::set_delack_max(dup.as_fd(), Duration::from_micros(us.into()))
+                .map_err(io_err)?;
+        }
+        undone.push(serde_json::json!({
+            "local": s.local,
+            "inode": s.inode,
+            "nodelay_after": sockopt::nodelay(dup.as_fd()).ok(),
+            "delack_max_us_after": sockopt::delack_max(dup.as_fd())
+                .ok()
+                .and_then(|d| u32::try_from(d.as_micros()).ok()),
+        }));
+    }
+    std::fs::remove_file(&path).with_context(|| format!("cannot remove {}", path.display()))?;
+    let mut stdout = std::io::stdout().lock();
+    if args.json {
+        let report = serde_json::json!({"pid": pid, "undone": undone, "gone": gone});
+        stdout.write_all((serde_json::to_string_pretty(&report)? + "\n").as_bytes())?;
+    } else {
+        writeln!(
+            stdout,
+            "done: {} put back{}",
+            crate::report::counted(undone.len() as u64, "socket", "sockets"),
+            if gone > 0 {
+                format!(", {gone} closed since the fix (nothing to put back there)")
+            } else {
+                String::new()
+            }
+        )?;
+        writeln!(
+            stdout,
+            "note: connections accepted since the fix copied the listener's options then and \
+             keep them until they close"
+        )?;
+    }
+    stdout.flush()?;
+    Ok(Outcome::Done)
 }
 
 /// A duplicate of `socket` through the first holder that still holds it; `None` when none

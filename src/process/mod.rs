@@ -9,6 +9,7 @@
 
 pub mod bpf_iter;
 pub mod fix;
+pub mod fix_state;
 pub mod host_sockets;
 pub(crate) mod pidfd;
 pub(crate) mod procfs;

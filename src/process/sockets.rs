@@ -5,7 +5,7 @@
 use std::collections::{HashMap, HashSet};
 use std::os::fd::AsFd;
 
-use anyhow::Context;
+use anyhow::{bail, Context};
 use clap::Args;
 
 use super::pidfd::{socket_inode, PidFd, PidFds};
@@ -30,6 +30,10 @@ pub struct SocketsArgs {
     /// Print JSON (an array of sockets) instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// With --all: also the TIME_WAIT sockets (closed connections waiting out 2 MSL, held by
+    /// no process), which are left out by default and counted on stderr, as `ss` leaves them out.
+    #[arg(long, requires = "all")]
+    pub time_wait: bool,
     /// Only the process itself, not its child processes (by default a master's workers are
     /// shown with it, each socket once with every process holding it).
     #[arg(long, conflicts_with = "all")]
@@ -68,6 +72,7 @@ impl SocketView {
             quickack: None,
             tcp_info: None,
             can_stall: None,
+            can_stall_reason: None,
             held_now: None,
             unknown_reason: None,
             holders: match (pid, fd) {
@@ -108,6 +113,44 @@ impl SocketView {
             (Some(_), Some(_), _) => Some(false),
             _ => None,
         };
+    }
+}
+
+/// What a listener with Nagle on says when the server sets TCP_NODELAY on what it accepts.
+pub const SETS_NODELAY_AFTER_ACCEPT: &str =
+    "the server sets TCP_NODELAY after accept(): its accepted connections have Nagle off";
+
+/// Settles the listeners with Nagle on: one whose accepted connections (same local port, held
+/// by a process holding the listener) are all seen with TCP_NODELAY on cannot stall, since the
+/// server sets the option itself after `accept()` (redis, nginx `tcp_nodelay on`, haproxy);
+/// its `can_stall` becomes false with the reason. A listener with no connection to judge by,
+/// or one accepted connection with Nagle on, stays as `judge` left it.
+pub fn settle_listeners(views: &mut [SocketView]) {
+    let port = |addr: &str| addr.rsplit_once(':').map(|(_, p)| p.to_string());
+    let pids =
+        |v: &SocketView| -> HashSet<u32> { v.holders.iter().map(|h| h.pid).chain(v.pid).collect() };
+    let settled: Vec<usize> = views
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.listening && l.can_stall == Some(true))
+        .filter(|(_, l)| {
+            let owners = pids(l);
+            let mut accepted = views
+                .iter()
+                .filter(|c| {
+                    !c.listening
+                        && c.state == TcpState::Established
+                        && port(&c.local) == port(&l.local)
+                        && !pids(c).is_disjoint(&owners)
+                })
+                .peekable();
+            accepted.peek().is_some() && accepted.all(|c| c.nodelay == Some(true))
+        })
+        .map(|(i, _)| i)
+        .collect();
+    for i in settled {
+        views[i].can_stall = Some(false);
+        views[i].can_stall_reason = Some(SETS_NODELAY_AFTER_ACCEPT.to_string());
     }
 }
 
@@ -435,8 +478,25 @@ pub fn run(args: &SocketsArgs) -> anyhow::Result<Outcome> {
         Some(views) => views,
         None => per_process(args, &mut notes)?,
     };
+    settle_listeners(&mut views);
     if let Some(port) = args.port {
         views.retain(|v| v.uses_port(port));
+    }
+    if args.all && !args.time_wait {
+        let before = views.len();
+        views.retain(|v| !(v.state == TcpState::TimeWait && v.pid.is_none()));
+        let hidden = before - views.len();
+        if hidden > 0 {
+            let (count, are) = if hidden == 1 {
+                ("1 TIME_WAIT socket".to_string(), "is")
+            } else {
+                (format!("{hidden} TIME_WAIT sockets"), "are")
+            };
+            notes.push(format!(
+                "{count} (closed connections waiting out 2 MSL, held by no process) {are} not \
+                 shown: --time-wait shows them"
+            ));
+        }
     }
     for note in &notes {
         eprintln!("tcpstall: {note}");
@@ -474,6 +534,16 @@ fn per_process(args: &SocketsArgs, notes: &mut Vec<String>) -> anyhow::Result<Ve
     let mut views = Vec::new();
     if let Some(pid) = args.pid {
         let found = inspect_scope(pid, !args.no_tree)?;
+        if found.shown_instead.is_some() {
+            // Without its fds nothing tells the process's sockets from its user's others (root:
+            // the whole host's): none is shown as its own.
+            let why = found.missing.unwrap_or_default();
+            bail!(
+                "cannot read the sockets of pid {pid}: {why}; nothing of that process could be \
+                 read (its fds say which sockets are its own: the kernel's table alone would \
+                 list every socket of its user under it)"
+            );
+        }
         notes.extend(found.missing);
         notes.extend(found.shown_instead);
         notes.extend(found.notes);
@@ -527,8 +597,9 @@ fn per_process(args: &SocketsArgs, notes: &mut Vec<String>) -> anyhow::Result<Ve
                  namespaces, kernel threads, processes that are not dumpable, or a security \
                  module)",
             );
+            let processes = if refused == 1 { "process" } else { "processes" };
             notes.push(format!(
-                "{refused} processes not fully readable: {why}; their sockets are listed with \
+                "{refused} {processes} not fully readable: {why}; their sockets are listed with \
                  pid ?"
             ));
         }

@@ -21,6 +21,9 @@ const DEFAULT_ATTACH_SECONDS: f64 = 10.0;
 
 /// Arguments of `tcpstall trace`.
 #[derive(Args, Debug, Clone)]
+#[command(
+    override_usage = "tcpstall trace [OPTIONS] -- <CMD>...\n       tcpstall trace [OPTIONS] -p <PID>"
+)]
 pub struct TraceArgs {
     /// Follow this running process (all its threads, and the processes it starts) instead of
     /// starting a command, without stopping it: BPF programs on the kernel's tracepoints see

@@ -77,7 +77,16 @@ pub fn latency_histogram(all_ms: &[f64], stalled_ms: &[f64]) -> anyhow::Result<S
             .x_desc("turn latency (ms, log scale)")
             .y_desc("turns")
             .x_label_formatter(&|v| format!("{v}"))
-            .y_label_formatter(&|v| format!("{v:.0}"))
+            // Counts are whole: as many ticks as there are whole numbers (at most 6), and a
+            // tick that falls between two is left unlabelled rather than rounded into a repeat.
+            .y_labels((top as usize + 1).clamp(2, 6))
+            .y_label_formatter(&|v| {
+                if (v - v.round()).abs() < 1e-9 {
+                    format!("{v:.0}")
+                } else {
+                    String::new()
+                }
+            })
             .draw()
             .map_err(draw_error)?;
         let (macos_lo, macos_hi) = (
@@ -379,5 +388,44 @@ mod tests {
         assert!(svg.contains("Linux 40 ms") && svg.contains("Windows 200 ms"));
         let svg = turn_timeline(&[(0.1, 44.0, true), (0.2, 0.05, false)], 1.0).expect("drawn");
         assert!(svg.contains("class=\"chart timeline\""));
+    }
+}
+
+#[cfg(test)]
+mod y_axis_tests {
+    /// The y axis's labels: the texts drawn at the axis's own x (the first number drawn there).
+    fn y_labels(svg: &str) -> Vec<String> {
+        let texts: Vec<(String, String)> = svg
+            .split("<text")
+            .skip(1)
+            .filter_map(|t| {
+                let x = t.split("x=\"").nth(1)?.split('"').next()?.to_string();
+                let body = t.split('>').nth(1)?.split('<').next()?.trim().to_string();
+                Some((x, body))
+            })
+            .collect();
+        let zero_x = texts
+            .iter()
+            .find(|(_, body)| body == "0")
+            .map(|(x, _)| x.clone())
+            .expect("a 0 on the y axis");
+        texts
+            .into_iter()
+            .filter(|(x, body)| *x == zero_x && !body.is_empty())
+            .map(|(_, body)| body)
+            .collect()
+    }
+
+    #[test]
+    fn a_histogram_of_one_turn_per_bin_has_whole_distinct_ticks() {
+        let svg = super::latency_histogram(&[0.3, 44.0, 210.0], &[44.0]).expect("drawn");
+        let labels = y_labels(&svg);
+        let mut unique = labels.clone();
+        unique.dedup();
+        assert_eq!(labels, unique, "repeated ticks: {labels:?}");
+        assert!(
+            labels.iter().all(|l| l.parse::<u64>().is_ok()),
+            "{labels:?}"
+        );
     }
 }

@@ -231,8 +231,8 @@ pub fn analysis_page(a: &Analysis, input: &InputFacts, title: &str) -> anyhow::R
             )
         }
         None => format!(
-            "no stalls in {} flows ({} TCP packets)",
-            a.flows.len(),
+            "no stalls in {} ({} TCP packets)",
+            super::counted(a.flows.len() as u64, "flow", "flows"),
             a.packets
         ),
     };
@@ -241,10 +241,10 @@ pub fn analysis_page(a: &Analysis, input: &InputFacts, title: &str) -> anyhow::R
     }
     let span = a.span_ns.map_or(Span::ZERO, |(f, l)| l.since(f));
     page.facts.push(format!(
-        "{} packets ({} TCP), {} flows, {:.3} s of traffic",
+        "{} packets ({} TCP), {}, {:.3} s of traffic",
         input.records.max(a.packets),
         a.packets,
-        a.flows.len(),
+        super::counted(a.flows.len() as u64, "flow", "flows"),
         span.as_secs_f64()
     ));
     if input.skipped.total() > 0 {
@@ -281,6 +281,7 @@ pub fn analysis_page(a: &Analysis, input: &InputFacts, title: &str) -> anyhow::R
         .events
         .iter()
         .filter(|e| e.finding.kind == StallKind::NagleAckPaced);
+    // One line in the summary; each paced flow side in a section of its own below it.
     for e in paced.take(TABLE_ROWS) {
         let flow = flows.iter().find(|f| f.id == e.flow_id);
         let side = e.finding.held_side;
@@ -288,11 +289,21 @@ pub fn analysis_page(a: &Analysis, input: &InputFacts, title: &str) -> anyhow::R
         let pacing = final_pacing
             .or(e.paced.as_deref().copied())
             .unwrap_or_default();
-        page.facts.push(format!(
-            "nagle_ack_paced, flow {}: {}",
+        page.pacing.push(format!(
+            "flow {}: {}",
             flow.map_or_else(String::new, |f| f.label()),
             crate::detect::verdict::explain_paced(side, &pacing)
         ));
+    }
+    if !page.pacing.is_empty() {
+        let sides = a.counts.get(StallKind::NagleAckPaced);
+        page.facts.push(format!(
+            "nagle_ack_paced: {} whose small writes each waited one round trip for an ACK \
+             (Nagle pacing a busy sender, not a 40 ms stall): listed under \"Writes paced by \
+             ACKs\"",
+            super::counted(sides, "flow side", "flow sides")
+        ));
+        page.pacing_title = "Writes paced by ACKs".to_string();
     }
     for unreadable in &input.unreadable {
         page.facts.push(format!("not in this report: {unreadable}"));
@@ -315,7 +326,8 @@ pub fn analysis_page(a: &Analysis, input: &InputFacts, title: &str) -> anyhow::R
             "packets",
             "captured at",
         ])
-        .map(String::from)
+        // A break allowed after each underscore: kind names are long for a column's head.
+        .map(|h| h.replace('_', "_\u{200B}"))
         .collect();
     for f in flows.iter().take(TABLE_ROWS) {
         page.rows.push(Row {

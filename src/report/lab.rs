@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::report::model::lab::{LabReport, ListedScenario, Listing};
+use crate::report::model::lab::{LabReport, ListedScenario, Listing, RowResult};
 use crate::tcp_rules::{DELACK_MIN, STALL_MARGIN, STALL_THRESHOLD};
 
 /// When a row counts as stalled: on loopback, or over a path of the given RTT.
@@ -46,15 +46,28 @@ impl fmt::Display for StallRule {
     }
 }
 
-/// `lab --list`: the stall rule, then each scenario and its rows.
-pub(crate) fn write_list(out: &mut impl Write, listing: &Listing) -> io::Result<()> {
+/// `lab --list`: the stall rule, then each scenario and its rows, wrapped to the terminal in
+/// plain words; `wide` keeps one line per row with the kernel's names and the sources.
+pub(crate) fn write_list(out: &mut impl Write, listing: &Listing, wide: bool) -> io::Result<()> {
+    let width = super::terminal_width();
     let rule = StallRule {
         rtt: listing.rtt,
         marks_two_rtt_rows: true,
     };
-    writeln!(out, "{rule}")?;
+    write_prose(out, &rule.to_string(), wide, width)?;
     for scenario in &listing.scenarios {
-        writeln!(out, "\n{}: {}", scenario.name, scenario.description)?;
+        writeln!(out)?;
+        let description = if wide {
+            scenario.description.to_string()
+        } else {
+            plain(scenario.description)
+        };
+        write_prose(
+            out,
+            &format!("{}: {description}", scenario.name),
+            wide,
+            width,
+        )?;
         for v in &scenario.variants {
             let stall = if v.expected_stall {
                 "stalls"
@@ -66,11 +79,15 @@ pub(crate) fn write_list(out: &mut impl Write, listing: &Listing) -> io::Result<
             } else {
                 ""
             };
-            writeln!(
-                out,
-                "  {:<21} {:>7} B {:<8} {rounds}{}",
-                v.name, v.size, stall, v.explanation
-            )?;
+            let line = format!("  {:<21} {:>7} B {:<8} {rounds}", v.name, v.size, stall);
+            if wide {
+                writeln!(out, "{line}{}", v.explanation)?;
+            } else {
+                writeln!(out, "{}", line.trim_end())?;
+                for part in wrap(&plain(&v.explanation), width.saturating_sub(4)) {
+                    writeln!(out, "    {part}")?;
+                }
+            }
         }
     }
     Ok(())
@@ -107,11 +124,16 @@ fn write_pretty_json(out: &mut impl Write, value: &impl Serialize) -> io::Result
 }
 
 /// `lab`: the kernel line, the path line, one line per row, then the capture line.
-pub(crate) fn write_table(out: &mut impl Write, report: &LabReport) -> io::Result<()> {
-    writeln!(out, "{}", report.kernel_summary)?;
+///
+/// The table fits the terminal (`COLUMNS`, else the terminal's width, else 100 columns): each
+/// row's `why` goes on a line of its own in plain words, cut to the width; `wide` keeps the
+/// one-line rows with the whole explanation, kernel names and sources included (as in JSON).
+pub(crate) fn write_table(out: &mut impl Write, report: &LabReport, wide: bool) -> io::Result<()> {
+    let width = super::terminal_width();
+    let mut prose = Vec::new();
+    prose.push(report.kernel_summary.clone());
     if let Some(path) = &report.path {
-        writeln!(
-            out,
+        prose.push(format!(
             "path: RTT {} ms{}{} between namespaces {} and {} (user-space relay over TUN, MTU 1500)",
             path.rtt_ms,
             path.rate_mbit
@@ -122,30 +144,69 @@ pub(crate) fn write_table(out: &mut impl Write, report: &LabReport) -> io::Resul
                 .unwrap_or_default(),
             path.client_namespace,
             path.server_namespace
-        )?;
+        ));
         if let Some(peer) = &path.peer {
-            writeln!(
-                out,
+            prose.push(format!(
                 "peer: the {} is a {}-like user-space stack (smoltcp): {}; the other end is this kernel",
                 peer.side, peer.profile, peer.rules
-            )?;
+            ));
         }
     }
-    writeln!(
-        out,
-        "{:<10} {:<21} {:>7} {:>5} {:>8} {:>8} {:>8} {:>7} {:<7} {:<8} {:<27} why",
-        "scenario",
-        "variant",
-        "size B",
-        "req",
-        "p50 ms",
-        "p99 ms",
-        "max ms",
-        "seg/req",
-        "stalled",
-        "expected",
-        "detector"
-    )?;
+    for line in &prose {
+        write_prose(out, line, wide, width)?;
+    }
+    if wide {
+        writeln!(
+            out,
+            "{:<10} {:<21} {:>7} {:>5} {:>8} {:>8} {:>8} {:>7} {:<7} {:<8} {:<27} why",
+            "scenario",
+            "variant",
+            "size B",
+            "req",
+            "p50 ms",
+            "p99 ms",
+            "max ms",
+            "seg/req",
+            "stalled",
+            "expected",
+            "detector"
+        )?;
+    }
+    // The narrow table: each row on one line, its why indented on the next, cut to the width.
+    let variant_width = report
+        .rows
+        .iter()
+        .map(|r| r.variant.chars().count())
+        .max()
+        .unwrap_or(7)
+        .clamp(7, 21);
+    let detector_text = |r: &RowResult| {
+        r.detector
+            .as_ref()
+            .map_or_else(|| "?".to_string(), |d| d.to_string())
+    };
+    let detector_width = report
+        .rows
+        .iter()
+        .map(|r| detector_text(r).chars().count())
+        .max()
+        .unwrap_or(8)
+        .max(8);
+    if !wide {
+        let head = format!(
+            "{:<10} {:<variant_width$} {:>6} {:>5} {:>7} {:>7} {:<5} {:<3} {:<detector_width$}",
+            "scenario", "variant", "size", "req", "p50 ms", "p99 ms", "stall", "exp", "detector"
+        );
+        writeln!(out, "{}", fit(head.trim_end(), width))?;
+        writeln!(
+            out,
+            "{}",
+            fit(
+                "           why (--wide: kernel names, one line per row)",
+                width
+            )
+        )?;
+    }
     let yes_no = |b: bool| if b { "yes" } else { "no" };
     for r in &report.rows {
         let mut why = r.explanation.clone();
@@ -184,6 +245,27 @@ pub(crate) fn write_table(out: &mut impl Write, report: &LabReport) -> io::Resul
         if !r.errors.is_empty() {
             why = format!("ERROR {}; {why}", r.errors.join("; "));
         }
+        if !wide {
+            let line = format!(
+                "{:<10} {:<variant_width$} {:>6} {:>5} {:>7.2} {:>7.2} {:<5} {:<3} {:<detector_width$}",
+                r.scenario,
+                r.variant,
+                r.size,
+                r.requests,
+                r.p50_ms,
+                r.p99_ms,
+                yes_no(r.stalled),
+                yes_no(r.expected_stall),
+                detector_text(r),
+            );
+            writeln!(out, "{}", fit(line.trim_end(), width))?;
+            writeln!(
+                out,
+                "{}",
+                fit(&format!("           {}", plain(&why)), width)
+            )?;
+            continue;
+        }
         writeln!(
             out,
             "{:<10} {:<21} {:>7} {:>5} {:>8.2} {:>8.2} {:>8.2} {:>7.2} {:<7} {:<8} {:<27} {why}",
@@ -204,15 +286,134 @@ pub(crate) fn write_table(out: &mut impl Write, report: &LabReport) -> io::Resul
         )?;
     }
     if let Some(c) = &report.capture {
-        writeln!(
-            out,
+        let text = format!(
             "capture: {} packets, {} connections written to {}",
             c.packets,
             c.flows,
             c.file.display()
-        )?;
+        );
+        write_prose(out, &text, wide, width)?;
+    }
+    if let Some(i) = &report.interrupted {
+        let running = i
+            .row
+            .as_ref()
+            .map(|row| format!("{row} was running and is left out; "))
+            .unwrap_or_default();
+        let text = format!(
+            "interrupted ({}): {running}{} of {} rows finished, shown above{}",
+            i.signal,
+            i.finished,
+            i.total,
+            if report.rows.iter().any(|r| r.detector.is_none()) {
+                " (the detector reads the capture at the end: `?`)"
+            } else {
+                ""
+            }
+        );
+        write_prose(out, &text, wide, width)?;
     }
     Ok(())
+}
+
+/// A line of prose: as it is with `wide`, else wrapped to `width`.
+fn write_prose(out: &mut impl Write, text: &str, wide: bool, width: usize) -> io::Result<()> {
+    if wide {
+        return writeln!(out, "{text}");
+    }
+    for line in wrap(text, width) {
+        writeln!(out, "{line}")?;
+    }
+    Ok(())
+}
+
+/// `line` cut to `width` characters, an ellipsis marking the cut.
+fn fit(line: &str, width: usize) -> String {
+    if line.chars().count() <= width {
+        return line.to_string();
+    }
+    let mut cut: String = line.chars().take(width.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
+}
+
+/// `text` broken between words into lines of at most `width` characters, the lines after the
+/// first indented by two spaces.
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    for word in text.split(' ') {
+        let len = line.chars().count();
+        if len > 0 && len + 1 + word.chars().count() > width {
+            lines.push(std::mem::replace(&mut line, "  ".to_string()));
+        } else if len > 0 && line != "  " {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    lines.push(line);
+    lines.into_iter().map(|l| fit(&l, width)).collect()
+}
+
+/// A row's explanation in plain words: the kernel's names (functions, flags, route metrics)
+/// and the source documents' numbers left out, with the parentheses that carry them; `--wide`
+/// and the JSON keep them.
+pub(crate) fn plain(why: &str) -> String {
+    const PHRASES: [(&str, &str); 4] = [
+        (" in tcp_nagle_check", ""),
+        ("tcp_nagle_test passes, ", ""),
+        (
+            "doc 001's 22% needs a real RTT",
+            "the 22% measured over a network needs a real RTT",
+        ),
+        (" (Minshall)", ""),
+    ];
+    let mut text = why.to_string();
+    for (from, to) in PHRASES {
+        text = text.replace(from, to);
+    }
+    // Top-level parenthesised groups naming the kernel or a document are dropped.
+    let mut out = String::with_capacity(text.len());
+    let mut group = String::new();
+    let mut depth = 0usize;
+    for c in text.chars() {
+        match c {
+            '(' => {
+                depth += 1;
+                group.push(c);
+            }
+            ')' if depth > 0 => {
+                depth -= 1;
+                group.push(c);
+                if depth == 0 {
+                    if !names_the_kernel(&group) {
+                        out.push_str(&group);
+                    } else if out.ends_with(' ') {
+                        out.pop();
+                    }
+                    group.clear();
+                }
+            }
+            _ if depth > 0 => group.push(c),
+            _ => out.push(c),
+        }
+    }
+    out.push_str(&group);
+    out
+}
+
+/// Whether `text` names a kernel symbol (`tcp_nagle_check`, `__tcp_ack_snd_check`,
+/// `ICSK_ACK_PUSHED2`, `RTAX_QUICKACK`, `inet_csk_clone_lock`) or a source document.
+fn names_the_kernel(text: &str) -> bool {
+    text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .any(|word| {
+            word.contains("tcp_")
+                || word.starts_with("ICSK_")
+                || word.starts_with("RTAX_")
+                || word.starts_with("inet_csk")
+        })
+        || text.contains("doc 0")
+        || text.contains("docs 0")
 }
 
 #[cfg(test)]

@@ -281,12 +281,12 @@ pub fn text(r: &ProbeReport) -> String {
         };
         let _ = writeln!(
             out,
-            "confirmation: {} requests with {}: {} stalls, {} a stall slower than the quickest \
-             before, p50 {:.3} ms; {verdict}",
-            conf.requests,
+            "confirmation: {} with {}: {}, {} slower than the quickest before by a stall's \
+             time, p50 {:.3} ms; {verdict}",
+            super::counted(conf.requests as u64, "request", "requests"),
             conf.remedy.describe(),
-            conf.stalls,
-            conf.slow,
+            super::counted(conf.stalls, "stall", "stalls"),
+            super::counted(conf.slow, "request", "requests"),
             conf.p50_ms
         );
     }

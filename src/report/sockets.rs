@@ -92,18 +92,18 @@ pub(crate) fn write_table(
             )?;
         }
     }
-    for v in views.iter().filter(|v| v.can_stall == Some(true)) {
+    write_listeners(out, views, fix_pid)?;
+    for v in views
+        .iter()
+        .filter(|v| v.can_stall == Some(true) && !v.listening)
+    {
         let Some(pid) = v.pid else { continue };
         let fix = fix_pid.unwrap_or(pid);
-        let fd = or_unknown(v.fd);
-        let why = if v.listening {
-            "listening with Nagle on: every connection it accepts inherits Nagle"
-        } else {
-            "Nagle on in a request/response connection: small writes can wait for a delayed ACK"
-        };
         writeln!(
             out,
-            "can stall: pid {pid} fd {fd} {}: {why} (tcpstall fix {fix})",
+            "can stall: pid {pid} fd {} {}: Nagle on in a request/response connection: small \
+             writes can wait for a delayed ACK (tcpstall fix {fix})",
+            or_unknown(v.fd),
             v.local
         )?;
     }
@@ -215,30 +215,55 @@ pub(crate) fn write_kernel_table(
             k.packets_out
         )?;
     }
-    for v in views.iter().filter(|v| v.can_stall == Some(true)) {
+    write_listeners(out, views, fix_pid)
+}
+
+/// The listeners with Nagle on, one line per process (a server listening on several
+/// addresses is one server): those whose accepted connections inherit Nagle, with the fix;
+/// those whose server sets TCP_NODELAY after `accept()`, said to need none.
+fn write_listeners(
+    out: &mut impl Write,
+    views: &[SocketView],
+    fix_pid: Option<u32>,
+) -> io::Result<()> {
+    let mut by_pid: Vec<(u32, bool, Vec<&str>)> = Vec::new();
+    for v in views
+        .iter()
+        .filter(|v| v.listening && v.nodelay == Some(false))
+    {
         let Some(pid) = v.pid else { continue };
-        // Connections it accepted that all have TCP_NODELAY: the server sets it itself.
-        let mut accepted = views
-            .iter()
-            .filter(|c| !c.listening && c.pid == v.pid && local_port(c) == local_port(v))
-            .peekable();
-        let sets_it_itself = accepted.peek().is_some() && accepted.all(|c| c.nodelay == Some(true));
-        if v.listening && !sets_it_itself {
+        let stalls = match (v.can_stall, &v.can_stall_reason) {
+            (Some(true), _) => true,
+            (Some(false), Some(_)) => false,
+            _ => continue,
+        };
+        match by_pid
+            .iter_mut()
+            .find(|(p, s, _)| *p == pid && *s == stalls)
+        {
+            Some((_, _, addrs)) => addrs.push(&v.local),
+            None => by_pid.push((pid, stalls, vec![&v.local])),
+        }
+    }
+    for (pid, stalls, addrs) in by_pid {
+        let addrs = addrs.join(", ");
+        if stalls {
             writeln!(
                 out,
-                "can stall: pid {pid} {} listening with Nagle on: every connection it accepts \
-                 inherits Nagle (tcpstall fix {})",
-                v.local,
+                "can stall: pid {pid} listening with Nagle on ({addrs}): every connection it \
+                 accepts inherits Nagle unless the server sets TCP_NODELAY itself (tcpstall fix \
+                 {})",
                 fix_pid.unwrap_or(pid)
+            )?;
+        } else {
+            writeln!(
+                out,
+                "no fix needed: pid {pid} listening with Nagle on ({addrs}): the server sets \
+                 TCP_NODELAY after accept(), its accepted connections have it on"
             )?;
         }
     }
     Ok(())
-}
-
-/// A socket's local port, as written.
-fn local_port(v: &SocketView) -> Option<&str> {
-    v.local.rsplit_once(':').map(|(_, port)| port)
 }
 
 /// A client-side connection (its local port is none of the listeners shown) that receives
@@ -396,11 +421,17 @@ fn write_delack_checks(
     }
     writeln!(
         out,
-        "  effect: these sockets ACK what they receive within {kept} instead of {} ms or more \
-         (up to {} ms), so a peer whose small writes wait for that ACK (Nagle) waits {kept} at \
-         most",
+        "  effect: these sockets ACK what they receive after about {kept} instead of {} ms or \
+         more (up to {} ms), so a peer whose small writes wait for that ACK (Nagle) waits about \
+         {kept} plus the timer's slack, up to two jiffies (12 ms measured for 8 ms at HZ=250)",
         crate::tcp_rules::DELACK_MIN.as_millis(),
         crate::tcp_rules::DELACK_MAX.as_millis()
+    )?;
+    writeln!(
+        out,
+        "  note: the same --delack-max on a route (fix --route) sets rto_min, which caps the \
+         delayed ACK one jiffy under it: lower than here for the same value (4 ms for 5ms at \
+         HZ=250)"
     )?;
     writeln!(
         out,

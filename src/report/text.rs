@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use super::json::InputFacts;
 use super::ms;
-use crate::detect::verdict::{events_by_flow, explain, fixes, patterns, FlowSummary};
+use crate::detect::verdict::{events_by_flow, explain, fixes, FlowSummary};
 use crate::detect::{Analysis, StallKind};
 use crate::flow::{ClientGuess, MssSource, Span};
 
@@ -18,10 +18,10 @@ pub fn summary(a: &Analysis, input: &InputFacts) -> String {
     let span = a.span_ns.map(|(f, l)| l.since(f)).unwrap_or_default();
     let _ = writeln!(
         out,
-        "{} packets ({} TCP), {} flows, {:.3} s of traffic",
+        "{} packets ({} TCP), {}, {:.3} s of traffic",
         input.records.max(a.packets),
         a.packets,
-        a.flows.len(),
+        super::counted(a.flows.len() as u64, "flow", "flows"),
         span.as_secs_f64()
     );
     if input.skipped.total() > 0 {
@@ -66,8 +66,9 @@ pub fn summary(a: &Analysis, input: &InputFacts) -> String {
     if gappy > 0 {
         let _ = writeln!(
             out,
-            "note: {gappy} flows miss data in the capture (sequence gaps); stalls there may go \
-             unseen: capture on the host itself, or with a larger buffer (tcpdump -B)"
+            "note: {} data in the capture (sequence gaps); stalls there may go \
+             unseen: capture on the host itself, or with a larger buffer (tcpdump -B)",
+            super::counted(gappy as u64, "flow misses", "flows miss")
         );
     }
     let _ = write!(out, "{}", guess_notes(&a.flows));
@@ -90,25 +91,36 @@ pub fn summary(a: &Analysis, input: &InputFacts) -> String {
         .collect();
     stalled.sort_by(|x, y| y.time_lost_ns.cmp(&x.time_lost_ns).then(x.id.cmp(&y.id)));
     let with_stalls = stalled.iter().filter(|f| f.counts.stalls() > 0).count();
-    if with_stalls > 0 {
+    let paced_only = stalled.len() - with_stalls;
+    if with_stalls > 0 || paced_only > 0 {
         let lost: Span = stalled.iter().map(|f| f.time_lost_ns).sum();
         let worst = stalled
             .iter()
             .map(|f| f.worst_stall_ns)
             .max()
             .unwrap_or_default();
+        let paced = if paced_only > 0 {
+            format!(
+                ", and {} paced by ACKs",
+                super::counted(paced_only as u64, "flow", "flows")
+            )
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             out,
-            "time lost: {} in {} of {} flows; longest stall {}",
+            "time lost: {} in {with_stalls} of {} with stalls{paced}; longest stall {}",
             ms(lost),
-            with_stalls,
-            a.flows.len(),
+            super::counted(a.flows.len() as u64, "flow", "flows"),
             ms(worst)
         );
     }
     let by_flow = events_by_flow(&a.events);
-    for f in stalled.iter().take(FLOWS_SHOWN) {
+    let groups = super::groups::group(&stalled, &by_flow);
+    let mut fix_lists: Vec<(Vec<String>, String)> = Vec::new();
+    for group in groups.iter().take(FLOWS_SHOWN) {
         out.push('\n');
+        let f = group.flows[0];
         let latency = f
             .latency_us
             .map(|(p50, p99, _)| {
@@ -119,40 +131,82 @@ pub fn summary(a: &Analysis, input: &InputFacts) -> String {
                 )
             })
             .unwrap_or_default();
-        let _ = writeln!(
-            out,
-            "{}: {} requests, {}, {} lost, worst {}{latency}",
-            f.label(),
-            f.requests,
-            f.counts.reported_text(),
-            ms(f.time_lost_ns),
-            ms(f.worst_stall_ns),
-        );
-        if let Some(guessed) = flow_guesses(f) {
-            let _ = writeln!(out, "  ({guessed})");
-        }
-        let events = by_flow.get(&f.id).map(Vec::as_slice).unwrap_or_default();
-        for p in patterns(events) {
-            let _ = writeln!(out, "  {} x {}", p.count, explain(p.example));
-            for (i, fix) in fixes(p.kind, p.held_side, Some(p.example))
+        if group.flows.len() > 1 {
+            let requests: u64 = group.flows.iter().map(|f| f.requests).sum();
+            let least = group
+                .flows
                 .iter()
-                .enumerate()
-            {
+                .map(|f| f.time_lost_ns)
+                .min()
+                .unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "{} flows like this, {} to {}: {requests} requests, {} lost in all ({} to {} \
+                 each), worst {}",
+                group.flows.len(),
+                f.client.addr,
+                f.server,
+                ms(group.time_lost()),
+                ms(least),
+                ms(f.time_lost_ns),
+                ms(group
+                    .flows
+                    .iter()
+                    .map(|f| f.worst_stall_ns)
+                    .max()
+                    .unwrap_or_default()),
+            );
+            let _ = writeln!(out, "  the first: {}{latency}", f.label());
+        } else {
+            let _ = writeln!(
+                out,
+                "{}: {} requests, {}, {} lost, worst {}{latency}",
+                f.label(),
+                f.requests,
+                f.counts.reported_text(),
+                ms(f.time_lost_ns),
+                ms(f.worst_stall_ns),
+            );
+            if let Some(guessed) = flow_guesses(f) {
+                let _ = writeln!(out, "  ({guessed})");
+            }
+        }
+        for p in &group.patterns {
+            let _ = writeln!(out, "  {}", pattern_line(p));
+            let list = fixes(p.kind, p.held_side, Some(p.example));
+            // A fix list already printed is named, not repeated.
+            if let Some((_, first)) = fix_lists.iter().find(|(l, _)| *l == list) {
+                let _ = writeln!(out, "  fix: as for {first} above");
+                continue;
+            }
+            for (i, fix) in list.iter().enumerate() {
                 let lead = if i == 0 { "  fix:" } else { "      " };
                 let _ = writeln!(out, "{lead} {}. {fix}", i + 1);
             }
+            fix_lists.push((list, f.label()));
         }
     }
-    if stalled.len() > FLOWS_SHOWN {
+    if groups.len() > FLOWS_SHOWN {
+        let rest: Vec<&FlowSummary> = groups[FLOWS_SHOWN..]
+            .iter()
+            .flat_map(|g| g.flows.iter().copied())
+            .collect();
+        let stalls = rest.iter().filter(|f| f.counts.stalls() > 0).count();
         let _ = writeln!(
             out,
-            "\n... and {} more flows with stalls (--flows lists them, --json has every event)",
-            stalled.len() - FLOWS_SHOWN
+            "\n... and {} more: {stalls} with stalls, {} paced by ACKs (--flows lists them, --json \
+             has every event)",
+            super::counted(rest.len() as u64, "flow", "flows"),
+            rest.len() - stalls
         );
     }
     let clean = a.flows.len() - stalled.len();
     if clean > 0 {
-        let _ = writeln!(out, "\n{clean} flows without stalls");
+        let _ = writeln!(
+            out,
+            "\n{} without stalls",
+            super::counted(clean as u64, "flow", "flows")
+        );
     }
     out
 }
@@ -190,7 +244,8 @@ fn guess_notes(flows: &[FlowSummary]) -> String {
     ] {
         let n = flows.iter().filter(|f| f.client_guess == guess).count();
         if n > 0 {
-            let _ = writeln!(out, "note: {n} flows: {}", guess.describe());
+            let flows = super::counted(n as u64, "flow", "flows");
+            let _ = writeln!(out, "note: {flows}: {}", guess.describe());
         }
     }
     let assumed = flows
@@ -200,9 +255,10 @@ fn guess_notes(flows: &[FlowSummary]) -> String {
     if assumed > 0 {
         let _ = writeln!(
             out,
-            "note: {assumed} flows without a SYN carrying the MSS: MSS assumed (Ethernet's, \
+            "note: {} without a SYN carrying the MSS: MSS assumed (Ethernet's, \
              loopback's, or the largest segment seen); a write at or above it is not taken for \
-             a small one"
+             a small one",
+            super::counted(assumed as u64, "flow", "flows")
         );
     }
     out
@@ -303,4 +359,20 @@ fn undecided_claims(a: &Analysis, input: &InputFacts) -> String {
         );
     }
     out
+}
+
+/// A pattern's line: how many times, then the explanation; where the waits differ, their range
+/// first, the explanation's figure being the last one's.
+fn pattern_line(p: &super::groups::GroupPattern<'_>) -> String {
+    let times = super::counted(p.count, "time", "times");
+    if p.count > 1 && p.longest.as_nanos() - p.shortest.as_nanos() >= 100_000 {
+        format!(
+            "{times}, waits {} to {}; the last: {}",
+            ms(p.shortest),
+            ms(p.longest),
+            explain(p.example)
+        )
+    } else {
+        format!("{times}: {}", explain(p.example))
+    }
 }

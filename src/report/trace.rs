@@ -119,10 +119,11 @@ pub(crate) fn write_text(report: &TraceReport, out: &mut impl Write) -> io::Resu
         .filter(|r| r.socket.write_write_read > 0)
     {
         let s = &r.socket;
-        let nodelay = if s.nodelay_ever_set {
-            "TCP_NODELAY was set at some point, off during these writes"
-        } else {
-            "Nagle on, TCP_NODELAY never set"
+        let nodelay = match (s.nodelay_ever_set, report.command.is_some()) {
+            (true, _) => "TCP_NODELAY was set at some point, off during these writes",
+            (false, true) => "Nagle on, TCP_NODELAY never set",
+            // Attached to a running process: what it did before is unseen.
+            (false, false) => "Nagle on, TCP_NODELAY not set while traced",
         };
         writeln!(out, "write-write-read: {} ({nodelay})", label(s))?;
         let long = LONG_WAIT.as_millis();
@@ -132,8 +133,9 @@ pub(crate) fn write_text(report: &TraceReport, out: &mut impl Write) -> io::Resu
         };
         writeln!(
             out,
-            "  {} times ({} with the last write kept back {long} ms or more by Nagle{unmeasured})",
-            s.write_write_read, s.waits_over_30ms,
+            "  {} ({} with the last write kept back {long} ms or more by Nagle{unmeasured})",
+            super::counted(s.write_write_read, "time", "times"),
+            s.waits_over_30ms,
         )?;
         if let Some(idle) = s.longest_idle_wait_ms {
             writeln!(

@@ -69,6 +69,8 @@ pub struct RouteRequest {
     pub dry_run: bool,
     /// JSON on standard output.
     pub json: bool,
+    /// The default route may be changed (`--default-route`).
+    pub default_route: bool,
 }
 
 /// What `fix --route --json` prints.
@@ -104,6 +106,9 @@ pub struct RouteFixReport {
     pub open_connections: String,
     /// The file that keeps the route as it was, for `--undo`.
     pub state_file: String,
+    /// The route found is the default route (DEST has no route of its own): changing it
+    /// changes every connection that leaves by it.
+    pub default_route: bool,
 }
 
 /// Runs `tcpstall fix --route`.
@@ -125,7 +130,17 @@ pub fn run(request: &RouteRequest) -> anyhow::Result<Outcome> {
     }
     .context("cannot read the network namespace's inode, which names the state file")?;
     let state_path = state::path_for(netns_inode, &current);
-    let kept = state::load(&state_path)?;
+    let default_route = rtnetlink::is_default(&current);
+    // A real change needs CAP_NET_ADMIN: refused before anything is read or asked. A dry run
+    // needs nothing, and reads the record only to show what --undo would put back.
+    let changes = !request.dry_run;
+    if changes {
+        require_capability(CAP_NET_ADMIN, "CAP_NET_ADMIN", "change a route")?;
+    }
+    let kept = match (request.change, changes) {
+        (RouteChange::Undo, _) | (_, true) => state::load(&state_path)?,
+        (_, false) => None,
+    };
 
     let facts = KernelFacts::read();
     let (target, rto_min_ms, delack_cap_us) = match request.change {
@@ -171,6 +186,7 @@ pub fn run(request: &RouteRequest) -> anyhow::Result<Outcome> {
         costs: costs(request.change, rto_min_ms, delack_cap_us),
         open_connections: OPEN_CONNECTIONS.to_string(),
         state_file: state_path.display().to_string(),
+        default_route,
     };
     if let (RouteChange::Undo, Some(kept)) = (request.change, &kept) {
         let applied = kept
@@ -200,8 +216,28 @@ pub fn run(request: &RouteRequest) -> anyhow::Result<Outcome> {
             .with_context(|| format!("cannot remove {}", state_path.display()))?;
     }
     if !unchanged && !request.dry_run {
-        require_capability(CAP_NET_ADMIN, "CAP_NET_ADMIN", "change a route")?;
-        let question = format!("change the route {}?", report.route_before);
+        if default_route
+            && request.yes
+            && !request.default_route
+            && request.change != RouteChange::Undo
+        {
+            bail!(
+                "{} has no route of its own: the route found is the default route ({}), and \
+                 changing it changes every connection that leaves by it; add --default-route \
+                 to confirm, or add a route for {} and fix that one",
+                request.dest,
+                report.route_before,
+                request.dest
+            );
+        }
+        let question = if default_route {
+            format!(
+                "change the DEFAULT route {} (every connection leaving by it)?",
+                report.route_before
+            )
+        } else {
+            format!("change the route {}?", report.route_before)
+        };
         if !request.yes && !crate::process::fix::confirm("the route", &question)? {
             eprintln!("tcpstall: nothing changed");
         } else {
@@ -470,14 +506,28 @@ fn write_plan(out: &mut impl Write, report: &RouteFixReport) -> std::io::Result<
         writeln!(out, "cost: {cost}")?;
     }
     writeln!(out, "open connections: {}", report.open_connections)?;
-    if report.change == "undo" {
+    if report.default_route && report.change != "undo" {
         writeln!(
+            out,
+            "default route: {} has no route of its own, so this changes the default route, for \
+             every connection that leaves by it (confirm with --default-route, or add a route \
+             for {} and fix that one)",
+            report.dest, report.dest
+        )?;
+    }
+    match (report.change == "undo", report.dry_run) {
+        (true, _) => writeln!(
             out,
             "record: {} (removed once the route is back)",
             report.state_file
-        )?;
-    } else {
-        writeln!(out, "kept for --undo in {}", report.state_file)?;
+        )?,
+        (false, false) => writeln!(out, "kept for --undo in {}", report.state_file)?,
+        (false, true) => writeln!(
+            out,
+            "dry run: nothing changed, nothing written (a change keeps the route as it was in \
+             {} for --undo)",
+            report.state_file
+        )?,
     }
     Ok(())
 }

@@ -288,6 +288,12 @@ pub fn priority(route: &RouteMessage) -> u32 {
     .unwrap_or(0)
 }
 
+/// Whether the route is a default route (prefix length 0): it carries whatever has no route
+/// of its own.
+pub fn is_default(route: &RouteMessage) -> bool {
+    route.header.destination_prefix_length == 0
+}
+
 /// The route's destination prefix (`default` when it has none), as `ip route` writes it.
 pub fn destination(route: &RouteMessage) -> String {
     let len = route.header.destination_prefix_length;

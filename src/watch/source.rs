@@ -40,7 +40,8 @@ pub enum SourceError {
     /// Capturing needs CAP_NET_RAW.
     #[error(
         "cannot capture on `{interface}`: live capture needs CAP_NET_RAW: run as root, or give \
-         the binary the capability (`setcap cap_net_raw,cap_net_admin+eip $(which tcpstall)`)"
+         the binary the capability (`setcap cap_net_raw+ep $(command -v tcpstall)`; `-i nflog:N` \
+         needs CAP_NET_ADMIN besides)"
     )]
     NoCapNetRaw {
         /// The interface asked for.

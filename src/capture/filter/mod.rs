@@ -78,9 +78,8 @@ pub enum FilterError {
     },
     /// Beyond the built-in compiler, and libpcap is not on this host.
     #[error(
-        "capture filter `{filter}` needs libpcap, which this host does not have ({reason}): \
-         install it (`apt install libpcap0.8`, `dnf install libpcap`, `apk add libpcap`), or \
-         write the filter with what tcpstall compiles itself: {BUILTIN_SYNTAX}"
+        "capture filter `{filter}` needs libpcap, which is not in use here ({reason}), or \
+         the filter written with what tcpstall compiles itself: {BUILTIN_SYNTAX}"
     )]
     NeedsLibpcap {
         /// The filter as given.
@@ -119,8 +118,21 @@ pub fn effective_filter(user: &str) -> String {
 /// program keeps the first `keep` bytes of a matching packet.
 pub fn compile(user: &str, framing: Framing, keep: u32) -> Result<CompiledFilter, FilterError> {
     let skip_libpcap = std::env::var_os("TCPSTALL_NO_LIBPCAP").is_some_and(|v| v != "0");
-    compile_with(user, framing, keep, !skip_libpcap)
+    compile_with(user, framing, keep, !skip_libpcap).map_err(|err| match err {
+        FilterError::NeedsLibpcap { filter, reason } if skip_libpcap => FilterError::NeedsLibpcap {
+            filter,
+            reason: reason.replace(
+                LIBPCAP_NOT_USED,
+                "libpcap was turned off by TCPSTALL_NO_LIBPCAP: unset it to let libpcap compile \
+                 the filter",
+            ),
+        },
+        err => err,
+    })
 }
+
+/// Why libpcap did not compile a filter when it was not asked to.
+const LIBPCAP_NOT_USED: &str = "libpcap not used";
 
 /// [`compile`], with libpcap tried first only when `use_libpcap`.
 fn compile_with(
@@ -138,7 +150,7 @@ fn compile_with(
         .any(|w| w == "vlan");
     let use_libpcap = use_libpcap && !(vlan && expr::parse(&full).is_ok());
     let missing = if !use_libpcap {
-        "libpcap not used".to_string()
+        LIBPCAP_NOT_USED.to_string()
     } else {
         let snaplen = i32::try_from(keep).unwrap_or(i32::MAX);
         match libpcap::compile(&full, framing.dlt(), snaplen) {
@@ -156,7 +168,10 @@ fn compile_with(
                     reason,
                 })
             }
-            Err(libpcap::LibpcapError::Missing(reason)) => reason,
+            Err(libpcap::LibpcapError::Missing(reason)) => format!(
+                "{reason}: install it (`apt install libpcap0.8`, `dnf install libpcap`, `apk add \
+                 libpcap`)"
+            ),
         }
     };
     if framing.is_wireless() {

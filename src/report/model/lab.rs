@@ -28,6 +28,9 @@ pub(crate) struct LabReport {
     /// The emulated path of `--rtt`, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub path: Option<PathReport>,
+    /// Set when a signal ended the run: the rows above are those finished before it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<crate::lab::interrupt::Interrupted>,
 }
 
 /// The emulated path a run used.

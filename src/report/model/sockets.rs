@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::sockopt;
 
 /// A process holding a socket, and the socket's fd there.
-#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct Holder {
     /// The process.
     pub pid: u32,
@@ -78,6 +78,9 @@ pub struct SocketView {
     /// The socket can meet a Nagle × delayed-ACK stall: Nagle on, not corked, and either
     /// request/response traffic so far or a listener whose accepted sockets inherit Nagle.
     pub can_stall: Option<bool>,
+    /// Why `can_stall` is false for a socket with Nagle on: a listener whose accepted
+    /// connections all have TCP_NODELAY (the server sets it after `accept()`); null otherwise.
+    pub can_stall_reason: Option<String>,
     /// Caught in the act: bytes written but not sent while a segment is unacknowledged, on a
     /// socket with Nagle on and no cork, i.e. `tcp_nagle_check` is holding data until an ACK.
     pub held_now: Option<bool>,

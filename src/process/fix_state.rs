@@ -1,0 +1,124 @@
+//! What `fix PID` changed, kept so that `fix PID --undo` puts it back, as `fix --route` keeps
+//! routes (route/state.rs): one JSON file per process under [`state_dir`], named by its pid
+//! and start time (a pid taken again by another process is not mistaken for it), holding each
+//! changed socket with its option as it was before tcpstall's first change. /run is emptied
+//! at boot, when the processes are gone too.
+
+use std::fs;
+use std::io;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+
+use super::procfs;
+use crate::report::model::sockets::Holder;
+
+/// Where root's records live; other users keep theirs under `$XDG_RUNTIME_DIR/tcpstall/fixes`.
+pub const STATE_DIR: &str = "/run/tcpstall/fixes";
+
+/// One process's changed sockets.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FixState {
+    /// The process `fix` was given.
+    pub pid: u32,
+    /// Its start time (field 22 of /proc/PID/stat, clock ticks since boot).
+    pub start_time: u64,
+    /// The sockets changed, each once, with the option as it was before the first change.
+    pub sockets: Vec<ChangedSocket>,
+}
+
+/// One socket `fix` changed.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ChangedSocket {
+    /// Socket inode: the socket itself, whichever fd holds it.
+    pub inode: u64,
+    /// Its holders when it was changed (`pid`, `fd`).
+    pub holders: Vec<Holder>,
+    /// Local address, for the report.
+    pub local: String,
+    /// TCP_NODELAY before, when `fix` switched it on.
+    pub nodelay_before: Option<bool>,
+    /// TCP_DELACK_MAX_US before (µs), when `fix --delack-max` set it.
+    pub delack_max_us_before: Option<u32>,
+}
+
+/// The directory of the records: /run/tcpstall/fixes for root, else the user's runtime
+/// directory; `None` when a user has none.
+pub fn state_dir() -> Option<PathBuf> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        return Some(PathBuf::from(STATE_DIR));
+    }
+    std::env::var_os("XDG_RUNTIME_DIR")
+        .filter(|d| !d.is_empty())
+        .map(|d| PathBuf::from(d).join("tcpstall/fixes"))
+}
+
+/// The record of `pid` as it runs now; `None` when its start time cannot be read.
+pub fn path_for(pid: u32) -> Option<PathBuf> {
+    let start = start_time(pid)?;
+    Some(state_dir()?.join(format!("pid{pid}-start{start}.json")))
+}
+
+/// A process's start time in clock ticks since boot (`/proc/PID/stat`, field 22).
+pub fn start_time(pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command (field 2) is in parentheses and may hold spaces: count after its end.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// The record at `path`, `None` when there is none.
+pub fn load(path: &PathBuf) -> anyhow::Result<Option<FixState>> {
+    match fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .with_context(|| format!("{} is not a tcpstall fix record", path.display())),
+        Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(err) => Err(err).with_context(|| format!("cannot read {}", path.display())),
+    }
+}
+
+/// Adds `changed` to the record at `path` (made if missing, mode 0700 directory), keeping the
+/// first "before" of a socket already recorded; written through a temporary file renamed over
+/// it.
+pub fn record(path: &PathBuf, pid: u32, changed: Vec<ChangedSocket>) -> anyhow::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    let mut state = load(path)?.unwrap_or(FixState {
+        pid,
+        start_time: start_time(pid).unwrap_or_default(),
+        sockets: Vec::new(),
+    });
+    for socket in changed {
+        match state.sockets.iter_mut().find(|s| s.inode == socket.inode) {
+            Some(kept) => {
+                kept.nodelay_before = kept.nodelay_before.or(socket.nodelay_before);
+                kept.delack_max_us_before =
+                    kept.delack_max_us_before.or(socket.delack_max_us_before);
+            }
+            None => state.sockets.push(socket),
+        }
+    }
+    if let Some(dir) = path.parent() {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .with_context(|| {
+                format!(
+                    "cannot create {} to keep the change for --undo",
+                    dir.display()
+                )
+            })?;
+    }
+    let temporary = path.with_extension("json.new");
+    fs::write(&temporary, serde_json::to_vec_pretty(&state)?)
+        .and_then(|()| fs::rename(&temporary, path))
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// Whether `pid` still runs as the process recorded (same start time).
+pub fn same_process(state: &FixState) -> bool {
+    procfs::process_exists(state.pid) && start_time(state.pid) == Some(state.start_time)
+}
