@@ -40,6 +40,8 @@ pub struct Metrics {
     interface_dropped: IntCounter,
     active_flows: IntGauge,
     flows_ended: IntCounter,
+    printer_backlog: IntGauge,
+    unprinted: IntCounter,
     /// `watch --kernel`'s holds: started, short (by how short), ended without their ACK.
     kernel_holds: IntCounter,
     kernel_short_holds: IntCounterVec,
@@ -160,6 +162,15 @@ impl Metrics {
                 "flows_ended_total",
                 "TCP flows retired: closed, or idle past the timeout",
             )?,
+            printer_backlog: IntGauge::new(
+                "printer_backlog",
+                "Stalls waiting to be printed (their processes being named)",
+            )?,
+            unprinted: counter(
+                "stalls_unprinted_total",
+                "Stalls counted but not printed: the printer was 4096 behind (the capture never \
+                 waits for it)",
+            )?,
             stalls,
             delay,
             registry,
@@ -175,10 +186,12 @@ impl Metrics {
             &metrics.kernel_dropped,
             &metrics.interface_dropped,
             &metrics.flows_ended,
+            &metrics.unprinted,
         ] {
             r.register(Box::new(c.clone()))?;
         }
         r.register(Box::new(metrics.active_flows.clone()))?;
+        r.register(Box::new(metrics.printer_backlog.clone()))?;
         r.register(Box::new(metrics.kernel_holds.clone()))?;
         r.register(Box::new(metrics.kernel_short_holds.clone()))?;
         r.register(Box::new(metrics.kernel_holds_ended.clone()))?;
@@ -218,6 +231,14 @@ impl Metrics {
         advance(3, &self.interface_dropped, totals.interface_dropped);
         self.active_flows
             .set(i64::try_from(totals.active_flows).unwrap_or(i64::MAX));
+    }
+
+    /// The printer's backlog now and the stalls left unprinted so far.
+    pub fn printer(&self, backlog: usize, unprinted: u64) {
+        self.printer_backlog
+            .set(i64::try_from(backlog).unwrap_or(i64::MAX));
+        self.unprinted
+            .inc_by(unprinted.saturating_sub(self.unprinted.get()));
     }
 
     /// Brings `watch --kernel`'s hold counters to `totals`.
