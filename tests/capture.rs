@@ -727,3 +727,82 @@ fn compressed_captures_read_as_they_are() {
         );
     }
 }
+
+/// Reads `path`'s packets, with its warnings, or its error.
+fn read_path(path: &Path) -> (Result<CaptureStats, String>, Vec<CaptureWarning>) {
+    let input = match open_input(path) {
+        Ok(input) => input,
+        Err(e) => return (Err(e.to_string()), Vec::new()),
+    };
+    let (result, _, warnings) = read_all(input);
+    (result.map_err(|e| e.to_string()), warnings)
+}
+
+/// Compressed copies of a real capture, damaged the ways a killed tcpdump or a cut copy
+/// damages them, read as far as they decompress with a warning naming the cut; where tshark
+/// reads the same file, the packet counts agree.
+#[test]
+fn damaged_compressed_captures_read_as_far_as_they_go() {
+    use std::io::Write;
+    let source = fixture("multi-interface.pcapng");
+    let plain = fs::read(&source).expect("fixture");
+    let (whole, warnings) = read_path(&source);
+    let whole = whole.expect("the fixture reads").packets;
+    assert!(warnings.is_empty() && whole > 10);
+    let dir = tempfile::tempdir().expect("temp dir");
+
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(&plain).expect("gzip");
+    let gzip = gz.finish().expect("gzip");
+    // Flushed every 2 KiB, as a compressor fed by `tcpdump -U -w -` flushes: the fixture is
+    // smaller than one block otherwise, and half a block decompresses to nothing.
+    let mut zs = zstd::stream::write::Encoder::new(Vec::new(), 3).expect("zstd");
+    let mut lz = lz4_flex::frame::FrameEncoder::new(Vec::new());
+    for chunk in plain.chunks(2048) {
+        zs.write_all(chunk).expect("zstd");
+        zs.flush().expect("zstd");
+        lz.write_all(chunk).expect("lz4");
+        lz.flush().expect("lz4");
+    }
+    let zst = zs.finish().expect("zstd");
+    let lz4 = lz.finish().expect("lz4");
+
+    let mut trailing = gzip.clone();
+    trailing.extend_from_slice(b"\0\0garbage after the stream");
+    let cases: Vec<(&str, Vec<u8>, bool)> = vec![
+        ("half.pcapng.gz", gzip[..gzip.len() / 2].to_vec(), true),
+        ("no-size.pcapng.gz", gzip[..gzip.len() - 4].to_vec(), false),
+        ("trailing.pcapng.gz", trailing, false),
+        ("half.pcapng.zst", zst[..zst.len() / 2].to_vec(), true),
+        ("half.pcapng.lz4", lz4[..lz4.len() / 2].to_vec(), true),
+    ];
+    for (name, bytes, cut_inside) in cases {
+        let path = dir.path().join(name);
+        fs::write(&path, &bytes).expect("write");
+        let (result, warnings) = read_path(&path);
+        let stats = result.unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(stats.packets > 0, "{name}: nothing read");
+        if cut_inside {
+            assert!(stats.packets < whole, "{name}: {} packets", stats.packets);
+        } else {
+            assert_eq!(
+                stats.packets, whole,
+                "{name}: every packet is before the damage"
+            );
+        }
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.message.contains("stream is cut or damaged")),
+            "{name}: no warning names the cut: {warnings:?}"
+        );
+        // tshark reads gzip; its zstd and LZ4 support depends on how it was built.
+        if name.ends_with(".gz") {
+            assert_eq!(
+                stats.packets,
+                tshark_packet_count(&path),
+                "{name}: tshark reads another count"
+            );
+        }
+    }
+}

@@ -164,6 +164,8 @@ struct InputBuffer<R> {
     at_eof: bool,
     /// Bytes consumed before `start`, for offsets in messages.
     consumed: u64,
+    /// Where a damaged compressed stream ended the data, in words.
+    cut: Option<String>,
 }
 
 impl<R: Read> InputBuffer<R> {
@@ -175,6 +177,7 @@ impl<R: Read> InputBuffer<R> {
             end: 0,
             at_eof: false,
             consumed: 0,
+            cut: None,
         }
     }
 
@@ -217,6 +220,11 @@ impl<R: Read> InputBuffer<R> {
                 Ok(0) => self.at_eof = true,
                 Ok(read) => self.end += read,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // A damaged compressed stream: its data ends here, as a cut file's does.
+                Err(e) if super::compressed::is_cut(&e) => {
+                    self.at_eof = true;
+                    self.cut = Some(e.to_string());
+                }
                 Err(error) => return Err(CaptureError::Read { error }),
             }
         }
@@ -363,6 +371,17 @@ impl<R: Read> FrameReader<R> {
         };
         let Some(found) = found else {
             self.done = true;
+            if let Some(cut) = self.input.cut.take() {
+                match self.packets == self.skipped {
+                    true => {
+                        self.fatal.get_or_insert(cut);
+                    }
+                    false => on_warning(&CaptureWarning {
+                        packet_number: self.packets + 1,
+                        message: format!("truncated capture: {cut}; {READ_BEFORE}"),
+                    }),
+                }
+            }
             if let Some(reason) = self.fatal.take() {
                 return Err(CaptureError::NothingReadable { reason });
             }

@@ -42,6 +42,57 @@ pub(crate) fn tcp_sockets(wanted: &HashSet<u64>) -> io::Result<HashMap<u64, TcpE
     Ok(found)
 }
 
+/// The one TCP socket at `local` talking to `remote`, by an exact lookup in the kernel
+/// (`inet_diag_find_one_icsk`: the established table, then the listeners, so a connection gone
+/// since finds its server's listening socket; a TIME_WAIT one is returned with inode 0).
+/// `Ok(None)`: no such socket. The cost does not grow with the number of sockets on the host.
+pub(crate) fn socket_at(local: SocketAddr, remote: SocketAddr) -> io::Result<Option<TcpEntry>> {
+    let (local, remote) = (unmapped(local), unmapped(remote));
+    let (family, mut id) = match (local, remote) {
+        (SocketAddr::V4(_), SocketAddr::V4(_)) => (AF_INET, SocketId::new_v4()),
+        (SocketAddr::V6(_), SocketAddr::V6(_)) => (AF_INET6, SocketId::new_v6()),
+        _ => return Ok(None),
+    };
+    id.source_address = local.ip();
+    id.source_port = local.port();
+    id.destination_address = remote.ip();
+    id.destination_port = remote.port();
+    // INET_DIAG_NOCOOKIE: any socket with that tuple.
+    id.cookie = [0xff; 8];
+    let socket = Socket::new(NETLINK_SOCK_DIAG)?;
+    let mut header = NetlinkHeader::default();
+    header.flags = NLM_F_REQUEST;
+    let mut request = NetlinkMessage::new(
+        header,
+        SockDiagMessage::InetRequest(InetRequest {
+            family,
+            protocol: IPPROTO_TCP,
+            extensions: ExtensionFlags::empty(),
+            states: StateFlags::all(),
+            socket_id: id,
+        })
+        .into(),
+    );
+    request.finalize();
+    let mut buf = vec![0u8; request.buffer_len()];
+    request.serialize(&mut buf);
+    socket.send_to(&buf, &NetlinkAddr::new(0, 0), 0)?;
+    let (datagram, _) = socket.recv_from_full()?;
+    let message = NetlinkMessage::<SockDiagMessage>::deserialize(&datagram)
+        .map_err(|err| io::Error::new(io::ErrorKind::InvalidData, format!("sock_diag: {err}")))?;
+    match message.payload {
+        NetlinkPayload::InnerMessage(SockDiagMessage::InetResponse(response)) => {
+            Ok(entry_of(&response.header))
+        }
+        NetlinkPayload::Error(err) if err.raw_code() == -libc::ENOENT => Ok(None),
+        NetlinkPayload::Error(err) => Err(io::Error::from_raw_os_error(-err.raw_code())),
+        _ => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "sock_diag: an unexpected answer to a socket lookup",
+        )),
+    }
+}
+
 /// A listening TCP socket and its accept queue, as `inet_diag` reports it
 /// (`tcp_diag_get_info`: for a listener, `idiag_rqueue` is `sk_ack_backlog`, `idiag_wqueue`
 /// `sk_max_ack_backlog`).
@@ -171,6 +222,29 @@ mod tests {
 
     fn inode_of(fd: std::os::fd::BorrowedFd<'_>) -> u64 {
         nix::sys::stat::fstat(fd).expect("fstat").st_ino
+    }
+
+    #[test]
+    fn an_exact_lookup_finds_the_connection_then_its_listener() {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let server = listener.local_addr().expect("addr");
+        let client = TcpStream::connect(server).expect("connect");
+        let (accepted, _) = listener.accept().expect("accept");
+        let peer = client.local_addr().expect("addr");
+        let found = socket_at(server, peer).expect("sock_diag").expect("found");
+        assert_eq!(found.inode, inode_of(accepted.as_fd()));
+        assert_eq!(found.state, TcpState::Established);
+        let found = socket_at(peer, server).expect("sock_diag").expect("found");
+        assert_eq!(found.inode, inode_of(client.as_fd()));
+        // Closed from the client first: the server's side is gone once both closed, and the
+        // lookup falls to the listener.
+        drop(client);
+        drop(accepted);
+        let found = socket_at(server, peer).expect("sock_diag").expect("found");
+        assert_eq!(found.state, TcpState::Listen);
+        assert_eq!(found.inode, inode_of(listener.as_fd()));
+        let nobody: SocketAddr = "127.0.0.1:1".parse().expect("addr");
+        assert!(socket_at(nobody, peer).expect("sock_diag").is_none());
     }
 
     #[test]

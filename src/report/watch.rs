@@ -3,7 +3,7 @@
 //!
 //! JSON events carry the keys of `analyze`'s events (written by the same
 //! [`super::json::write_event`]) plus `pid`, `command`, `fd`, `owner_side`, `owner_listening`,
-//! `owner_hidden`, `nodelay`, `cork`, `cork_confirmed` and `fix`; the summary is one line `{"summary":{...}}`.
+//! `owner_hidden`, `owner_deferred`, `nodelay`, `cork`, `cork_confirmed` and `fix`; the summary is one line `{"summary":{...}}`.
 
 use std::fmt::Write as _;
 use std::io;
@@ -128,6 +128,13 @@ pub fn event_text(event: &StallEvent, found: Result<&Owner, &NoOwner>) -> String
                 out,
                 "  process: a socket of this host, held by a process tcpstall may not inspect \
                  (another user's; run as root or with CAP_SYS_PTRACE)"
+            );
+        }
+        None if found == Err(&NoOwner::Deferred) => {
+            let _ = writeln!(
+                out,
+                "  process: not searched yet (its socket is new and the processes were read \
+                 under a second ago; the flow's next stall names it)"
             );
         }
         None => {
@@ -293,6 +300,8 @@ pub fn write_event_json(
         owner_side: Option<&'static str>,
         owner_listening: Option<bool>,
         owner_hidden: bool,
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        owner_deferred: bool,
         nodelay: Option<bool>,
         cork: Option<bool>,
         cork_confirmed: Option<bool>,
@@ -309,6 +318,7 @@ pub fn write_event_json(
         owner_side: owner.map(|o| o.side.name()),
         owner_listening: owner.map(|o| o.listener),
         owner_hidden: found == Err(&NoOwner::Hidden),
+        owner_deferred: found == Err(&NoOwner::Deferred),
         nodelay: owner.and_then(|o| o.nodelay),
         cork: owner.and_then(|o| o.cork),
         cork_confirmed: cork_confirmed(event, owner),

@@ -446,7 +446,8 @@ pub(super) fn watch(
     let deadline = args
         .duration
         .map(|d| started + Duration::from_secs_f64(d.min(1e9)));
-    let (tx, printer) = printer::spawn(args.json, metrics.owner_stalls())?;
+    let (mut tx, printer) = printer::spawn(args.json, metrics.owner_stalls())?;
+    let mut unprinted = 0;
     let mut summary = WatchSummary {
         interface: "kernel".into(),
         ..WatchSummary::default()
@@ -482,7 +483,7 @@ pub(super) fn watch(
                         hold.release.name(),
                         args.json,
                     );
-                    printer_gone |= tx.send(ToPrinter::Line(line)).is_err();
+                    printer_gone |= tx.line(line).is_err();
                 }
                 continue;
             }
@@ -502,10 +503,12 @@ pub(super) fn watch(
             sockets.insert(hold.socket, Instant::now());
             // The writer is searched first among the processes holding the socket.
             printer_gone |= tx
-                .send(ToPrinter::Writer(hold.pid, hold.command.clone()))
+                .stall(
+                    event,
+                    Some((hold.pid, hold.command.clone())),
+                    Some(hold.release.name()),
+                )
                 .is_err();
-            printer_gone |= tx.send(ToPrinter::Release(hold.release.name())).is_err();
-            printer_gone |= tx.send(ToPrinter::Stall(Box::new(event))).is_err();
         }
         if last_tick.elapsed() >= TICK || done {
             last_tick = Instant::now();
@@ -521,6 +524,9 @@ pub(super) fn watch(
             if !idle.is_empty() {
                 printer_gone |= tx.send(ToPrinter::Retired(idle)).is_err();
             }
+            printer::say_backlog(&tx, unprinted);
+            unprinted = tx.unprinted();
+            metrics.printer(tx.backlog(), unprinted);
             let k = source.counts();
             summary.drops.dropped = k.ring_full;
             metrics.update(Totals {

@@ -2,11 +2,11 @@
 //! exposition format, through the `prometheus` crate), served by a small HTTP handler on a std
 //! listener bound only where the user said.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use prometheus::{
@@ -34,8 +34,15 @@ const DELAY_BUCKETS: [f64; 12] = [
     0.01, 0.02, 0.035, 0.045, 0.05, 0.1, 0.15, 0.2, 0.25, 0.5, 1.0, 2.0,
 ];
 
-/// How long a scraper may take to send its request.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a scraper may take to send its whole request (not each read: a byte every few
+/// seconds does not keep a connection open).
+const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
+
+/// The most a request line and its headers may take; a longer request is closed unanswered.
+const MAX_REQUEST: usize = 8192;
+
+/// Connections answered at once; more are closed at once (a scraper retries).
+const MAX_CONNECTIONS: usize = 16;
 
 /// Every metric of a run. Updating is lock-free (atomics); the registry is gathered by the
 /// HTTP thread when scraped.
@@ -50,6 +57,8 @@ pub struct Metrics {
     interface_dropped: IntCounter,
     active_flows: IntGauge,
     flows_ended: IntCounter,
+    printer_backlog: IntGauge,
+    unprinted: IntCounter,
     /// `watch --kernel`'s holds: started, short (by how short), ended without their ACK.
     kernel_holds: IntCounter,
     kernel_short_holds: IntCounterVec,
@@ -198,6 +207,15 @@ impl Metrics {
                 "flows_ended_total",
                 "TCP flows retired: closed, or idle past the timeout",
             )?,
+            printer_backlog: IntGauge::new(
+                "printer_backlog",
+                "Stalls waiting to be printed (their processes being named)",
+            )?,
+            unprinted: counter(
+                "stalls_unprinted_total",
+                "Stalls counted but not printed: the printer was 4096 behind (the capture never \
+                 waits for it)",
+            )?,
             stalls,
             delay,
             registry,
@@ -215,10 +233,12 @@ impl Metrics {
             &metrics.kernel_dropped,
             &metrics.interface_dropped,
             &metrics.flows_ended,
+            &metrics.unprinted,
         ] {
             r.register(Box::new(c.clone()))?;
         }
         r.register(Box::new(metrics.active_flows.clone()))?;
+        r.register(Box::new(metrics.printer_backlog.clone()))?;
         r.register(Box::new(metrics.kernel_holds.clone()))?;
         r.register(Box::new(metrics.kernel_short_holds.clone()))?;
         r.register(Box::new(metrics.kernel_holds_ended.clone()))?;
@@ -270,6 +290,14 @@ impl Metrics {
         advance(3, &self.interface_dropped, totals.interface_dropped);
         self.active_flows
             .set(i64::try_from(totals.active_flows).unwrap_or(i64::MAX));
+    }
+
+    /// The printer's backlog now and the stalls left unprinted so far.
+    pub fn printer(&self, backlog: usize, unprinted: u64) {
+        self.printer_backlog
+            .set(i64::try_from(backlog).unwrap_or(i64::MAX));
+        self.unprinted
+            .inc_by(unprinted.saturating_sub(self.unprinted.get()));
     }
 
     /// Brings `watch --kernel`'s hold counters to `totals`.
@@ -358,10 +386,24 @@ pub fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> anyhow::Result<SocketAd
     std::thread::Builder::new()
         .name("metrics".into())
         .spawn(move || {
+            let busy = Arc::new(AtomicUsize::new(0));
             for stream in listener.incoming().flatten() {
-                // One scraper at a time is what Prometheus does; a failed answer is the
-                // scraper's to retry.
-                let _ = answer(stream, &metrics);
+                // Each connection on its own thread, so that a slow or silent client does not
+                // hold up a scrape; a failed answer is the scraper's to retry.
+                if busy.fetch_add(1, Ordering::Relaxed) >= MAX_CONNECTIONS {
+                    busy.fetch_sub(1, Ordering::Relaxed);
+                    continue;
+                }
+                let (metrics, done) = (Arc::clone(&metrics), Arc::clone(&busy));
+                let spawned = std::thread::Builder::new()
+                    .name("metrics-conn".into())
+                    .spawn(move || {
+                        let _ = answer(stream, &metrics);
+                        done.fetch_sub(1, Ordering::Relaxed);
+                    });
+                if spawned.is_err() {
+                    busy.fetch_sub(1, Ordering::Relaxed);
+                }
             }
         })
         .context("cannot start the metrics thread")?;
@@ -369,19 +411,12 @@ pub fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> anyhow::Result<SocketAd
 }
 
 /// Reads one HTTP request and answers it: the exposition for `GET /metrics`, 404 elsewhere.
-fn answer(stream: TcpStream, metrics: &Metrics) -> std::io::Result<()> {
-    stream.set_read_timeout(Some(REQUEST_TIMEOUT))?;
-    let mut reader = BufReader::new(stream.try_clone()?);
-    let mut request_line = String::new();
-    reader.read_line(&mut request_line)?;
-    // The headers end at the first empty line; none of them matters here.
-    let mut line = String::new();
-    loop {
-        line.clear();
-        if reader.read_line(&mut line)? == 0 || line.trim_end().is_empty() {
-            break;
-        }
-    }
+fn answer(mut stream: TcpStream, metrics: &Metrics) -> std::io::Result<()> {
+    let Some(head) = read_head(&mut stream)? else {
+        return Ok(());
+    };
+    let request_line =
+        String::from_utf8_lossy(head.split(|b| *b == b'\n').next().unwrap_or_default());
     let mut parts = request_line.split_whitespace();
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let path = path.split('?').next().unwrap_or("");
@@ -400,7 +435,6 @@ fn answer(stream: TcpStream, metrics: &Metrics) -> std::io::Result<()> {
     };
     // The metrics are written to a Nagle-free socket in one call: a scrape target that stalled
     // on its own small writes would be a poor advertisement.
-    let mut stream = stream;
     stream.set_nodelay(true)?;
     let response = format!(
         "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\
@@ -409,6 +443,43 @@ fn answer(stream: TcpStream, metrics: &Metrics) -> std::io::Result<()> {
     );
     stream.write_all(response.as_bytes())?;
     stream.flush()
+}
+
+/// The request line and headers (up to the first empty line), read within
+/// [`REQUEST_DEADLINE`] and [`MAX_REQUEST`] bytes; `None` when the client did not send them so.
+fn read_head(stream: &mut TcpStream) -> std::io::Result<Option<Vec<u8>>> {
+    let deadline = Instant::now() + REQUEST_DEADLINE;
+    let mut head = Vec::with_capacity(512);
+    let mut chunk = [0u8; 1024];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(None);
+        }
+        stream.set_read_timeout(Some(left))?;
+        let n = match stream.read(&mut chunk) {
+            Ok(0) => return Ok(None),
+            Ok(n) => n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Ok(None)
+            }
+            Err(e) => return Err(e),
+        };
+        let from = head.len().saturating_sub(3);
+        head.extend_from_slice(chunk.get(..n).unwrap_or_default());
+        let tail = head.get(from..).unwrap_or_default();
+        if tail.windows(4).any(|w| w == b"\r\n\r\n") || tail.windows(2).any(|w| w == b"\n\n") {
+            return Ok(Some(head));
+        }
+        if head.len() > MAX_REQUEST {
+            return Ok(None);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -491,6 +562,86 @@ mod tests {
         assert!(
             text.contains("tcpstall_watch_stalls_total{held_side=\"server\",kind=\"rto\"} 0"),
             "{text}"
+        );
+    }
+
+    fn scrape(addr: SocketAddr) -> (Duration, String) {
+        let started = Instant::now();
+        let mut c = TcpStream::connect(addr).expect("connect");
+        c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            .expect("send");
+        c.set_read_timeout(Some(Duration::from_secs(20)))
+            .expect("timeout");
+        let mut body = String::new();
+        let _ = c.read_to_string(&mut body);
+        (started.elapsed(), body)
+    }
+
+    fn rss_kib() -> u64 {
+        std::fs::read_to_string("/proc/self/status")
+            .expect("status")
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmRSS")
+    }
+
+    #[test]
+    fn slow_silent_and_huge_clients_do_not_hold_up_a_scrape() {
+        let metrics = Arc::new(Metrics::new().expect("metric names are valid"));
+        let addr = serve("127.0.0.1:0".parse().expect("addr"), metrics).expect("serve");
+        // Silent: connects and sends nothing.
+        let _silent = TcpStream::connect(addr).expect("connect");
+        // Slow: a byte every 2 s, for longer than the deadline.
+        let slow = std::thread::spawn(move || {
+            let mut c = TcpStream::connect(addr).expect("connect");
+            let started = Instant::now();
+            for b in b"GET /metrics HTTP/1.1\r\n\r\n" {
+                if c.write_all(&[*b]).is_err() || started.elapsed() > Duration::from_secs(12) {
+                    return started.elapsed();
+                }
+                std::thread::sleep(Duration::from_secs(2));
+            }
+            started.elapsed()
+        });
+        // Huge: up to 1 GiB without a newline; the server closes it early.
+        let huge = std::thread::spawn(move || {
+            let mut c = TcpStream::connect(addr).expect("connect");
+            let chunk = vec![b'a'; 1 << 20];
+            let mut sent = 0usize;
+            let _ = c.write_all(b"GET /");
+            while sent < 1 << 30 {
+                if c.write_all(&chunk).is_err() {
+                    break;
+                }
+                sent += chunk.len();
+            }
+            sent
+        });
+        let before = rss_kib();
+        std::thread::sleep(Duration::from_millis(300));
+        let (took, body) = scrape(addr);
+        assert!(body.contains("200 OK"), "{body}");
+        assert!(took < Duration::from_secs(2), "a scrape took {took:?}");
+        let sent = huge.join().expect("huge client");
+        assert!(
+            sent < 1 << 30,
+            "the huge request was read to its end ({sent} bytes)"
+        );
+        assert!(
+            rss_kib() < before + 64 * 1024,
+            "memory grew from {before} KiB to {} KiB",
+            rss_kib()
+        );
+        let slow = slow.join().expect("slow client");
+        assert!(
+            slow < Duration::from_secs(12),
+            "a client sending a byte every 2 s was kept {slow:?}"
+        );
+        let (took, body) = scrape(addr);
+        assert!(
+            body.contains("200 OK") && took < Duration::from_secs(2),
+            "{took:?}"
         );
     }
 }

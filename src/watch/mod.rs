@@ -192,8 +192,9 @@ fn capture_loop(
     let deadline = args
         .duration
         .map(|d| started + Duration::from_secs_f64(d.min(1e9)));
-    let (tx, printer) = printer::spawn(args.json, metrics.owner_stalls())
+    let (mut tx, printer) = printer::spawn(args.json, metrics.owner_stalls())
         .context("cannot start the printing thread")?;
+    let mut unprinted = 0;
     let mut detector = Detector::new(DetectorConfig {
         keep_minor_events: args.minor,
         keep_turns: false,
@@ -229,7 +230,7 @@ fn capture_loop(
             if event.finding.kind.is_stall() {
                 summary.held[event.finding.held_side.index()] += 1;
             }
-            printer_gone |= tx.send(ToPrinter::Stall(Box::new(event))).is_err();
+            printer_gone |= tx.stall(event, None, None).is_err();
         }
         if last_tick.elapsed() >= TICK {
             last_tick = Instant::now();
@@ -244,6 +245,9 @@ fn capture_loop(
             if !retired.is_empty() {
                 printer_gone |= tx.send(ToPrinter::Retired(retired)).is_err();
             }
+            printer::say_backlog(&tx, unprinted);
+            unprinted = tx.unprinted();
+            metrics.printer(tx.backlog(), unprinted);
             let drops = source.drops();
             metrics.update(Totals {
                 packets: packets.packets,
@@ -265,7 +269,7 @@ fn capture_loop(
     summary.counts = last.counts;
     for event in last.events {
         // A printer that has gone returns its error from `join`.
-        if tx.send(ToPrinter::Stall(Box::new(event))).is_err() {
+        if tx.stall(event, None, None).is_err() {
             break;
         }
     }
@@ -276,10 +280,16 @@ fn capture_loop(
 /// Closes the printer's channel, waits for it to print what it holds, and adds the owners it
 /// found to `summary`.
 fn finish_printing(
-    tx: std::sync::mpsc::SyncSender<ToPrinter>,
+    tx: printer::Queue,
     printer: std::thread::JoinHandle<std::io::Result<printer::Printed>>,
     summary: &mut WatchSummary,
 ) -> anyhow::Result<()> {
+    if tx.unprinted() > 0 {
+        eprintln!(
+            "tcpstall: {} stalls were counted but not printed: the printer fell behind",
+            tx.unprinted()
+        );
+    }
     drop(tx);
     let printed = printer
         .join()

@@ -2,21 +2,26 @@
 //! TCP_NODELAY and TCP_CORK read now, on a duplicate of the process's own fd, as `sockets`
 //! reads them.
 //!
-//! The socket is found the way `ss -p` finds it: its inode in the namespace's TCP table
-//! (`/proc/net/tcp{,6}`), then the process holding an fd on that inode (`/proc/PID/fd`). The
-//! owner is remembered per flow (a socket keeps its process), the options are read again at
-//! every event; flows forgotten when they retire, so memory follows the active flows.
+//! The socket is found by its 4-tuple in one exact `sock_diag` lookup (a cost that does not
+//! grow with the host's sockets), then the process holding an fd on its inode: an inode -> fd
+//! map read from `/proc/PID/fd`, lazily, the recent owners first, every process at most twice a
+//! second (a stall whose socket is not known meanwhile is printed as not searched, and searched
+//! again at its flow's next stall). The owner is remembered per flow (a socket keeps its
+//! process), the options are read again at every event; flows forgotten when they retire, so
+//! memory follows the active flows.
 
 use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
 
 use rustc_hash::FxHashMap;
 
 use crate::detect::StallEvent;
 use crate::flow::{Endpoint, Side};
 use crate::process::pidfd::{socket_inode, PidFd};
-use crate::process::procfs::{self, TcpState};
+use crate::process::procfs::{self, TcpEntry, TcpState};
+use crate::process::sock_diag;
 use crate::sockopt;
 
 pub use crate::report::model::watch::{NoOwner, Owner};
@@ -43,6 +48,7 @@ pub struct OwnerLookup {
     /// By flow id, found or why not.
     by_flow: FxHashMap<u64, Result<Located, NoOwner>>,
     recent_pids: VecDeque<u32>,
+    holders: Holders,
 }
 
 impl OwnerLookup {
@@ -58,7 +64,10 @@ impl OwnerLookup {
             Some(found) => found.clone(),
             None => {
                 let found = self.locate(event);
-                self.by_flow.insert(event.flow_id, found.clone());
+                // Not searched yet: the flow's next stall searches again.
+                if !matches!(found, Err(NoOwner::Deferred)) {
+                    self.by_flow.insert(event.flow_id, found.clone());
+                }
                 found
             }
         }?;
@@ -82,6 +91,7 @@ impl OwnerLookup {
             // The fd holds another file now: the socket was closed since it was found.
             Ok(None) => {
                 self.by_flow.remove(&event.flow_id);
+                self.holders.forget(located.inode);
                 owner.unreadable = Some("the socket has been closed".into());
             }
             Err(reason) => owner.unreadable = Some(reason),
@@ -109,7 +119,8 @@ impl OwnerLookup {
         self.by_flow.len()
     }
 
-    /// Searches the held side's socket, then its peer's.
+    /// Searches the held side's socket, then its peer's: each by one exact lookup in the
+    /// kernel (`sock_diag`), the text tables only when netlink is refused.
     fn locate(&mut self, event: &StallEvent) -> Result<Located, NoOwner> {
         let held = event.finding.held_side;
         let (client, server) = (socket_addr(event.client), socket_addr(event.server));
@@ -117,71 +128,199 @@ impl OwnerLookup {
             Side::Client => (client, server),
             Side::Server => (server, client),
         };
-        let table = procfs::tcp_table(std::process::id()).map_err(|_| NoOwner::NotLocal)?;
+        let mut table = None;
         let mut seen = false;
+        let mut deferred = false;
         for side in [held, held.peer()] {
             let (local, remote) = ends(side);
-            let connected = table
-                .values()
-                .find(|e| same_addr(e.local, local) && same_addr(e.remote, remote));
-            // A connection closed before it was looked up (a short exchange) has left the
-            // table; the server's listening socket still names the process, and its options
-            // are what accepted sockets start with (`inet_csk_clone_lock`).
-            let listening = || {
-                (side == Side::Server)
-                    .then(|| {
-                        table.values().find(|e| {
-                            e.state == TcpState::Listen
-                                && e.local.port() == local.port()
-                                && (e.local.ip().is_unspecified() || same_addr(e.local, local))
-                        })
-                    })
-                    .flatten()
+            let entries = match find_socket(local, remote, side) {
+                Ok(found) => found,
+                Err(_) => {
+                    if table.is_none() {
+                        table = Some(
+                            procfs::tcp_table(std::process::id()).map_err(|_| NoOwner::NotLocal)?,
+                        );
+                    }
+                    table
+                        .as_ref()
+                        .and_then(|t| in_table(t, local, remote, side))
+                }
             };
             // A connection the process has just closed may linger, held by no fd.
-            for entry in connected.into_iter().chain(listening()) {
+            if let Some(entry) = entries {
                 seen = true;
-                if let Some((pid, fd)) = self.holder_of(entry.inode) {
-                    return Ok(Located {
-                        side,
-                        pid,
-                        command: procfs::comm_of(pid).unwrap_or_else(|| "?".into()),
-                        fd,
-                        inode: entry.inode,
-                        port: local.port(),
-                        listener: entry.state == TcpState::Listen,
-                    });
+                match self.holders.holder_of(entry.inode, &mut self.recent_pids) {
+                    Found::Holder(pid, fd) => {
+                        return Ok(Located {
+                            side,
+                            pid,
+                            command: procfs::comm_of(pid).unwrap_or_else(|| "?".into()),
+                            fd,
+                            inode: entry.inode,
+                            port: local.port(),
+                            listener: entry.state == TcpState::Listen,
+                        })
+                    }
+                    Found::Deferred => deferred = true,
+                    Found::Nobody => {}
                 }
             }
         }
-        Err(if seen {
-            NoOwner::Hidden
-        } else {
-            NoOwner::NotLocal
+        Err(match (seen, deferred) {
+            (_, true) => NoOwner::Deferred,
+            (true, false) => NoOwner::Hidden,
+            (false, false) => NoOwner::NotLocal,
         })
     }
+}
 
-    /// The process and fd holding socket `inode`: the recent owners first, then every process.
-    fn holder_of(&mut self, inode: u64) -> Option<(u32, i32)> {
-        let recent: Vec<u32> = self.recent_pids.iter().copied().collect();
-        let all = procfs::all_pids().unwrap_or_default();
-        let found = recent
-            .into_iter()
-            .chain(all.into_iter().filter(|p| !self.recent_pids.contains(p)))
-            .find_map(|pid| {
-                let fds = procfs::socket_fds(pid).ok()?;
-                fds.iter()
-                    .find(|(_, i)| *i == inode)
-                    .map(|(fd, _)| (pid, *fd))
-            })?;
-        if !self.recent_pids.contains(&found.0) {
-            if self.recent_pids.len() == RECENT_OWNERS {
-                self.recent_pids.pop_back();
-            }
-            self.recent_pids.push_front(found.0);
+/// What the search for a socket's holder gave.
+enum Found {
+    Holder(u32, i32),
+    /// Not among the sockets known, and the processes were read too recently to read again.
+    Deferred,
+    /// No process tcpstall may inspect holds it.
+    Nobody,
+}
+
+/// The least time between two reads of every process's fds: with tens of thousands of sockets
+/// on the host one read costs tens of milliseconds.
+const FULL_SCAN_EVERY: Duration = Duration::from_millis(500);
+
+/// The least time between two reads of one recent owner's fds.
+const PID_SCAN_EVERY: Duration = Duration::from_millis(20);
+
+/// Socket inodes remembered at most between two full reads.
+const MAX_INODES: usize = 1 << 20;
+
+/// Socket inode -> (pid, fd), read from `/proc/PID/fd` lazily: when an inode is missing, the
+/// recent owners are read again, then every process, each at most so often.
+#[derive(Debug, Default)]
+struct Holders {
+    by_inode: FxHashMap<u64, (u32, i32)>,
+    pid_read: FxHashMap<u32, Instant>,
+    full_read: Option<Instant>,
+}
+
+impl Holders {
+    fn holder_of(&mut self, inode: u64, recent: &mut VecDeque<u32>) -> Found {
+        if let Some((pid, fd)) = self.by_inode.get(&inode) {
+            return Found::Holder(*pid, *fd);
         }
-        Some(found)
+        let now = Instant::now();
+        let mut skipped = false;
+        let candidates: Vec<u32> = recent.iter().copied().collect();
+        for pid in candidates {
+            if self
+                .pid_read
+                .get(&pid)
+                .is_some_and(|at| now.duration_since(*at) < PID_SCAN_EVERY)
+            {
+                skipped = true;
+                continue;
+            }
+            self.pid_read.insert(pid, now);
+            self.read_pid(pid);
+            if let Some((pid, fd)) = self.by_inode.get(&inode) {
+                return Found::Holder(*pid, *fd);
+            }
+        }
+        self.pid_read.retain(|pid, _| recent.contains(pid));
+        if self
+            .full_read
+            .is_some_and(|at| now.duration_since(at) < FULL_SCAN_EVERY)
+        {
+            return Found::Deferred;
+        }
+        self.full_read = Some(now);
+        // Sockets closed since the last full read are forgotten here.
+        self.by_inode.clear();
+        for pid in procfs::all_pids().unwrap_or_default() {
+            self.read_pid(pid);
+        }
+        match self.by_inode.get(&inode) {
+            Some((pid, fd)) => {
+                let (pid, fd) = (*pid, *fd);
+                if !recent.contains(&pid) {
+                    if recent.len() == RECENT_OWNERS {
+                        recent.pop_back();
+                    }
+                    recent.push_front(pid);
+                }
+                Found::Holder(pid, fd)
+            }
+            None if skipped => Found::Deferred,
+            None => Found::Nobody,
+        }
     }
+
+    fn read_pid(&mut self, pid: u32) {
+        if self.by_inode.len() >= MAX_INODES {
+            self.by_inode.clear();
+        }
+        if let Ok(fds) = procfs::socket_fds(pid) {
+            for (fd, inode) in fds {
+                self.by_inode.insert(inode, (pid, fd));
+            }
+        }
+    }
+
+    /// Forgets `inode`: its fd holds another file now.
+    fn forget(&mut self, inode: u64) {
+        self.by_inode.remove(&inode);
+    }
+}
+
+/// The socket at `local` talking to `remote`, by an exact lookup; for the server's side, once
+/// the connection has closed, its listening socket, which still names the process (its
+/// options are what accepted sockets start with, `inet_csk_clone_lock`). TIME_WAIT sockets,
+/// held by no process (inode 0), are left out.
+fn find_socket(
+    local: SocketAddr,
+    remote: SocketAddr,
+    side: Side,
+) -> std::io::Result<Option<TcpEntry>> {
+    let usable =
+        |e: &TcpEntry| e.inode != 0 && (e.state != TcpState::Listen || side == Side::Server);
+    if let Some(e) = sock_diag::socket_at(local, remote)?.filter(usable) {
+        return Ok(Some(e));
+    }
+    if side != Side::Server {
+        return Ok(None);
+    }
+    let anywhere = SocketAddr::new(
+        match local {
+            SocketAddr::V4(_) => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+            SocketAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+        },
+        0,
+    );
+    Ok(sock_diag::socket_at(local, anywhere)?
+        .filter(|e| e.inode != 0 && e.state == TcpState::Listen))
+}
+
+/// The same from the text tables: the connection, then (server side) a listener.
+fn in_table(
+    table: &std::collections::HashMap<u64, TcpEntry>,
+    local: SocketAddr,
+    remote: SocketAddr,
+    side: Side,
+) -> Option<TcpEntry> {
+    table
+        .values()
+        .find(|e| same_addr(e.local, local) && same_addr(e.remote, remote))
+        .or_else(|| {
+            (side == Side::Server)
+                .then(|| {
+                    table.values().find(|e| {
+                        e.state == TcpState::Listen
+                            && e.local.port() == local.port()
+                            && (e.local.ip().is_unspecified() || same_addr(e.local, local))
+                    })
+                })
+                .flatten()
+        })
+        .cloned()
 }
 
 /// TCP_NODELAY and TCP_CORK of the located socket, on a duplicate of the owner's fd

@@ -1,8 +1,12 @@
 //! Printing stalls as they are found, on a thread of its own: finding a socket's owner reads
-//! /proc, which must not hold up the capture loop while the kernel's buffer fills.
+//! /proc, which must not hold up the capture loop while the kernel's buffer fills. The capture
+//! loop never waits for the printer: past [`QUEUE`] stalls waiting, stalls are counted (in the
+//! summary and the metrics) but not printed, and the backlog is said.
 
 use std::io::{self, Write};
-use std::sync::mpsc::{Receiver, SyncSender};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use super::container;
@@ -38,27 +42,113 @@ pub struct Printed {
     pub without_owner: u64,
 }
 
-/// Messages queued before the capture loop waits for the printer: a burst of stalls is
-/// absorbed; a sustained flood slows the loop, and the kernel's drop counter says so.
+/// Stalls (and rendered lines) waiting for the printer before more are counted but not
+/// printed: a burst is absorbed; a sustained flood never slows the capture.
 pub const QUEUE: usize = 4096;
+
+/// The printer has gone (standard output closed): its `join` says why.
+#[derive(Debug)]
+pub struct Gone;
+
+/// The capture loop's end of the printer's channel; no call waits.
+#[derive(Debug)]
+pub struct Queue {
+    tx: Sender<ToPrinter>,
+    waiting: Arc<AtomicUsize>,
+    unprinted: u64,
+}
+
+impl Queue {
+    /// Sends a message that is not a stall (retired flows).
+    pub fn send(&self, message: ToPrinter) -> Result<(), Gone> {
+        self.tx.send(message).map_err(|_| Gone)
+    }
+
+    /// Queues a stall (with the kernel's writer and release, `watch --kernel`), or counts it
+    /// unprinted when [`QUEUE`] are waiting already.
+    pub fn stall(
+        &mut self,
+        event: StallEvent,
+        writer: Option<(u32, String)>,
+        release: Option<&'static str>,
+    ) -> Result<(), Gone> {
+        if !self.room() {
+            return Ok(());
+        }
+        if let Some((pid, command)) = writer {
+            self.send(ToPrinter::Writer(pid, command))?;
+        }
+        if let Some(name) = release {
+            self.send(ToPrinter::Release(name))?;
+        }
+        self.send(ToPrinter::Stall(Box::new(event)))
+    }
+
+    /// Queues a rendered line, or counts it unprinted.
+    pub fn line(&mut self, line: String) -> Result<(), Gone> {
+        match self.room() {
+            true => self.send(ToPrinter::Line(line)),
+            false => Ok(()),
+        }
+    }
+
+    fn room(&mut self) -> bool {
+        if self.waiting.fetch_add(1, Ordering::Relaxed) >= QUEUE {
+            self.waiting.fetch_sub(1, Ordering::Relaxed);
+            self.unprinted += 1;
+            return false;
+        }
+        true
+    }
+
+    /// Stalls waiting for the printer now.
+    pub fn backlog(&self) -> usize {
+        self.waiting.load(Ordering::Relaxed)
+    }
+
+    /// Stalls counted but not printed so far.
+    pub fn unprinted(&self) -> u64 {
+        self.unprinted
+    }
+}
+
+/// Says, at most once per call (each tick), that stalls went unprinted since `before`.
+pub fn say_backlog(queue: &Queue, before: u64) {
+    if queue.unprinted() > before {
+        eprintln!(
+            "tcpstall: the printer is {} stalls behind (naming their processes); {} stalls \
+             counted but not printed so far, the capture goes on",
+            queue.backlog(),
+            queue.unprinted()
+        );
+    }
+}
 
 /// Starts the printer: text blocks, or one JSON object per line with `json`; each stall whose
 /// owner is found is counted in `owner_stalls`.
 pub fn spawn(
     json: bool,
     owner_stalls: OwnerStalls,
-) -> io::Result<(SyncSender<ToPrinter>, JoinHandle<io::Result<Printed>>)> {
-    let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE);
+) -> io::Result<(Queue, JoinHandle<io::Result<Printed>>)> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waiting = Arc::new(AtomicUsize::new(0));
+    let done = Arc::clone(&waiting);
     let handle = std::thread::Builder::new()
         .name("watch-printer".into())
-        .spawn(move || print_all(&rx, json, &owner_stalls))?;
-    Ok((tx, handle))
+        .spawn(move || print_all(&rx, json, &owner_stalls, &done))?;
+    let queue = Queue {
+        tx,
+        waiting,
+        unprinted: 0,
+    };
+    Ok((queue, handle))
 }
 
 fn print_all(
     rx: &Receiver<ToPrinter>,
     json: bool,
     owner_stalls: &OwnerStalls,
+    waiting: &AtomicUsize,
 ) -> io::Result<Printed> {
     let mut lookup = OwnerLookup::new();
     let mut printed = Printed::default();
@@ -66,6 +156,9 @@ fn print_all(
     let mut release = None;
     let mut buf = Vec::with_capacity(1024);
     for message in rx {
+        if matches!(message, ToPrinter::Stall(_) | ToPrinter::Line(_)) {
+            waiting.fetch_sub(1, Ordering::Relaxed);
+        }
         match message {
             ToPrinter::Retired(ids) => {
                 for id in ids {
@@ -138,4 +231,31 @@ fn print_all(
         }
     }
     Ok(printed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_printer_that_falls_behind_never_holds_up_the_sender() {
+        // A printer that takes nothing: the sender must go on, counting what it could not queue.
+        let (tx, _rx) = std::sync::mpsc::channel();
+        let mut queue = Queue {
+            tx,
+            waiting: Arc::new(AtomicUsize::new(0)),
+            unprinted: 0,
+        };
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for i in 0..QUEUE + 10 {
+                let _ = queue.line(format!("{i}\n"));
+            }
+            let _ = done_tx.send((queue.backlog(), queue.unprinted()));
+        });
+        let (backlog, unprinted) = done_rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the sender did not wait for the printer");
+        assert_eq!((backlog, unprinted), (QUEUE, 10));
+    }
 }

@@ -180,6 +180,9 @@ pub enum NoOwner {
     /// A socket of this host, held by no process tcpstall may inspect: another user's
     /// `/proc/PID/fd` needs CAP_SYS_PTRACE (`proc_fd_permission`).
     Hidden,
+    /// Not searched for now: the sockets known did not hold it and the processes were read
+    /// under a second ago (the read is rate-bounded); the flow's next stall searches again.
+    Deferred,
 }
 
 /// The kernel's packet counters for the capture, since it started (`pcap_stats`: on Linux
