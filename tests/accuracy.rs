@@ -30,7 +30,9 @@ fn corpus_dir() -> PathBuf {
 }
 
 fn data(name: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/accuracy").join(name);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/accuracy")
+        .join(name);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
@@ -86,7 +88,10 @@ fn thresholds() -> BTreeMap<String, (f64, f64)> {
             continue;
         }
         let f: Vec<&str> = line.split('\t').collect();
-        assert!(f.len() == 3, "thresholds.tsv: kind, precision, recall: {line:?}");
+        assert!(
+            f.len() >= 3,
+            "thresholds.tsv: kind, precision, recall: {line:?}"
+        );
         let p = f[1].parse().expect("thresholds.tsv precision");
         let r = f[2].parse().expect("thresholds.tsv recall");
         out.insert(f[0].to_string(), (p, r));
@@ -214,14 +219,12 @@ fn claims_match_the_hand_labelled_set_per_kind() {
     let runs = Mutex::new(Vec::new());
     std::thread::scope(|s| {
         for _ in 0..2 {
-            s.spawn(|| loop {
-                let Some(file) = next.lock().map(|mut it| it.next().copied()).ok().flatten()
-                else {
-                    break;
-                };
-                let r = analyze(&dir.join(file)).and_then(|j| claims(&j));
-                if let Ok(mut v) = runs.lock() {
-                    v.push((file, r));
+            s.spawn(|| {
+                while let Some(file) = next.lock().map(|mut it| it.next().copied()).ok().flatten() {
+                    let r = analyze(&dir.join(file)).and_then(|j| claims(&j));
+                    if let Ok(mut v) = runs.lock() {
+                        v.push((file, r));
+                    }
                 }
             });
         }
