@@ -5,7 +5,7 @@
 //! A claim (an event of `analyze --json --minor`) matches a label of the same file, kind and
 //! held flow (`src:port>dst:port`, the held side first) when its `packet` is the label's frame,
 //! or else lies within the label's `frames` span (the episode: A to B for a Nagle hold, the
-//! first to the last resend for a timeout or a SYN, the zero window to the data after it);
+//! original transmission to the last resend for a timeout or a SYN, the zero window to the data after it);
 //! `nagle_ack_paced`, one event per flow side, matches on file, kind and flow alone. Per kind:
 //! precision = claims on `real` labels / claims on `real` or `false` labels; recall = `real`
 //! labels claimed / `real` labels. The test fails when a kind falls below its minimum in
