@@ -12,6 +12,8 @@
 //! `tests/accuracy/thresholds.tsv`, or when a labelled file has a claim no label matches
 //! (it prints the line to add, to be judged from the packets).
 
+mod support;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -21,13 +23,6 @@ use std::time::{Duration, Instant};
 
 /// Longest one file may take (debug build, two cores shared with the rest of the suite).
 const PER_FILE: Duration = Duration::from_secs(120);
-
-fn corpus_dir() -> PathBuf {
-    match std::env::var_os("TCPSTALL_CORPUS") {
-        Some(dir) => PathBuf::from(dir),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus"),
-    }
-}
 
 fn data(name: &str) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -201,7 +196,7 @@ fn show(v: Option<f64>) -> String {
 
 #[test]
 fn claims_match_the_hand_labelled_set_per_kind() {
-    let dir = corpus_dir();
+    let dir = support::corpus_dir();
     assert!(
         dir.is_dir(),
         "no capture corpus at {}: the accuracy set scores claims on it (put it there, or set \

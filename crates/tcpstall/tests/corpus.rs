@@ -7,6 +7,8 @@
 //! `TCPSTALL_CORPUS` names another folder. The test is skipped, with a message, only when the
 //! folder is absent.
 
+mod support;
+
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -86,13 +88,6 @@ const COMPARED: &[&str] = &[
     "tcpdump/print-flags.pcap",
     "tcpdump/resp_3_malicious.pcap",
 ];
-
-fn corpus_dir() -> PathBuf {
-    match std::env::var_os("TCPSTALL_CORPUS") {
-        Some(dir) => PathBuf::from(dir),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus"),
-    }
-}
 
 /// Every capture below `dir` (the corpus's README and other text left out).
 fn walk(dir: &Path, files: &mut Vec<PathBuf>) {
@@ -274,7 +269,7 @@ fn analyze(file: &Path) -> Option<Run> {
 
 #[test]
 fn analyze_reads_every_corpus_file_and_counts_tcp_as_tshark_does() {
-    let dir = corpus_dir();
+    let dir = support::corpus_dir();
     let Ok(entries) = std::fs::read_dir(&dir) else {
         println!(
             "skipped: no capture corpus at {} (set TCPSTALL_CORPUS to another folder)",

@@ -2,17 +2,15 @@
 //! (`../shared/corpus/`, or `TCPSTALL_CORPUS`), read in place: a hold found again that an
 //! earlier rule lost, and the same traffic in two files making no timeouts of itself.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tcpstall");
 
 fn corpus_file(rel: &str) -> Option<PathBuf> {
-    let dir = match std::env::var_os("TCPSTALL_CORPUS") {
-        Some(dir) => PathBuf::from(dir),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus"),
-    };
-    let path = dir.join(rel);
+    let path = support::corpus_dir().join(rel);
     if path.is_file() {
         Some(path)
     } else {

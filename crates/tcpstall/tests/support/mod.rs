@@ -609,3 +609,11 @@ pub fn watch_with_metrics(args: &[&str], seconds: u32) -> (Collected, String) {
 pub fn repository() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
+
+/// The public capture corpus: `TCPSTALL_CORPUS`, else `shared/corpus` beside the repository.
+pub fn corpus_dir() -> PathBuf {
+    match std::env::var_os("TCPSTALL_CORPUS") {
+        Some(dir) => PathBuf::from(dir),
+        None => repository().join("../shared/corpus"),
+    }
+}
