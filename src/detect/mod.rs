@@ -798,8 +798,8 @@ fn record(
         // The delay of a delayed ACK names the peer's stack.
         peer_stack: match finding.kind.info().release {
             Release::DelayedAck => {
-                let syn_timestamps = flow.dir(side.peer()).syn_timestamps;
-                let stack = |d| PeerStack::from_fingerprint(d, syn_timestamps);
+                let peer = flow.dir(side.peer());
+                let stack = |d| PeerStack::from_fingerprint(d, peer.syn_timestamps, peer.syn_ttl);
                 finding.ack_delay_ns.map(stack)
             }
             Release::Ack | Release::OwnTimer | Release::Acks => None,
