@@ -81,6 +81,11 @@ pub struct Segment {
     pub timestamps: Option<(u32, u32)>,
     /// SACK blocks are present (RFC 2018): the receiver saw a hole.
     pub has_sack: bool,
+    /// The first SACK block (left edge, right edge), RFC 2018 §3: a D-SACK when it lies at or
+    /// below the acknowledgment number (RFC 2883 §4).
+    pub first_sack: Option<(SeqNumber, SeqNumber)>,
+    /// IPv4 TTL or IPv6 hop limit as captured; 0 when not known (a tunnel's inner segment).
+    pub ttl: u8,
 }
 
 impl Segment {
@@ -94,6 +99,13 @@ impl Segment {
         self.payload_len == 0
             && self.has(flags::ACK)
             && !self.has(flags::SYN | flags::FIN | flags::RST)
+    }
+
+    /// The D-SACK block (RFC 2883 §4: a first SACK block at or below the cumulative ACK):
+    /// bytes the receiver got twice.
+    pub fn dsack(&self) -> Option<(SeqNumber, SeqNumber)> {
+        self.first_sack
+            .filter(|&(_, right)| self.has(flags::ACK) && right <= self.ack)
     }
 
     /// Sequence space the segment occupies: payload plus one for SYN and one for FIN.
@@ -118,6 +130,8 @@ impl Segment {
         window_scale: None,
         timestamps: None,
         has_sack: false,
+        first_sack: None,
+        ttl: 0,
     };
 }
 
@@ -224,6 +238,7 @@ pub fn decode_ipv4(
         IpAddr::V4(src),
         IpAddr::V4(dst),
         meta,
+        packet[8],
         out,
     )
 }
@@ -300,6 +315,7 @@ pub fn decode_ipv6(
         IpAddr::from(src),
         IpAddr::from(dst),
         meta,
+        packet[7],
         out,
     )
 }
@@ -330,14 +346,17 @@ fn ipv6_payload(
 
 /// Decodes a TCP header (RFC 9293 §3.1). `segment_len` is the TCP header plus payload length
 /// given by the IP header; `tcp` holds the captured bytes from the TCP header on. The segment
-/// is written into `out`, as [`decode_ip`].
+/// is written into `out`, as [`decode_ip`]. `ttl` is the IP header's TTL or hop limit (0 when
+/// not known).
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 pub fn decode_tcp(
     tcp: &[u8],
     segment_len: u32,
     src: IpAddr,
     dst: IpAddr,
     meta: PacketMeta,
+    ttl: u8,
     out: &mut Segment,
 ) -> Decoded<()> {
     if tcp.len() < TCP_MIN_HEADER {
@@ -372,7 +391,9 @@ pub fn decode_tcp(
         mss: options.mss,
         window_scale: options.window_scale,
         timestamps: options.timestamps,
-        has_sack: options.has_sack,
+        has_sack: options.first_sack.is_some(),
+        first_sack: options.first_sack,
+        ttl,
     };
     Decoded::Tcp(())
 }
@@ -383,7 +404,7 @@ struct TcpOptions {
     mss: Option<u16>,
     window_scale: Option<u8>,
     timestamps: Option<(u32, u32)>,
-    has_sack: bool,
+    first_sack: Option<(SeqNumber, SeqNumber)>,
 }
 
 /// Reads the TCP options the flow tracker uses; stops at the first malformed option, as
@@ -415,7 +436,17 @@ fn parse_tcp_options(mut options: &[u8]) -> TcpOptions {
         match (kind, body.len()) {
             (MSS, 2) => found.mss = Some(u16::from_be_bytes([body[0], body[1]])),
             (WINDOW_SCALE, 1) => found.window_scale = Some(body[0]),
-            (SACK, n) if n >= 8 => found.has_sack = true,
+            (SACK, n) if n >= 8 => {
+                let edge = |i: usize| {
+                    SeqNumber(u32::from_be_bytes([
+                        body[i],
+                        body[i + 1],
+                        body[i + 2],
+                        body[i + 3],
+                    ]))
+                };
+                found.first_sack = Some((edge(0), edge(4)));
+            }
             (TIMESTAMPS, 8) => {
                 found.timestamps = Some((
                     u32::from_be_bytes([body[0], body[1], body[2], body[3]]),

@@ -22,6 +22,11 @@ pub const KIND: KindInfo = KindInfo {
                a whole answer ~200 ms after the request may be as long spent by its writer \
                (`tcpstall sockets PID` shows TCP_CORK, `tcpstall trace` the writes)",
         holds: |flow, side, _, _| tail_of_write(flow, side),
+    }, Obligation {
+        name: "sender_not_linux",
+        text: "the sender must be able to cork: its IP TTL (hop limit) is of a Windows host \
+               (initial 128), and Windows has neither TCP_CORK nor MSG_MORE",
+        holds: |_, _, seg, _| !windows_ttl(seg.ttl),
     }],
     margin: Some(|flow, side, seg, _| margin(flow, side, seg)),
     timer_episode: false,
@@ -168,6 +173,12 @@ fn tail_of_write(flow: &Flow, side: Side) -> bool {
     me.burst.count > 0 && !me.last_data_small
 }
 
+/// An observed TTL or hop limit from a host whose initial one is 128 (Windows's default):
+/// above 64 (Linux, macOS and the BSDs start at 64) and at most 128. 0 is unknown.
+pub(crate) fn windows_ttl(ttl: u8) -> bool {
+    (65..=128).contains(&ttl)
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::testing::{assert_single, Wire};
@@ -247,6 +258,24 @@ mod tests {
         // Far beyond the timer given the path (a round trip more than its floor): the
         // writer's own time.
         assert_eq!(tail_at(1_900_000).stall_count(), 0);
+    }
+
+    /// The same corked tail from a host with TTL 128 (Windows: no TCP_CORK, no MSG_MORE):
+    /// set apart, undecided.
+    #[test]
+    fn corked_tail_from_windows_ttl_is_undecided() {
+        let mut w = Wire::handshake(30, 1448);
+        w.data(true, 1_000, 40)
+            .data(false, 1_100, 1448)
+            .ack(true, 1_200)
+            .data(false, 206_000, 300);
+        w.last().ttl = 128;
+        let a = w.analyse();
+        assert_eq!(a.stall_count(), 0);
+        let claims = a.undecided.claims();
+        assert_eq!(claims.len(), 1, "{:?}", a.undecided);
+        assert_eq!(claims[0].kind, StallKind::CorkTimer);
+        assert_eq!(claims[0].reason.name(), "sender_not_linux");
     }
 
     #[test]

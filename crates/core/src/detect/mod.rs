@@ -22,6 +22,7 @@ use rustc_hash::FxHashMap;
 use crate::decode::Segment;
 use crate::flow::{Endpoint, Flow, FlowTable, Side, Span, Timestamp};
 use crate::tcp_rules;
+use crate::units::SeqNumber;
 
 pub use ack_paced::Pacing;
 /// Holds that make a flow direction `nagle_ack_paced`.
@@ -379,6 +380,10 @@ struct FlowTally {
     /// Per side, the latest timer episode's event (`take_events` generation, index in the
     /// events): found at once however many events of other flows came since.
     episode: [Option<(u64, usize)>; 2],
+    /// Per side, the sequence range the latest timeout event resent first.
+    resent: [Option<(SeqNumber, SeqNumber)>; 2],
+    /// Ordinals of timeout events whose resend the peer reported received twice (D-SACK).
+    spurious: Vec<u64>,
 }
 
 /// The streaming stall detector.
@@ -440,6 +445,11 @@ impl Detector {
         });
         let flow = lookup.flow;
         let side = lookup.side;
+        if let Some(dsack) = seg.dsack() {
+            if let Some(tally) = self.tallies.get_mut(&flow.id) {
+                spurious_resend(tally, &self.analysis.events, self.taken, side.peer(), dsack);
+            }
+        }
         let mut finding = classify(flow, side, seg);
         let mut undecided = false;
         let unsettled = finding
@@ -478,8 +488,9 @@ impl Detector {
                     event.ordinal = ordinal;
                     if finding.kind.timer_episode() {
                         let index = self.analysis.events.len();
-                        self.tallies.entry(flow.id).or_default().episode[side.index()] =
-                            Some((self.taken, index));
+                        let tally = self.tallies.entry(flow.id).or_default();
+                        tally.episode[side.index()] = Some((self.taken, index));
+                        tally.resent[side.index()] = Some((seg.seq, seg.seq + seg.payload_len));
                     }
                     self.analysis.events.push(event);
                 }
@@ -631,7 +642,18 @@ fn retire(
     let nagle_off = flow.dirs.each_ref().map(|d| d.nagle_off);
     let nagle_claims = StallKind::stalls().filter(|k| k.info().holder == Holder::Nagle);
     if nagle_off.contains(&true) && nagle_claims.map(|k| tally.counts.get(k)).sum::<u64>() > 0 {
-        revoke_nagle_claims(analysis, &mut tally, &flow, nagle_off);
+        let revoked = |e: &StallEvent| {
+            e.finding.kind.is_stall()
+                && e.finding.kind.info().holder == Holder::Nagle
+                && nagle_off[e.finding.held_side.index()]
+        };
+        revoke_claims(analysis, &mut tally, &flow, revoked, &nagle::HOLD[1]);
+    }
+    if !tally.spurious.is_empty() {
+        let spurious = std::mem::take(&mut tally.spurious);
+        let revoked =
+            |e: &StallEvent| e.finding.kind == StallKind::Rto && spurious.contains(&e.ordinal);
+        revoke_claims(analysis, &mut tally, &flow, revoked, &rto::SPURIOUS);
     }
     let paced = tally.paced.as_ref().and_then(|p| p.summary(&flow));
     let mut summary = verdict::summarise(flow, &tally.counts, tally.lost, tally.worst, keep_turns);
@@ -639,23 +661,45 @@ fn retire(
     analysis.flows.push(summary);
 }
 
-/// A side seen with Nagle off only after some of its waits were claimed as Nagle stalls: those
-/// claims, while the detector still holds them, are set apart as undecided (the obligation
-/// [`nagle::HOLD`] names), and the flow's time lost is counted again without them.
+/// A timeout event of `held` whose first resend the peer's D-SACK `dsack` covers (RFC 2883
+/// §4: the original had arrived): marked spurious, to be set apart when the flow retires.
+fn spurious_resend(
+    tally: &mut FlowTally,
+    events: &[StallEvent],
+    generation: u64,
+    held: Side,
+    (left, right): (SeqNumber, SeqNumber),
+) {
+    let Some((seq, end)) = tally.resent[held.index()] else {
+        return;
+    };
+    if !(left <= seq && end <= right) {
+        return;
+    }
+    let event = tally.episode[held.index()]
+        .filter(|&(g, _)| g == generation)
+        .and_then(|(_, i)| events.get(i))
+        .filter(|e| e.finding.kind == StallKind::Rto && e.finding.held_side == held);
+    if let Some(e) = event {
+        if !tally.spurious.contains(&e.ordinal) {
+            tally.spurious.push(e.ordinal);
+        }
+    }
+}
+
+/// Claims the packets disproved after they were made, while the detector still holds them (a
+/// side seen with Nagle off only after some of its waits were claimed as Nagle stalls; a
+/// timeout resend the peer reports received twice), are set apart as undecided with the
+/// obligation `failed`, and the flow's time lost is counted again without them.
 #[cold]
-fn revoke_nagle_claims(
+fn revoke_claims(
     analysis: &mut Analysis,
     tally: &mut FlowTally,
     flow: &Flow,
-    nagle_off: [bool; 2],
+    revoked: impl Fn(&StallEvent) -> bool,
+    failed: &kind::Obligation,
 ) {
-    let nagle_on = &nagle::HOLD[1];
-    let revoked = |e: &StallEvent| {
-        e.flow_id == flow.id
-            && e.finding.kind.is_stall()
-            && e.finding.kind.info().holder == Holder::Nagle
-            && nagle_off[e.finding.held_side.index()]
-    };
+    let revoked = |e: &StallEvent| e.flow_id == flow.id && revoked(e);
     // The flow's events come at or after its first segment (events are in input order).
     let start = analysis.events.partition_point(|e| e.ordinal < flow.id);
     let mut any = false;
@@ -666,8 +710,8 @@ fn revoke_nagle_claims(
         analysis.undecided.push(evidence::Claim {
             kind: e.finding.kind,
             reason: evidence::Reason::Unproven {
-                name: nagle_on.name,
-                text: nagle_on.text,
+                name: failed.name,
+                text: failed.text,
             },
             flow_id: flow.id,
             client: flow.client,
@@ -750,8 +794,8 @@ fn record(
         // The delay of a delayed ACK names the peer's stack.
         peer_stack: match finding.kind.info().release {
             Release::DelayedAck => {
-                let syn_timestamps = flow.dir(side.peer()).syn_timestamps;
-                let stack = |d| PeerStack::from_fingerprint(d, syn_timestamps);
+                let peer = flow.dir(side.peer());
+                let stack = |d| PeerStack::from_fingerprint(d, peer.syn_timestamps, peer.syn_ttl);
                 finding.ack_delay_ns.map(stack)
             }
             Release::Ack | Release::OwnTimer | Release::Acks => None,

@@ -104,7 +104,7 @@ pub const KIND: KindInfo = KindInfo {
                same traffic in two files, or a clock stepped back), so a repeat may be the \
                packet's own copy",
         holds: |flow, _, _, _| !flow.rewound,
-    }],
+    }, SPURIOUS],
     margin: Some(margin),
     timer_episode: true,
     aside: None,
@@ -113,6 +113,17 @@ pub const KIND: KindInfo = KindInfo {
     gap: "silence until the retransmission timer",
     explain,
     fixes,
+};
+
+/// The resend was not needed: the peer's D-SACK of exactly the resent range (RFC 2883 §4) shows
+/// the original had arrived. Known only from the peer's later packet: checked then (the
+/// detector sets the claim apart when the flow retires), so it holds at the resend.
+pub(crate) const SPURIOUS: Obligation = Obligation {
+    name: "spurious_dsack",
+    text: "the resent bytes must have been lost: the peer's D-SACK reports the resent range \
+           received twice (RFC 2883), so the original arrived and the resend was spurious \
+           (a late ACK or a timer too short, not a lost segment)",
+    holds: |_, _, _, _| true,
 };
 
 fn fixes(_: Side, example: Option<&StallEvent>) -> Vec<String> {
@@ -294,6 +305,31 @@ mod tests {
         let a = w.analyse();
         assert_single(&a, StallKind::Rto, Side::Server);
         assert_eq!(a.events[0].finding.ack_side, None, "no ACK released it");
+    }
+
+    /// The peer's D-SACK of exactly the resent range (RFC 2883 §4): the original arrived, the
+    /// resend was spurious. Set apart, undecided; a D-SACK of other bytes changes nothing.
+    #[test]
+    fn resend_reported_received_twice_is_undecided() {
+        let run = |offset: u32| {
+            let mut w = Wire::handshake(30, 1448);
+            w.data(true, 1_000, 50)
+                .data(false, 1_100, 300)
+                .retransmit(false, 215_000, 300);
+            let end = w.last().seq + 300;
+            w.ack(true, 215_100);
+            let ack = w.last();
+            ack.first_sack = Some((end - 300 - offset, end - offset));
+            w.analyse()
+        };
+        let a = run(0);
+        assert_eq!(a.stall_count(), 0);
+        let claims = a.undecided.claims();
+        assert_eq!(claims.len(), 1, "{:?}", a.undecided);
+        assert_eq!(claims[0].kind, StallKind::Rto);
+        assert_eq!(claims[0].reason.name(), "spurious_dsack");
+        assert_eq!(a.flows[0].time_lost_ns.as_nanos(), 0);
+        assert_single(&run(100), StallKind::Rto, Side::Server);
     }
 
     /// A side whose first captured segment lies above one it sends later (a capture that

@@ -29,12 +29,15 @@ pub enum PeerStack {
 
 impl PeerStack {
     /// Names the stack from the peer's ACK delay (path RTT removed) and its SYN's options
-    /// together: `syn_timestamps` is whether the peer's SYN carried TCP timestamps, when seen.
-    pub fn from_fingerprint(delay: Span, syn_timestamps: Option<bool>) -> PeerStack {
+    /// together: `syn_timestamps` is whether the peer's SYN carried TCP timestamps, when seen;
+    /// `syn_ttl` its IP TTL (0 when not seen). A TTL of the 128 class (65-128) is a Windows
+    /// host's: a 40 ms delayed ACK from it is no Linux's.
+    pub fn from_fingerprint(delay: Span, syn_timestamps: Option<bool>, syn_ttl: u8) -> PeerStack {
         match (PeerStack::from_ack_delay(delay), syn_timestamps) {
             (PeerStack::Linux, Some(false)) | (PeerStack::Windows, Some(true)) => {
                 PeerStack::Ambiguous
             }
+            (PeerStack::Linux, _) if super::cork::windows_ttl(syn_ttl) => PeerStack::Ambiguous,
             (stack, _) => stack,
         }
     }
@@ -72,7 +75,7 @@ impl PeerStack {
             PeerStack::Windows => "Windows-like (200 ms delayed ACK)",
             PeerStack::Unknown => "unknown stack",
             PeerStack::Ambiguous => {
-                "Linux or Windows (its delayed ACK and its SYN's options disagree)"
+                "Linux or Windows (its delayed ACK and its SYN's options or TTL disagree)"
             }
         }
     }
@@ -447,6 +450,19 @@ mod tests {
         assert_eq!(PeerStack::from_ack_delay(ms(120)), PeerStack::MacOsBsd);
         assert_eq!(PeerStack::from_ack_delay(ms(200)), PeerStack::Windows);
         assert_eq!(PeerStack::from_ack_delay(ms(900)), PeerStack::Unknown);
+    }
+
+    /// A 40 ms delayed ACK from a host with a TTL of the 128 class (Windows) is not
+    /// Linux-like; from one of the 64 class it is.
+    #[test]
+    fn windows_ttl_with_a_40ms_delay_is_not_linux() {
+        let ms = Span::from_millis;
+        let stack = |ttl| PeerStack::from_fingerprint(ms(41), Some(true), ttl);
+        assert_eq!(stack(128), PeerStack::Ambiguous);
+        assert_eq!(stack(120), PeerStack::Ambiguous);
+        assert_eq!(stack(64), PeerStack::Linux);
+        assert_eq!(stack(255), PeerStack::Linux);
+        assert_eq!(stack(0), PeerStack::Linux);
     }
 
     #[test]

@@ -297,6 +297,7 @@ impl Flow {
         d.isn = seg.seq;
         d.wscale = seg.window_scale;
         d.syn_timestamps = Some(seg.timestamps.is_some());
+        d.syn_ttl = seg.ttl;
         if let Some(mss) = seg.mss {
             self.announced_mss(side, u32::from(mss));
         }

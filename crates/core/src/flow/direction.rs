@@ -71,6 +71,8 @@ pub struct Direction {
     /// Whether this side's SYN carried TCP timestamps, when seen: part of its stack's
     /// fingerprint.
     pub syn_timestamps: Option<bool>,
+    /// The IP TTL (hop limit) of this side's SYN, 0 when not seen: part of its fingerprint.
+    pub syn_ttl: u8,
     /// Data (payload) was seen from this side: `data_from..data_nxt` holds what it sent.
     pub data_seen: bool,
     /// Start of the first payload seen from this side.

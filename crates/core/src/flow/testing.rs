@@ -103,6 +103,8 @@ impl Wire {
             window_scale: None,
             timestamps: None,
             has_sack: false,
+            first_sack: None,
+            ttl: 64,
         }
     }
 
