@@ -606,10 +606,14 @@ fn backoff_step(
 ) {
     tally.add_interval(seg.ts_ns, finding.delay_ns);
     // The episode's event, unless a consumer already took it.
-    let episode = tally.episode[side.index()]
+    let ours = |e: &StallEvent| {
+        e.flow_id == flow.id && e.finding.kind == finding.kind && e.finding.held_side == side
+    };
+    // Claims of other flows revoked since (`revoke_claims`) can only have moved it down.
+    let index = tally.episode[side.index()]
         .filter(|&(g, _)| g == generation)
-        .and_then(|(_, i)| events.get_mut(i))
-        .filter(|e| e.finding.kind == finding.kind && e.finding.held_side == side);
+        .and_then(|(_, i)| events[..(i + 1).min(events.len())].iter().rposition(ours));
+    let episode = index.and_then(|i| events.get_mut(i));
     if let Some(e) = episode {
         // A server that resent its SYN-ACK meanwhile proves, now, what the first resend could
         // not (or proves it more directly): it had not taken the handshake.
