@@ -234,9 +234,25 @@ fn check_fixture(name: &str, analysis: &Value, exact: bool) {
             assert_eq!(total(&v), 0, "{name} must not be flagged: {v:?}");
         }
         "cork" => {
-            let n = count(&v, "cork_timer", "server");
-            assert!(in_range(n, 5), "{name}: {n} cork stalls, {v:?}");
-            assert_eq!(total(&v), n, "{name}: cork, not Nagle: {v:?}");
+            // Each answer leaves whole, one corked segment ~200 ms after its request: the
+            // capture cannot tell the cork timer from the writer's own 200 ms (no full
+            // segments went ahead of the tail), so every claim is set apart, none counted.
+            assert_eq!(total(&v), 0, "{name}: {v:?}");
+            let set_apart = analysis["undecided"].as_array().map_or(0, |claims| {
+                claims
+                    .iter()
+                    .filter(|c| {
+                        c["kind"] == "cork_timer"
+                            && c["held_side"] == "server"
+                            && c["reason"] == "cork_not_a_tail"
+                    })
+                    .count()
+            });
+            assert!(
+                in_range(set_apart as u64, 5),
+                "{name}: {set_apart} cork claims set apart, {}",
+                analysis["undecided"]
+            );
         }
         "zero_window" => {
             assert!(count(&v, "zero_window", "client") >= 1, "{name}: {v:?}");
@@ -597,12 +613,8 @@ fn the_delack_cap_is_offered_only_for_a_linux_delayed_ack() {
         split.contains("4. if the client cannot be changed, cap the server's delayed ACK"),
         "{split}"
     );
-    for fixture in [
-        "windows_peer.pcap",
-        "cork.pcap",
-        "rto.pcap",
-        "zero_window.pcap",
-    ] {
+    // cork.pcap claims nothing now (its corked answers are set apart), so it offers no fix.
+    for fixture in ["windows_peer.pcap", "rto.pcap", "zero_window.pcap"] {
         let report = text(fixture);
         assert!(report.contains("fix: 1."), "{fixture}: {report}");
         assert!(!report.contains("TCP_DELACK_MAX_US"), "{fixture}: {report}");

@@ -268,7 +268,7 @@ fn bundle_or_skip(test: &str) -> Option<&'static Bundle> {
 /// The capabilities the DaemonSet adds.
 fn manifest_capabilities() -> Vec<String> {
     let manifest = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/kubernetes/tcpstall.yaml"),
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../packaging/kubernetes/tcpstall.yaml"),
     )
     .expect("the manifest reads");
     let line = manifest

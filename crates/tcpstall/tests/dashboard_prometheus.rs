@@ -22,7 +22,9 @@ use support::KillOnDrop;
 const BIN: &str = env!("CARGO_BIN_EXE_tcpstall");
 
 fn repo(path: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(path)
 }
 
 /// A port free on loopback now.

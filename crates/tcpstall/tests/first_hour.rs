@@ -73,7 +73,7 @@ fn watch_asks_for_the_capability_readme_names() {
     };
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
         .expect("README.md");
     let advice = "setcap cap_net_raw+ep";
     assert!(stderr.contains(advice), "{stderr}");

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/kubernetes")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../packaging/kubernetes")
 }
 
 fn read(name: &str) -> String {
@@ -127,7 +127,7 @@ fn the_daemonset_grants_what_watch_needs_and_nothing_more() {
     );
     // The image declares the same capabilities for watch and watch --kernel.
     let containerfile = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/container/Containerfile"),
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../packaging/container/Containerfile"),
     )
     .expect("Containerfile reads");
     for cap in &added {

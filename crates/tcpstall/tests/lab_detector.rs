@@ -372,7 +372,7 @@ fn the_table_shows_the_detector_column_on_every_row() {
     let mut lines = table.lines().skip(1);
     let header = lines.next().expect("header line");
     // Everything left of the column is ASCII: a byte offset is a character offset.
-    let column = header.find(" detector ").expect("a detector column") + 1;
+    let column = header.find(" detector").expect("a detector column") + 1;
     let cell = |scenario: &str, variant: &str| -> String {
         let line = table
             .lines()

@@ -59,12 +59,16 @@ pub(super) const HOLD: [Obligation; 3] = [
     },
 ];
 
-/// A delayed ACK is told from the path only when the leg to the ACKing side is timed.
+/// A delayed ACK is told from the path only when the leg to the ACKing side is timed, or is
+/// no path at all: both ends on one host's loopback (RFC 1122 §3.2.1.3).
 const PEER_LEG: Obligation = Obligation {
     name: "ack_delay_unmeasured",
     text: "the round trip to the ACKing side must be timed, so that the ACK's delay is not the \
            path's",
-    holds: |flow, side, _, _| flow.dir(side.peer()).ack_leg().is_some(),
+    holds: |flow, side, _, _| {
+        flow.dir(side.peer()).ack_leg().is_some()
+            || (flow.client.addr.is_loopback() && flow.server.addr.is_loopback())
+    },
 };
 
 /// The sentence of a Nagle hold; `ack` qualifies the peer's ACK that released it.

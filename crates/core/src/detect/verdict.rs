@@ -34,9 +34,10 @@ impl PeerStack {
     /// host's: a 40 ms delayed ACK from it is no Linux's.
     pub fn from_fingerprint(delay: Span, syn_timestamps: Option<bool>, syn_ttl: u8) -> PeerStack {
         match (PeerStack::from_ack_delay(delay), syn_timestamps) {
-            (PeerStack::Linux, Some(false)) | (PeerStack::Windows, Some(true)) => {
-                PeerStack::Ambiguous
-            }
+            // Linux sends timestamps by default and Windows does not; the converse proves
+            // nothing: a Windows host may enable them, and Linux's delayed ACK stays near
+            // max(srtt, 40 ms) (`tcp_delack_max`), never a short path's 200 ms.
+            (PeerStack::Linux, Some(false)) => PeerStack::Ambiguous,
             (PeerStack::Linux, _) if super::cork::windows_ttl(syn_ttl) => PeerStack::Ambiguous,
             (stack, _) => stack,
         }

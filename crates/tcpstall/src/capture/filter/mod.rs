@@ -518,7 +518,7 @@ mod tests {
         .expect_err("needs libpcap");
         let text = err.to_string();
         assert!(
-            text.contains("libpcap0.8") && text.contains("portrange"),
+            text.contains(LIBPCAP_NOT_USED) && text.contains("portrange"),
             "{text}"
         );
         if libpcap_available() {
