@@ -102,6 +102,7 @@ pub fn run(args: &AnalyzeArgs) -> anyhow::Result<Outcome> {
     let config = DetectorConfig {
         keep_minor_events: args.minor,
         keep_turns: args.html.is_some(),
+        keep_socket_settled: false,
     };
     let workers = match args.workers {
         Some(n) => usize::from(n),

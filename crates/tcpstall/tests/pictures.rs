@@ -78,8 +78,8 @@ fn ladders_match_their_golden_files() {
         "split_request",
         "split_request_v6",
         "windows_peer",
-        "cork",
-        "rto",
+        "cork_tail",
+        "rto_lost",
         "zero_window",
         "nodelay",
         "think_time",
@@ -349,7 +349,7 @@ fn analyze_page_renders_in_a_real_browser() {
 fn page_of_every_kind_has_its_ladder() {
     let dir = Scratch::new("kinds-page");
     let page = dir.0.join("kinds.html");
-    let files: Vec<String> = ["cork", "rto", "zero_window"]
+    let files: Vec<String> = ["cork_tail", "rto_lost", "zero_window"]
         .iter()
         .map(|n| fixture(n))
         .collect();

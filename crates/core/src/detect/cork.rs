@@ -8,6 +8,10 @@ use crate::decode::Segment;
 use crate::flow::{Flow, Side, Span};
 use crate::tcp_rules;
 
+/// The obligation a whole answer cannot meet in a capture; TCP_CORK on the held socket
+/// settles it ([`super::evidence::settled_by_socket`]).
+pub const NOT_A_TAIL: &str = "cork_not_a_tail";
+
 /// Data held by TCP_CORK or MSG_MORE until the probe timer sent it.
 pub const KIND: KindInfo = KindInfo {
     name: "cork_timer",
@@ -17,7 +21,7 @@ pub const KIND: KindInfo = KindInfo {
     proof: Proof::HeldLeg,
     rule: Some(Rule { rank: 40, check }),
     obligations: &[Obligation {
-        name: "cork_not_a_tail",
+        name: NOT_A_TAIL,
         text: "the data must be the partial tail of a write whose full segments left at once: \
                a whole answer ~200 ms after the request may be as long spent by its writer \
                (`tcpstall sockets PID` shows TCP_CORK, `tcpstall trace` the writes)",

@@ -197,6 +197,13 @@ impl Resolution {
     }
 }
 
+/// Whether the held socket's own state can settle a claim set apart for `reason`: a whole
+/// answer ~200 ms after its request is the cork timer when TCP_CORK is set on the socket
+/// that sent it (`tcp_nagle_test` holds it with `TCP_NAGLE_CORK`).
+pub fn settled_by_socket(reason: &Reason) -> bool {
+    matches!(reason, Reason::Unproven { name, .. } if *name == super::cork::NOT_A_TAIL)
+}
+
 /// Why `finding`, on `seg` from `side`, cannot be settled by this capture; `None` when its
 /// timing proves it. Minor holds are no claim of a stall and always stand. `coarse` is the
 /// clock's resolution when it is coarse ([`Resolution::coarse`]).

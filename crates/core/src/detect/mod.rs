@@ -27,6 +27,8 @@ use crate::units::SeqNumber;
 pub use ack_paced::Pacing;
 /// Holds that make a flow direction `nagle_ack_paced`.
 pub use ack_paced::MIN_HOLDS as PACED_HOLDS;
+/// The cork obligation only the held socket's TCP_CORK can settle.
+pub use cork::NOT_A_TAIL as CORK_NOT_A_TAIL;
 pub use kind::Obligation;
 pub use kind::{Holder, KindInfo, Proof, Release, Rule};
 pub use rto::HandshakeNotTaken;
@@ -312,6 +314,9 @@ pub struct DetectorConfig {
     /// Keep every answered turn's start and latency in [`FlowSummary::turns`] (for the HTML
     /// report's histograms and timelines).
     pub keep_turns: bool,
+    /// Also keep, in [`Analysis::awaiting_socket`], the claims a capture cannot settle but the
+    /// held socket's own state can (a live watcher reads it; a capture file has none).
+    pub keep_socket_settled: bool,
 }
 
 /// The result of a run.
@@ -330,6 +335,10 @@ pub struct Analysis {
     /// Claims the capture cannot settle, set apart with the reason: not in `events` nor
     /// `counts` ([`evidence`]).
     pub undecided: evidence::Undecided,
+    /// Claims in `undecided` that the held socket's state settles (see
+    /// [`evidence::settled_by_socket`]), as the events they would be; kept only with
+    /// [`DetectorConfig::keep_socket_settled`].
+    pub awaiting_socket: Vec<StallEvent>,
 }
 
 impl Analysis {
@@ -347,6 +356,7 @@ impl Analysis {
             all.events.extend(part.events);
             all.flows.extend(part.flows);
             all.undecided.extend(part.undecided);
+            all.awaiting_socket.extend(part.awaiting_socket);
             all.span_ns = match (all.span_ns, part.span_ns) {
                 (Some((f1, l1)), Some((f2, l2))) => Some((f1.min(f2), l1.max(l2))),
                 (a, b) => a.or(b),
@@ -354,6 +364,7 @@ impl Analysis {
         }
         // Stable sorts: one part already in order costs a single pass.
         all.events.sort_by_key(|e| e.ordinal);
+        all.awaiting_socket.sort_by_key(|e| e.ordinal);
         all.flows.sort_by_key(|f| f.id);
         verdict::join_parts(&mut all.flows);
         all
@@ -464,6 +475,11 @@ impl Detector {
             // first packet is cut there.
             finding.delay_ns = finding.delay_ns.min(seg.ts_ns.since(flow.first_seen));
             if let Some(reason) = unsettled {
+                if self.config.keep_socket_settled && evidence::settled_by_socket(&reason) {
+                    let mut event = event_of(flow, side, seg, finding);
+                    event.ordinal = ordinal;
+                    self.analysis.awaiting_socket.push(event);
+                }
                 self.analysis.undecided.push(evidence::Claim {
                     kind: finding.kind,
                     reason,
@@ -554,6 +570,12 @@ impl Detector {
     pub fn take_events(&mut self) -> Vec<StallEvent> {
         self.taken += 1;
         std::mem::take(&mut self.analysis.events)
+    }
+
+    /// The claims awaiting the held socket's word found since the last call (kept with
+    /// [`DetectorConfig::keep_socket_settled`]).
+    pub fn take_awaiting_socket(&mut self) -> Vec<StallEvent> {
+        std::mem::take(&mut self.analysis.awaiting_socket)
     }
 
     /// The flows retired since the last call (closed past their grace period, idle, or
@@ -776,6 +798,11 @@ fn record(
     if !finding.kind.is_stall() && !config.keep_minor_events {
         return None;
     }
+    Some(event_of(flow, side, seg, finding))
+}
+
+/// The event of `finding` on `seg`, `side`'s segment of `flow` (its ordinal still 0).
+fn event_of(flow: &Flow, side: Side, seg: &Segment, finding: Finding) -> StallEvent {
     let dir = flow.dir(side);
     // Sized once: growing it by the push below cost a reallocation per event.
     let recorded = dir.burst.recorded();
@@ -784,7 +811,7 @@ fn record(
     if seg.payload_len > 0 && finding.kind != StallKind::Rto {
         writes.push(seg.payload_len);
     }
-    Some(StallEvent {
+    StallEvent {
         finding,
         flow_id: flow.id,
         ordinal: 0,
@@ -811,7 +838,7 @@ fn record(
             StallKind::Rto => rto::handshake_not_taken(flow, side, seg),
             _ => None,
         },
-    })
+    }
 }
 
 #[cfg(test)]
@@ -1101,6 +1128,7 @@ pub mod testing {
             let mut d = super::Detector::new(super::DetectorConfig {
                 keep_minor_events: true,
                 keep_turns: false,
+                keep_socket_settled: false,
             });
             for s in &self.segments {
                 d.push(s);

@@ -109,6 +109,7 @@ impl OwnCapture {
             detector: Detector::new(DetectorConfig {
                 keep_minor_events: true,
                 keep_turns: false,
+                keep_socket_settled: false,
             }),
             segments: Vec::new(),
             raw: VecDeque::new(),

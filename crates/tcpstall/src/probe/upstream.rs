@@ -586,6 +586,7 @@ fn capture_all(interface: &str) -> Result<LiveCapture<Detector>, OpenError> {
     let detector = Detector::new(DetectorConfig {
         keep_minor_events: false,
         keep_turns: false,
+        keep_socket_settled: false,
     });
     let options = CaptureOptions {
         ports: PortFilter::All,

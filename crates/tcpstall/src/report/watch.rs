@@ -4,6 +4,8 @@
 //! JSON events carry the keys of `analyze`'s events (written by the same
 //! [`super::json::write_event`]) plus `pid`, `command`, `fd`, `owner_side`, `owner_listening`,
 //! `owner_hidden`, `owner_deferred`, `nodelay`, `cork`, `cork_confirmed` and `fix`; the summary is one line `{"summary":{...}}`.
+//! A claim the capture could not settle and the socket did not either is one line
+//! `{"undecided":{...,"reason":R}}`.
 
 use std::fmt::Write as _;
 use std::io;
@@ -332,6 +334,55 @@ pub fn write_event_json(
     buf.push(b',');
     buf.extend_from_slice(object.get(1..).unwrap_or_default());
     Ok(())
+}
+
+/// A claim the capture could not settle and the held socket did not settle either (its
+/// TCP_CORK is clear or unreadable): `{"undecided":{...the event and owner keys...,"reason":R}}`,
+/// so that no line with a top-level `kind` is a claim that was not proven.
+pub fn write_undecided_json(
+    buf: &mut Vec<u8>,
+    event: &StallEvent,
+    found: Result<&Owner, &NoOwner>,
+    reason: &str,
+) -> io::Result<()> {
+    buf.extend_from_slice(b"{\"undecided\":");
+    write_event_json(buf, event, found)?;
+    if buf.last() == Some(&b'}') {
+        buf.pop();
+    }
+    buf.extend_from_slice(b",\"reason\":");
+    serde_json::to_writer(&mut *buf, reason).map_err(io::Error::from)?;
+    buf.extend_from_slice(b"}}");
+    Ok(())
+}
+
+/// The text of such a claim: what the wire showed and why the socket did not settle it.
+pub fn undecided_text(event: &StallEvent, found: Result<&Owner, &NoOwner>) -> String {
+    let f = &event.finding;
+    let held = f.held_side.name();
+    let why = match found {
+        Ok(o) if o.side == f.held_side && o.cork == Some(false) => format!(
+            "TCP_CORK is off on its socket (pid {} ({})): the writer's own time, or a send \
+             with MSG_MORE, which leaves no mark on the socket",
+            o.pid, o.command
+        ),
+        Ok(o) => format!(
+            "TCP_CORK of the {held}'s socket could not be read (pid {} ({}))",
+            o.pid, o.command
+        ),
+        Err(_) => format!("the {held}'s socket was not found on this host"),
+    };
+    format!(
+        "{}  undecided {}  {}  held: {}  {}\n  the {held}'s {} B answer left {} after the \
+         request with nothing in flight; {why}\n",
+        clock(event.ts_ns.as_nanos()),
+        f.kind.name(),
+        ms(f.delay_ns),
+        held,
+        flow_label(event.client, event.server),
+        event.released_bytes,
+        ms(f.delay_ns),
+    )
 }
 
 /// The fix of a process whose own sockets were held by Nagle.

@@ -446,7 +446,8 @@ pub(super) fn watch(
     let deadline = args
         .duration
         .map(|d| started + Duration::from_secs_f64(d.min(1e9)));
-    let (mut tx, printer) = printer::spawn(args.json, metrics.owner_stalls())?;
+    let (mut tx, printer) =
+        printer::spawn(args.json, metrics.owner_stalls(), metrics.stall_counters())?;
     let mut unprinted = 0;
     let mut summary = WatchSummary {
         interface: "kernel".into(),

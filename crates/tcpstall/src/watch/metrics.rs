@@ -248,16 +248,15 @@ impl Metrics {
     /// Counts one stall, or one flow side found paced by ACKs (its delay: the holds' time so
     /// far); minor Nagle holds are not counted.
     pub fn record_stall(&self, event: &StallEvent) {
-        let f = &event.finding;
-        if !f.kind.is_reported() {
-            return;
+        self.stall_counters().record(event);
+    }
+
+    /// The stall counters, for the thread that settles claims by their socket.
+    pub fn stall_counters(&self) -> StallCounters {
+        StallCounters {
+            stalls: self.stalls.clone(),
+            delay: self.delay.clone(),
         }
-        self.stalls
-            .with_label_values(&[f.kind.name(), f.held_side.name()])
-            .inc();
-        self.delay
-            .with_label_values(&[f.kind.name()])
-            .observe(f.delay_ns.as_secs_f64());
     }
 
     /// Says where the stalls come from: `capture` or `kernel` (`tcpstall_watch_info`).
@@ -324,6 +323,29 @@ impl Metrics {
         // registration already refused.
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
         String::from_utf8(out).unwrap_or_default()
+    }
+}
+
+/// `tcpstall_watch_stalls_total` and the delay histogram, shared with the printing thread.
+#[derive(Debug, Clone)]
+pub struct StallCounters {
+    stalls: IntCounterVec,
+    delay: HistogramVec,
+}
+
+impl StallCounters {
+    /// Counts one stall (minor holds are not).
+    pub fn record(&self, event: &StallEvent) {
+        let f = &event.finding;
+        if !f.kind.is_reported() {
+            return;
+        }
+        self.stalls
+            .with_label_values(&[f.kind.name(), f.held_side.name()])
+            .inc();
+        self.delay
+            .with_label_values(&[f.kind.name()])
+            .observe(f.delay_ns.as_secs_f64());
     }
 }
 

@@ -29,7 +29,7 @@ use self::metrics::{Metrics, Totals};
 use self::printer::ToPrinter;
 use self::source::{LiveSource, SourceError, SourceNotice};
 use crate::decode::Segment;
-use crate::detect::{Detector, DetectorConfig};
+use crate::detect::{Detector, DetectorConfig, CORK_NOT_A_TAIL};
 use crate::report::model::watch::{PacketCounts, WatchSummary};
 use crate::report::watch::{summary_json, summary_text};
 use crate::Outcome;
@@ -192,12 +192,14 @@ fn capture_loop(
     let deadline = args
         .duration
         .map(|d| started + Duration::from_secs_f64(d.min(1e9)));
-    let (mut tx, printer) = printer::spawn(args.json, metrics.owner_stalls())
-        .context("cannot start the printing thread")?;
+    let (mut tx, printer) =
+        printer::spawn(args.json, metrics.owner_stalls(), metrics.stall_counters())
+            .context("cannot start the printing thread")?;
     let mut unprinted = 0;
     let mut detector = Detector::new(DetectorConfig {
         keep_minor_events: args.minor,
         keep_turns: false,
+        keep_socket_settled: true,
     });
     let mut summary = WatchSummary::default();
     let mut packets = PacketCounts::default();
@@ -231,6 +233,9 @@ fn capture_loop(
                 summary.held[event.finding.held_side.index()] += 1;
             }
             printer_gone |= tx.stall(event, None, None).is_err();
+        }
+        for event in detector.take_awaiting_socket() {
+            printer_gone |= tx.awaiting_socket(event, CORK_NOT_A_TAIL).is_err();
         }
         if last_tick.elapsed() >= TICK {
             last_tick = Instant::now();
@@ -273,6 +278,11 @@ fn capture_loop(
             break;
         }
     }
+    for event in last.awaiting_socket {
+        if tx.awaiting_socket(event, CORK_NOT_A_TAIL).is_err() {
+            break;
+        }
+    }
     finish_printing(tx, printer, &mut summary)?;
     Ok((summary, failure))
 }
@@ -297,5 +307,9 @@ fn finish_printing(
     summary.owners = printed.owners.sorted();
     summary.owners_unlisted = printed.owners.unlisted;
     summary.without_owner = printed.without_owner;
+    for (held, settled) in summary.held.iter_mut().zip(printed.settled_by_socket) {
+        *held += settled;
+    }
+    summary.counts.merge(&printed.settled_kinds);
     Ok(())
 }

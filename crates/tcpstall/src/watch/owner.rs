@@ -131,6 +131,8 @@ impl OwnerLookup {
         let mut table = None;
         let mut seen = false;
         let mut deferred = false;
+        // Every process was read in this search: a later "read too recently" is no deferral.
+        let mut read_all = false;
         for side in [held, held.peer()] {
             let (local, remote) = ends(side);
             let entries = match find_socket(local, remote, side) {
@@ -162,11 +164,11 @@ impl OwnerLookup {
                         })
                     }
                     Found::Deferred => deferred = true,
-                    Found::Nobody => {}
+                    Found::Nobody => read_all = true,
                 }
             }
         }
-        Err(match (seen, deferred) {
+        Err(match (seen, deferred && !read_all) {
             (_, true) => NoOwner::Deferred,
             (true, false) => NoOwner::Hidden,
             (false, false) => NoOwner::NotLocal,

@@ -10,17 +10,22 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use super::container;
-use super::metrics::OwnerStalls;
+use super::metrics::{OwnerStalls, StallCounters};
 use super::owner::{NoOwner, Owner, OwnerLookup};
-use crate::detect::StallEvent;
+use crate::detect::{KindCounts, StallEvent};
 use crate::report::model::watch::OwnerTally;
-use crate::report::watch::{add_release, event_text, write_event_json};
+use crate::report::watch::{
+    add_release, cork_confirmed, event_text, undecided_text, write_event_json, write_undecided_json,
+};
 
 /// Messages from the capture loop.
 #[derive(Debug)]
 pub enum ToPrinter {
     /// A stall to print.
     Stall(Box<StallEvent>),
+    /// A claim the capture set apart that the held socket's TCP_CORK settles: a stall when
+    /// it is set, else printed as undecided for the reason named.
+    AwaitingSocket(Box<StallEvent>, &'static str),
     /// Flows that left the detector: their owners are forgotten.
     Retired(Vec<u64>),
     /// The process (pid, command) that wrote the next stall's held bytes, as the kernel saw it
@@ -40,6 +45,11 @@ pub struct Printed {
     pub owners: OwnerTally,
     /// Stalls printed without an owner.
     pub without_owner: u64,
+    /// Stalls the held socket's state settled, by held side (client, server), and by kind:
+    /// not in the capture loop's counts.
+    pub settled_by_socket: [u64; 2],
+    /// The same stalls by kind.
+    pub settled_kinds: KindCounts,
 }
 
 /// Stalls (and rendered lines) waiting for the printer before more are counted but not
@@ -84,6 +94,14 @@ impl Queue {
         self.send(ToPrinter::Stall(Box::new(event)))
     }
 
+    /// Queues a claim awaiting the held socket's word, or counts it unprinted.
+    pub fn awaiting_socket(&mut self, event: StallEvent, reason: &'static str) -> Result<(), Gone> {
+        match self.room() {
+            true => self.send(ToPrinter::AwaitingSocket(Box::new(event), reason)),
+            false => Ok(()),
+        }
+    }
+
     /// Queues a rendered line, or counts it unprinted.
     pub fn line(&mut self, line: String) -> Result<(), Gone> {
         match self.room() {
@@ -125,17 +143,18 @@ pub fn say_backlog(queue: &Queue, before: u64) {
 }
 
 /// Starts the printer: text blocks, or one JSON object per line with `json`; each stall whose
-/// owner is found is counted in `owner_stalls`.
+/// owner is found is counted in `owner_stalls`, each the socket settles in `stalls`.
 pub fn spawn(
     json: bool,
     owner_stalls: OwnerStalls,
+    stalls: StallCounters,
 ) -> io::Result<(Queue, JoinHandle<io::Result<Printed>>)> {
     let (tx, rx) = std::sync::mpsc::channel();
     let waiting = Arc::new(AtomicUsize::new(0));
     let done = Arc::clone(&waiting);
     let handle = std::thread::Builder::new()
         .name("watch-printer".into())
-        .spawn(move || print_all(&rx, json, &owner_stalls, &done))?;
+        .spawn(move || print_all(&rx, json, &owner_stalls, &stalls, &done))?;
     let queue = Queue {
         tx,
         waiting,
@@ -148,6 +167,7 @@ fn print_all(
     rx: &Receiver<ToPrinter>,
     json: bool,
     owner_stalls: &OwnerStalls,
+    stalls: &StallCounters,
     waiting: &AtomicUsize,
 ) -> io::Result<Printed> {
     let mut lookup = OwnerLookup::new();
@@ -156,7 +176,10 @@ fn print_all(
     let mut release = None;
     let mut buf = Vec::with_capacity(1024);
     for message in rx {
-        if matches!(message, ToPrinter::Stall(_) | ToPrinter::Line(_)) {
+        if matches!(
+            message,
+            ToPrinter::Stall(_) | ToPrinter::Line(_) | ToPrinter::AwaitingSocket(..)
+        ) {
             waiting.fetch_sub(1, Ordering::Relaxed);
         }
         match message {
@@ -173,6 +196,36 @@ fn print_all(
             ToPrinter::Line(line) => {
                 let mut out = io::stdout().lock();
                 out.write_all(line.as_bytes())?;
+                out.flush()?;
+            }
+            ToPrinter::AwaitingSocket(event, reason) => {
+                let mut owner = lookup.owner_of(&event);
+                if let Ok(o) = &mut owner {
+                    o.container = container::of_pid(o.pid);
+                }
+                buf.clear();
+                if cork_confirmed(&event, owner.as_ref().ok()) == Some(true) {
+                    stalls.record(&event);
+                    printed.settled_by_socket[event.finding.held_side.index()] += 1;
+                    printed.settled_kinds.add(event.finding.kind);
+                    if let Ok(o) = &owner {
+                        owner_stalls.record(&event, o);
+                        printed.owners.add(&event, o);
+                    }
+                    if json {
+                        write_event_json(&mut buf, &event, owner.as_ref())?;
+                        buf.push(b'\n');
+                    } else {
+                        buf.extend_from_slice(event_text(&event, owner.as_ref()).as_bytes());
+                    }
+                } else if json {
+                    write_undecided_json(&mut buf, &event, owner.as_ref(), reason)?;
+                    buf.push(b'\n');
+                } else {
+                    buf.extend_from_slice(undecided_text(&event, owner.as_ref()).as_bytes());
+                }
+                let mut out = io::stdout().lock();
+                out.write_all(&buf)?;
                 out.flush()?;
             }
             ToPrinter::Stall(event) => {

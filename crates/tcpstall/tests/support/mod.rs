@@ -305,12 +305,13 @@ pub fn build_with_script(name: &str, args: &[&str]) -> std::path::PathBuf {
         .expect("the binary sits in TARGET_DIR/release");
     let mut command = std::process::Command::new(repository().join("scripts").join(name));
     // Cargo gives the tests its package's CARGO_PKG_* and CARGO_MANIFEST_DIR; build scripts
-    // (ring's) rebuild when those change, so the script gets the environment of a shell.
+    // (ring's) rebuild when those change, so the script gets the environment of a shell. The
+    // profile's settings given to the test run (scripts/test) stay: the script's build then
+    // shares the test run's artifacts.
     for (key, _) in std::env::vars_os() {
-        if key
-            .to_str()
-            .is_some_and(|k| k.starts_with("CARGO_") && k != "CARGO_HOME")
-        {
+        if key.to_str().is_some_and(|k| {
+            k.starts_with("CARGO_") && k != "CARGO_HOME" && !k.starts_with("CARGO_PROFILE_")
+        }) {
             command.env_remove(key);
         }
     }
