@@ -508,6 +508,114 @@ fn pcapng_unknown_block_is_skipped_with_a_warning() {
     );
 }
 
+/// The blocks of a little-endian pcapng file: (type, bytes), in order.
+fn pcapng_blocks(bytes: &[u8]) -> Vec<(u32, Vec<u8>)> {
+    let mut blocks = Vec::new();
+    let mut at = 0;
+    while at + 8 <= bytes.len() {
+        let block_type = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
+        let len = u32::from_le_bytes(bytes[at + 4..at + 8].try_into().unwrap()) as usize;
+        blocks.push((block_type, bytes[at..at + len].to_vec()));
+        at += len;
+    }
+    blocks
+}
+
+/// A pcapng file of lo-ipv6.pcapng's section header, `interfaces` copies of its interface
+/// description (`link(i)` its link type), and its first packet once on each interface
+/// `on(i)` gives, then its own packets on interface 0.
+fn many_interfaces(
+    interfaces: usize,
+    link: impl Fn(usize) -> Option<u16>,
+    on: impl Iterator<Item = u32>,
+) -> (Vec<u8>, usize) {
+    let blocks = pcapng_blocks(&fixture_bytes("lo-ipv6.pcapng"));
+    let (shb, idb) = (&blocks[0].1, &blocks[1].1);
+    assert_eq!((blocks[0].0, blocks[1].0), (0x0a0d_0d0a, 1));
+    let packets: Vec<&Vec<u8>> = blocks.iter().filter(|b| b.0 == 6).map(|b| &b.1).collect();
+    let mut out = shb.clone();
+    for i in 0..interfaces {
+        let mut block = idb.clone();
+        if let Some(code) = link(i) {
+            block[8..10].copy_from_slice(&code.to_le_bytes());
+        }
+        out.extend_from_slice(&block);
+    }
+    let mut extra = 0;
+    for interface in on {
+        let mut block = packets[0].clone();
+        block[8..12].copy_from_slice(&interface.to_le_bytes());
+        out.extend_from_slice(&block);
+        extra += 1;
+    }
+    for block in &packets {
+        out.extend_from_slice(block);
+    }
+    (out, extra)
+}
+
+/// Interface descriptions are kept up to a bound (memory stays bounded for a file of nothing
+/// else); the packets of the ones past it are skipped, said once, and the rest read.
+#[test]
+fn pcapng_interfaces_past_the_bound_are_not_kept() {
+    let (before, original, _) = read_all(&fixture_bytes("lo-ipv6.pcapng")[..]);
+    let before = before.expect("the fixture reads");
+    let kept = tcpstall::capture::file::MAX_INTERFACES;
+    let (bytes, extra) = many_interfaces(kept + 1000, |_| None, [3, kept as u32 + 500].into_iter());
+    let (result, segments, warnings) = read_all(&bytes[..]);
+    let stats = result.expect("readable");
+    let bound: Vec<_> = warnings
+        .iter()
+        .filter(|w| {
+            w.message
+                .contains("interface descriptions in one pcapng section")
+        })
+        .collect();
+    assert_eq!(bound.len(), 1, "{warnings:?}");
+    assert!(
+        warnings.iter().any(|w| w
+            .message
+            .contains("past the 65536 interface descriptions kept")),
+        "{warnings:?}"
+    );
+    // The packet on interface 3 is read; the one past the bound is not.
+    assert_eq!(
+        segments.len(),
+        original.len() + 1,
+        "{warnings:?} {:?}",
+        segments.iter().map(|s| s.packet_number).collect::<Vec<_>>()
+    );
+    assert_eq!(stats.packets, before.packets + extra as u64);
+}
+
+/// Thousands of interfaces of distinct unsupported link types: each kind is named up to a
+/// bound, the rest counted together, warned about once each: linear time, one line.
+#[test]
+fn many_unsupported_link_types_are_counted_in_bounded_names() {
+    let interfaces = 5000;
+    let (bytes, extra) = many_interfaces(
+        interfaces,
+        // Interface 0 keeps the fixture's own link type: its packets are read.
+        |i| (i > 0).then(|| 20_000 + i as u16),
+        (1..interfaces as u32).chain(1..interfaces as u32),
+    );
+    let (result, _, warnings) = read_all(&bytes[..]);
+    let stats = result.expect("readable");
+    let unsupported = &stats.skipped.unsupported;
+    assert_eq!(unsupported.len(), tcpstall::capture::skipped::MAX_NAMED + 1);
+    let total: u64 = unsupported.iter().map(|(_, n)| n).sum();
+    assert_eq!(total, extra as u64, "{unsupported:?}");
+    assert_eq!(
+        unsupported.last().map(|(name, _)| name.as_ref()),
+        Some(tcpstall::capture::skipped::OTHERS)
+    );
+    assert!(
+        warnings.len() <= unsupported.len() + 2,
+        "{} warnings",
+        warnings.len()
+    );
+}
+
 #[test]
 fn pcapng_absurd_block_length_stops_with_a_warning() {
     let mut bytes = fixture_bytes("lo-ipv6.pcapng");

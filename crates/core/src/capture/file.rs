@@ -19,6 +19,10 @@ const BUFFER_SIZE: usize = 1 << 18;
 /// Largest record or block accepted. Far beyond any real snap length (libpcap caps it at
 /// 262144, Linux BIG TCP packets stay under 512 KiB), small enough to buffer.
 pub const MAX_RECORD_LEN: usize = 16 << 20;
+
+/// pcapng interface descriptions kept per section: far more than any capture tool writes,
+/// and a bound on the memory a file of nothing but interface blocks can take (~3 MB).
+pub const MAX_INTERFACES: usize = 1 << 16;
 /// Largest captured length libpcap accepts whatever the file's snap length says
 /// (`MAXIMUM_SNAPLEN` in libpcap's `pcap-int.h`): a record may exceed the file's snap length
 /// (some writers set it wrong) but not this.
@@ -649,7 +653,24 @@ impl<R: Read> FrameReader<R> {
                         }
                     };
                     if let Format::PcapNg { interfaces, .. } = &mut self.format {
-                        interfaces.push(interface);
+                        if interfaces.len() < MAX_INTERFACES {
+                            interfaces.push(interface);
+                        } else if interfaces.len() == MAX_INTERFACES {
+                            // Said once: the one past the bound is kept as a marker.
+                            on_warning(&CaptureWarning {
+                                packet_number: number,
+                                message: format!(
+                                    "more than {MAX_INTERFACES} interface descriptions in one \
+                                     pcapng section (at byte {offset}); the rest are not kept, \
+                                     and their packets are skipped"
+                                ),
+                            });
+                            interfaces.push(Interface {
+                                link: Err(u32::MAX),
+                                scale: TsScale::Multiply(1000),
+                                offset_ns: 0,
+                            });
+                        }
                     }
                 }
                 BLOCK_EPB | BLOCK_OBSOLETE_PACKET | BLOCK_SPB => {
@@ -729,6 +750,12 @@ impl<R: Read> FrameReader<R> {
                 (interface_id, Some(ts), caplen, orig_len, 28)
             }
         };
+        if interface_id >= MAX_INTERFACES && interfaces.len() > MAX_INTERFACES {
+            return Err(format!(
+                "packet of interface {interface_id}, past the {MAX_INTERFACES} interface \
+                 descriptions kept; packet skipped"
+            ));
+        }
         let Some(interface) = interfaces.get(interface_id) else {
             return Err(format!(
                 "packet refers to interface {interface_id}, which no interface description \

@@ -21,15 +21,31 @@ pub struct SkippedFrames {
     pub unsupported: Vec<(Cow<'static, str>, u64)>,
 }
 
-/// Adds `n` to `what`'s count; true when it is the first of its name.
+/// Reasons named one by one in a list; past them, the rest are counted under [`OTHERS`]: a
+/// file with thousands of distinct link types is read in linear time and said in one line.
+pub const MAX_NAMED: usize = 32;
+
+/// The name the reasons past [`MAX_NAMED`] are counted under.
+pub const OTHERS: &str = "others, past the first 32 kinds";
+
+/// Adds `n` to `what`'s count; true when it is the first of its name (or the first counted
+/// under [`OTHERS`]).
 fn count(list: &mut Vec<(Cow<'static, str>, u64)>, what: Cow<'static, str>, n: u64) -> bool {
-    match list.iter_mut().find(|(name, _)| *name == what) {
+    if let Some((_, total)) = list.iter_mut().find(|(name, _)| *name == what) {
+        *total += n;
+        return false;
+    }
+    if list.len() < MAX_NAMED {
+        list.push((what, n));
+        return true;
+    }
+    match list.iter_mut().find(|(name, _)| name == OTHERS) {
         Some((_, total)) => {
             *total += n;
             false
         }
         None => {
-            list.push((what, n));
+            list.push((Cow::Borrowed(OTHERS), n));
             true
         }
     }

@@ -26,7 +26,10 @@ impl Decap {
             return Decoded::NotTcp;
         }
         let total_len = match u16::from_be_bytes([packet[2], packet[3]]) {
-            0 => wire_len,
+            0 => match super::offloaded_len(wire_len) {
+                Some(len) => len,
+                None => return Decoded::Undecodable(super::OFFLOAD_TOO_LONG),
+            },
             n => u32::from(n),
         };
         let Some(payload_len) = total_len.checked_sub(header_len as u32) else {

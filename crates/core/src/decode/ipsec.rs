@@ -62,6 +62,10 @@ impl Decap {
         let mut inflater = flate2::Decompress::new(false);
         match inflater.decompress_vec(compressed, &mut inflated, flate2::FlushDecompress::Finish) {
             Ok(flate2::Status::StreamEnd) => {}
+            // The buffer is an IP packet's largest: a stream inflating past it is no packet.
+            Ok(_) if inflated.len() == inflated.capacity() => {
+                return Decoded::Undecodable("IPComp payload inflating past 64 KiB")
+            }
             _ => return Decoded::Opaque("compressed (IPComp without its algorithm)"),
         }
         let len = inflated.len() as u32;

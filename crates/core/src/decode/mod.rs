@@ -193,6 +193,21 @@ pub fn decode_ip(
     }
 }
 
+/// The largest segment a sender's offload hands the capture in one piece: the kernel's
+/// `GSO_MAX_SIZE` (512 KiB, BIG TCP), which writes an IPv4 total length of 0 for it
+/// (`iph_set_totlen`).
+const OFFLOAD_MAX: u32 = 512 << 10;
+
+/// Why an IPv4 packet with total length 0 is not read.
+const OFFLOAD_TOO_LONG: &str =
+    "IPv4 total length 0 (an offloaded segment) with a wire length past 512 KiB";
+
+/// The length of an IPv4 packet whose total length field is 0 (segmentation offload, BIG
+/// TCP): its wire length, when an offloaded segment can be that long.
+fn offloaded_len(wire_len: u32) -> Option<u32> {
+    (wire_len <= OFFLOAD_MAX).then_some(wire_len)
+}
+
 /// Decodes an IPv4 packet (RFC 791 §3.1) into `out`, as [`decode_ip`].
 #[inline(always)]
 pub fn decode_ipv4(
@@ -221,7 +236,10 @@ pub fn decode_ipv4(
         return Decoded::Fragment;
     }
     let total_len = match u16::from_be_bytes([packet[2], packet[3]]) {
-        0 => wire_len,
+        0 => match offloaded_len(wire_len) {
+            Some(len) => len,
+            None => return Decoded::Undecodable(OFFLOAD_TOO_LONG),
+        },
         n => u32::from(n),
     };
     if (total_len as usize) < header_len {
@@ -458,4 +476,55 @@ fn parse_tcp_options(mut options: &[u8]) -> TcpOptions {
         options = &options[len..];
     }
     found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An IPv4 TCP header (20 B IP, 20 B TCP, ACK) with the given total length field.
+    fn ipv4_tcp(total_len: u16) -> Vec<u8> {
+        let mut p = vec![0u8; 40];
+        p[0] = 0x45;
+        p[2..4].copy_from_slice(&total_len.to_be_bytes());
+        p[8] = 64;
+        p[9] = IPPROTO_TCP;
+        p[12..16].copy_from_slice(&[10, 0, 0, 1]);
+        p[16..20].copy_from_slice(&[10, 0, 0, 2]);
+        p[20..22].copy_from_slice(&40000u16.to_be_bytes());
+        p[22..24].copy_from_slice(&80u16.to_be_bytes());
+        p[32] = 5 << 4;
+        p[33] = 0x10;
+        p
+    }
+
+    fn decode(packet: &[u8], wire_len: u32) -> Decoded<u32> {
+        let mut out = Segment::UNSET;
+        let meta = PacketMeta {
+            ts_ns: 1,
+            packet_number: 1,
+        };
+        match decode_ip(packet, wire_len, meta, &mut out, &mut Decap::default()) {
+            Decoded::Tcp(()) => Decoded::Tcp(out.payload_len),
+            Decoded::NotTcp => Decoded::NotTcp,
+            Decoded::Fragment => Decoded::Fragment,
+            Decoded::Undecodable(why) => Decoded::Undecodable(why),
+            Decoded::Opaque(what) => Decoded::Opaque(what),
+            Decoded::Unsupported(what) => Decoded::Unsupported(what),
+        }
+    }
+
+    /// A total length of 0 is an offloaded segment as long as its wire length, up to the
+    /// kernel's largest; past it the record's length is not believed.
+    #[test]
+    fn an_offloaded_segment_takes_its_wire_length_up_to_gso_max_size() {
+        let packet = ipv4_tcp(0);
+        assert_eq!(decode(&packet, 100_040), Decoded::Tcp(100_000));
+        assert_eq!(decode(&packet, OFFLOAD_MAX), Decoded::Tcp(OFFLOAD_MAX - 40));
+        assert_eq!(
+            decode(&packet, u32::MAX),
+            Decoded::Undecodable(OFFLOAD_TOO_LONG)
+        );
+        assert_eq!(decode(&ipv4_tcp(1040), u32::MAX), Decoded::Tcp(1000));
+    }
 }
