@@ -311,7 +311,7 @@ fn over_a_path_the_paced_rows_are_checked_from_the_clients_capture() {
         "--variant",
         "nagle,nodelay,writev",
         "--requests",
-        "3",
+        "6",
     ]);
     let paced: Vec<(&str, u64, &Value)> = client
         .iter()
@@ -342,7 +342,7 @@ fn over_a_path_the_paced_rows_are_checked_from_the_clients_capture() {
         "--variant",
         "nagle",
         "--requests",
-        "3",
+        "6",
     ]);
     assert_eq!(server[0]["expected_detector_kind"], "nagle_ack_paced");
     assert!(

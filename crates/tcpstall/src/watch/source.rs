@@ -150,12 +150,20 @@ fn nflog_group(interface: &str) -> Option<Result<u16, SourceError>> {
     })
 }
 
+/// How often interfaces seen down are looked up, to find the ones removed.
+const DOWN_LOOKUP_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// An open live capture: one tap per interface.
 #[derive(Debug)]
 pub struct LiveSource {
     taps: Vec<Tap>,
     /// Interfaces whose ring ended because they were removed.
     gone: Vec<String>,
+    /// Interfaces seen down, and when they were last looked up: a device being removed goes
+    /// down first, and the packet socket is told only then (`packet_notifier`: its hook is
+    /// already off at NETDEV_UNREGISTER), so its removal is found by looking.
+    down: Vec<String>,
+    down_checked: Option<std::time::Instant>,
     drops: DropStats,
     /// `rx_dropped` of each named interface when the watch began.
     interface_drops_at_start: Vec<(String, u64)>,
@@ -232,6 +240,8 @@ impl LiveSource {
         Ok(LiveSource {
             taps,
             gone: Vec::new(),
+            down: Vec::new(),
+            down_checked: None,
             drops: DropStats::default(),
             interface_drops_at_start,
             notices: Vec::new(),
@@ -374,16 +384,46 @@ impl LiveSource {
                 false
             } else {
                 // Down, not removed: the kernel hooks the socket in again when it comes up.
+                if !self.down.contains(&name) {
+                    self.down.push(name.clone());
+                }
                 self.notices.push(SourceNotice::Down(name));
                 true
             }
         });
+        self.look_for_removed();
         if self.taps.is_empty() {
             return Err(SourceError::Gone {
                 interfaces: self.gone.join(", "),
             });
         }
         Ok(counts)
+    }
+
+    /// Ends the rings of interfaces seen down that have since been removed, looked up at
+    /// most every [`DOWN_LOOKUP_EVERY`].
+    fn look_for_removed(&mut self) {
+        if self.down.is_empty()
+            || self
+                .down_checked
+                .is_some_and(|at| at.elapsed() < DOWN_LOOKUP_EVERY)
+        {
+            return;
+        }
+        self.down_checked = Some(std::time::Instant::now());
+        let removed: Vec<String> = self
+            .down
+            .iter()
+            .filter(|name| nix::net::if_::if_nametoindex(name.as_str()).is_err())
+            .cloned()
+            .collect();
+        for name in removed {
+            self.down.retain(|d| *d != name);
+            self.taps
+                .retain(|tap| !matches!(tap, Tap::Ring(ring) if ring.interface() == name));
+            self.notices.push(SourceNotice::Gone(name.clone()));
+            self.gone.push(name);
+        }
     }
 
     /// The interfaces still watched, comma-separated.
