@@ -367,6 +367,50 @@ fn page_of_every_kind_has_its_ladder() {
     }
 }
 
+/// A page of many flows, IPv6 among them, fits a 1,200 px window: the document never scrolls
+/// sideways (a wide table scrolls inside its own box). Measured by the browser's layout, read
+/// back through a script added to a copy of the page.
+#[test]
+fn a_page_of_many_flows_fits_the_window() {
+    let dir = Scratch::new("wide-page");
+    let page = dir.0.join("many.html");
+    let files: Vec<String> = [
+        "split_response",
+        "split_request",
+        "split_request_v6",
+        "windows_peer",
+        "cork_tail",
+        "rto_lost",
+        "zero_window",
+    ]
+    .iter()
+    .map(|n| fixture(n))
+    .collect();
+    let mut args = vec!["analyze", "--html", page.to_str().expect("utf-8 path")];
+    args.extend(files.iter().map(String::as_str));
+    let out = run(&args);
+    assert!(out.status.code().is_some_and(|c| c <= 1), "{out:?}");
+    let html = fs::read_to_string(&page).expect("page written");
+    let probe = "<script>document.body.dataset.overflow = String(\
+                 document.documentElement.scrollWidth - window.innerWidth);</script></body>";
+    assert!(html.contains("</body>"), "the page has a body");
+    let measured = dir.0.join("measured.html");
+    fs::write(&measured, html.replacen("</body>", probe, 1)).expect("write the copy");
+    let (dom, log) = chromium(&measured, None);
+    assert!(page_errors(&log).is_empty(), "{:?}", page_errors(&log));
+    let overflow: i64 = dom
+        .split("data-overflow=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("the script did not run: {}", &dom[..dom.len().min(400)]));
+    assert!(
+        overflow <= 0,
+        "the page is {overflow} px wider than a 1,200 px window"
+    );
+    assert!(dom.contains("[::1]"), "the IPv6 flow is in the table");
+}
+
 #[test]
 fn html_to_an_unwritable_place_is_a_clear_error() {
     let out = run(&[
