@@ -26,6 +26,17 @@ fn run(args: &[&str]) -> Output {
         .expect("run tcpstall")
 }
 
+/// The fixtures with a stall of each kind the ladders draw.
+const STALLED: [&str; 7] = [
+    "split_response",
+    "split_request",
+    "split_request_v6",
+    "windows_peer",
+    "cork_tail",
+    "rto_lost",
+    "zero_window",
+];
+
 fn fixture(name: &str) -> String {
     format!("{FIXTURES}/{name}.pcap")
 }
@@ -73,17 +84,7 @@ fn ladder_part(stdout: &[u8]) -> String {
 #[test]
 fn ladders_match_their_golden_files() {
     let bless = std::env::var_os("TCPSTALL_BLESS").is_some();
-    for name in [
-        "split_response",
-        "split_request",
-        "split_request_v6",
-        "windows_peer",
-        "cork_tail",
-        "rto_lost",
-        "zero_window",
-        "nodelay",
-        "think_time",
-    ] {
+    for name in STALLED.iter().chain(&["nodelay", "think_time"]) {
         let out = run(&["analyze", "--ladder", &fixture(name)]);
         assert!(out.status.code().is_some_and(|c| c <= 1), "{name}: {out:?}");
         let ladder = ladder_part(&out.stdout);
@@ -374,18 +375,7 @@ fn page_of_every_kind_has_its_ladder() {
 fn a_page_of_many_flows_fits_the_window() {
     let dir = Scratch::new("wide-page");
     let page = dir.0.join("many.html");
-    let files: Vec<String> = [
-        "split_response",
-        "split_request",
-        "split_request_v6",
-        "windows_peer",
-        "cork_tail",
-        "rto_lost",
-        "zero_window",
-    ]
-    .iter()
-    .map(|n| fixture(n))
-    .collect();
+    let files: Vec<String> = STALLED.iter().map(|n| fixture(n)).collect();
     let mut args = vec!["analyze", "--html", page.to_str().expect("utf-8 path")];
     args.extend(files.iter().map(String::as_str));
     let out = run(&args);
