@@ -155,6 +155,8 @@ enum Format {
     PcapNg {
         order: ByteOrder,
         interfaces: Vec<Interface>,
+        /// Interface descriptions came past [`MAX_INTERFACES`] and were not kept.
+        interfaces_dropped: bool,
     },
 }
 
@@ -279,6 +281,7 @@ impl<R: Read> FrameReader<R> {
             Format::PcapNg {
                 order: ByteOrder::Little,
                 interfaces: Vec::new(),
+                interfaces_dropped: false,
             }
         } else if [PCAP_MAGIC_US, PCAP_MAGIC_NS]
             .iter()
@@ -610,6 +613,7 @@ impl<R: Read> FrameReader<R> {
                     self.format = Format::PcapNg {
                         order,
                         interfaces: Vec::new(),
+                        interfaces_dropped: false,
                     };
                 }
                 BLOCK_IDB => {
@@ -652,11 +656,16 @@ impl<R: Read> FrameReader<R> {
                             }
                         }
                     };
-                    if let Format::PcapNg { interfaces, .. } = &mut self.format {
+                    if let Format::PcapNg {
+                        interfaces,
+                        interfaces_dropped,
+                        ..
+                    } = &mut self.format
+                    {
                         if interfaces.len() < MAX_INTERFACES {
                             interfaces.push(interface);
-                        } else if interfaces.len() == MAX_INTERFACES {
-                            // Said once: the one past the bound is kept as a marker.
+                        } else if !*interfaces_dropped {
+                            *interfaces_dropped = true;
                             on_warning(&CaptureWarning {
                                 packet_number: number,
                                 message: format!(
@@ -664,11 +673,6 @@ impl<R: Read> FrameReader<R> {
                                      pcapng section (at byte {offset}); the rest are not kept, \
                                      and their packets are skipped"
                                 ),
-                            });
-                            interfaces.push(Interface {
-                                link: Err(u32::MAX),
-                                scale: TsScale::Multiply(1000),
-                                offset_ns: 0,
                             });
                         }
                     }
@@ -715,7 +719,12 @@ impl<R: Read> FrameReader<R> {
         order: ByteOrder,
         block_len: usize,
     ) -> Result<FoundFrame, String> {
-        let Format::PcapNg { interfaces, .. } = &self.format else {
+        let Format::PcapNg {
+            interfaces,
+            interfaces_dropped,
+            ..
+        } = &self.format
+        else {
             return Err("packet outside a pcapng section".to_string());
         };
         let block = &self.input.data()[..block_len];
@@ -750,7 +759,7 @@ impl<R: Read> FrameReader<R> {
                 (interface_id, Some(ts), caplen, orig_len, 28)
             }
         };
-        if interface_id >= MAX_INTERFACES && interfaces.len() > MAX_INTERFACES {
+        if interface_id >= MAX_INTERFACES && *interfaces_dropped {
             return Err(format!(
                 "packet of interface {interface_id}, past the {MAX_INTERFACES} interface \
                  descriptions kept; packet skipped"

@@ -212,21 +212,14 @@ fn print_all(
                         owner_stalls.record(&event, o);
                         printed.owners.add(&event, o);
                     }
-                    if json {
-                        write_event_json(&mut buf, &event, owner.as_ref())?;
-                        buf.push(b'\n');
-                    } else {
-                        buf.extend_from_slice(event_text(&event, owner.as_ref()).as_bytes());
-                    }
+                    write_stall(&mut buf, json, &event, owner.as_ref())?;
                 } else if json {
                     write_undecided_json(&mut buf, &event, owner.as_ref(), reason)?;
                     buf.push(b'\n');
                 } else {
                     buf.extend_from_slice(undecided_text(&event, owner.as_ref()).as_bytes());
                 }
-                let mut out = io::stdout().lock();
-                out.write_all(&buf)?;
-                out.flush()?;
+                print_now(&buf)?;
             }
             ToPrinter::Stall(event) => {
                 let mut owner = match (lookup.owner_of(&event), writer.take()) {
@@ -261,12 +254,7 @@ fn print_all(
                     }
                 }
                 buf.clear();
-                if json {
-                    write_event_json(&mut buf, &event, owner.as_ref())?;
-                    buf.push(b'\n');
-                } else {
-                    buf.extend_from_slice(event_text(&event, owner.as_ref()).as_bytes());
-                }
+                write_stall(&mut buf, json, &event, owner.as_ref())?;
                 if let Some(name) = release.take() {
                     if json {
                         buf.pop(); // the newline, put back after the key
@@ -276,14 +264,34 @@ fn print_all(
                         buf.push(b'\n');
                     }
                 }
-                // Each stall is on the terminal (or the pipe) when it is found.
-                let mut out = io::stdout().lock();
-                out.write_all(&buf)?;
-                out.flush()?;
+                print_now(&buf)?;
             }
         }
     }
     Ok(printed)
+}
+
+/// One stall into `buf`: a JSON line, or its text block.
+fn write_stall(
+    buf: &mut Vec<u8>,
+    json: bool,
+    event: &StallEvent,
+    owner: Result<&Owner, &NoOwner>,
+) -> io::Result<()> {
+    if json {
+        write_event_json(buf, event, owner)?;
+        buf.push(b'\n');
+    } else {
+        buf.extend_from_slice(event_text(event, owner).as_bytes());
+    }
+    Ok(())
+}
+
+/// Writes `buf` out at once: each stall is on the terminal (or the pipe) when it is found.
+fn print_now(buf: &[u8]) -> io::Result<()> {
+    let mut out = io::stdout().lock();
+    out.write_all(buf)?;
+    out.flush()
 }
 
 #[cfg(test)]
