@@ -81,6 +81,9 @@ fn main() -> ExitCode {
         // returned EPIPE instead of killing the process.
         Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
+            // A lab torn down by Ctrl-C fails in its own threads: the signal's exit (130)
+            // and the rows finished come first.
+            tcpstall::lab::wait_if_ending_on_signal();
             eprintln!("tcpstall: error: {err:#}");
             ExitCode::from(2)
         }

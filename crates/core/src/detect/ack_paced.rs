@@ -67,7 +67,7 @@ const SOFTIRQ_RELEASE: Span = Span::from_duration(tcp_rules::SOFTIRQ_RELEASE);
 const ON_HOST_LEG: Span = Span::from_duration(tcp_rules::ON_HOST_LEG);
 
 /// One direction's holds for the ACK of the previous small segment, aggregated.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Pacing {
     /// Holds found.
     pub holds: u64,

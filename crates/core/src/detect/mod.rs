@@ -208,6 +208,20 @@ impl FromIterator<StallKind> for KindCounts {
     }
 }
 
+/// [`KindCounts`] as its bare array, for a compact encoding that reads back
+/// (`#[serde(with = "counts_as_array")]`); reports use the map of names.
+pub(crate) mod counts_as_array {
+    use super::{KindCounts, StallKind};
+
+    pub fn serialize<S: serde::Serializer>(c: &KindCounts, s: S) -> Result<S::Ok, S::Error> {
+        serde::Serialize::serialize(&c.0, s)
+    }
+
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<KindCounts, D::Error> {
+        <[u64; StallKind::ALL.len()] as serde::Deserialize>::deserialize(d).map(KindCounts)
+    }
+}
+
 impl serde::Serialize for KindCounts {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;

@@ -215,8 +215,10 @@ pub fn patterns<'a>(flow_events: &[&'a StallEvent]) -> Vec<Pattern<'a>> {
     found
 }
 
-/// One flow, summarised when it is retired.
-#[derive(Debug, Clone)]
+/// One flow, summarised when it is retired. Serialisable for a compact encoding that reads
+/// back (a long capture's retired flows kept on disk, not in memory); the JSON report writes
+/// its own keys.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct FlowSummary {
     /// Position of the flow's first segment among all segments analysed (0-based).
     pub id: u64,
@@ -240,6 +242,7 @@ pub struct FlowSummary {
     /// Request/response turns.
     pub requests: u64,
     /// Events per kind.
+    #[serde(with = "super::counts_as_array")]
     pub counts: KindCounts,
     /// Sum of stall delays.
     pub time_lost_ns: Span,
@@ -342,8 +345,9 @@ pub fn join_parts(flows: &mut Vec<FlowSummary>) {
 }
 
 impl FlowSummary {
-    /// Adds a later part of the same connection.
-    fn absorb(&mut self, later: FlowSummary) {
+    /// Adds a later part of the same connection (same [`FlowSummary::id`], retired after
+    /// this one).
+    pub fn absorb(&mut self, later: FlowSummary) {
         self.packets += later.packets;
         self.bytes[0] += later.bytes[0];
         self.bytes[1] += later.bytes[1];

@@ -4,7 +4,9 @@ use std::fmt;
 use std::net::IpAddr;
 
 /// One end of a connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct Endpoint {
     /// IP address.
     pub addr: IpAddr,

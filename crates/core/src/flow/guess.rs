@@ -6,7 +6,7 @@
 pub const EPHEMERAL_PORT_MIN: u16 = 32768;
 
 /// How the client of a flow was identified.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ClientGuess {
     /// The client sent the SYN: certain.
     Syn,
@@ -62,7 +62,7 @@ impl ClientGuess {
 }
 
 /// Where the MSS of a direction comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub enum MssSource {
     /// The MSS option of the peer's SYN (what this side may send, RFC 9293 §3.7.1).
     Syn,
@@ -122,7 +122,7 @@ pub struct PortGuess {
 }
 
 /// Where a flow's two path legs (capture point ↔ client, capture point ↔ server) come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub enum PathSource {
     /// The handshake timed both (SYN → SYN-ACK: the server's leg; SYN-ACK → ACK: the
     /// client's), refined by the quickest answer each side sent.

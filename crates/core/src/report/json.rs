@@ -22,6 +22,7 @@ use rustc_hash::FxHashMap;
 use serde_json::json;
 use serde_json::ser::{CompactFormatter, Formatter};
 
+use super::flows::AllFlows;
 use crate::detect::verdict::{events_by_flow, explain, fixes, patterns, FlowSummary};
 use crate::detect::{Analysis, Pacing, StallEvent};
 use crate::flow::Span;
@@ -387,18 +388,25 @@ const ITEMS_PER_THREAD: usize = 8192;
 const MIN_ITEMS_PER_THREAD: usize = 1024;
 
 /// Writes the whole analysis as one JSON document, one event and one flow per line, without
-/// building the whole document in memory (a large capture has tens of thousands of events).
-/// Lines are rendered on every CPU, a bounded round at a time, and written in order: the
-/// document is the same for any number of CPUs.
-pub fn write(out: &mut impl Write, a: &Analysis, input: &InputFacts) -> io::Result<()> {
+/// building the whole document in memory (a large capture has tens of thousands of events, a
+/// long one millions of flows, read from `flows` a chunk at a time). Lines are rendered on
+/// every CPU, a bounded round at a time, and written in order: the document is the same for
+/// any number of CPUs. `a.flows` holds at least the flows of `a.events`.
+pub fn write(
+    out: &mut impl Write,
+    a: &Analysis,
+    flows: &dyn AllFlows,
+    input: &InputFacts,
+) -> io::Result<()> {
+    let totals = flows.totals();
     let summary = json!({
         "packets": input.records.max(a.packets),
         "tcp_segments": a.packets,
-        "flows": a.flows.len(),
+        "flows": totals.flows,
         "stalls": &a.counts,
         "stall_total": a.stall_count(),
         "warnings": input.warnings,
-        "flows_with_capture_gaps": a.flows.iter().filter(|f| f.capture_gaps > 0).count(),
+        "flows_with_capture_gaps": totals.with_capture_gaps,
         "files": input.files,
         "skipped": skipped(&input.skipped),
         "unreadable": input.unreadable,
@@ -410,10 +418,15 @@ pub fn write(out: &mut impl Write, a: &Analysis, input: &InputFacts) -> io::Resu
     });
     write!(out, "{{\"summary\": {summary},\n\"events\": [")?;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    // Labels once per flow, not per event: formatting addresses is the costly part.
-    let labels: FxHashMap<u64, FlowLabel> =
-        a.flows.iter().map(|f| (f.id, FlowLabel::of(f))).collect();
-    write_lines(out, &a.events, threads, |buf, e| {
+    // Labels once per flow with events, not per event: formatting addresses is the costly part.
+    let by_flow = events_by_flow(&a.events);
+    let labels: FxHashMap<u64, FlowLabel> = a
+        .flows
+        .iter()
+        .filter(|f| by_flow.contains_key(&f.id))
+        .map(|f| (f.id, FlowLabel::of(f)))
+        .collect();
+    write_lines(out, &a.events, threads, true, |buf, e| {
         let label = labels
             .get(&e.flow_id)
             .map(FlowLabel::as_str)
@@ -429,21 +442,25 @@ pub fn write(out: &mut impl Write, a: &Analysis, input: &InputFacts) -> io::Resu
         Ok(())
     })?;
     write!(out, "\n],\n\"flows\": [")?;
-    let by_flow = events_by_flow(&a.events);
-    write_lines(out, &a.flows, threads, |buf, f| {
-        let events = by_flow.get(&f.id).map(Vec::as_slice).unwrap_or_default();
-        let outer = input.outers.get(
-            (f.client.addr, f.client.port),
-            (f.server.addr, f.server.port),
-        );
-        match labels.get(&f.id) {
-            Some(label) => write_flow(buf, f, label, events, outer),
-            None => write_flow(buf, f, &FlowLabel::of(f), events, outer),
-        }
-        .map_err(serde_json::Error::io)
+    let mut first = true;
+    flows.for_each_chunk(&mut |chunk| {
+        write_lines(out, chunk, threads, first, |buf, f| {
+            let events = by_flow.get(&f.id).map(Vec::as_slice).unwrap_or_default();
+            let outer = input.outers.get(
+                (f.client.addr, f.client.port),
+                (f.server.addr, f.server.port),
+            );
+            match labels.get(&f.id) {
+                Some(label) => write_flow(buf, f, label, events, outer),
+                None => write_flow(buf, f, &FlowLabel::of(f), events, outer),
+            }
+            .map_err(serde_json::Error::io)
+        })?;
+        first &= chunk.is_empty();
+        Ok(())
     })?;
     write!(out, "\n],\n\"undecided\": [")?;
-    write_lines(out, a.undecided.claims(), threads, |buf, c| {
+    write_lines(out, a.undecided.claims(), threads, true, |buf, c| {
         let mut claim = undecided_claim(c);
         if let Some(file) = input.file_of(c.ordinal) {
             claim["file"] = json!(file);
@@ -468,13 +485,14 @@ fn undecided_claim(c: &crate::detect::evidence::Claim) -> serde_json::Value {
     })
 }
 
-/// Writes `items` as the lines of a JSON array body (`\n` before the first, `,\n` before the
-/// others), each rendered by `render`; rounds of up to `threads` × [`ITEMS_PER_THREAD`] items
-/// are rendered in parallel.
+/// Writes `items` as lines of a JSON array body (`\n` before the array's first, `,\n` before
+/// the others; `opens` when `items` starts the array), each rendered by `render`; rounds of up
+/// to `threads` × [`ITEMS_PER_THREAD`] items are rendered in parallel.
 fn write_lines<T: Sync>(
     out: &mut impl Write,
     items: &[T],
     threads: usize,
+    opens: bool,
     render: impl Fn(&mut Vec<u8>, &T) -> serde_json::Result<()> + Sync,
 ) -> io::Result<()> {
     let render_chunk = |chunk: &[T], first: bool| -> serde_json::Result<Vec<u8>> {
@@ -496,7 +514,7 @@ fn write_lines<T: Sync>(
                 .map(|chunk| scope.spawn(move || render_chunk(chunk, false)))
                 .collect();
             let mut rendered: Vec<_> = first
-                .map(|chunk| render_chunk(chunk, round_no == 0))
+                .map(|chunk| render_chunk(chunk, opens && round_no == 0))
                 .into_iter()
                 .collect();
             for helper in helpers {

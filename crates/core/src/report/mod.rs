@@ -1,6 +1,7 @@
 //! Rendering results: terminal tables and stable JSON.
 
 pub mod charts;
+pub mod flows;
 pub mod groups;
 pub mod html;
 pub mod json;

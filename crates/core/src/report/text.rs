@@ -2,7 +2,9 @@
 //! application terms with their fixes; `--flows` adds a per-flow table.
 
 use std::fmt::Write as _;
+use std::io;
 
+use super::flows::{AllFlows, FlowTotals, GUESSES};
 use super::json::InputFacts;
 use super::ms;
 use crate::detect::verdict::{events_by_flow, explain, fixes, FlowSummary};
@@ -12,8 +14,9 @@ use crate::flow::{ClientGuess, MssSource, Span};
 /// Flows described in detail; the rest are counted (the JSON has them all).
 const FLOWS_SHOWN: usize = 10;
 
-/// The summary and the stalled flows.
-pub fn summary(a: &Analysis, input: &InputFacts) -> String {
+/// The summary and the stalled flows; `totals` counts every flow (`a.flows` holds at least the
+/// flows with stalls).
+pub fn summary(a: &Analysis, totals: &FlowTotals, input: &InputFacts) -> String {
     let mut out = String::new();
     let span = a.span_ns.map(|(f, l)| l.since(f)).unwrap_or_default();
     let _ = writeln!(
@@ -21,7 +24,7 @@ pub fn summary(a: &Analysis, input: &InputFacts) -> String {
         "{} packets ({} TCP), {}, {:.3} s of traffic",
         input.records.max(a.packets),
         a.packets,
-        super::counted(a.flows.len() as u64, "flow", "flows"),
+        super::counted(totals.flows, "flow", "flows"),
         span.as_secs_f64()
     );
     if input.skipped.total() > 0 {
@@ -62,16 +65,16 @@ pub fn summary(a: &Analysis, input: &InputFacts) -> String {
         );
     }
     let _ = write!(out, "{}", undecided_claims(a, input));
-    let gappy = a.flows.iter().filter(|f| f.capture_gaps > 0).count();
+    let gappy = totals.with_capture_gaps;
     if gappy > 0 {
         let _ = writeln!(
             out,
             "note: {} data in the capture (sequence gaps); stalls there may go \
              unseen: capture on the host itself, or with a larger buffer (tcpdump -B)",
-            super::counted(gappy as u64, "flow misses", "flows miss")
+            super::counted(gappy, "flow misses", "flows miss")
         );
     }
-    let _ = write!(out, "{}", guess_notes(&a.flows));
+    let _ = write!(out, "{}", guess_notes(totals));
     if input.warnings > 0 {
         let _ = writeln!(
             out,
@@ -111,7 +114,7 @@ pub fn summary(a: &Analysis, input: &InputFacts) -> String {
             out,
             "time lost: {} in {with_stalls} of {} with stalls{paced}; longest stall {}",
             ms(lost),
-            super::counted(a.flows.len() as u64, "flow", "flows"),
+            super::counted(totals.flows, "flow", "flows"),
             ms(worst)
         );
     }
@@ -200,12 +203,12 @@ pub fn summary(a: &Analysis, input: &InputFacts) -> String {
             rest.len() - stalls
         );
     }
-    let clean = a.flows.len() - stalled.len();
+    let clean = totals.flows.saturating_sub(stalled.len() as u64);
     if clean > 0 {
         let _ = writeln!(
             out,
             "\n{} without stalls",
-            super::counted(clean as u64, "flow", "flows")
+            super::counted(clean, "flow", "flows")
         );
     }
     out
@@ -234,31 +237,22 @@ fn flow_guesses(f: &FlowSummary) -> Option<String> {
 }
 
 /// One line per way clients were guessed and one for assumed MSS, over all flows.
-fn guess_notes(flows: &[FlowSummary]) -> String {
+fn guess_notes(totals: &FlowTotals) -> String {
     let mut out = String::new();
-    for guess in [
-        ClientGuess::SynAck,
-        ClientGuess::ServicePort,
-        ClientGuess::EphemeralPort,
-        ClientGuess::FirstData,
-    ] {
-        let n = flows.iter().filter(|f| f.client_guess == guess).count();
+    for (guess, &n) in GUESSES.iter().zip(&totals.guessed) {
         if n > 0 {
-            let flows = super::counted(n as u64, "flow", "flows");
+            let flows = super::counted(n, "flow", "flows");
             let _ = writeln!(out, "note: {flows}: {}", guess.describe());
         }
     }
-    let assumed = flows
-        .iter()
-        .filter(|f| f.mss_source.iter().any(|m| *m != MssSource::Syn))
-        .count();
+    let assumed = totals.mss_assumed;
     if assumed > 0 {
         let _ = writeln!(
             out,
             "note: {} without a SYN carrying the MSS: MSS assumed (Ethernet's, \
              loopback's, or the largest segment seen); a write at or above it is not taken for \
              a small one",
-            super::counted(assumed as u64, "flow", "flows")
+            super::counted(assumed, "flow", "flows")
         );
     }
     out
@@ -275,10 +269,13 @@ fn kind_columns<T: std::fmt::Display>(cell: impl Fn(StallKind) -> T) -> String {
 }
 
 /// `--flows`: one line per flow, naming the outer tunnel of flows that came in one after their
-/// capture position.
-pub fn flow_table_with_tunnels(a: &Analysis, outers: &crate::decode::OuterByFlow) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
+/// capture position; written as the flows come, a chunk at a time.
+pub fn write_flow_table(
+    out: &mut dyn io::Write,
+    flows: &dyn AllFlows,
+    outers: &crate::decode::OuterByFlow,
+) -> io::Result<()> {
+    writeln!(
         out,
         "{:<47} {:>7} {:>6}{} {:>10} {:>9} {:>9} {:>7}  capture",
         "flow (client-server)",
@@ -289,42 +286,51 @@ pub fn flow_table_with_tunnels(a: &Analysis, outers: &crate::decode::OuterByFlow
         "p50 ms",
         "p99 ms",
         "retrans",
-    );
-    for f in &a.flows {
-        let (p50, p99) = f
-            .latency_us
-            .map(|(p50, p99, _)| {
-                (
-                    format!("{:.1}", f64::from(p50) / 1e3),
-                    format!("{:.1}", f64::from(p99) / 1e3),
-                )
-            })
-            .unwrap_or(("-".into(), "-".into()));
-        let mut guess = match f.client_guess {
-            ClientGuess::Syn => String::new(),
-            g => format!(", client by {}", g.name()),
-        };
-        if let Some(outer) = outers.get(
-            (f.client.addr, f.client.port),
-            (f.server.addr, f.server.port),
-        ) {
-            let _ = write!(guess, ", in {outer}");
+    )?;
+    let mut chunk_text = String::new();
+    flows.for_each_chunk(&mut |chunk| {
+        chunk_text.clear();
+        for f in chunk {
+            flow_row(&mut chunk_text, f, outers);
         }
-        let _ = writeln!(
-            out,
-            "{:<47} {:>7} {:>6}{} {:>10.1} {:>9} {:>9} {:>7}  {}{guess}",
-            f.label(),
-            f.packets,
-            f.requests,
-            kind_columns(|kind| f.counts.get(kind)),
-            f.time_lost_ns.as_millis_f64(),
-            p50,
-            p99,
-            f.retransmissions,
-            f.capture_position(),
-        );
+        out.write_all(chunk_text.as_bytes())
+    })
+}
+
+/// One line of [`write_flow_table`].
+fn flow_row(out: &mut String, f: &FlowSummary, outers: &crate::decode::OuterByFlow) {
+    let (p50, p99) = f
+        .latency_us
+        .map(|(p50, p99, _)| {
+            (
+                format!("{:.1}", f64::from(p50) / 1e3),
+                format!("{:.1}", f64::from(p99) / 1e3),
+            )
+        })
+        .unwrap_or(("-".into(), "-".into()));
+    let mut guess = match f.client_guess {
+        ClientGuess::Syn => String::new(),
+        g => format!(", client by {}", g.name()),
+    };
+    if let Some(outer) = outers.get(
+        (f.client.addr, f.client.port),
+        (f.server.addr, f.server.port),
+    ) {
+        let _ = write!(guess, ", in {outer}");
     }
-    out
+    let _ = writeln!(
+        out,
+        "{:<47} {:>7} {:>6}{} {:>10.1} {:>9} {:>9} {:>7}  {}{guess}",
+        f.label(),
+        f.packets,
+        f.requests,
+        kind_columns(|kind| f.counts.get(kind)),
+        f.time_lost_ns.as_millis_f64(),
+        p50,
+        p99,
+        f.retransmissions,
+        f.capture_position(),
+    );
 }
 
 /// Claims listed one by one under the counts of `undecided:` lines.

@@ -12,7 +12,19 @@ use std::ops::{Add, AddAssign, Div, Mul, Sub};
 use std::time::Duration;
 
 /// A capture time: nanoseconds since the Unix epoch.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+)]
 #[repr(transparent)]
 pub struct Timestamp(u64);
 
@@ -66,7 +78,19 @@ impl fmt::Display for Timestamp {
 }
 
 /// A length of capture time, in nanoseconds.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+)]
 #[repr(transparent)]
 pub struct Span(u64);
 

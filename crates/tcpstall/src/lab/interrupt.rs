@@ -3,7 +3,9 @@
 //! interrupted, and the run ends with 128 + the signal's number (130 for Ctrl-C), as the shell
 //! reports it. The work done is kept, as `watch` keeps its summary.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use anyhow::Context;
 
@@ -36,6 +38,20 @@ pub(crate) struct Interrupted {
     pub total: usize,
 }
 
+/// Set by the signal thread before it tears the run down: the run's own threads then fail
+/// (their namespaces are gone), and their error must not end the process before the
+/// signal's exit status and the rows are out.
+static ENDING_ON_SIGNAL: AtomicBool = AtomicBool::new(false);
+
+/// When a signal is ending the run, waits for the signal thread to exit the process (with
+/// 128 + the signal's number) instead of returning; returns at once otherwise, and after 10 s
+/// if that thread never exits.
+pub fn wait_if_ending_on_signal() {
+    if ENDING_ON_SIGNAL.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_secs(10));
+    }
+}
+
 /// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread (and so in every thread it starts
 /// later) and waits for them in a thread of their own: on the first, deletes the namespaces
 /// listed in `registry`, calls `print` with what was running, and exits with 128 + the
@@ -57,6 +73,7 @@ pub(crate) fn on_signal(
         .name("lab-signals".into())
         .spawn(move || {
             let Ok(signal) = signals.wait() else { return };
+            ENDING_ON_SIGNAL.store(true, Ordering::SeqCst);
             let names = registry.lock().map(|n| n.clone()).unwrap_or_default();
             for name in &names {
                 super::path::delete_namespace(name);

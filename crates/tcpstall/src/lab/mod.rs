@@ -15,6 +15,7 @@ pub(crate) mod estimate;
 pub(crate) mod expect;
 pub(crate) mod explain;
 pub(crate) mod interrupt;
+pub use interrupt::wait_if_ending_on_signal;
 pub(crate) mod listing;
 pub mod measure;
 pub(crate) mod own_traffic;

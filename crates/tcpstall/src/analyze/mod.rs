@@ -3,7 +3,13 @@
 //! The files are read in order as one input (so a capture rotated with `tcpdump -C` keeps its
 //! flows), streaming: memory follows the number of active flows, not the file size. One thread
 //! reads and decodes; [`Detector`]s on `--workers` threads each take a share of the flows, and
-//! their analyses merge into what a single detector would have found.
+//! their analyses merge into what a single detector would have found. The flows they retire
+//! are kept apart ([`retired`]): past a bound, in a temporary file.
+
+mod retired;
+
+use retired::RetiredFlows;
+pub use retired::{MergedFlows, IN_MEMORY, IN_MEMORY_VAR};
 
 use std::hash::{Hash, Hasher};
 use std::io::{self, IsTerminal, Read, Write};
@@ -23,6 +29,7 @@ use crate::decode::{Decap, DecapConfig, Outer, OuterByFlow, Segment};
 use crate::detect::{Analysis, Detector, DetectorConfig};
 use crate::flow::FlowKey;
 use crate::ladder;
+use crate::report::flows::AllFlows;
 use crate::report::json::{InputFacts, Unreadable};
 use crate::report::style::Style;
 use crate::report::{self, html, json, text};
@@ -112,7 +119,14 @@ pub fn run(args: &AnalyzeArgs) -> anyhow::Result<Outcome> {
         vxlan_ports: args.vxlan_ports.clone(),
         geneve_ports: args.geneve_ports.clone(),
     };
-    let (analysis, mut facts) = analyse_files_decap(&files, config, workers, &decap)?;
+    // The HTML page draws every flow: it keeps them all in memory.
+    let bound = if args.html.is_some() {
+        usize::MAX
+    } else {
+        retired::in_memory_bound()?
+    };
+    let (mut analysis, flows, mut facts) =
+        analyse_files_decap(&files, config, workers, &decap, bound)?;
     // The report names what the user gave, not the file standard input was kept in.
     if let Some(tmp) = &spool {
         let kept = display(tmp.path());
@@ -144,16 +158,12 @@ pub fn run(args: &AnalyzeArgs) -> anyhow::Result<Outcome> {
     };
     let mut out = io::BufWriter::new(io::stdout().lock());
     if args.json {
-        json::write(&mut out, &analysis, &facts)?;
+        json::write(&mut out, &analysis, &flows, &facts)?;
     } else {
-        write!(out, "{}", text::summary(&analysis, &facts))?;
+        write!(out, "{}", text::summary(&analysis, &flows.totals(), &facts))?;
         if args.flows {
             writeln!(out)?;
-            write!(
-                out,
-                "{}",
-                text::flow_table_with_tunnels(&analysis, &facts.outers)
-            )?;
+            text::write_flow_table(&mut out, &flows, &facts.outers)?;
         }
         if args.ladder {
             let style = Style::stdout();
@@ -172,6 +182,12 @@ pub fn run(args: &AnalyzeArgs) -> anyhow::Result<Outcome> {
             .filter(|(_, read)| readable(read))
             .map(|(given, _)| given.display().to_string())
             .collect();
+        // Every flow, for the page's table (none went to the temporary file: see `bound`).
+        analysis.flows.clear();
+        flows.for_each_chunk(&mut |chunk| {
+            analysis.flows.extend_from_slice(chunk);
+            Ok(())
+        })?;
         let mut page = html::analysis_page(&analysis, &facts, &title.join(" "))?;
         page.add_ladders(&ladders);
         page.write_to(path)?;
@@ -216,19 +232,23 @@ fn keep_reading_on_interrupt() {
 
 /// Runs the detector over `files` in order, on `workers` detector threads (flows split between
 /// them by 4-tuple; the result is the same for any number), reading the extra overlay ports of
-/// `decap`; warnings about damaged input go to stderr.
+/// `decap`; warnings about damaged input go to stderr. Every flow is in the [`MergedFlows`]
+/// (up to `flows_in_memory` of them held in memory, the others in a temporary file); the
+/// analysis holds the flows the reports name one by one: those with events or counts.
 pub fn analyse_files_decap(
     files: &[PathBuf],
     config: DetectorConfig,
     workers: usize,
     decap: &DecapConfig,
-) -> anyhow::Result<(Analysis, InputFacts)> {
+    flows_in_memory: usize,
+) -> anyhow::Result<(Analysis, MergedFlows, InputFacts)> {
     let workers = workers.clamp(1, MAX_WORKERS);
     let mut facts = InputFacts::default();
     // Reading and decoding on this thread; each worker runs its own detector on the segments
     // of its flows, fed in batches in capture order, each segment with its position in the
     // whole input so that merging gives one detector's result.
-    let parts = std::thread::scope(|scope| -> anyhow::Result<Vec<Analysis>> {
+    let per_worker = (flows_in_memory / workers).max(1);
+    let parts = std::thread::scope(|scope| -> anyhow::Result<Vec<(Analysis, RetiredFlows)>> {
         let (recycle, recycled) = mpsc::channel::<Batch>();
         let mut handles = Vec::with_capacity(workers);
         let mut queues = Vec::with_capacity(workers);
@@ -236,16 +256,23 @@ pub fn analyse_files_decap(
             let (queue, batches) = mpsc::sync_channel::<Batch>(BATCHES_IN_FLIGHT);
             let recycle = recycle.clone();
             let mut detector = Detector::new(config.clone());
-            handles.push(scope.spawn(move || {
-                for mut batch in batches {
-                    for (ordinal, seg) in batch.filled() {
-                        detector.push_at(seg, *ordinal);
+            let mut retired = RetiredFlows::new(per_worker);
+            handles.push(
+                scope.spawn(move || -> io::Result<(Analysis, RetiredFlows)> {
+                    for mut batch in batches {
+                        for (ordinal, seg) in batch.filled() {
+                            detector.push_at(seg, *ordinal);
+                        }
+                        batch.len = 0;
+                        let _ = recycle.send(batch);
+                        // Memory follows the open flows: the retired ones leave the detector.
+                        retired.push(detector.take_flows())?;
                     }
-                    batch.len = 0;
-                    let _ = recycle.send(batch);
-                }
-                detector.finish()
-            }));
+                    let mut analysis = detector.finish();
+                    retired.push(std::mem::take(&mut analysis.flows))?;
+                    Ok((analysis, retired))
+                }),
+            );
             queues.push(queue);
         }
         let mut router = Router {
@@ -291,7 +318,8 @@ pub fn analyse_files_decap(
             .into_iter()
             .map(|h| {
                 h.join()
-                    .map_err(|_| anyhow::anyhow!("a detector thread stopped unexpectedly"))
+                    .map_err(|_| anyhow::anyhow!("a detector thread stopped unexpectedly"))?
+                    .map_err(anyhow::Error::from)
             })
             .collect()
     })?;
@@ -311,7 +339,17 @@ pub fn analyse_files_decap(
     if facts.files.is_empty() && !facts.unreadable.is_empty() {
         anyhow::bail!("none of the {} capture files could be read", files.len());
     }
-    Ok((Analysis::merge(parts), facts))
+    let (analyses, retired): (Vec<Analysis>, Vec<RetiredFlows>) = parts.into_iter().unzip();
+    let mut analysis = Analysis::merge(analyses);
+    // The flows the reports name one by one: those with events (minor ones included) or
+    // counts; bounded by the events, not by the flows.
+    let with_events: rustc_hash::FxHashSet<u64> =
+        analysis.events.iter().map(|e| e.flow_id).collect();
+    let (flows, named) = MergedFlows::new(retired, |f| {
+        with_events.contains(&f.id) || f.counts.total() > 0 || f.pacing.is_some()
+    })?;
+    analysis.flows = named;
+    Ok((analysis, flows, facts))
 }
 
 /// Segments on their way to a detector thread, each with its position in the input. The
