@@ -184,7 +184,8 @@ fn an_http_server_is_followed_without_being_stopped_and_its_split_answers_named(
     // Two keep-alive connections: each answer after a connection's first waits for the
     // client's delayed ACK (header and body written apart).
     server.requests(8);
-    server.requests(8);
+    // The second stays open past the trace: its ACKing end, this test, is named.
+    let open = server.requests_kept_open(8);
     let (code, out, errors) = finish(trace, stderr, Duration::from_secs(20));
     assert_eq!(code, Some(0), "{errors}");
     let report = report_of(&out, &errors);
@@ -212,6 +213,20 @@ fn an_http_server_is_followed_without_being_stopped_and_its_split_answers_named(
         // The kernel saw the body's tail held as the write returned.
         assert!(s["kernel_holds"].as_u64().is_some_and(|n| n >= 1), "{s:#}");
     }
+    let open_end = open
+        .local_addr()
+        .expect("the open connection's address")
+        .to_string();
+    let kept = sockets(&report)
+        .iter()
+        .find(|s| s["remote"] == open_end.as_str())
+        .expect("the connection kept open");
+    assert_eq!(
+        kept["peer_process"]["pid"],
+        std::process::id(),
+        "the ACKing peer on this host: {kept:#}"
+    );
+    drop(open);
     watch.assert_never_stopped();
     // It runs on, answering.
     server.requests(2);

@@ -127,6 +127,16 @@ pub fn delack_cap_fix(acker: &str) -> String {
     )
 }
 
+/// [`delack_cap_fix`] for an ACKing process found on this host: its pid, command and the
+/// local port of its socket of the connection.
+pub fn delack_cap_fix_here(acker: &str, pid: u32, command: &str, port: u16) -> String {
+    format!(
+        "cap the {acker}'s delayed ACK on Linux with TCP_DELACK_MAX_US (6.13+): tcpstall fix \
+         {pid} --port {port} --delack-max 5ms (pid {pid}, {command}, on this host; lasting; costs \
+         more ACKs)"
+    )
+}
+
 /// `tcpstall fix --route WRITER --quickack`: quick ACKs on the route the ACKing host uses to
 /// reach the held writer (RTAX_QUICKACK, `tcp_in_quickack_mode`), for every connection of that
 /// route. `None` for `::1`, whose route is the kernel's metric 0 route that rtnetlink cannot

@@ -44,6 +44,24 @@ pub(crate) fn tcp_entries(pid: u32, inodes: &HashSet<u64>) -> io::Result<HashMap
     Ok(table)
 }
 
+/// The process holding the socket of the connection from `local` to `remote` in tcpstall's
+/// network namespace (pid, command): `None` when no socket of this host has those ends, or
+/// its process cannot be read (another user's, without CAP_SYS_PTRACE).
+pub(crate) fn connection_owner(local: SocketAddr, remote: SocketAddr) -> Option<(u32, String)> {
+    let (local, remote) = (unmapped(local), unmapped(remote));
+    let table = tcp_table(std::process::id()).ok()?;
+    let inode = table
+        .values()
+        .find(|e| unmapped(e.local) == local && unmapped(e.remote) == remote)?
+        .inode;
+    all_pids().ok()?.into_iter().find_map(|pid| {
+        let fds = socket_fds(pid).ok()?;
+        fds.iter()
+            .any(|(_, i)| *i == inode)
+            .then(|| (pid, comm_of(pid).unwrap_or_else(|| "?".into())))
+    })
+}
+
 /// `pid` shares tcpstall's network namespace (`/proc/PID/ns/net` names the same one); false
 /// when that cannot be read.
 fn same_network_namespace(pid: u32) -> bool {

@@ -13,7 +13,7 @@ use clap::Args;
 
 use super::tracer::{self, Mode, Traced};
 use super::{kernel_trace, procfs, AccessError};
-use crate::report::trace::{write_json, write_text, SocketReport, TraceReport};
+use crate::report::trace::{write_json, write_text, PeerProcess, SocketReport, TraceReport};
 use crate::Outcome;
 
 /// How long `trace -p` follows a process when `--duration` is not given.
@@ -99,6 +99,14 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<Outcome> {
             let held = s.kernel_held_sends;
             let mut report = SocketReport::new(s);
             report.kernel_holds = tracepoints.then_some(held);
+            // The ACKing peer, when its end is a socket of this host still open: the advice
+            // to cap its delayed ACK names it.
+            if report.socket.waits_over_30ms > 0 {
+                if let (Some(local), Some(remote)) = (report.socket.local, report.socket.remote) {
+                    report.peer_process = procfs::connection_owner(remote, local)
+                        .map(|(pid, command)| PeerProcess { pid, command });
+                }
+            }
             report
         })
         .collect();

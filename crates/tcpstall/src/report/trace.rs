@@ -26,6 +26,19 @@ pub(crate) struct SocketReport {
     /// behind a small segment in flight); traced through the tracepoints only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kernel_holds: Option<u64>,
+    /// The peer's process, when its end of the connection is a socket of this host: the
+    /// ACKing side, whose delayed ACK can be capped there.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peer_process: Option<PeerProcess>,
+}
+
+/// A process on this host holding the other end of a traced connection.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct PeerProcess {
+    /// Its pid.
+    pub pid: u32,
+    /// Its command name.
+    pub command: String,
 }
 
 impl SocketReport {
@@ -36,6 +49,7 @@ impl SocketReport {
             socket,
             fix,
             kernel_holds: None,
+            peer_process: None,
         }
     }
 }
@@ -166,11 +180,16 @@ pub(crate) fn write_text(report: &TraceReport, out: &mut impl Write) -> io::Resu
         writeln!(out, "  fix: {FIX}")?;
         // Waits as long as the peer's delayed ACK: a cap on it there releases them sooner.
         if s.waits_over_30ms > 0 {
-            writeln!(
-                out,
-                "  if this program cannot be changed: {}",
-                crate::detect::verdict::delack_cap_fix("peer")
-            )?;
+            let cap = match (&r.peer_process, s.remote) {
+                (Some(peer), Some(remote)) => crate::detect::verdict::delack_cap_fix_here(
+                    "peer",
+                    peer.pid,
+                    &peer.command,
+                    remote.port(),
+                ),
+                _ => crate::detect::verdict::delack_cap_fix("peer"),
+            };
+            writeln!(out, "  if this program cannot be changed: {cap}")?;
             let writer = s.local.map(|a| a.ip());
             if let Some(route) = crate::detect::verdict::route_fix("peer", "program", writer) {
                 writeln!(out, "  {route}")?;
@@ -290,6 +309,31 @@ mod tests {
         exited.interrupted = false;
         exited.sockets.clear();
         assert_eq!(text(&exited), expected("empty-exited.txt"));
+    }
+
+    #[test]
+    fn a_peer_found_on_this_host_is_named_in_the_delayed_ack_cap() {
+        let mut report = found();
+        let before = text(&report);
+        assert!(before.contains("tcpstall fix PID --delack-max 5ms on the peer's host"));
+        report.sockets[0].peer_process = Some(PeerProcess {
+            pid: 5151,
+            command: "redis-server".into(),
+        });
+        let named = text(&report);
+        assert!(
+            named.contains(
+                "tcpstall fix 5151 --port 8080 --delack-max 5ms (pid 5151, redis-server, on this \
+                 host;"
+            ),
+            "{named}"
+        );
+        assert!(!named.contains("fix PID"), "{named}");
+        let parsed: serde_json::Value = serde_json::from_str(&json(&report)).expect("JSON");
+        assert_eq!(
+            parsed["sockets"][0]["peer_process"],
+            serde_json::json!({"pid": 5151, "command": "redis-server"})
+        );
     }
 
     #[test]

@@ -61,6 +61,11 @@ impl PythonServer {
 
     /// `n` GETs on one keep-alive connection, each answer read whole before the next request.
     pub fn requests(&self, n: usize) {
+        drop(self.requests_kept_open(n));
+    }
+
+    /// [`PythonServer::requests`] on a connection returned open.
+    pub fn requests_kept_open(&self, n: usize) -> TcpStream {
         let stream = TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
         stream
             .set_read_timeout(Some(Duration::from_secs(5)))
@@ -88,6 +93,7 @@ impl PythonServer {
             let mut body = vec![0u8; length.expect("Content-Length")];
             reader.read_exact(&mut body).expect("body");
         }
+        writer
     }
 }
 
