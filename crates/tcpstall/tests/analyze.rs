@@ -1662,3 +1662,35 @@ fn coarse_undecided(v: &Value) -> u64 {
         })
         .unwrap_or(0)
 }
+
+/// The report's prose fits the terminal (`COLUMNS` here), its continuations indented under
+/// their text; into a pipe each finding stays on one line, for grep.
+#[test]
+fn the_text_report_fits_the_terminal_and_stays_whole_in_a_pipe() {
+    let file = Path::new(FIXTURES).join("split_response.pcap");
+    let run = |columns: Option<&str>| {
+        let mut command = Command::new(BIN);
+        command.arg("analyze").arg(&file).env_remove("COLUMNS");
+        if let Some(c) = columns {
+            command.env("COLUMNS", c);
+        }
+        let out = command.output().expect("tcpstall runs");
+        assert_eq!(out.status.code(), Some(0));
+        String::from_utf8(out.stdout).expect("UTF-8")
+    };
+    let piped = run(None);
+    let fitted = run(Some("60"));
+    assert!(
+        piped.lines().any(|l| l.chars().count() > 100),
+        "a finding on one line: {piped}"
+    );
+    for line in fitted.lines() {
+        assert!(line.chars().count() <= 60, "{line:?} in\n{fitted}");
+    }
+    let words = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert_eq!(words(&fitted), words(&piped), "the same words, only broken");
+    assert!(
+        fitted.lines().any(|l| l.starts_with("          ")),
+        "a fix continues under its text: {fitted}"
+    );
+}

@@ -258,6 +258,13 @@ fn http_server_stall_without_capture() {
     let (v, _) = probe_http_server(Privilege::NoNetRaw);
     let notes = v["notes"].to_string();
     assert!(notes.contains("weaker diagnosis"), "{v}");
+    // No capture, yet the server's address is known: the route fix names it.
+    let advice = v["advice"].to_string();
+    assert!(
+        advice.contains("tcpstall fix --route 127.0.0.1 --quickack"),
+        "{advice}"
+    );
+    assert!(!advice.contains("<the server's address>"), "{advice}");
 }
 
 #[test]

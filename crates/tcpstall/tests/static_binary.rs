@@ -4,7 +4,8 @@
 //! meets run outside that root, on loopback.
 //!
 //! The binary is `TCPSTALL_STATIC_BIN` when set, else the one `scripts/build-static` makes
-//! (run here, a no-op when up to date) when the Rust target x86_64-unknown-linux-musl and
+//! (run here, a no-op when up to date; `scripts/test` has it optimised at level 1,
+//! `TCPSTALL_STATIC_OPT_LEVEL`) when the Rust target x86_64-unknown-linux-musl and
 //! musl-gcc are installed (scripts/install-deps installs both). Without either, or without
 //! root (mount namespaces, chroot, captures, ptrace), each test says why and passes unchecked.
 

@@ -137,14 +137,17 @@ pub fn write(out: &mut impl Write, ladder: &Ladder, style: Style) -> io::Result<
             )?;
         }
     }
-    for line in wrap(&ladder.explanation, LINE_WIDTH) {
+    for line in super::wrap::words(&ladder.explanation, LINE_WIDTH, "") {
         writeln!(out, "{line}")?;
     }
     for (i, fix) in ladder.fixes.iter().enumerate() {
         let lead = if i == 0 { "fix:" } else { "    " };
         // "fix: 1. ": a long fix goes on under its own start.
         let indent = " ".repeat(lead.len() + 4);
-        for (j, line) in wrap(fix, LINE_WIDTH - indent.len()).iter().enumerate() {
+        for (j, line) in super::wrap::words(fix, LINE_WIDTH - indent.len(), "")
+            .iter()
+            .enumerate()
+        {
             if j == 0 {
                 writeln!(out, "{lead} {}. {line}", i + 1)?;
             } else {
@@ -155,35 +158,9 @@ pub fn write(out: &mut impl Write, ladder: &Ladder, style: Style) -> io::Result<
     Ok(())
 }
 
-/// Splits `text` at spaces into lines of at most `width` characters (a word longer than that
-/// stands alone).
-fn wrap(text: &str, width: usize) -> Vec<String> {
-    let mut lines = Vec::new();
-    let mut line = String::new();
-    for word in text.split(' ') {
-        if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > width {
-            lines.push(std::mem::take(&mut line));
-        }
-        if !line.is_empty() {
-            line.push(' ');
-        }
-        line.push_str(word);
-    }
-    lines.push(line);
-    lines
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn wrap_keeps_lines_within_width() {
-        let text = "the server writes the response in 2 writes (143 B, then 127 B); the last waits";
-        let lines = wrap(text, 30);
-        assert!(lines.iter().all(|l| l.chars().count() <= 30), "{lines:?}");
-        assert_eq!(lines.join(" "), text);
-    }
 
     #[test]
     fn arrows_fill_the_lane_both_ways() {

@@ -8,6 +8,7 @@ pub mod json;
 pub mod ladder;
 pub mod style;
 pub mod text;
+pub mod wrap;
 
 use std::io::{self, Write};
 

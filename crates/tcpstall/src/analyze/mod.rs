@@ -160,7 +160,8 @@ pub fn run(args: &AnalyzeArgs) -> anyhow::Result<Outcome> {
     if args.json {
         json::write(&mut out, &analysis, &flows, &facts)?;
     } else {
-        write!(out, "{}", text::summary(&analysis, &flows.totals(), &facts))?;
+        let summary = text::summary(&analysis, &flows.totals(), &facts);
+        write!(out, "{}", report::fit_prose(summary))?;
         if args.flows {
             writeln!(out)?;
             text::write_flow_table(&mut out, &flows, &facts.outers)?;

@@ -139,6 +139,19 @@ pub fn diagnose(
             );
         }
     }
+    // The server's address is known: the route fix names it (not ::1, whose route
+    // `fix --route` cannot recreate, and whose placeholder then stays).
+    if let Some(ip) = log
+        .connections
+        .iter()
+        .find_map(|c| c.remote)
+        .map(|r| r.ip())
+        .filter(|ip| *ip != std::net::IpAddr::from(std::net::Ipv6Addr::LOCALHOST))
+    {
+        for line in &mut advice {
+            *line = line.replace("<the server's address>", &ip.to_string());
+        }
+    }
     // The server's own Nagle hold, and its process on this host: the live fix names it.
     let nagle = |s: &Stall| matches!(s.kind, StallKind::NagleDelayedAck | StallKind::NagleMinor);
     if let (Some(p), Some(s)) = (server, example.as_ref()) {

@@ -311,7 +311,7 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
     let text = if args.json {
         report::probe::json(&report)
     } else {
-        report::probe::text(&report)
+        report::fit_prose(report::probe::text(&report))
     };
     report::print_stdout(&text)?;
     if args.ladder {

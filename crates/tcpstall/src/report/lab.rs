@@ -340,19 +340,10 @@ fn fit(line: &str, width: usize) -> String {
 /// `text` broken between words into lines of at most `width` characters, the lines after the
 /// first indented by two spaces.
 fn wrap(text: &str, width: usize) -> Vec<String> {
-    let mut lines = Vec::new();
-    let mut line = String::new();
-    for word in text.split(' ') {
-        let len = line.chars().count();
-        if len > 0 && len + 1 + word.chars().count() > width {
-            lines.push(std::mem::replace(&mut line, "  ".to_string()));
-        } else if len > 0 && line != "  " {
-            line.push(' ');
-        }
-        line.push_str(word);
-    }
-    lines.push(line);
-    lines.into_iter().map(|l| fit(&l, width)).collect()
+    crate::report::wrap::words(text, width, "  ")
+        .iter()
+        .map(|l| fit(l, width))
+        .collect()
 }
 
 /// A row's explanation in plain words: the kernel's names (functions, flags, route metrics)

@@ -18,6 +18,18 @@ pub mod html {
     pub use tcpstall_core::report::html::*;
 }
 
+/// `text` with its long lines broken to the terminal's width ([`wrap::lines`]) when standard
+/// output is a terminal or `COLUMNS` is set; as it is into a pipe or a file, where each finding
+/// stays on one line for grep.
+pub(crate) fn fit_prose(text: String) -> String {
+    use std::io::IsTerminal;
+    if std::io::stdout().is_terminal() || std::env::var_os("COLUMNS").is_some() {
+        wrap::lines(&text, terminal_width())
+    } else {
+        text
+    }
+}
+
 /// The width tables are fitted to: `COLUMNS` when set to a number, else the width of the
 /// terminal on standard output, else 100 columns (a pipe, a file).
 pub(crate) fn terminal_width() -> usize {
