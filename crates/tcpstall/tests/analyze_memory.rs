@@ -260,3 +260,31 @@ fn a_bad_bound_is_refused_clearly() {
         "{stderr}"
     );
 }
+
+/// A temporary directory that cannot be written: said once, the flows kept in memory, the
+/// report whole and the same.
+#[test]
+fn an_unwritable_temporary_directory_keeps_the_flows_in_memory() {
+    let file = format!("{FIXTURES}/think_time.pcap");
+    let whole = Command::new(BIN)
+        .args(["analyze", "--json", &file])
+        .env_remove(IN_MEMORY_VAR)
+        .output()
+        .expect("tcpstall runs");
+    let missing = tempfile::tempdir().expect("temp dir").path().join("gone");
+    let out = Command::new(BIN)
+        .args(["analyze", "--json", &file])
+        .env(IN_MEMORY_VAR, "1")
+        .env("TMPDIR", &missing)
+        .output()
+        .expect("tcpstall runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), whole.status.code(), "{stderr}");
+    assert!(
+        stderr.contains("cannot create a temporary file")
+            && stderr.contains("kept in memory instead")
+            && stderr.matches("warning").count() == 1,
+        "{stderr}"
+    );
+    assert!(out.stdout == whole.stdout, "the same report");
+}

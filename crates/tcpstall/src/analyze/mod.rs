@@ -258,22 +258,20 @@ pub fn analyse_files_decap(
             let recycle = recycle.clone();
             let mut detector = Detector::new(config.clone());
             let mut retired = RetiredFlows::new(per_worker);
-            handles.push(
-                scope.spawn(move || -> io::Result<(Analysis, RetiredFlows)> {
-                    for mut batch in batches {
-                        for (ordinal, seg) in batch.filled() {
-                            detector.push_at(seg, *ordinal);
-                        }
-                        batch.len = 0;
-                        let _ = recycle.send(batch);
-                        // Memory follows the open flows: the retired ones leave the detector.
-                        retired.push(detector.take_flows())?;
+            handles.push(scope.spawn(move || -> (Analysis, RetiredFlows) {
+                for mut batch in batches {
+                    for (ordinal, seg) in batch.filled() {
+                        detector.push_at(seg, *ordinal);
                     }
-                    let mut analysis = detector.finish();
-                    retired.push(std::mem::take(&mut analysis.flows))?;
-                    Ok((analysis, retired))
-                }),
-            );
+                    batch.len = 0;
+                    let _ = recycle.send(batch);
+                    // Memory follows the open flows: the retired ones leave the detector.
+                    retired.push(detector.take_flows());
+                }
+                let mut analysis = detector.finish();
+                retired.push(std::mem::take(&mut analysis.flows));
+                (analysis, retired)
+            }));
             queues.push(queue);
         }
         let mut router = Router {
@@ -319,8 +317,7 @@ pub fn analyse_files_decap(
             .into_iter()
             .map(|h| {
                 h.join()
-                    .map_err(|_| anyhow::anyhow!("a detector thread stopped unexpectedly"))?
-                    .map_err(anyhow::Error::from)
+                    .map_err(|_| anyhow::anyhow!("a detector thread stopped unexpectedly"))
             })
             .collect()
     })?;

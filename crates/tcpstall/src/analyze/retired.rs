@@ -9,6 +9,7 @@ use std::collections::BinaryHeap;
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::detect::FlowSummary;
 use crate::report::flows::{AllFlows, FlowTotals, CHUNK};
@@ -74,8 +75,10 @@ impl RetiredFlows {
         }
     }
 
-    /// Adds flows retired after those added before.
-    pub fn push(&mut self, flows: Vec<FlowSummary>) -> io::Result<()> {
+    /// Adds flows retired after those added before. When the temporary file cannot be
+    /// written (no room, no permission), says so once and keeps the flows in memory from then
+    /// on, as before there was a bound: the report is still whole.
+    pub fn push(&mut self, flows: Vec<FlowSummary>) {
         if self.memory.is_empty() {
             // The detector's own vector, kept: most pushes of a run are its only flows.
             self.memory = flows;
@@ -83,13 +86,19 @@ impl RetiredFlows {
             self.memory.extend(flows);
         }
         if self.memory.len() >= self.bound {
-            self.write_run()?;
+            if let Err(err) = self.write_run() {
+                static SAID: AtomicBool = AtomicBool::new(false);
+                if !SAID.swap(true, Ordering::Relaxed) {
+                    eprintln!("tcpstall: warning: {err}; the flows are kept in memory instead");
+                }
+                self.bound = usize::MAX;
+            }
         }
-        Ok(())
     }
 
-    /// Writes the flows in memory, sorted by id, as a new run of the temporary file. The sort
-    /// is stable: parts of one connection stay in the order they retired.
+    /// Writes the flows in memory, sorted by id, as a new run of the temporary file, and lets
+    /// them go; on an error they stay in memory, and the file is not written again. The sort is
+    /// stable: parts of one connection stay in the order they retired.
     fn write_run(&mut self) -> io::Result<()> {
         let spill = match &mut self.spill {
             Some(spill) => spill,
@@ -103,10 +112,10 @@ impl RetiredFlows {
         let start = spill.end;
         let mut out = BufWriter::with_capacity(READ_AHEAD, &spill.file);
         let mut encoded = Vec::with_capacity(512);
-        for f in self.memory.drain(..) {
+        for f in &self.memory {
             encoded.clear();
             encoded.extend_from_slice(&[0; 4]);
-            let encoded_len = postcard::to_io(&f, &mut encoded)
+            let encoded_len = postcard::to_io(f, &mut encoded)
                 .map_err(|e| io::Error::other(format!("a flow does not encode: {e}")))?
                 .len();
             let len = u32::try_from(encoded_len - 4)
@@ -121,6 +130,7 @@ impl RetiredFlows {
             start,
             end: spill.end,
         });
+        self.memory.clear();
         Ok(())
     }
 
@@ -137,7 +147,7 @@ fn in_temp_dir(action: &str, err: io::Error) -> io::Error {
         err.kind(),
         format!(
             "cannot {action} a temporary file in {} for the flows of a long capture ({err}): \
-             set TMPDIR to a directory with room, or {IN_MEMORY_VAR} to keep more flows in memory",
+             TMPDIR names where it goes (a writable directory with room)",
             dir.display()
         ),
     )
@@ -432,7 +442,7 @@ mod tests {
             .map(|flows| {
                 let mut part = RetiredFlows::new(3);
                 for pair in flows.chunks(2) {
-                    part.push(pair.to_vec()).expect("written");
+                    part.push(pair.to_vec());
                 }
                 part
             })
@@ -460,8 +470,7 @@ mod tests {
     #[test]
     fn flows_under_the_bound_stay_in_memory() {
         let mut part = RetiredFlows::new(1_000);
-        part.push((0..10).map(|id| flow(id, 1, false)).collect())
-            .expect("kept");
+        part.push((0..10).map(|id| flow(id, 1, false)).collect());
         let (merged, kept) = MergedFlows::new(vec![part], |_| false).expect("merged");
         assert_eq!(merged.runs(), 0);
         assert!(kept.is_empty());
