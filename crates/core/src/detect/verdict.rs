@@ -121,19 +121,29 @@ pub fn explain(event: &StallEvent) -> String {
 /// `tcp_delack_max()`). Said as a condition: the ACKing host may be another machine, whose
 /// kernel `tcpstall fix` checks for the option when it runs there.
 pub fn delack_cap_fix(acker: &str) -> String {
-    format!(
-        "cap the {acker}'s delayed ACK on Linux with TCP_DELACK_MAX_US (6.13+): tcpstall fix \
-         PID --delack-max 5ms on the {acker}'s host (lasting; costs more ACKs)"
+    delack_cap(
+        acker,
+        &format!("PID --delack-max 5ms on the {acker}'s host (lasting; costs more ACKs)"),
     )
 }
 
 /// [`delack_cap_fix`] for an ACKing process found on this host: its pid, command and the
 /// local port of its socket of the connection.
 pub fn delack_cap_fix_here(acker: &str, pid: u32, command: &str, port: u16) -> String {
+    delack_cap(
+        acker,
+        &format!(
+            "{pid} --port {port} --delack-max 5ms (pid {pid}, {command}, on this host; lasting; \
+             costs more ACKs)"
+        ),
+    )
+}
+
+/// The cap's sentence, `tcpstall fix ` followed by `rest`.
+fn delack_cap(acker: &str, rest: &str) -> String {
     format!(
         "cap the {acker}'s delayed ACK on Linux with TCP_DELACK_MAX_US (6.13+): tcpstall fix \
-         {pid} --port {port} --delack-max 5ms (pid {pid}, {command}, on this host; lasting; costs \
-         more ACKs)"
+         {rest}"
     )
 }
 

@@ -641,17 +641,9 @@ pub fn listener_owner(target: SocketAddr) -> Result<Process, String> {
                 && (e.local.ip().is_unspecified() || e.local.ip() == wanted.ip())
         })
         .ok_or_else(|| format!("nothing listens on {target} on this host"))?;
-    let pids = procfs::all_pids().map_err(|err| format!("cannot list processes: {err}"))?;
-    pids.into_iter()
-        .find_map(|pid| {
-            let fds = procfs::socket_fds(pid).ok()?;
-            fds.iter()
-                .any(|(_, inode)| *inode == listener.inode)
-                .then(|| Process {
-                    pid,
-                    command: procfs::comm_of(pid).unwrap_or_else(|| "?".into()),
-                })
-        })
+    procfs::process_holding(listener.inode)
+        .map_err(|err| format!("cannot list processes: {err}"))?
+        .map(|(pid, command)| Process { pid, command })
         .ok_or_else(|| {
             format!(
                 "the process listening on {target} is not visible (another user's: run as root)"

@@ -54,12 +54,18 @@ pub(crate) fn connection_owner(local: SocketAddr, remote: SocketAddr) -> Option<
         .values()
         .find(|e| unmapped(e.local) == local && unmapped(e.remote) == remote)?
         .inode;
-    all_pids().ok()?.into_iter().find_map(|pid| {
+    process_holding(inode).ok()?
+}
+
+/// The first process (pid, command) with an fd on socket `inode`, among those whose fds
+/// tcpstall may read; `Ok(None)` when none of them holds it.
+pub(crate) fn process_holding(inode: u64) -> io::Result<Option<(u32, String)>> {
+    Ok(all_pids()?.into_iter().find_map(|pid| {
         let fds = socket_fds(pid).ok()?;
         fds.iter()
             .any(|(_, i)| *i == inode)
             .then(|| (pid, comm_of(pid).unwrap_or_else(|| "?".into())))
-    })
+    }))
 }
 
 /// `pid` shares tcpstall's network namespace (`/proc/PID/ns/net` names the same one); false
