@@ -216,8 +216,12 @@ pub fn assert_holds_told_from_idle(report: &Value, clients: &IdleClients) {
         "no response to the burst client waited for its delayed ACK: {:?}",
         clients.burst.turns
     );
+    // The first response is left out: it includes the server starting a thread for the
+    // connection, each of whose system calls stops under a ptrace tracer (tens of ms on a
+    // loaded host), and no segment can be kept back then: the header is the connection's first
+    // data, ACKed at once (`tcp_event_data_recv` → `tcp_incr_quickack`).
     assert!(
-        clients.idle.turns.iter().all(|t| ms(t) < STALL_MIN_MS),
+        clients.idle.turns.iter().skip(1).all(|t| ms(t) < STALL_MIN_MS),
         "a response to the idle client waited: {:?}",
         clients.idle.turns
     );
