@@ -264,6 +264,10 @@ pub const fn rto_floor(srtt: Duration) -> Duration {
     CORK_TIMER_MIN.saturating_add(srtt)
 }
 
+/// Duplicate ACKs that start fast retransmit and loss recovery (RFC 5681 §3.2 DupThresh;
+/// Linux `tp->reordering`'s initial `TCP_FASTRETRANS_THRESH`).
+pub const DUP_THRESH: u8 = 3;
+
 /// Slack of a capture clock and of scheduling when a segment is judged against the path: a
 /// segment reaching the capture point later than a packet it answers by less than the round
 /// trip to its sender, less this, cannot have been sent in answer to it.

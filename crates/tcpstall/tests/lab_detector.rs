@@ -227,6 +227,61 @@ fn every_catalogue_row_detector_agrees_with_its_latency() {
     assert_detector_agrees(&rows);
 }
 
+/// Both cores kept busy by spinning threads while the lab runs: the softirqs that carry the
+/// ACKs and the releases are late by a scheduler's tick, yet a clean row (TCP_NODELAY, one
+/// write, a capped delayed ACK) must get no stall and no ACK pacing. Each spinner stops when
+/// the lab ends or after 300 s, whichever comes first.
+#[test]
+fn with_every_core_busy_clean_rows_get_no_claim() {
+    require_root();
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let stop = Arc::new(AtomicBool::new(false));
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let spinners: Vec<_> = (0..cores)
+        .map(|_| {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+                let mut x = 0u64;
+                while !stop.load(Ordering::Relaxed) && std::time::Instant::now() < deadline {
+                    x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+                }
+            })
+        })
+        .collect();
+    let rows = lab_rows(&[
+        "--scenario",
+        "echo,http,memcached",
+        "--requests",
+        "6",
+        "--row-timeout",
+        "20",
+    ]);
+    stop.store(true, Ordering::Relaxed);
+    for spinner in spinners {
+        spinner.join().expect("spinner");
+    }
+    let clean: Vec<&Value> = rows.iter().filter(|r| r["stalled"] == false).collect();
+    assert!(clean.len() >= 5, "clean rows ran: {}", clean.len());
+    for row in clean {
+        assert_eq!(
+            detector_stalls(row),
+            0,
+            "{}: {}",
+            name(row),
+            row["detector"]
+        );
+        assert_eq!(
+            found(row, "nagle_ack_paced"),
+            0,
+            "{}: {}",
+            name(row),
+            row["detector"]
+        );
+    }
+}
+
 /// Events of `kind` in a row's detector verdict, stalls or holds.
 fn found(row: &Value, kind: &str) -> u64 {
     ["stalls", "holds"]

@@ -25,7 +25,7 @@ impl Decap {
         let len = (usize::from(units) + 2) * 4;
         match (payload.get(len..), payload_len.checked_sub(len as u32)) {
             (Some(inner), Some(inner_len)) if next == IPPROTO_TCP => {
-                decode_tcp(inner, inner_len, src, dst, meta, 0, out)
+                decode_tcp(inner, inner_len, src, dst, meta, (0, 0), out)
             }
             (Some(inner), Some(inner_len)) => {
                 self.ip_payload(next, inner, inner_len, src, dst, meta, out)
@@ -70,7 +70,7 @@ impl Decap {
         }
         let len = inflated.len() as u32;
         if h[0] == IPPROTO_TCP {
-            decode_tcp(&inflated, len, src, dst, meta, 0, out)
+            decode_tcp(&inflated, len, src, dst, meta, (0, 0), out)
         } else {
             self.ip_payload(h[0], &inflated, len, src, dst, meta, out)
         }

@@ -86,6 +86,10 @@ pub struct Segment {
     pub first_sack: Option<(SeqNumber, SeqNumber)>,
     /// IPv4 TTL or IPv6 hop limit as captured; 0 when not known (a tunnel's inner segment).
     pub ttl: u8,
+    /// IPv4 identification (RFC 791); 0 for IPv6 and when not known. A sender numbers its
+    /// packets upward (Linux per socket, `ip_select_ident_segs`; Windows per host): a resend
+    /// is a new packet with a newer number, a copy keeps the original's.
+    pub ip_id: u16,
 }
 
 impl Segment {
@@ -132,6 +136,7 @@ impl Segment {
         has_sack: false,
         first_sack: None,
         ttl: 0,
+        ip_id: 0,
     };
 }
 
@@ -256,7 +261,7 @@ pub fn decode_ipv4(
         IpAddr::V4(src),
         IpAddr::V4(dst),
         meta,
-        packet[8],
+        (packet[8], u16::from_be_bytes([packet[4], packet[5]])),
         out,
     )
 }
@@ -333,7 +338,7 @@ pub fn decode_ipv6(
         IpAddr::from(src),
         IpAddr::from(dst),
         meta,
-        packet[7],
+        (packet[7], 0),
         out,
     )
 }
@@ -364,8 +369,8 @@ fn ipv6_payload(
 
 /// Decodes a TCP header (RFC 9293 §3.1). `segment_len` is the TCP header plus payload length
 /// given by the IP header; `tcp` holds the captured bytes from the TCP header on. The segment
-/// is written into `out`, as [`decode_ip`]. `ttl` is the IP header's TTL or hop limit (0 when
-/// not known).
+/// is written into `out`, as [`decode_ip`]. `(ttl, ip_id)` are the IP header's TTL or hop limit
+/// and its IPv4 identification (each 0 when not known; the identification always for IPv6).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub fn decode_tcp(
@@ -374,7 +379,7 @@ pub fn decode_tcp(
     src: IpAddr,
     dst: IpAddr,
     meta: PacketMeta,
-    ttl: u8,
+    (ttl, ip_id): (u8, u16),
     out: &mut Segment,
 ) -> Decoded<()> {
     if tcp.len() < TCP_MIN_HEADER {
@@ -412,6 +417,7 @@ pub fn decode_tcp(
         has_sack: options.first_sack.is_some(),
         first_sack: options.first_sack,
         ttl,
+        ip_id,
     };
     Decoded::Tcp(())
 }

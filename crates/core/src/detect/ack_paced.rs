@@ -191,11 +191,12 @@ pub fn hold(
     // Captured on the sender's host, a release is in the softirq of the ACK: a later segment
     // is the application's next write (a bulk sender's, whose partial segment is what it had
     // copied so far), not held data.
-    // A clock coarser than a microsecond's (`coarse`) cannot time that bound.
-    // A clock coarser than a microsecond's (whole milliseconds: a generated or re-timed trace)
-    // cannot tell a hold from a sender writing on its own schedule.
+    // A clock coarser than a microsecond's (`coarse`: whole milliseconds) cannot time that
+    // bound, nor can generated timing (`Cadence`): neither tells a hold from a sender writing
+    // on its own schedule.
     let on_host = me.near_rtt.is_some_and(|leg| leg < ON_HOST_LEG);
-    if coarse || (on_host && seg.ts_ns.since(prev.at) > SOFTIRQ_RELEASE) {
+    let untimed = coarse || flow.cadence.synthetic();
+    if untimed || (on_host && seg.ts_ns.since(prev.at) > SOFTIRQ_RELEASE) {
         return None;
     }
     match finding {

@@ -28,6 +28,9 @@ pub enum Reason {
     /// The capture's timestamps are coarser than the margin by which the gap clears the rule's
     /// thresholds: the clock cannot tell the claim from its look-alike.
     CoarseTimestamps,
+    /// The flow's packets are evenly spaced, most gaps the same to 10 µs
+    /// ([`crate::flow::Cadence`]): a generated or re-timed trace, whose timing no stack made.
+    SyntheticTiming,
     /// The packets do not show what the kind's claim needs: one of its proof obligations
     /// ([`super::Obligation`]) failed; its name and sentence.
     Unproven {
@@ -46,6 +49,7 @@ impl Reason {
             Reason::OneDirection => "one_direction",
             Reason::PathVaried => "path_varied",
             Reason::CoarseTimestamps => "coarse_timestamps",
+            Reason::SyntheticTiming => "synthetic_timing",
             Reason::Unproven { name, .. } => name,
         }
     }
@@ -62,6 +66,10 @@ impl Reason {
             }
             Reason::CoarseTimestamps => {
                 "the capture's timestamps are too coarse to tell the gap from its thresholds"
+            }
+            Reason::SyntheticTiming => {
+                "the flow's packets are evenly spaced (a generated or re-timed trace): no \
+                 stack's timer shows in its timing"
             }
             Reason::Unproven { text, .. } => text,
         }
@@ -205,7 +213,8 @@ pub fn settled_by_socket(reason: &Reason) -> bool {
 }
 
 /// Why `finding`, on `seg` from `side`, cannot be settled by this capture; `None` when its
-/// timing proves it. Minor holds are no claim of a stall and always stand. `coarse` is the
+/// timing proves it. A minor hold, no claim of a stall, needs its obligations and a clock fine
+/// enough for its timing, nothing of the path. `coarse` is the
 /// clock's resolution when it is coarse ([`Resolution::coarse`]).
 pub fn unsettled(
     flow: &Flow,
@@ -226,8 +235,13 @@ pub fn unsettled(
             text: failed.text,
         });
     }
+    if flow.cadence.synthetic() {
+        return Some(Reason::SyntheticTiming);
+    }
+    // A hold that claims no stall needs no path to the peer; its timing, though, must clear
+    // the clock's tick like any other.
     if !finding.kind.is_stall() {
-        return None;
+        return coarser_than_margin(flow, side, seg, finding, coarse);
     }
     let peer_seen = flow.dir(side.peer()).seen;
     let held_leg = flow.dir(side).near_rtt;
@@ -242,8 +256,20 @@ pub fn unsettled(
     {
         return Some(Reason::PathVaried);
     }
-    // Every difference of two timestamps errs by less than the resolution: a margin at least
-    // that large holds whatever the true times were.
+    coarser_than_margin(flow, side, seg, finding, coarse)
+}
+
+/// [`Reason::CoarseTimestamps`] when the clock's resolution `coarse` exceeds the margin by
+/// which `finding`'s gap clears its rule's thresholds. Every difference of two timestamps errs
+/// by less than the resolution: a margin at least that large holds whatever the true times
+/// were.
+fn coarser_than_margin(
+    flow: &Flow,
+    side: Side,
+    seg: &Segment,
+    finding: &Finding,
+    coarse: Option<Span>,
+) -> Option<Reason> {
     let resolution = coarse?;
     let margin = (finding.kind.info().margin?)(flow, side, seg, finding);
     (margin < resolution).then_some(Reason::CoarseTimestamps)

@@ -679,16 +679,6 @@ fn retire(
     keep_turns: bool,
 ) {
     let mut tally = tallies.remove(&flow.id).unwrap_or_default();
-    let nagle_off = flow.dirs.each_ref().map(|d| d.nagle_off);
-    let nagle_claims = StallKind::stalls().filter(|k| k.info().holder == Holder::Nagle);
-    if nagle_off.contains(&true) && nagle_claims.map(|k| tally.counts.get(k)).sum::<u64>() > 0 {
-        let revoked = |e: &StallEvent| {
-            e.finding.kind.is_stall()
-                && e.finding.kind.info().holder == Holder::Nagle
-                && nagle_off[e.finding.held_side.index()]
-        };
-        revoke_claims(analysis, &mut tally, &flow, revoked, &nagle::HOLD[1]);
-    }
     if !tally.spurious.is_empty() {
         let spurious = std::mem::take(&mut tally.spurious);
         let revoked =
@@ -728,7 +718,6 @@ fn spurious_resend(
 }
 
 /// Claims the packets disproved after they were made, while the detector still holds them (a
-/// side seen with Nagle off only after some of its waits were claimed as Nagle stalls; a
 /// timeout resend the peer reports received twice), are set apart as undecided with the
 /// obligation `failed`, and the flow's time lost is counted again without them.
 #[cold]

@@ -2,7 +2,7 @@
 //! and not counted as a stall. [`super::nagle`]'s rule finds it, from the same wire pattern
 //! as a delayed-ACK hold whose ACK came sooner than `TCP_DELACK_MIN`.
 
-use super::nagle::{explain_hold, hold_fixes, HOLD};
+use super::nagle::{explain_hold, hold_fixes, release_margin, HOLD};
 use super::{Holder, KindInfo, Proof, Release};
 
 /// A minor Nagle hold.
@@ -14,7 +14,7 @@ pub const KIND: KindInfo = KindInfo {
     proof: Proof::Timing,
     rule: None,
     obligations: &HOLD,
-    margin: None,
+    margin: Some(|flow, side, _, finding| release_margin(flow, side, finding)),
     timer_episode: false,
     aside: Some("minor Nagle holds released by an ordinary ACK (one RTT each)"),
     column: "minor",

@@ -20,6 +20,10 @@ use crate::decode::Segment;
 use crate::flow::{Flow, Side, Span};
 use crate::tcp_rules;
 
+/// The shortest retransmission timeout of any stack (Linux `TCP_RTO_MIN`; Windows 300 ms, the
+/// BSDs and macOS more): a resend in loss recovery sooner than this was the recovery's.
+const RECOVERY_TIMEOUT: Span = Span::from_duration(tcp_rules::RTO_MIN);
+
 /// What sent a retransmission that no packet of the peer triggered.
 enum TimerResend {
     /// The retransmission timer, `delay` after the side's previous transmission.
@@ -104,6 +108,22 @@ pub const KIND: KindInfo = KindInfo {
                same traffic in two files, or a clock stepped back), so a repeat may be the \
                packet's own copy",
         holds: |flow, _, _, _| !flow.rewound,
+    }, Obligation {
+        name: "in_loss_recovery",
+        text: "a resend in loss recovery (after three duplicate ACKs or a SACK of the peer, \
+               until the data sent then is acknowledged) must come after at least the shortest \
+               retransmission timeout (200 ms): recovery resends on the peer's ACKs and its own \
+               timers (RFC 5681 §3.2, RFC 6582, RFC 6675, RACK RFC 8985), and a sooner resend \
+               the capture cannot tell from them",
+        holds: |flow, side, _, finding| {
+            flow.dir(side).recovery_until.is_none() || finding.delay_ns >= RECOVERY_TIMEOUT
+        },
+    }, Obligation {
+        name: "packet_captured_twice",
+        text: "the resend must be a new packet: it carries the IPv4 identification of one \
+               already seen (a new transmission numbers upward), so it is the same packet \
+               captured twice (several VLANs or interfaces) or replayed",
+        holds: |flow, side, seg, _| !flow.dir(side).copy_of_earlier(seg),
     }, SPURIOUS],
     margin: Some(margin),
     timer_episode: true,
@@ -210,7 +230,7 @@ pub fn handshake_not_taken(
     }
     // Loopback traffic never leaves the host: captured there, whatever a busy host's softirq
     // made of the handshake's timing.
-    let loopback = flow.client.addr.is_loopback() && flow.server.addr.is_loopback();
+    let loopback = flow.on_loopback();
     let on_host = Span::from_duration(tcp_rules::ON_HOST_LEG);
     let at_server = loopback || flow.dir(Side::Server).near_rtt.is_some_and(|l| l < on_host);
     // Away from the server, silence alone cannot tell a dropped ACK from lost data.
@@ -506,6 +526,72 @@ mod tests {
         let a = w.analyse();
         assert_eq!(a.stall_count(), 0, "{:?}", a.counts);
         assert_eq!(a.undecided.claims()[0].reason.name(), "not_sent_before");
+    }
+
+    /// Bytes the capture missed (the side's data jumped ahead over them), sent later: no
+    /// resend the capture can time from its send.
+    #[test]
+    fn data_the_capture_skipped_is_not_sent_before() {
+        let mut w = Wire::handshake(30, 1448);
+        w.data(true, 1_000, 50)
+            .data(false, 1_100, 300)
+            .data(false, 1_110, 300)
+            .data(false, 1_120, 300);
+        w.segments.remove(w.segments.len() - 2);
+        w.retransmit(false, 215_000, 300);
+        w.last().seq = w.last().seq - 300;
+        let a = w.analyse();
+        assert_eq!(a.stall_count(), 0, "{:?}", a.counts);
+        assert_eq!(a.undecided.claims()[0].reason.name(), "not_sent_before");
+    }
+
+    /// After three duplicate ACKs the sender is in loss recovery (RFC 5681 §3.2): a resend
+    /// 100 ms after its last send may be the recovery's own, set apart; after 300 ms of
+    /// silence, longer than any stack's shortest timeout, it is the timer's.
+    #[test]
+    fn a_resend_in_loss_recovery_is_the_timers_only_past_the_shortest_timeout() {
+        let run = |resend_at: u64| {
+            let mut w = Wire::handshake(30, 1448);
+            w.data(true, 1_000, 50)
+                .data(false, 1_100, 1000)
+                .data(false, 1_110, 1000)
+                .data(false, 1_120, 1000);
+            for t in [1_200, 1_210, 1_220, 1_230] {
+                w.ack(true, t);
+                w.last().ack = w.last().ack - 2000;
+            }
+            w.retransmit(false, resend_at, 1000);
+            w.last().seq = w.last().seq - 1000;
+            w.analyse()
+        };
+        let a = run(100_000);
+        assert_eq!(a.stall_count(), 0, "{:?}", a.counts);
+        assert_eq!(a.undecided.claims()[0].reason.name(), "in_loss_recovery");
+        assert_single(&run(300_000), StallKind::Rto, Side::Server);
+    }
+
+    /// The same packet captured twice (its IPv4 identification repeated: one capture over
+    /// several VLANs) is no resend; a new packet numbers upward.
+    #[test]
+    fn a_copy_with_the_same_ip_id_is_no_resend() {
+        let run = |resend_id: u16| {
+            let mut w = Wire::handshake(30, 1448);
+            w.data(true, 1_000, 50);
+            w.data(false, 1_100, 300);
+            w.last().ip_id = 0x4a9a;
+            w.retransmit(false, 215_000, 300);
+            w.last().ip_id = resend_id;
+            w.analyse()
+        };
+        let a = run(0x4a9a);
+        assert_eq!(a.stall_count(), 0, "{:?}", a.counts);
+        assert_eq!(a.undecided.claims()[0].reason.name(), "packet_captured_twice");
+        assert_single(&run(0x4a9b), StallKind::Rto, Side::Server);
+        // The ID 0 (Linux before a socket has its peer) says nothing.
+        let mut w = Wire::handshake(30, 1448);
+        w.data(true, 1_000, 50).data(false, 1_100, 300);
+        w.retransmit(false, 215_000, 300);
+        assert_single(&w.analyse(), StallKind::Rto, Side::Server);
     }
 
     /// A backed-off episode's event is where its delay ends: the last resend.

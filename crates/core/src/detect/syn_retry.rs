@@ -31,6 +31,12 @@ pub const KIND: KindInfo = KindInfo {
         text: "nothing may have refused the SYN: a new SYN after the server's RST is the client \
                retrying a refused connect, not its SYN timer",
         holds: |flow, _, _, _| !flow.syn_refused,
+    }, Obligation {
+        name: "packet_captured_twice",
+        text: "the SYN must be a new packet: it carries the IPv4 identification of one already \
+               seen (a new transmission numbers upward), so it is the same SYN captured twice \
+               or replayed",
+        holds: |flow, side, seg, _| !flow.dir(side).copy_of_earlier(seg),
     }],
     margin: Some(|_, _, _, finding| margin(finding)),
     timer_episode: true,

@@ -1,12 +1,14 @@
 //! One TCP connection as the capture shows it, and how each segment moves its state: the
 //! handshake, the sender's data and the receiver's ACK, each a step of its own.
 
+use super::cadence::Cadence;
 use super::direction::Direction;
 use super::endpoint::Endpoint;
 use super::guess::{client_by_ports, ClientGuess, MssSource, PathSource};
 use super::side::Side;
 use super::turns::{Burst, Turns};
 use crate::decode::{flags, Segment};
+use crate::tcp_rules;
 use crate::units::{SeqNumber, Span, Timestamp};
 
 /// Closed flows stay this long (capture time) so late ACKs and retransmitted FINs still match.
@@ -128,6 +130,10 @@ pub struct Flow {
     pub after_close: bool,
     /// Rejoins a connection that retired before (same id).
     pub continued: bool,
+    /// Its packets' gaps: evenly spaced ones are generated timing.
+    pub cadence: Cadence,
+    /// Both addresses are loopback addresses ([`Flow::on_loopback`]).
+    loopback: bool,
 }
 
 /// The segment acknowledges: its ACK field counts (a RST's does not move `snd_una`).
@@ -194,6 +200,8 @@ impl Flow {
             guess_open: !syn && by_ports.open,
             after_close: false,
             continued: false,
+            cadence: Cadence::default(),
+            loopback,
         }
     }
 
@@ -261,6 +269,13 @@ impl Flow {
         }
     }
 
+    /// Both ends are addresses of one host's loopback: no path between them, every round trip
+    /// the two stacks' own time (RFC 1122 §3.2.1.3).
+    #[inline]
+    pub fn on_loopback(&self) -> bool {
+        self.loopback
+    }
+
     /// Allowance for a segment of `side` to follow the packet that released it: the round trip
     /// from the capture point to `side`'s host, plus scheduling slack (1 ms, and 50 %).
     pub fn follow_allowance(&self, side: Side) -> Span {
@@ -273,6 +288,9 @@ impl Flow {
     pub fn update(&mut self, seg: &Segment, side: Side) {
         if seg.ts_ns + REWIND_SLACK < self.last_seen() {
             self.rewound = true;
+        }
+        if let Some(prev) = &self.prev {
+            self.cadence.observe(prev.at, seg.ts_ns);
         }
         self.handshake_step(seg, side);
         self.answer_step(seg, side);
@@ -425,7 +443,11 @@ impl Flow {
         d.packets += 1;
         d.last_seen = seg.ts_ns;
         d.fit_mss_to(seg);
+        if seg.has(flags::SYN) {
+            d.number(seg);
+        }
         if seg.payload_len > 0 {
+            d.number(seg);
             d.last_sent = seg.ts_ns;
             let data_end = seg.seq + seg.payload_len;
             if !d.data_seen {
@@ -436,6 +458,7 @@ impl Flow {
                 if seg.seq < d.data_from {
                     d.data_from = seg.seq;
                 }
+                d.track_unseen(seg);
                 if d.data_nxt < data_end {
                     d.data_nxt = data_end;
                 }
@@ -500,7 +523,19 @@ impl Flow {
         if !acknowledges(seg) {
             return seen;
         }
+        let window_before = self.dirs[me].window;
         let p = &mut self.dirs[peer];
+        // A duplicate ACK (RFC 5681 §2; a closed window's ACKs answer probes, not losses),
+        // and the loss recovery it may start.
+        if seg.ack == p.snd_una && p.una_known && p.snd_una < p.snd_nxt && seg.is_pure_ack() {
+            if window > 0 && window == window_before {
+                p.dup_acks = p.dup_acks.saturating_add(1);
+            }
+            let sacked = seg.has_sack && seg.dsack().is_none();
+            if p.recovery_until.is_none() && (p.dup_acks >= tcp_rules::DUP_THRESH || sacked) {
+                p.recovery_until = Some(p.snd_nxt);
+            }
+        }
         if !p.una_known {
             // Mid-flow: take the first byte the capture saw from the peer as the old SND.UNA.
             seen.una_before = if p.seen { p.isn + 1 } else { seg.ack };
@@ -509,6 +544,10 @@ impl Flow {
             p.una_known = true;
         } else if p.snd_una < seg.ack {
             p.snd_una = seg.ack;
+            p.dup_acks = 0;
+            if p.recovery_until.is_some_and(|r| r <= seg.ack) {
+                p.recovery_until = None;
+            }
             seen.advanced_una = true;
             // The timeout episode ends when the peer acknowledges progress.
             p.rto_open = false;

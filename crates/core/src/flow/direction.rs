@@ -41,6 +41,10 @@ impl PeerWindow {
     }
 }
 
+/// How far below a side's newest IPv4 identification a repeated one is taken for a copy
+/// ([`Direction::copy_of_earlier`]).
+const COPY_WINDOW: u16 = 64;
+
 /// State of the data one side sends (one direction of the flow), in that side's sequence
 /// space. Field names follow the sender's view of RFC 9293 §3.3.1.
 #[derive(Debug, Clone, Default)]
@@ -131,6 +135,24 @@ pub struct Direction {
     pub gaps: u64,
     /// A FIN was sent.
     pub fin: bool,
+    /// Bytes this side's data skipped over when it jumped ahead (`gaps`), not yet seen since
+    /// from their start: sent before the capture saw them, or never; data there is no resend
+    /// the capture can time. The oldest such range and the newest (a resend goes from
+    /// `snd_una` up); an empty range is none.
+    pub unseen: [(SeqNumber, SeqNumber); 2],
+    /// The peer's duplicate ACKs of this side's data since `snd_una` last moved (RFC 5681 §2:
+    /// no data, same ACK, same open window, data outstanding).
+    pub dup_acks: u8,
+    /// This side is in loss recovery until the peer acknowledges this point (RFC 6582 §3.2
+    /// `recover`: `snd_nxt` when it began): entered on the third duplicate ACK (RFC 5681
+    /// §3.2) or one carrying SACK blocks (RFC 6675; Linux's RACK, RFC 8985 §6, marks losses
+    /// from SACKs). Resends then follow the peer's ACKs, not only the timer.
+    pub recovery_until: Option<SeqNumber>,
+    /// The newest IPv4 identification this side's data segments and SYNs carried (the packets
+    /// that can be resent; `ip_id_seen`): see [`Direction::copy_of_earlier`].
+    pub ip_id_newest: u16,
+    /// A non-zero IPv4 identification was seen from this side.
+    pub ip_id_seen: bool,
 }
 
 impl Direction {
@@ -215,7 +237,35 @@ impl Direction {
     /// pure ACK or the SYN ran ahead to).
     #[inline]
     pub(crate) fn sent_before(&self, seg: &Segment) -> bool {
-        self.data_seen && self.data_from <= seg.seq && seg.seq < self.data_nxt
+        let unseen = self
+            .unseen
+            .iter()
+            .any(|&(from, to)| from <= seg.seq && seg.seq < to);
+        self.data_seen && self.data_from <= seg.seq && seg.seq < self.data_nxt && !unseen
+    }
+
+    /// `seg` carries an IPv4 identification this side already used, or one just below its
+    /// newest: the same packet captured twice (one capture over several VLANs or
+    /// interfaces) or replayed, not a new transmission, which numbers upward. Within
+    /// [`COPY_WINDOW`] of the newest: a stack that numbers at random lands there 1 time in
+    /// 1,000. The ID 0 (Linux before a socket has a peer, `ip_select_ident_segs`) says
+    /// nothing.
+    #[inline]
+    pub(crate) fn copy_of_earlier(&self, seg: &Segment) -> bool {
+        seg.ip_id != 0 && self.ip_id_seen && self.ip_id_newest.wrapping_sub(seg.ip_id) < COPY_WINDOW
+    }
+
+    /// Counts `seg`'s IPv4 identification (see [`Direction::copy_of_earlier`]).
+    #[inline]
+    pub(crate) fn number(&mut self, seg: &Segment) {
+        if seg.ip_id == 0 {
+            return;
+        }
+        // Newer modulo 2^16 (RFC 1982's serial-number order, as for sequence numbers).
+        if !self.ip_id_seen || (seg.ip_id.wrapping_sub(self.ip_id_newest) as i16) > 0 {
+            self.ip_id_newest = seg.ip_id;
+            self.ip_id_seen = true;
+        }
     }
 
     /// `seg`'s payload is below one full segment (the MSS less the timestamp option): a
@@ -223,6 +273,28 @@ impl Direction {
     #[inline]
     pub(crate) fn below_mss(&self, seg: &Segment) -> bool {
         seg.payload_len < tcp_rules::payload_mss(self.mss, seg.timestamps.is_some())
+    }
+
+    /// Notes the bytes from `data_nxt` to `seg`, which jumps ahead of them, as unseen; and
+    /// what `seg` fills of an unseen range from its start as seen.
+    #[inline]
+    pub(crate) fn track_unseen(&mut self, seg: &Segment) {
+        let end = seg.seq + seg.payload_len;
+        let empty = |(from, to): (SeqNumber, SeqNumber)| from == to;
+        if self.data_nxt < seg.seq {
+            let slot = usize::from(!empty(self.unseen[0]));
+            self.unseen[slot] = (self.data_nxt, seg.seq);
+            return;
+        }
+        for slot in &mut self.unseen {
+            let (from, to) = *slot;
+            if !empty(*slot) && seg.seq <= from && from < end {
+                *slot = if end < to { (end, to) } else { (to, to) };
+            }
+        }
+        if empty(self.unseen[0]) {
+            self.unseen = [self.unseen[1], self.unseen[0]];
+        }
     }
 
     /// Raises a guessed MSS to what `seg` takes of it: a guess must at least fit what was sent

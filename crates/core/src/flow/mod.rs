@@ -16,10 +16,12 @@
 //! - `connection`: one flow, and its update in steps (handshake, data, ACK, close).
 //! - `direction`: the state of the data one side sends.
 //! - `guess`: client and MSS when the handshake was not captured.
+//! - `cadence`: packet gaps that repeat, the mark of generated timing.
 //! - `turns`: request/response turns and the writes of the current one.
 //! - `endpoint`, `side`: the values the rest is written in, with [`crate::units`]' sequence
 //!   numbers and times.
 
+mod cadence;
 mod connection;
 mod direction;
 mod endpoint;
@@ -36,6 +38,7 @@ pub mod testing;
 #[cfg(test)]
 mod tests;
 
+pub use cadence::Cadence;
 pub use connection::{Flow, IDLE_TIMEOUT};
 pub use direction::PeerWindow;
 pub use endpoint::Endpoint;

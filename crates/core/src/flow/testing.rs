@@ -105,6 +105,7 @@ impl Wire {
             has_sack: false,
             first_sack: None,
             ttl: 64,
+            ip_id: 0,
         }
     }
 

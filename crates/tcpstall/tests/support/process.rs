@@ -221,7 +221,12 @@ pub fn assert_holds_told_from_idle(report: &Value, clients: &IdleClients) {
     // loaded host), and no segment can be kept back then: the header is the connection's first
     // data, ACKed at once (`tcp_event_data_recv` → `tcp_incr_quickack`).
     assert!(
-        clients.idle.turns.iter().skip(1).all(|t| ms(t) < STALL_MIN_MS),
+        clients
+            .idle
+            .turns
+            .iter()
+            .skip(1)
+            .all(|t| ms(t) < STALL_MIN_MS),
         "a response to the idle client waited: {:?}",
         clients.idle.turns
     );
