@@ -174,9 +174,6 @@ pub fn check(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
     //    a release the path makes impossible was something else's doing (the sender's own
     //    next write, another connection's close), not this ACK's.
     let release = seg.ts_ns.since(prev.at);
-    if release > release_allowance(flow, side) {
-        return None;
-    }
     // 4. How long the ACK took after A, minus the round trip from the capture point to the
     //    peer: the peer's ACK delay.
     let ack_after_a = prev.at.since(me.last_data);
@@ -188,12 +185,15 @@ pub fn check(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
     } else {
         StallKind::NagleMinor
     };
+    if release > release_allowance(flow, side, kind) {
+        return None;
+    }
     // A stall released sooner than the leg by less than a quarter of it is a claim the
-    // capture cannot settle (evidence.rs sets it apart); a minor hold so released, or any
-    // release sooner still, is not the ACK's doing.
+    // capture cannot settle (evidence.rs sets it apart); a minor hold so released is taken,
+    // the path varying as RACK allows (RFC 8985 §6.2); any release sooner still is not the
+    // ACK's doing.
     if let Some(near) = me.measured_leg() {
-        let too_soon = release + PATH_SLACK < near;
-        if release + PATH_SLACK + near / 4 < near || (too_soon && kind == StallKind::NagleMinor) {
+        if release + PATH_SLACK + near / 4 < near {
             return None;
         }
     }
@@ -220,21 +220,25 @@ pub fn margin(flow: &Flow, side: Side, finding: &Finding) -> Span {
 /// by this timing: a clock coarser than it proves no hold.
 pub fn release_margin(flow: &Flow, side: Side, finding: &Finding) -> Span {
     let release = finding.release_ns.unwrap_or(Span::ZERO);
-    let mut margin = release_allowance(flow, side) - release;
+    let mut margin = release_allowance(flow, side, finding.kind) - release;
     if let Some(near) = flow.dir(side).measured_leg() {
         margin = margin.min(release + PATH_SLACK - near);
     }
     margin
 }
 
-/// How soon after the ACK that releases it a held segment reaches the capture point: one
-/// round trip to the held side and slack ([`Flow::follow_allowance`]). Between two loopback
-/// addresses there is no path (a leg timed by answers holds the writer's own time): the held
-/// segment leaves in the ACK's softirq (`tcp_rcv_established` → `tcp_data_snd_check`), within
-/// the slack.
-fn release_allowance(flow: &Flow, side: Side) -> Span {
+/// How soon after the ACK that releases it a held segment of `kind` reaches the capture
+/// point: one round trip to the held side and slack. A stall is allowed half a leg more for
+/// the path's variation ([`Flow::follow_allowance`]); a minor hold, which claims no stall, the
+/// leg and the clock's slack alone, so that a sender's own next write a little later is not
+/// taken for a release. Between two loopback addresses there is no path (a leg timed by
+/// answers holds the writer's own time): the held segment leaves in the ACK's softirq
+/// (`tcp_rcv_established` → `tcp_data_snd_check`), within the slack.
+fn release_allowance(flow: &Flow, side: Side, kind: StallKind) -> Span {
     if flow.on_loopback() {
         PATH_SLACK
+    } else if kind == StallKind::NagleMinor {
+        flow.dir(side).near_rtt.unwrap_or(Span::ZERO) + PATH_SLACK
     } else {
         flow.follow_allowance(side)
     }
