@@ -29,22 +29,22 @@ pub const MAX_INTERFACES: usize = 1 << 16;
 pub const LIBPCAP_MAX_SNAPLEN: usize = 262_144;
 
 /// Pcap magic numbers as read little-endian (libpcap `sf-pcap.c`).
-const PCAP_MAGIC_US: u32 = 0xa1b2_c3d4;
-const PCAP_MAGIC_NS: u32 = 0xa1b2_3c4d;
+pub(crate) const PCAP_MAGIC_US: u32 = 0xa1b2_c3d4;
+pub(crate) const PCAP_MAGIC_NS: u32 = 0xa1b2_3c4d;
 /// Kuznetsov's patched pcap, with 8 more bytes per record header.
-const PCAP_MAGIC_MODIFIED: u32 = 0xa1b2_cd34;
+pub(crate) const PCAP_MAGIC_MODIFIED: u32 = 0xa1b2_cd34;
 /// pcapng section header block type, the same in both byte orders.
-const PCAPNG_SHB: u32 = 0x0a0d_0d0a;
+pub(crate) const PCAPNG_SHB: u32 = 0x0a0d_0d0a;
 /// pcapng byte-order magic, as written by the section's writer.
-const PCAPNG_BYTE_ORDER_MAGIC: u32 = 0x1a2b_3c4d;
+pub(crate) const PCAPNG_BYTE_ORDER_MAGIC: u32 = 0x1a2b_3c4d;
 
 /// pcapng block types (draft-ietf-opsawg-pcapng §4).
-const BLOCK_IDB: u32 = 1;
-const BLOCK_OBSOLETE_PACKET: u32 = 2;
-const BLOCK_SPB: u32 = 3;
+pub(crate) const BLOCK_IDB: u32 = 1;
+pub(crate) const BLOCK_OBSOLETE_PACKET: u32 = 2;
+pub(crate) const BLOCK_SPB: u32 = 3;
 const BLOCK_NRB: u32 = 4;
 const BLOCK_ISB: u32 = 5;
-const BLOCK_EPB: u32 = 6;
+pub(crate) const BLOCK_EPB: u32 = 6;
 const BLOCK_SYSTEMD_JOURNAL: u32 = 9;
 const BLOCK_DECRYPTION_SECRETS: u32 = 10;
 const BLOCK_PROCESS_INFO: u32 = 0x8000_0001;

@@ -6,6 +6,7 @@
 pub mod compressed;
 pub mod file;
 pub mod pcap_writer;
+pub mod pcapng_writer;
 pub mod skipped;
 
 use std::fmt;

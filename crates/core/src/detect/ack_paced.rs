@@ -375,6 +375,7 @@ pub fn record(
         server: flow.server,
         ts_ns: seg.ts_ns,
         packet_number: seg.packet_number,
+        released_by: None,
         released_bytes: seg.payload_len,
         writes: vec![seg.payload_len],
         mss: dir.mss,

@@ -296,6 +296,8 @@ pub struct StallEvent {
     pub ts_ns: Timestamp,
     /// Packet number of the released segment in its capture.
     pub packet_number: u64,
+    /// The peer's packet that released the data (its ACK or window update), when one did.
+    pub released_by: Option<PacketAt>,
     /// Payload of the released segment.
     pub released_bytes: u32,
     /// Sizes of the held side's data segments in this turn, the released one last: the
@@ -539,7 +541,7 @@ impl Detector {
         if finding.is_none() && rto::loss_probe(flow, side, seg) {
             flow.dirs[side.index()].loss_probes += 1;
         }
-        flow.update(seg, side);
+        flow.update(seg, side, ordinal);
         if matches!(finding, Some(f) if f.kind.timer_episode()) && !undecided {
             flow.dirs[side.index()].rto_open = true;
         }
@@ -804,6 +806,25 @@ fn record(
     Some(event_of(flow, side, seg, finding))
 }
 
+/// A packet of the input, as an event refers to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PacketAt {
+    /// Position among the segments analysed (0-based), as [`StallEvent::ordinal`].
+    pub ordinal: u64,
+    /// Packet number in its capture (tshark's `frame.number` in that file).
+    pub packet_number: u64,
+}
+
+/// The packet that released `finding`'s data: every rule that names a releasing side judged
+/// the flow's packet just before the released one, which that side sent.
+fn released_by(flow: &Flow, finding: &Finding) -> Option<PacketAt> {
+    let side = finding.ack_side?;
+    flow.prev.filter(|p| p.side == side).map(|p| PacketAt {
+        ordinal: p.ordinal,
+        packet_number: p.packet_number,
+    })
+}
+
 /// The event of `finding` on `seg`, `side`'s segment of `flow` (its ordinal still 0).
 fn event_of(flow: &Flow, side: Side, seg: &Segment, finding: Finding) -> StallEvent {
     let dir = flow.dir(side);
@@ -822,6 +843,7 @@ fn event_of(flow: &Flow, side: Side, seg: &Segment, finding: Finding) -> StallEv
         server: flow.server,
         ts_ns: seg.ts_ns,
         packet_number: seg.packet_number,
+        released_by: released_by(flow, &finding),
         released_bytes: seg.payload_len,
         writes,
         mss: dir.mss,

@@ -44,6 +44,10 @@ pub struct PrevPacket {
     pub side: Side,
     /// Capture time.
     pub at: Timestamp,
+    /// Its position among the segments of the input (0-based).
+    pub ordinal: u64,
+    /// Its number in its capture (tshark's `frame.number`).
+    pub packet_number: u64,
     /// A pure ACK (no payload, SYN, FIN or RST).
     pub pure_ack: bool,
     /// Payload length.
@@ -283,9 +287,9 @@ impl Flow {
         near + near / 2 + FOLLOW_SLACK
     }
 
-    /// Updates the state with `seg`, sent by `side`. Rules that need the state *before* the
-    /// segment run before this.
-    pub fn update(&mut self, seg: &Segment, side: Side) {
+    /// Updates the state with `seg`, sent by `side`, the `ordinal`-th segment of the input.
+    /// Rules that need the state *before* the segment run before this.
+    pub fn update(&mut self, seg: &Segment, side: Side, ordinal: u64) {
         if seg.ts_ns + REWIND_SLACK < self.last_seen() {
             self.rewound = true;
         }
@@ -297,7 +301,7 @@ impl Flow {
         self.data_step(seg, side);
         let ack = self.ack_step(seg, side);
         self.close_step(seg, side);
-        self.prev = Some(self.record(seg, side, &ack));
+        self.prev = Some(self.record(seg, side, &ack, ordinal));
     }
 
     /// The handshake: ISN, MSS and window scale (RFC 9293 §3.7.1, RFC 7323 §2.2), and the
@@ -581,11 +585,13 @@ impl Flow {
     }
 
     /// What the rules will need to know of `seg` when the next segment comes.
-    fn record(&self, seg: &Segment, side: Side, ack: &AckSeen) -> PrevPacket {
+    fn record(&self, seg: &Segment, side: Side, ack: &AckSeen, ordinal: u64) -> PrevPacket {
         let sent_unacked = || self.dirs[side.peer().index()].snd_nxt - ack.una_before;
         PrevPacket {
             side,
             at: seg.ts_ns,
+            ordinal,
+            packet_number: seg.packet_number,
             pure_ack: seg.is_pure_ack(),
             payload_len: seg.payload_len,
             ack: seg.has(flags::ACK).then_some(seg.ack),

@@ -42,19 +42,39 @@ pub struct InputFacts {
     pub skipped: crate::capture::skipped::SkippedFrames,
     /// Files that could not be read, left out of the report (`summary.unreadable`).
     pub unreadable: Vec<Unreadable>,
-    /// For each of `files`, the position (0-based, among all segments) of its first segment.
-    pub file_starts: Vec<u64>,
+    /// For each of `files`, where it was read and which segments of the input it holds.
+    pub sources: Vec<Source>,
+}
+
+/// A capture file read whole, and the segments of the input it holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Source {
+    /// The file read (for standard input, the file it was kept in).
+    pub path: std::path::PathBuf,
+    /// The position (0-based, among all segments) of its first segment, and one past its
+    /// last.
+    pub ordinals: std::ops::Range<u64>,
+    /// Packet records read from it (tshark's frames).
+    pub packets: u64,
 }
 
 impl InputFacts {
+    /// Index in `files` and `sources` of the file that holds the `ordinal`-th segment.
+    pub fn source_of(&self, ordinal: u64) -> Option<usize> {
+        let i = self
+            .sources
+            .partition_point(|s| s.ordinals.start <= ordinal)
+            .checked_sub(1)?;
+        self.sources[i].ordinals.contains(&ordinal).then_some(i)
+    }
+
     /// The file that holds the `ordinal`-th segment of the input, when more than one file was
     /// read (a packet number counts within its file).
     pub fn file_of(&self, ordinal: u64) -> Option<&str> {
-        if self.files.len() < 2 || self.file_starts.len() != self.files.len() {
+        if self.files.len() < 2 || self.sources.len() != self.files.len() {
             return None;
         }
-        let i = self.file_starts.partition_point(|&start| start <= ordinal);
-        self.files.get(i.checked_sub(1)?).map(String::as_str)
+        self.files.get(self.source_of(ordinal)?).map(String::as_str)
     }
 }
 
@@ -117,6 +137,12 @@ pub fn write_event(buf: &mut Vec<u8>, e: &StallEvent, flow: &str) -> io::Result<
     number.write_f64(buf, e.ts_ns.as_secs_f64())?;
     buf.extend_from_slice(b",\"packet\":");
     number.write_u64(buf, e.packet_number)?;
+    // The peer's packet that released the data: its ACK or window update.
+    buf.extend_from_slice(b",\"release_packet\":");
+    match e.released_by {
+        Some(r) => number.write_u64(buf, r.packet_number)?,
+        None => buf.extend_from_slice(b"null"),
+    }
     buf.extend_from_slice(b",\"delay_ms\":");
     number.write_f64(buf, ms(f.delay_ns))?;
     buf.extend_from_slice(b",\"ack_delay_ms\":");
@@ -433,10 +459,16 @@ pub fn write(
             .unwrap_or_default();
         write_event(buf, e, label).map_err(serde_json::Error::io)?;
         if let Some(file) = input.file_of(e.ordinal) {
-            // Several files: the one whose packet numbers `packet` counts in.
+            // Several files: the one whose packet numbers `packet` counts in, and the one of
+            // `release_packet` when that is another (a capture rotated between the two).
             buf.pop();
             buf.extend_from_slice(b",\"file\":");
             write_str(buf, file).map_err(serde_json::Error::io)?;
+            let release_file = e.released_by.and_then(|r| input.file_of(r.ordinal));
+            if let Some(other) = release_file.filter(|&other| other != file) {
+                buf.extend_from_slice(b",\"release_file\":");
+                write_str(buf, other).map_err(serde_json::Error::io)?;
+            }
             buf.push(b'}');
         }
         Ok(())

@@ -4,8 +4,10 @@
 //! flows), streaming: memory follows the number of active flows, not the file size. One thread
 //! reads and decodes; [`Detector`]s on `--workers` threads each take a share of the flows, and
 //! their analyses merge into what a single detector would have found. The flows they retire
-//! are kept apart ([`retired`]): past a bound, in a temporary file.
+//! are kept apart ([`retired`]): past a bound, in a temporary file. `--annotate` writes the
+//! captures back with a comment on each event's packets ([`annotate`]).
 
+mod annotate;
 mod retired;
 
 use retired::RetiredFlows;
@@ -30,7 +32,7 @@ use crate::detect::{Analysis, Detector, DetectorConfig};
 use crate::flow::FlowKey;
 use crate::ladder;
 use crate::report::flows::AllFlows;
-use crate::report::json::{InputFacts, Unreadable};
+use crate::report::json::{InputFacts, Source, Unreadable};
 use crate::report::style::Style;
 use crate::report::{self, html, json, text};
 use crate::Outcome;
@@ -77,6 +79,12 @@ pub struct AnalyzeArgs {
     /// histograms and timelines, ladder diagrams. Opens without network access.
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
+    /// Also write the captures to FILE as pcapng with a packet comment on each event's packet
+    /// and on the peer's packet that released it (kind, time held, side, fix): Wireshark
+    /// shows them as frame.comment and in Expert Info. Every packet is copied unchanged;
+    /// several captures become the sections of one file, in order.
+    #[arg(long, value_name = "FILE")]
+    pub annotate: Option<PathBuf>,
     /// Also read UDP port N as VXLAN (IANA's 4789 always is), e.g. 8472 for Linux's and
     /// flannel's old default; repeatable. Flows are the connections inside the tunnels.
     #[arg(long = "vxlan-port", value_name = "N")]
@@ -92,8 +100,15 @@ pub fn run(args: &AnalyzeArgs) -> anyhow::Result<Outcome> {
         keep_reading_on_interrupt();
     }
     let pictures = args.ladder || args.html.is_some();
-    // The pictures read the input twice: standard input is kept in a file for that.
-    let spool = if pictures && args.files.iter().any(|f| f == Path::new("-")) {
+    // Checked before the reading: a destination that cannot be written fails at once.
+    let annotated = match &args.annotate {
+        Some(path) => Some(annotate::Output::create(path, &args.files)?),
+        None => None,
+    };
+    // The pictures and the annotated copy read the input twice: standard input is kept in a
+    // file for that.
+    let twice = pictures || annotated.is_some();
+    let spool = if twice && args.files.iter().any(|f| f == Path::new("-")) {
         Some(spool_stdin()?)
     } else {
         None
@@ -193,6 +208,15 @@ pub fn run(args: &AnalyzeArgs) -> anyhow::Result<Outcome> {
         page.add_ladders(&ladders);
         page.write_to(path)?;
         eprintln!("tcpstall: HTML report written to {}", path.display());
+    }
+    if let (Some(output), Some(path)) = (annotated, &args.annotate) {
+        let written = output.finish(&analysis, &facts)?;
+        eprintln!(
+            "tcpstall: annotated capture written to {}: {} packets, {} with a comment",
+            path.display(),
+            written.packets,
+            written.commented
+        );
     }
     if !facts.unreadable.is_empty() {
         let names: Vec<&str> = facts.unreadable.iter().map(|u| u.file.as_str()).collect();
@@ -300,7 +324,11 @@ pub fn analyse_files_decap(
             let start = router.ordinal;
             match analyse_one(path, &mut router, &mut decap, &mut facts.warnings) {
                 Ok(stats) => {
-                    facts.file_starts.push(start);
+                    facts.sources.push(Source {
+                        path: path.clone(),
+                        ordinals: start..router.ordinal,
+                        packets: stats.packets,
+                    });
                     facts.records += stats.packets;
                     facts.skipped.add(&stats.skipped);
                     facts.files.push(display(path));

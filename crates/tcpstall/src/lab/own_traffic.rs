@@ -288,6 +288,7 @@ mod tests {
             },
             ts_ns: Timestamp::from_nanos(ts_ns),
             packet_number: 0,
+            released_by: None,
             released_bytes: 7,
             writes: vec![6, 7],
             mss: 65_483,

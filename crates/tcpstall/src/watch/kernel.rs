@@ -257,6 +257,7 @@ impl Hold {
             server,
             ts_ns: Timestamp::from_nanos(self.end_ns.saturating_add_signed(realtime_offset_ns)),
             packet_number: 0,
+            released_by: None,
             released_bytes: self.unsent,
             writes: vec![self.unsent],
             mss: self.mss,

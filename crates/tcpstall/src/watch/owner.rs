@@ -384,6 +384,7 @@ mod tests {
             server: endpoint(server),
             ts_ns: crate::flow::Timestamp::from_nanos(0),
             packet_number: 1,
+            released_by: None,
             released_bytes: 6,
             writes: vec![184, 6],
             mss: 65_483,
