@@ -14,7 +14,8 @@
 //!   delayed ACK (40-44 ms) from the second turn on;
 //! - split request (8 %): the client's second write waits for the server's delayed ACK;
 //! - think time (8 %): whole writes, 40-45 ms pauses between turns: not a stall;
-//! - cork (2 %): responses leave 204-212 ms late on the cork timer;
+//! - cork (2 %): each response a full segment at once, then its partial tail 204-212 ms late
+//!   on the cork timer;
 //! - loss (2 %): one response per connection is lost after the capture point and resent
 //!   after 204-230 ms.
 
@@ -30,6 +31,8 @@ use tcpstall::capture::pcap_writer::{PcapWriter, LINKTYPE_ETHERNET};
 const US: u64 = 1_000;
 const MS: u64 = 1_000_000;
 const MSS: u16 = 1460;
+/// A full segment's payload: the MSS less the timestamp option.
+const FULL_SEGMENT: u16 = MSS - 12;
 
 /// xorshift64*: a deterministic generator, so every run writes the same file.
 struct Rng(u64);
@@ -153,7 +156,13 @@ fn connection(id: u32, start_ns: u64, kind: Kind, rng: &mut Rng, planted: &mut [
                 }
             }
             Kind::Cork => {
+                // A corked writer's full segment leaves at once (`tcp_write_xmit` sends full
+                // segments even when corked); its partial tail waits for the cork timer.
                 push(&mut p, t, false, 0, s, c, 0);
+                t += 30 * US;
+                push(&mut p, t, false, 0, s, c, FULL_SEGMENT);
+                s = s.wrapping_add(u32::from(FULL_SEGMENT));
+                push(&mut p, t + rtt, true, 0, c, s, 0);
                 t += rng.range(204_000, 212_000) * US;
                 push(&mut p, t, false, PSH, s, c, resp);
                 s = s.wrapping_add(u32::from(resp));
