@@ -447,11 +447,11 @@ impl Flow {
         d.packets += 1;
         d.last_seen = seg.ts_ns;
         d.fit_mss_to(seg);
-        if seg.has(flags::SYN) {
+        // The packets that can be resent: their copies are told by the IPv4 identification.
+        if seg.payload_len > 0 || seg.has(flags::SYN) {
             d.number(seg);
         }
         if seg.payload_len > 0 {
-            d.number(seg);
             d.last_sent = seg.ts_ns;
             let data_end = seg.seq + seg.payload_len;
             if !d.data_seen {

@@ -149,10 +149,8 @@ pub struct Direction {
     /// from SACKs). Resends then follow the peer's ACKs, not only the timer.
     pub recovery_until: Option<SeqNumber>,
     /// The newest IPv4 identification this side's data segments and SYNs carried (the packets
-    /// that can be resent; `ip_id_seen`): see [`Direction::copy_of_earlier`].
+    /// that can be resent; 0 while none carried one): see [`Direction::copy_of_earlier`].
     pub ip_id_newest: u16,
-    /// A non-zero IPv4 identification was seen from this side.
-    pub ip_id_seen: bool,
 }
 
 impl Direction {
@@ -252,7 +250,9 @@ impl Direction {
     /// nothing.
     #[inline]
     pub(crate) fn copy_of_earlier(&self, seg: &Segment) -> bool {
-        seg.ip_id != 0 && self.ip_id_seen && self.ip_id_newest.wrapping_sub(seg.ip_id) < COPY_WINDOW
+        seg.ip_id != 0
+            && self.ip_id_newest != 0
+            && self.ip_id_newest.wrapping_sub(seg.ip_id) < COPY_WINDOW
     }
 
     /// Counts `seg`'s IPv4 identification (see [`Direction::copy_of_earlier`]).
@@ -261,10 +261,10 @@ impl Direction {
         if seg.ip_id == 0 {
             return;
         }
-        // Newer modulo 2^16 (RFC 1982's serial-number order, as for sequence numbers).
-        if !self.ip_id_seen || (seg.ip_id.wrapping_sub(self.ip_id_newest) as i16) > 0 {
+        // Newer modulo 2^16 (RFC 1982's serial-number order, as for sequence numbers). An ID
+        // of 0 is never kept, so 0 marks "none yet".
+        if self.ip_id_newest == 0 || (seg.ip_id.wrapping_sub(self.ip_id_newest) as i16) > 0 {
             self.ip_id_newest = seg.ip_id;
-            self.ip_id_seen = true;
         }
     }
 
