@@ -110,8 +110,18 @@ fn assert_captures_once_and_only_the_watched_port(address: &str, file: &str) {
     // The file holds the same segments, in the same order, with the same timestamps.
     let file = std::fs::File::open(&pcap).expect("the pcap file exists");
     let mut from_file = Vec::new();
-    let stats = for_each_segment(file, |s| from_file.push(*s), |w| panic!("warning: {w}"))
+    // Packets sent on two CPUs are stamped at netif_rx and may reach the ring in the other
+    // order (each CPU drains its own backlog), so the file may say its timestamps go back.
+    // That is the kernel's order, kept faithfully; any other warning is damage.
+    let mut warnings = Vec::new();
+    let stats = for_each_segment(file, |s| from_file.push(*s), |w| warnings.push(w.clone()))
         .expect("the file reads back");
+    assert!(
+        warnings
+            .iter()
+            .all(|w| w.message.contains("timestamps go backwards")),
+        "only timestamp order may be remarked on: {warnings:?}"
+    );
     let _ = std::fs::remove_file(&pcap);
     assert_eq!(stats.packets, live.len() as u64);
     assert_eq!(from_file, live);
