@@ -268,6 +268,10 @@ pub const fn rto_floor(srtt: Duration) -> Duration {
 /// Linux `tp->reordering`'s initial `TCP_FASTRETRANS_THRESH`).
 pub const DUP_THRESH: u8 = 3;
 
+/// The largest receive window a TCP may offer, 2^30 bytes (RFC 7323 §2.3, window scale 14):
+/// what one side sends and the other acknowledges never runs farther apart than this.
+pub const MAX_WINDOW: u32 = 1 << 30;
+
 /// Slack of a capture clock and of scheduling when a segment is judged against the path: a
 /// segment reaching the capture point later than a packet it answers by less than the round
 /// trip to its sender, less this, cannot have been sent in answer to it.

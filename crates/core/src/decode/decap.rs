@@ -87,6 +87,9 @@ pub struct Decap {
     pub(super) geneve_ports: Vec<u16>,
     depth: u8,
     outer: Option<Outer>,
+    /// The length an encapsulation's own header gives the IP packet in it (PPPoE's LENGTH),
+    /// taken by the IP decoder: an IP length beyond it counts the frame's padding.
+    pub(super) carried_len: Option<u32>,
 }
 
 impl Default for Decap {
@@ -106,6 +109,7 @@ impl Decap {
             vxlan_ports,
             geneve_ports,
             depth: 0,
+            carried_len: None,
             outer: None,
         }
     }
@@ -341,6 +345,25 @@ mod tests {
         );
         assert_eq!(seg.dst_port, 80);
         assert_eq!(decap.take_outer(), None);
+    }
+
+    /// A pure ACK in PPPoE, padded to Ethernet's minimum after a router wrote the padding
+    /// into the IPv4 total length (46 for 40 bytes): the PPPoE LENGTH (42: PPP's 2 and the
+    /// 40) and the frame bound it, so the padding is no data (as tshark reads it).
+    #[test]
+    fn pppoe_padding_counted_in_the_ip_length_is_no_data() {
+        let mut ack = Vec::new();
+        PacketBuilder::ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
+            .tcp(40000, 80, 7, 1000)
+            .write(&mut ack, b"")
+            .unwrap();
+        ack[2..4].copy_from_slice(&46u16.to_be_bytes());
+        let session = [&[0x11, 0, 0, 1, 0, 42, 0x00, 0x21][..], &ack, &[0; 6]].concat();
+        let frame = ethernet(0x8864, &session);
+        let mut seg = Segment::UNSET;
+        let decoded = Decap::default().ethernet(&frame, frame.len() as u32, META, &mut seg);
+        assert_eq!(decoded, Decoded::Tcp(()));
+        assert_eq!((seg.dst_port, seg.payload_len), (80, 0));
     }
 
     #[test]

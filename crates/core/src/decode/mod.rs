@@ -245,7 +245,12 @@ pub fn decode_ipv4(
             Some(len) => len,
             None => return Decoded::Undecodable(OFFLOAD_TOO_LONG),
         },
-        n => u32::from(n),
+        // Beyond the frame a capture cut short, the header is trusted (the next segment's
+        // sequence number agrees); beyond an encapsulation's own length, it counts padding.
+        n => match decap.carried_len.take() {
+            Some(carried) => u32::from(n).min(carried),
+            None => u32::from(n),
+        },
     };
     if (total_len as usize) < header_len {
         return Decoded::Undecodable("IPv4 total length smaller than its header");
@@ -286,7 +291,11 @@ pub fn decode_ipv6(
     // GSO super-packet, whose size only the frame length tells.
     let mut remaining = match u16::from_be_bytes([packet[4], packet[5]]) {
         0 => wire_len.saturating_sub(FIXED_HEADER as u32),
-        n => u32::from(n),
+        // Within an encapsulation's own length, as for IPv4's total length.
+        n => match decap.carried_len.take() {
+            Some(carried) => u32::from(n).min(carried.saturating_sub(FIXED_HEADER as u32)),
+            None => u32::from(n),
+        },
     };
     let mut next_header = packet[6];
     let mut offset = FIXED_HEADER;

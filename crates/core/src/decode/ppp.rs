@@ -5,7 +5,8 @@ use super::numbers::*;
 use super::{decode_ipv4, decode_ipv6, Decap, Decoded, PacketMeta, Segment};
 
 impl Decap {
-    /// A PPPoE session packet (RFC 2516 §4): 6 bytes, then a PPP protocol field.
+    /// A PPPoE session packet (RFC 2516 §4): 6 bytes, then a PPP protocol field. Its LENGTH
+    /// field bounds the PPP frame: Ethernet pads a short one, and the padding is no data.
     pub(super) fn pppoe(
         &mut self,
         data: &[u8],
@@ -13,8 +14,17 @@ impl Decap {
         meta: PacketMeta,
         out: &mut Segment,
     ) -> Decoded<()> {
-        match (data.get(6..), wire_len.checked_sub(6)) {
-            (Some(ppp), Some(len)) => self.ppp(ppp, len, meta, out),
+        match (data.get(4..6), data.get(6..), wire_len.checked_sub(6)) {
+            (Some(length), Some(ppp), Some(len)) => {
+                let length = u32::from(u16::from_be_bytes([length[0], length[1]]));
+                // Zero is no length: such a session carries nothing.
+                let len = if length == 0 { len } else { len.min(length) };
+                let ppp = ppp.get(..len as usize).unwrap_or(ppp);
+                self.carried_len = (length != 0).then_some(len);
+                let decoded = self.ppp(ppp, len, meta, out);
+                self.carried_len = None;
+                decoded
+            }
             _ => Decoded::Undecodable("PPPoE header cut short"),
         }
     }
@@ -40,6 +50,10 @@ impl Decap {
             _ => return Decoded::Undecodable("PPP header cut short"),
         };
         let (inner, len) = (&data[offset..], wire_len.saturating_sub(offset as u32));
+        // A PPPoE length bounds the PPP frame; the packet is what follows the protocol field.
+        if let Some(carried) = self.carried_len.as_mut() {
+            *carried = carried.saturating_sub(offset as u32);
+        }
         match protocol {
             PPP_IPV4 => decode_ipv4(inner, len, meta, out, self),
             PPP_IPV6 => decode_ipv6(inner, len, meta, out, self),

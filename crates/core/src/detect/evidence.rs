@@ -31,6 +31,10 @@ pub enum Reason {
     /// The flow's packets are evenly spaced, most gaps the same to 10 µs
     /// ([`crate::flow::Cadence`]): a generated or re-timed trace, whose timing no stack made.
     SyntheticTiming,
+    /// A sequence or acknowledgment number of the flow lay farther than any window from what
+    /// its side had sent ([`crate::flow::Flow::numbers_out_of_window`]): damaged or crafted
+    /// numbers, in which a repeat or a gap proves nothing.
+    NumbersOutOfWindow,
     /// The packets do not show what the kind's claim needs: one of its proof obligations
     /// ([`super::Obligation`]) failed; its name and sentence.
     Unproven {
@@ -50,6 +54,7 @@ impl Reason {
             Reason::PathVaried => "path_varied",
             Reason::CoarseTimestamps => "coarse_timestamps",
             Reason::SyntheticTiming => "synthetic_timing",
+            Reason::NumbersOutOfWindow => "numbers_out_of_window",
             Reason::Unproven { name, .. } => name,
         }
     }
@@ -70,6 +75,11 @@ impl Reason {
             Reason::SyntheticTiming => {
                 "the flow's packets are evenly spaced (a generated or re-timed trace): no \
                  stack's timer shows in its timing"
+            }
+            Reason::NumbersOutOfWindow => {
+                "a sequence or acknowledgment number of the flow lies farther than any window \
+                 (2^30 bytes, RFC 7323) from what its side sent: damaged or crafted numbers, in \
+                 which no repeat or gap proves anything"
             }
             Reason::Unproven { text, .. } => text,
         }
@@ -237,6 +247,9 @@ pub fn unsettled(
     }
     if flow.cadence.synthetic() {
         return Some(Reason::SyntheticTiming);
+    }
+    if flow.numbers_out_of_window {
+        return Some(Reason::NumbersOutOfWindow);
     }
     // A hold that claims no stall needs no path to the peer; its timing, though, must clear
     // the clock's tick like any other.

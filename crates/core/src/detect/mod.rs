@@ -542,8 +542,17 @@ impl Detector {
             flow.dirs[side.index()].loss_probes += 1;
         }
         flow.update(seg, side, ordinal);
-        if matches!(finding, Some(f) if f.kind.timer_episode()) && !undecided {
-            flow.dirs[side.index()].rto_open = true;
+        if let Some(f) = finding {
+            let d = &mut flow.dirs[side.index()];
+            d.rto_open |= f.kind.timer_episode() && !undecided;
+            if f.kind == StallKind::Rto {
+                // After a timeout everything sent is marked lost and resent as ACKs allow,
+                // until it is all acknowledged (RFC 6582 §4 `recover`, Linux
+                // `tcp_enter_loss`'s `high_seq`): so after one the capture could not prove
+                // too, as the sender's state does not hang on the proof.
+                d.recovery_until = Some(d.snd_nxt);
+                d.timeout_before = Some(f.delay_ns);
+            }
         }
 
         // Sweep at the earlier of this and the previous segment's time: one packet stamped far
@@ -685,7 +694,21 @@ fn retire(
         let spurious = std::mem::take(&mut tally.spurious);
         let revoked =
             |e: &StallEvent| e.finding.kind == StallKind::Rto && spurious.contains(&e.ordinal);
-        revoke_claims(analysis, &mut tally, &flow, revoked, &rto::SPURIOUS);
+        let reason = evidence::Reason::Unproven {
+            name: rto::SPURIOUS.name,
+            text: rto::SPURIOUS.text,
+        };
+        revoke_claims(analysis, &mut tally, &flow, revoked, reason);
+    }
+    // A generated trace's timing proves nothing, whenever its cadence showed: the claims
+    // made before it did go too, and the minor holds and pacing with them.
+    if flow.cadence.synthetic() && (tally.counts.total() > 0 || tally.paced.is_some()) {
+        let reason = evidence::Reason::SyntheticTiming;
+        revoke_claims(analysis, &mut tally, &flow, |_| true, reason);
+        let minor = tally.counts.get(StallKind::NagleMinor);
+        analysis.counts.remove(StallKind::NagleMinor, minor);
+        tally.counts.remove(StallKind::NagleMinor, minor);
+        tally.paced = None;
     }
     let paced = tally.paced.as_ref().and_then(|p| p.summary(&flow));
     let mut summary = verdict::summarise(flow, &tally.counts, tally.lost, tally.worst, keep_turns);
@@ -720,15 +743,16 @@ fn spurious_resend(
 }
 
 /// Claims the packets disproved after they were made, while the detector still holds them (a
-/// timeout resend the peer reports received twice), are set apart as undecided with the
-/// obligation `failed`, and the flow's time lost is counted again without them.
+/// timeout resend the peer reports received twice, a flow whose timing shows generated), are
+/// set apart as undecided with `reason` (minor holds, which claim no stall, are dropped), and
+/// the flow's time lost is counted again without them.
 #[cold]
 fn revoke_claims(
     analysis: &mut Analysis,
     tally: &mut FlowTally,
     flow: &Flow,
     revoked: impl Fn(&StallEvent) -> bool,
-    failed: &kind::Obligation,
+    reason: evidence::Reason,
 ) {
     let revoked = |e: &StallEvent| e.flow_id == flow.id && revoked(e);
     // The flow's events come at or after its first segment (events are in input order).
@@ -738,12 +762,12 @@ fn revoke_claims(
         any = true;
         analysis.counts.remove(e.finding.kind, 1);
         tally.counts.remove(e.finding.kind, 1);
+        if !e.finding.kind.is_stall() {
+            continue;
+        }
         analysis.undecided.push(evidence::Claim {
             kind: e.finding.kind,
-            reason: evidence::Reason::Unproven {
-                name: failed.name,
-                text: failed.text,
-            },
+            reason,
             flow_id: flow.id,
             client: flow.client,
             server: flow.server,

@@ -111,12 +111,16 @@ pub const KIND: KindInfo = KindInfo {
     }, Obligation {
         name: "in_loss_recovery",
         text: "a resend in loss recovery (after three duplicate ACKs or a SACK of the peer, \
-               until the data sent then is acknowledged) must come after at least the shortest \
-               retransmission timeout (200 ms): recovery resends on the peer's ACKs and its own \
-               timers (RFC 5681 §3.2, RFC 6582, RFC 6675, RACK RFC 8985), and a sooner resend \
-               the capture cannot tell from them",
-        holds: |flow, side, _, finding| {
-            flow.dir(side).recovery_until.is_none() || finding.delay_ns >= RECOVERY_TIMEOUT
+               until the data sent then is acknowledged) must come at least the shortest \
+               retransmission timeout (200 ms) after both the side's previous send and the \
+               peer's latest ACK: recovery resends on the peer's ACKs and its own timers \
+               (RFC 5681 §3.2, RFC 6582, RFC 6675, RACK RFC 8985), and a sooner resend the \
+               capture cannot tell from them",
+        holds: |flow, side, seg, finding| {
+            let me = flow.dir(side);
+            let since_ack = seg.ts_ns.since(me.recovery_ack_at);
+            me.recovery_until.is_none()
+                || (finding.delay_ns >= RECOVERY_TIMEOUT && since_ack >= RECOVERY_TIMEOUT)
         },
     }, Obligation {
         name: "packet_captured_twice",
@@ -124,6 +128,17 @@ pub const KIND: KindInfo = KindInfo {
                already seen (a new transmission numbers upward), so it is the same packet \
                captured twice (several VLANs or interfaces) or replayed",
         holds: |flow, side, seg, _| !flow.dir(side).copy_of_earlier(seg),
+    }, Obligation {
+        name: "timer_backed_off",
+        text: "a timeout in the loss recovery that follows a timeout must take at least half \
+               as long as that one when the flow has no TCP timestamps: the timer doubled as \
+               it expired (RFC 6298 §5.5) and stays so until data never resent is \
+               acknowledged (Karn's algorithm, RFC 6298 §3); a sooner resend follows the \
+               peer's ACKs",
+        holds: |flow, side, seg, finding| {
+            let before = flow.dir(side).timeout_before;
+            seg.timestamps.is_some() || before.map_or(true, |t| finding.delay_ns >= t / 2)
+        },
     }, SPURIOUS],
     margin: Some(margin),
     timer_episode: true,
@@ -529,34 +544,40 @@ mod tests {
     }
 
     /// Bytes the capture missed (the side's data jumped ahead over them), sent later: no
-    /// resend the capture can time from its send.
+    /// resend the capture can time from its send. A resend that reaches on into bytes the
+    /// capture saw (the peer's duplicate ACKs show the hole) was sent before, and is timed
+    /// from the side's previous send.
     #[test]
     fn data_the_capture_skipped_is_not_sent_before() {
-        let mut w = Wire::handshake(30, 1448);
-        w.data(true, 1_000, 50)
-            .data(false, 1_100, 300)
-            .data(false, 1_110, 300)
-            .data(false, 1_120, 300);
-        w.segments.remove(w.segments.len() - 2);
-        w.retransmit(false, 215_000, 300);
-        w.last().seq = w.last().seq - 300;
-        let a = w.analyse();
+        let run = |resent: u32| {
+            let mut w = Wire::handshake(30, 1448);
+            w.data(true, 1_000, 50)
+                .data(false, 1_100, 300)
+                .data(false, 1_110, 300)
+                .data(false, 1_120, 300);
+            w.segments.remove(w.segments.len() - 2);
+            w.retransmit(false, 215_000, 600);
+            w.last().payload_len = resent;
+            w.analyse()
+        };
+        let a = run(300);
         assert_eq!(a.stall_count(), 0, "{:?}", a.counts);
         assert_eq!(a.undecided.claims()[0].reason.name(), "not_sent_before");
+        assert_single(&run(600), StallKind::Rto, Side::Server);
     }
 
     /// After three duplicate ACKs the sender is in loss recovery (RFC 5681 §3.2): a resend
     /// 100 ms after its last send may be the recovery's own, set apart; after 300 ms of
-    /// silence, longer than any stack's shortest timeout, it is the timer's.
+    /// silence both ways, longer than any stack's shortest timeout, it is the timer's.
     #[test]
     fn a_resend_in_loss_recovery_is_the_timers_only_past_the_shortest_timeout() {
-        let run = |resend_at: u64| {
+        let run = |resend_at: u64, last_dup_ack: u64| {
             let mut w = Wire::handshake(30, 1448);
             w.data(true, 1_000, 50)
                 .data(false, 1_100, 1000)
                 .data(false, 1_110, 1000)
                 .data(false, 1_120, 1000);
-            for t in [1_200, 1_210, 1_220, 1_230] {
+            for t in [1_200, 1_210, 1_220, last_dup_ack] {
                 w.ack(true, t);
                 w.last().ack = w.last().ack - 2000;
             }
@@ -564,10 +585,15 @@ mod tests {
             w.last().seq = w.last().seq - 1000;
             w.analyse()
         };
-        let a = run(100_000);
+        let a = run(100_000, 1_230);
         assert_eq!(a.stall_count(), 0, "{:?}", a.counts);
         assert_eq!(a.undecided.claims()[0].reason.name(), "in_loss_recovery");
-        assert_single(&run(300_000), StallKind::Rto, Side::Server);
+        assert_single(&run(300_000, 1_230), StallKind::Rto, Side::Server);
+        // Duplicate ACKs still arriving 50 ms before: the resend answers them (RACK marks
+        // the loss from the peer's ACKs), however long since the side's own send.
+        let a = run(300_000, 250_000);
+        assert_eq!(a.stall_count(), 0, "{:?}", a.counts);
+        assert_eq!(a.undecided.claims()[0].reason.name(), "in_loss_recovery");
     }
 
     /// The same packet captured twice (its IPv4 identification repeated: one capture over
@@ -592,6 +618,61 @@ mod tests {
         w.data(true, 1_000, 50).data(false, 1_100, 300);
         w.retransmit(false, 215_000, 300);
         assert_single(&w.analyse(), StallKind::Rto, Side::Server);
+    }
+
+    /// Numbers farther apart than any window (a fuzzer's ACK of data never sent): no repeat
+    /// in such a flow proves a resend, so its timeout is set apart.
+    #[test]
+    fn numbers_out_of_every_window_prove_no_resend() {
+        let mut w = Wire::handshake(30, 1448);
+        w.data(true, 1_000, 50).data(false, 1_100, 300).ack(true, 1_200);
+        w.last().ack = w.last().ack + 0x6000_0000;
+        w.retransmit(false, 215_000, 300);
+        let a = w.analyse();
+        assert_eq!(a.stall_count(), 0, "{:?}", a.counts);
+        assert_eq!(a.undecided.claims()[0].reason.name(), "numbers_out_of_window");
+        // Within a window (capture loss ahead of the ACK) the timeout stands.
+        let mut w = Wire::handshake(30, 1448);
+        w.data(true, 1_000, 50).data(false, 1_100, 300).data(false, 1_110, 300);
+        w.ack(true, 1_200);
+        w.last().ack = w.last().ack - 300 + 0x10_0000;
+        w.retransmit(false, 215_000, 300);
+        w.last().seq = w.last().seq - 300;
+        assert_single(&w.analyse(), StallKind::Rto, Side::Server);
+    }
+
+    /// After a timeout the sender resends what is still outstanding as the peer's ACKs come
+    /// (RFC 6582 §4): a resend 120 ms after such an ACK is the recovery's. A later one after
+    /// 400 ms of silence is no timeout either while the timer stays backed off from the
+    /// 1 s one (Karn), unless TCP timestamps time the resent data.
+    #[test]
+    fn after_a_timeout_resends_follow_the_acks_and_the_backed_off_timer() {
+        let run = |second_at: u64, timestamps: bool| {
+            let mut w = Wire::handshake(30, 1448);
+            w.data(true, 1_000, 50)
+                .data(false, 1_100, 1000)
+                .data(false, 1_110, 1000)
+                .data(false, 1_120, 1000);
+            w.retransmit(false, 1_001_120, 1000);
+            w.last().seq = w.last().seq - 2000;
+            w.ack(true, 1_001_200);
+            w.last().ack = w.last().ack - 2000;
+            w.retransmit(false, second_at, 1000);
+            w.last().seq = w.last().seq - 1000;
+            if timestamps {
+                w.last().timestamps = Some((7, 7));
+            }
+            w.analyse()
+        };
+        let claims = |a: &crate::detect::Analysis| -> Vec<&'static str> {
+            a.undecided.claims().iter().map(|c| c.reason.name()).collect()
+        };
+        let a = run(1_121_200, false);
+        assert_eq!((a.counts.get(StallKind::Rto), claims(&a)), (1, vec!["in_loss_recovery"]));
+        let a = run(1_401_200, false);
+        assert_eq!((a.counts.get(StallKind::Rto), claims(&a)), (1, vec!["timer_backed_off"]));
+        let a = run(1_401_200, true);
+        assert_eq!((a.counts.get(StallKind::Rto), claims(&a)), (2, vec![]));
     }
 
     /// A backed-off episode's event is where its delay ends: the last resend.

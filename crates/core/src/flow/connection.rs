@@ -125,6 +125,10 @@ pub struct Flow {
     /// same traffic read again from another file, or a clock stepped back. A packet then
     /// repeats its own copy, and a repeat is no proof of a resend.
     pub rewound: bool,
+    /// A sequence or acknowledgment number lay farther than any window
+    /// ([`tcp_rules::MAX_WINDOW`]) from what its side had sent: the flow's numbers are damaged
+    /// or crafted (a fuzzer's, a corrupt record), and a repeat or gap in them proves nothing.
+    pub numbers_out_of_window: bool,
     /// What the handshake showed of the server taking it.
     pub handshake: Handshake,
     /// The client guess may still change at the flow's first data ([`ClientGuess::FirstData`]).
@@ -200,6 +204,7 @@ impl Flow {
             syn_ack_at: None,
             syn_refused: false,
             rewound: false,
+            numbers_out_of_window: false,
             handshake: Handshake::default(),
             guess_open: !syn && by_ports.open,
             after_close: false,
@@ -293,6 +298,7 @@ impl Flow {
         if seg.ts_ns + REWIND_SLACK < self.last_seen() {
             self.rewound = true;
         }
+        self.window_step(seg, side);
         if let Some(prev) = &self.prev {
             self.cadence.observe(prev.at, seg.ts_ns);
         }
@@ -302,6 +308,21 @@ impl Flow {
         let ack = self.ack_step(seg, side);
         self.close_step(seg, side);
         self.prev = Some(self.record(seg, side, &ack, ordinal));
+    }
+
+    /// Marks the flow when `seg`'s numbers lie farther than any window from what was sent
+    /// ([`Flow::numbers_out_of_window`]). A SYN starts a sequence space and a RST may answer
+    /// anything: neither is judged.
+    #[inline]
+    fn window_step(&mut self, seg: &Segment, side: Side) {
+        if seg.flags & (flags::SYN | flags::RST) != 0 {
+            return;
+        }
+        let (me, peer) = (&self.dirs[side.index()], &self.dirs[side.peer().index()]);
+        let far = |n: SeqNumber, sent: SeqNumber| !n.within(sent, tcp_rules::MAX_WINDOW);
+        let seq_far = me.seen && far(seg.seq, me.snd_nxt);
+        let ack_far = seg.has(flags::ACK) && peer.seen && far(seg.ack, peer.snd_nxt);
+        self.numbers_out_of_window |= seq_far || ack_far;
     }
 
     /// The handshake: ISN, MSS and window scale (RFC 9293 §3.7.1, RFC 7323 §2.2), and the
@@ -551,10 +572,14 @@ impl Flow {
             p.dup_acks = 0;
             if p.recovery_until.is_some_and(|r| r <= seg.ack) {
                 p.recovery_until = None;
+                p.timeout_before = None;
             }
             seen.advanced_una = true;
             // The timeout episode ends when the peer acknowledges progress.
             p.rto_open = false;
+        }
+        if p.recovery_until.is_some() && !seg.has(flags::SYN) {
+            p.recovery_ack_at = seg.ts_ns;
         }
         p.peer_window = p.peer_window.advertised(window, seg.ts_ns);
         self.dirs[me].window = window;

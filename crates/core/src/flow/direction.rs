@@ -88,6 +88,9 @@ pub struct Direction {
     pub mss: u32,
     /// Where `mss` comes from.
     pub mss_source: MssSource,
+    /// The largest segment this side sent, as it counts against the MSS (payload and
+    /// timestamp option).
+    pub largest_sent: u32,
     /// The MSS this side announced in its SYN, when seen.
     pub announced_mss: Option<u32>,
     /// Window-scale shift this side announced in its SYN (RFC 7323 §2.2); applied to its
@@ -148,6 +151,12 @@ pub struct Direction {
     /// §3.2) or one carrying SACK blocks (RFC 6675; Linux's RACK, RFC 8985 §6, marks losses
     /// from SACKs). Resends then follow the peer's ACKs, not only the timer.
     pub recovery_until: Option<SeqNumber>,
+    /// The delay of this side's latest timeout while the loss recovery it began lasts
+    /// (`recovery_until`): the timer stays backed off that long (RFC 6298 §5.5, Karn).
+    pub timeout_before: Option<Span>,
+    /// Capture time of the peer's latest ACK during this side's loss recovery: recovery
+    /// resends answer such ACKs (RFC 6675 §5, RACK RFC 8985 §6.2).
+    pub recovery_ack_at: Timestamp,
     /// The newest IPv4 identification this side's data segments and SYNs carried (the packets
     /// that can be resent; 0 while none carried one): see [`Direction::copy_of_earlier`].
     pub ip_id_newest: u16,
@@ -232,13 +241,15 @@ impl Direction {
     }
 
     /// `seg` repeats payload this side was seen sending before (not merely sequence space a
-    /// pure ACK or the SYN ran ahead to).
+    /// pure ACK or the SYN ran ahead to): it starts within what was seen, and does not lie
+    /// wholly in a range the capture missed.
     #[inline]
     pub(crate) fn sent_before(&self, seg: &Segment) -> bool {
+        let end = seg.seq + seg.payload_len;
         let unseen = self
             .unseen
             .iter()
-            .any(|&(from, to)| from <= seg.seq && seg.seq < to);
+            .any(|&(from, to)| from <= seg.seq && seg.seq < to && end <= to);
         self.data_seen && self.data_from <= seg.seq && seg.seq < self.data_nxt && !unseen
     }
 
@@ -275,6 +286,18 @@ impl Direction {
         seg.payload_len < tcp_rules::payload_mss(self.mss, seg.timestamps.is_some())
     }
 
+    /// With no SYN to give the MSS, `seg` is the size of the largest segment this side sent
+    /// before, and no smaller than any path's MSS ([`tcp_rules::MSS_DEFAULT`]): a size a
+    /// sender repeats at its top is where it cuts its data, the MSS in effect, so `seg` may
+    /// be a full segment.
+    #[inline]
+    pub(crate) fn repeats_largest(&self, seg: &Segment) -> bool {
+        let size = size_against_mss(seg);
+        self.mss_source != MssSource::Syn
+            && size == self.largest_sent
+            && size >= tcp_rules::MSS_DEFAULT
+    }
+
     /// Notes the bytes from `data_nxt` to `seg`, which jumps ahead of them, as unseen; and
     /// what `seg` fills of an unseen range from its start as seen.
     #[inline]
@@ -304,6 +327,7 @@ impl Direction {
     #[inline]
     pub fn fit_mss_to(&mut self, seg: &Segment) {
         let size = size_against_mss(seg);
+        self.largest_sent = self.largest_sent.max(size);
         if size <= self.mss {
             return;
         }

@@ -24,6 +24,14 @@ impl SeqNumber {
     }
 }
 
+impl SeqNumber {
+    /// Whether `self` lies at most `span` from `other`, either way round.
+    #[inline]
+    pub fn within(self, other: SeqNumber, span: u32) -> bool {
+        self.distance(other).unsigned_abs() <= span
+    }
+}
+
 impl PartialOrd for SeqNumber {
     #[inline]
     fn partial_cmp(&self, other: &SeqNumber) -> Option<Ordering> {
