@@ -3,9 +3,10 @@
 
 use std::io::Read;
 
-use crate::capture::{self, CaptureError, CaptureStats};
+use crate::capture::{self, CaptureError, CaptureStats, SegmentSink};
+use crate::decode::{Outer, OuterByFlow, Segment};
 use crate::detect::{Analysis, Detector, DetectorConfig};
-use crate::report::json::InputFacts;
+use crate::report::json::{InputFacts, Source};
 
 /// What [`analyse_capture`] found in one capture.
 #[derive(Debug, Clone)]
@@ -16,6 +17,8 @@ pub struct CaptureAnalysis {
     pub stats: CaptureStats,
     /// Damage that did not stop the reading, in words, in the order it was met.
     pub warnings: Vec<String>,
+    /// The outer tunnel of each connection that came in one.
+    pub outers: OuterByFlow,
 }
 
 impl CaptureAnalysis {
@@ -25,10 +28,16 @@ impl CaptureAnalysis {
         let mut facts = InputFacts {
             records: self.stats.packets,
             warnings: self.warnings.len() as u64,
+            outers: self.outers.clone(),
             ..InputFacts::default()
         };
         facts.skipped.add(&self.stats.skipped);
         facts.files.push(name.to_string());
+        facts.sources.push(Source {
+            path: name.into(),
+            ordinals: 0..self.stats.tcp_segments,
+            packets: self.stats.packets,
+        });
         facts
     }
 }
@@ -65,16 +74,36 @@ pub fn analyse_capture<R: Read + Send + 'static>(
     input: R,
     config: DetectorConfig,
 ) -> Result<CaptureAnalysis, CaptureError> {
-    let mut detector = Detector::new(config);
+    /// Decodes into one segment, notes its tunnel, and hands it to the detector.
+    struct Sink {
+        segment: Segment,
+        detector: Detector,
+        outers: OuterByFlow,
+    }
+    impl SegmentSink for Sink {
+        fn slot(&mut self) -> &mut Segment {
+            &mut self.segment
+        }
+        fn commit(&mut self) {
+            self.detector.push(&self.segment);
+        }
+        fn outer(&mut self, outer: Outer) {
+            self.outers.record(&self.segment, outer);
+        }
+    }
+    let mut sink = Sink {
+        segment: Segment::UNSET,
+        detector: Detector::new(config),
+        outers: OuterByFlow::default(),
+    };
     let mut warnings = Vec::new();
-    let stats = capture::for_each_segment(
-        capture::decompressed(input)?,
-        |segment| detector.push(segment),
-        |warning| warnings.push(warning.to_string()),
-    )?;
+    let stats = capture::stream_segments(capture::decompressed(input)?, &mut sink, |warning| {
+        warnings.push(warning.to_string())
+    })?;
     Ok(CaptureAnalysis {
-        analysis: detector.finish(),
+        analysis: sink.detector.finish(),
         stats,
         warnings,
+        outers: sink.outers,
     })
 }

@@ -16,32 +16,10 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 mod support;
-use support::KillOnDrop;
+use support::{KillOnDrop, Scratch};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tcpstall");
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/analyze");
-
-/// A scratch directory removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("tcpstall-an-{name}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).expect("create scratch directory");
-        Scratch(dir)
-    }
-
-    fn path(&self, file: &str) -> PathBuf {
-        self.0.join(file)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
 
 /// Waits until tcpdump, writing to `child`'s stderr, says "listening on" (its filter is
 /// attached); kills the child and fails after 10 s.

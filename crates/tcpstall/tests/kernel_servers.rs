@@ -13,12 +13,11 @@
 
 mod support;
 
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{Collected, KillOnDrop};
+use support::{Collected, KillOnDrop, Scratch};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tcpstall");
 
@@ -62,27 +61,6 @@ fn wait_listening(port: u16, what: &str) {
             "{what} does not listen on {port}"
         );
         std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// A directory of the test's own, removed at the end.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!(
-            "tcpstall-kernel-servers-{tag}-{}",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("scratch directory");
-        Scratch(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 

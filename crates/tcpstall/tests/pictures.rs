@@ -7,10 +7,13 @@
 //! diff before committing it.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 use serde_json::Value;
+
+mod support;
+use support::Scratch;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tcpstall");
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/analyze");
@@ -39,24 +42,6 @@ const STALLED: [&str; 7] = [
 
 fn fixture(name: &str) -> String {
     format!("{FIXTURES}/{name}.pcap")
-}
-
-/// A scratch directory removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("tcpstall-pic-{name}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).expect("create scratch directory");
-        Scratch(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
 }
 
 /// The ladder part of `analyze --ladder`'s output (after the text report).

@@ -21,7 +21,9 @@ impl SlotIndex {
     }
 
     fn hash32(hash: u64) -> u64 {
-        hash >> 32
+        // Both halves: FxHash is as wide as `usize`, so on a 32-bit target (WebAssembly) the
+        // high half is zero, and every key would probe from one slot.
+        ((hash >> 32) ^ hash) & 0xffff_ffff
     }
 
     fn mask(&self) -> usize {
@@ -102,6 +104,17 @@ impl SlotIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A hash as wide as a 32-bit `usize` (FxHash on WebAssembly) still spreads keys over the
+    /// index: their tags differ, as 64-bit hashes' do.
+    #[test]
+    fn hashes_of_a_32_bit_target_get_distinct_tags() {
+        let tags: std::collections::HashSet<u64> = (1..=1000u64)
+            .map(|i| SlotIndex::hash32((i * 0x9e37_79b9) & 0xffff_ffff))
+            .collect();
+        assert_eq!(tags.len(), 1000);
+        assert_ne!(SlotIndex::hash32(0x0123_4567_89ab_cdef), 0);
+    }
 
     /// The index against a map, through inserts and removals whose hashes collide on purpose
     /// (a few distinct home positions, many equal tags), across several growths.

@@ -16,6 +16,31 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+/// A directory of the test's own under the system's temporary one, emptied when made and
+/// removed when dropped.
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    /// `tcpstall-test-NAME-PID`: tests running at once name theirs apart.
+    pub fn new(name: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("tcpstall-test-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create scratch directory");
+        Scratch(dir)
+    }
+
+    /// `file` in it.
+    pub fn path(&self, file: &str) -> PathBuf {
+        self.0.join(file)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// A turn that waited for the 40 ms delayed-ACK timer lasts at least this many ms: the rule's
 /// threshold, the timer's floor less its margin (`tcp_rules::STALL_THRESHOLD`).
 pub const STALL_MIN_MS: f64 = tcpstall::tcp_rules::STALL_THRESHOLD.as_millis() as f64;
