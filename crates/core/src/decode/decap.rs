@@ -87,9 +87,10 @@ pub struct Decap {
     pub(super) geneve_ports: Vec<u16>,
     depth: u8,
     outer: Option<Outer>,
-    /// The length an encapsulation's own header gives the IP packet in it (PPPoE's LENGTH),
-    /// taken by the IP decoder: an IP length beyond it counts the frame's padding.
-    pub(super) carried_len: Option<u32>,
+    /// The wire length handed on to the IP decoder is its packet's own, from an
+    /// encapsulation's header (PPPoE's LENGTH), not the capture's: an IP length beyond it
+    /// counts the frame's padding. Taken by the IP decoder.
+    pub(super) length_exact: bool,
 }
 
 impl Default for Decap {
@@ -109,7 +110,7 @@ impl Decap {
             vxlan_ports,
             geneve_ports,
             depth: 0,
-            carried_len: None,
+            length_exact: false,
             outer: None,
         }
     }

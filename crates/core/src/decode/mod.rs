@@ -240,17 +240,16 @@ pub fn decode_ipv4(
     if u16::from_be_bytes([packet[6], packet[7]]) & 0x1fff != 0 {
         return Decoded::Fragment;
     }
+    // Beyond the frame a capture cut short, the header is trusted (the next segment's
+    // sequence number agrees); beyond an encapsulation's own length, it counts padding.
+    let length_exact = std::mem::take(&mut decap.length_exact);
     let total_len = match u16::from_be_bytes([packet[2], packet[3]]) {
         0 => match offloaded_len(wire_len) {
             Some(len) => len,
             None => return Decoded::Undecodable(OFFLOAD_TOO_LONG),
         },
-        // Beyond the frame a capture cut short, the header is trusted (the next segment's
-        // sequence number agrees); beyond an encapsulation's own length, it counts padding.
-        n => match decap.carried_len.take() {
-            Some(carried) => u32::from(n).min(carried),
-            None => u32::from(n),
-        },
+        n if length_exact => u32::from(n).min(wire_len),
+        n => u32::from(n),
     };
     if (total_len as usize) < header_len {
         return Decoded::Undecodable("IPv4 total length smaller than its header");
@@ -289,13 +288,12 @@ pub fn decode_ipv6(
     }
     // Payload length excludes the fixed header; zero means a jumbogram (RFC 2675) or a
     // GSO super-packet, whose size only the frame length tells.
+    // Within an encapsulation's own length, as for IPv4's total length.
+    let length_exact = std::mem::take(&mut decap.length_exact);
     let mut remaining = match u16::from_be_bytes([packet[4], packet[5]]) {
         0 => wire_len.saturating_sub(FIXED_HEADER as u32),
-        // Within an encapsulation's own length, as for IPv4's total length.
-        n => match decap.carried_len.take() {
-            Some(carried) => u32::from(n).min(carried.saturating_sub(FIXED_HEADER as u32)),
-            None => u32::from(n),
-        },
+        n if length_exact => u32::from(n).min(wire_len.saturating_sub(FIXED_HEADER as u32)),
+        n => u32::from(n),
     };
     let mut next_header = packet[6];
     let mut offset = FIXED_HEADER;

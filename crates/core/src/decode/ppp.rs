@@ -20,9 +20,9 @@ impl Decap {
                 // Zero is no length: such a session carries nothing.
                 let len = if length == 0 { len } else { len.min(length) };
                 let ppp = ppp.get(..len as usize).unwrap_or(ppp);
-                self.carried_len = (length != 0).then_some(len);
+                self.length_exact = length != 0;
                 let decoded = self.ppp(ppp, len, meta, out);
-                self.carried_len = None;
+                self.length_exact = false;
                 decoded
             }
             _ => Decoded::Undecodable("PPPoE header cut short"),
@@ -50,10 +50,6 @@ impl Decap {
             _ => return Decoded::Undecodable("PPP header cut short"),
         };
         let (inner, len) = (&data[offset..], wire_len.saturating_sub(offset as u32));
-        // A PPPoE length bounds the PPP frame; the packet is what follows the protocol field.
-        if let Some(carried) = self.carried_len.as_mut() {
-            *carried = carried.saturating_sub(offset as u32);
-        }
         match protocol {
             PPP_IPV4 => decode_ipv4(inner, len, meta, out, self),
             PPP_IPV6 => decode_ipv6(inner, len, meta, out, self),

@@ -331,6 +331,16 @@ mod tests {
     use super::super::StallKind;
     use crate::flow::Side;
 
+    /// A request, then the server's three 1000 B segments answering it at 1.10-1.12 ms.
+    fn three_answers_out() -> Wire {
+        let mut w = Wire::handshake(30, 1448);
+        w.data(true, 1_000, 50)
+            .data(false, 1_100, 1000)
+            .data(false, 1_110, 1000)
+            .data(false, 1_120, 1000);
+        w
+    }
+
     #[test]
     fn lost_response_resent_by_timer() {
         let mut w = Wire::handshake(30, 1448);
@@ -391,11 +401,7 @@ mod tests {
     /// A timeout resends the whole burst back to back: one timeout, one event.
     #[test]
     fn resent_burst_is_one_timeout() {
-        let mut w = Wire::handshake(30, 1448);
-        w.data(true, 1_000, 50)
-            .data(false, 1_100, 1000)
-            .data(false, 1_110, 1000)
-            .data(false, 1_120, 1000);
+        let mut w = three_answers_out();
         let end = w.server_seq;
         for (i, t) in [(3u32, 215_000), (2, 215_010), (1, 215_020)] {
             w.retransmit(false, t, 1000);
@@ -572,11 +578,7 @@ mod tests {
     #[test]
     fn a_resend_in_loss_recovery_is_the_timers_only_past_the_shortest_timeout() {
         let run = |resend_at: u64, last_dup_ack: u64| {
-            let mut w = Wire::handshake(30, 1448);
-            w.data(true, 1_000, 50)
-                .data(false, 1_100, 1000)
-                .data(false, 1_110, 1000)
-                .data(false, 1_120, 1000);
+            let mut w = three_answers_out();
             for t in [1_200, 1_210, 1_220, last_dup_ack] {
                 w.ack(true, t);
                 w.last().ack = w.last().ack - 2000;
@@ -648,11 +650,7 @@ mod tests {
     #[test]
     fn after_a_timeout_resends_follow_the_acks_and_the_backed_off_timer() {
         let run = |second_at: u64, timestamps: bool| {
-            let mut w = Wire::handshake(30, 1448);
-            w.data(true, 1_000, 50)
-                .data(false, 1_100, 1000)
-                .data(false, 1_110, 1000)
-                .data(false, 1_120, 1000);
+            let mut w = three_answers_out();
             w.retransmit(false, 1_001_120, 1000);
             w.last().seq = w.last().seq - 2000;
             w.ack(true, 1_001_200);

@@ -22,9 +22,7 @@ impl SeqNumber {
     fn distance(self, other: SeqNumber) -> i32 {
         self.0.wrapping_sub(other.0) as i32
     }
-}
 
-impl SeqNumber {
     /// Whether `self` lies at most `span` from `other`, either way round.
     #[inline]
     pub fn within(self, other: SeqNumber, span: u32) -> bool {
