@@ -116,38 +116,41 @@ fn echo_split_costs_the_timer_on_top_of_the_path_and_the_fixes_do_not() {
 fn stream_merges_writes_over_a_path() {
     let _serial = support::serial();
     require_root();
-    let rows = lab_json(&[
-        "--scenario",
-        "stream",
-        "--variant",
-        "nagle-0ms",
-        "--connections",
-        "10",
-    ]);
-    // Document 001's measure: writes that left as a packet of their own. With Nagle on, the
-    // writes made while the first segment is unacknowledged (one RTT) leave merged.
-    let nagle = row(&rows, "nagle-0ms");
-    let alone = nagle["own_packet_share"]
-        .as_f64()
-        .expect("own_packet_share");
-    assert!(alone < 1.0, "nagle-0ms share of writes sent alone {alone}");
-    let segments = nagle["own_segment_share"]
-        .as_f64()
-        .expect("own_segment_share");
-    assert!(
-        segments < 1.0,
-        "nagle-0ms data segments per write {segments}"
-    );
-    // Counted as document 001 counted, packets pushed over data packets: ten 1200 B writes
-    // make 9 packets (the first write, 7 full segments, the tail), of which Linux pushes the
-    // first and the tail: its 22.22 %.
-    let pushed = nagle["pushed_packet_share"]
-        .as_f64()
-        .expect("pushed_packet_share");
-    assert!(
-        (pushed - 2.0 / 9.0).abs() < 0.02,
-        "nagle-0ms share of packets pushed {pushed}"
-    );
+    // A sender descheduled for a round trip inside its write loop (a loaded machine) meets
+    // the first ACK early and pushes more: the row is run once more before it fails.
+    let merged = || -> Result<(), String> {
+        let rows = lab_json(&[
+            "--scenario",
+            "stream",
+            "--variant",
+            "nagle-0ms",
+            "--connections",
+            "10",
+        ]);
+        let nagle = row(&rows, "nagle-0ms");
+        let share = |key: &str| nagle[key].as_f64().expect(key);
+        // Document 001's measure: writes that left as a packet of their own. With Nagle on,
+        // the writes made while the first segment is unacknowledged (one RTT) leave merged.
+        let (alone, segments) = (share("own_packet_share"), share("own_segment_share"));
+        // Counted as document 001 counted, packets pushed over data packets: ten 1200 B
+        // writes make 9 packets (the first write, 7 full segments, the tail), of which Linux
+        // pushes the first and the tail: its 22.22 %.
+        let pushed = share("pushed_packet_share");
+        if alone < 1.0 && segments < 1.0 && (pushed - 2.0 / 9.0).abs() < 0.02 {
+            Ok(())
+        } else {
+            Err(format!(
+                "nagle-0ms: writes sent alone {alone}, data segments per write {segments}, \
+                 packets pushed {pushed} (want < 1, < 1, 2/9)"
+            ))
+        }
+    };
+    if let Err(first) = merged() {
+        eprintln!("{first}; once more");
+        if let Err(second) = merged() {
+            panic!("{second} (first run: {first})");
+        }
+    }
 
     // Behind a 10 Mbit/s bottleneck the packets wait in the sender's qdisc, charged to the
     // socket: autocorking merges back-to-back writes even with TCP_NODELAY.
