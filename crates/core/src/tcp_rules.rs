@@ -4,7 +4,7 @@
 //!
 //! Linux facts are read against `net/ipv4/tcp_output.c`, `tcp_input.c`, `tcp_timer.c` and
 //! `include/net/tcp.h` (6.12) and checked on a 6.18 kernel; where a figure depends on the
-//! running kernel (HZ, `tcp_timestamps`), the caller measures it ([`crate::kernel`]).
+//! running kernel (HZ, `tcp_timestamps`), the caller measures it (the command line's `host::kernel`).
 
 use std::ops::RangeInclusive;
 use std::time::Duration;

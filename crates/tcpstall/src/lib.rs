@@ -9,16 +9,15 @@
 pub mod analyze;
 pub mod capture;
 pub(crate) mod exchange;
-pub(crate) mod kernel;
+pub mod host;
 pub mod lab;
-pub(crate) mod netns;
+pub mod latency;
 pub(crate) mod peer;
 pub mod probe;
 pub mod process;
 pub mod report;
 pub(crate) mod route;
-pub(crate) mod sockopt;
-pub(crate) mod tracepoints;
+pub(crate) mod terminal;
 pub mod watch;
 
 pub use tcpstall_core::{decode, detect, tcp_rules};

@@ -474,7 +474,7 @@ mod python_http_server {
     use std::time::{Duration, Instant};
 
     use tcpstall::lab::client::{ClientConfig, HttpClient};
-    use tcpstall::lab::measure::LatencySummary;
+    use tcpstall::latency::LatencySummary;
 
     use super::support::{first_line_within, KillOnDrop};
 

@@ -127,7 +127,7 @@ pub struct PacketSocket {
 impl PacketSocket {
     /// Opens a packet socket on `interface` of the calling thread's network namespace (call
     /// it from a thread that entered a namespace to capture there, e.g. with
-    /// [`crate::netns::NetNs::run`]). Needs CAP_NET_RAW: without it the error is
+    /// [`crate::host::netns::NetNs::run`]). Needs CAP_NET_RAW: without it the error is
     /// [`OpenError::NoPermission`], which is how a caller checks whether it may capture.
     pub fn open(interface: &str) -> Result<PacketSocket, OpenError> {
         let system = |what: &'static str| {
@@ -624,7 +624,7 @@ impl<C: SegmentConsumer> Tap<C> {
         if let Some(writer) = self.writer.take() {
             writer.finish()?;
         }
-        let (queued, dropped) = crate::sockopt::packet_statistics(self.socket.fd.as_fd())?;
+        let (queued, dropped) = crate::host::sockopt::packet_statistics(self.socket.fd.as_fd())?;
         Ok(Finished {
             summary: CaptureSummary {
                 packets,

@@ -6,7 +6,7 @@ use std::io::{self, Read};
 use std::net::TcpStream;
 use std::os::fd::AsFd;
 
-use crate::sockopt;
+use crate::host::sockopt;
 
 /// Where a complete message ends in a buffer that starts with it, if it is complete.
 pub type FrameEnd = fn(&[u8]) -> Option<usize>;

@@ -9,7 +9,7 @@ use std::os::fd::AsFd;
 use serde::Serialize;
 use socket2::SockRef;
 
-use crate::sockopt;
+use crate::host::sockopt;
 
 /// How the parts of one message are written to a TCP socket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

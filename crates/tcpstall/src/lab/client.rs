@@ -10,8 +10,8 @@ use socket2::{Domain, Socket, Type};
 
 use crate::exchange::framing::{self, FrameEnd, MessageReader};
 use crate::exchange::write::WriteStrategy;
-use crate::netns::NetNs;
-use crate::sockopt;
+use crate::host::netns::NetNs;
+use crate::host::sockopt;
 
 /// How a client connection is set up.
 #[derive(Debug, Clone)]

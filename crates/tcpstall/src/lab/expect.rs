@@ -7,7 +7,7 @@
 use super::scenarios::{Expectation, Variant};
 use super::server::ServerNodelay;
 use crate::detect::StallKind;
-use crate::kernel::read_sysctl_u64;
+use crate::host::kernel::read_sysctl_u64;
 use crate::tcp_rules::{self, LOOPBACK_MSS_V4};
 use crate::Side;
 

@@ -22,21 +22,10 @@ pub(crate) struct Progress {
     pub total: usize,
 }
 
+pub(crate) use crate::report::model::lab::Interrupted;
+
 /// The run's progress, shared with the thread that waits for the signal.
 pub(crate) type SharedProgress = Arc<Mutex<Progress>>;
-
-/// What was running when the run was interrupted (`"interrupted"` in `lab --json`).
-#[derive(Debug, Clone, serde::Serialize)]
-pub(crate) struct Interrupted {
-    /// The signal's name (`SIGINT`).
-    pub signal: String,
-    /// `scenario/variant` of the row that was running, if any; its figures are lost.
-    pub row: Option<String>,
-    /// Rows finished and shown.
-    pub finished: usize,
-    /// Rows the run was to run.
-    pub total: usize,
-}
 
 /// Set by the signal thread before it tears the run down: the run's own threads then fail
 /// (their namespaces are gone), and their error must not end the process before the

@@ -17,7 +17,7 @@ use crate::capture::live::{
     CaptureOptions, CaptureSummary, LiveCapture, OpenError, PacketSocket, PortFilter,
 };
 use crate::detect::{Analysis, Detector, DetectorConfig, StallEvent, StallKind};
-use crate::netns::TUN_NAME;
+use crate::host::netns::TUN_NAME;
 pub use crate::report::model::lab::DetectorVerdict;
 use crate::Side;
 

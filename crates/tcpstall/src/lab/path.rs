@@ -32,8 +32,8 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 use crate::decode::{decode_ip, flags, Decap, Decoded, PacketMeta, Segment};
 use crate::flow::SeqNumber;
-use crate::netns::{open_tun, run};
-use crate::netns::{NetNs, CLIENT_ADDR, SERVER_ADDR, TUN_NAME};
+use crate::host::netns::{open_tun, run};
+use crate::host::netns::{NetNs, CLIENT_ADDR, SERVER_ADDR, TUN_NAME};
 
 /// Prefix of every namespace the lab creates.
 pub const NAMESPACE_PREFIX: &str = "tcpstall-lab-";

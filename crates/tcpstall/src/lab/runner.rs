@@ -10,13 +10,13 @@ use anyhow::Context;
 use super::client::{ClientConfig, Connection};
 use super::expect::{Geometry, SegmentRules, WireOutcome};
 use super::explain::{Explanation, PathNote};
-use super::measure::{stall_threshold_ms, LatencySummary};
 use super::path::{own_packet_share, pushed_packet_share, PathEnds};
 use super::scenarios::Variant;
 use super::server::{Server, ServerConfig, ServerNodelay};
 use super::workload::Exchange;
 use crate::exchange::notes::{describe_io, ErrorTally};
-use crate::kernel::{tcpext_counter, tcpext_counter_in};
+use crate::host::kernel::{tcpext_counter, tcpext_counter_in};
+use crate::latency::{stall_threshold_ms, LatencySummary};
 pub(crate) use crate::report::model::lab::RowResult;
 use crate::Side;
 
@@ -54,7 +54,7 @@ pub(crate) struct RunSettings {
 /// The `rto_min` the `route-delack-max` rows set: the smallest `fix --route --delack-max`
 /// takes, the first millisecond over one jiffy; `None` before Linux 6.7, where `rto_min` does
 /// not cap the delayed ACK (`tcp_delack_max`).
-pub(crate) fn lab_route_rto_min(kernel: &crate::kernel::KernelFacts) -> Option<Duration> {
+pub(crate) fn lab_route_rto_min(kernel: &crate::host::kernel::KernelFacts) -> Option<Duration> {
     let since = crate::tcp_rules::DELACK_FOLLOWS_RTO_MIN_SINCE;
     (kernel.release_at_least(since) != Some(false)).then(|| {
         let hz = kernel.hz.unwrap_or(100);
@@ -76,7 +76,7 @@ fn route_fix_on(
     };
     let (namespace, peer) = match fix.side {
         Side::Client => (&path.client, path.server_addr),
-        Side::Server => (&path.server, crate::netns::CLIENT_ADDR),
+        Side::Server => (&path.server, crate::host::netns::CLIENT_ADDR),
     };
     let change = match (fix.lever, settings.route_rto_min) {
         (RouteLever::QuickAck, _) => RouteChange::QuickAck,
@@ -92,7 +92,7 @@ fn route_fix_on(
 /// socket), rounded up to a whole millisecond as a user would ask for it. `ENOPROTOOPT`
 /// before Linux 6.13.
 pub(crate) fn lab_delack_cap() -> std::io::Result<Duration> {
-    let (floor, _) = crate::sockopt::delack_max_range()?;
+    let (floor, _) = crate::host::sockopt::delack_max_range()?;
     Ok(Duration::from_millis(
         floor.as_micros().div_ceil(1000) as u64
     ))

@@ -20,8 +20,8 @@ use crate::exchange::protocol::reply_to;
 use crate::exchange::protocol::Protocol;
 use crate::exchange::write::WriteStrategy;
 use crate::exchange::ServerReport;
-use crate::netns::NetNs;
-use crate::sockopt;
+use crate::host::netns::NetNs;
+use crate::host::sockopt;
 
 /// Who sets TCP_NODELAY on the server side.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

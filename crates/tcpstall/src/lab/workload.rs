@@ -215,7 +215,7 @@ pub(crate) fn echo_parts(size: usize) -> (Vec<u8>, Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::netns::SERVER_ADDR;
+    use crate::host::netns::SERVER_ADDR;
 
     #[test]
     fn echo_line_of_13_bytes_is_hello_world() {

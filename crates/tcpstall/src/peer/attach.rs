@@ -1,4 +1,4 @@
-//! Puts the peer on one end of the lab's emulated path (`lab --rtt`, [`crate::netns`]).
+//! Puts the peer on one end of the lab's emulated path (`lab --rtt`, [`crate::host::netns`]).
 //! That end's namespace keeps its TUN device to the relay (`tcpstall0`) but loses its address,
 //! so its kernel stack answers nothing; a second TUN device (`tcpstall1`), owned by the peer's
 //! smoltcp stack, carries the end's address, and the namespace's kernel only forwards packets
@@ -10,7 +10,7 @@ use std::net::Ipv4Addr;
 
 use anyhow::Context;
 
-use crate::netns::{open_tun, run, NetNs, TUN_NAME};
+use crate::host::netns::{open_tun, run, NetNs, TUN_NAME};
 
 /// Name of the peer's own TUN device in its namespace.
 pub const PEER_TUN_NAME: &str = "tcpstall1";

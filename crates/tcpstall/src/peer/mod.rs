@@ -23,7 +23,7 @@ use self::client::{ClientRun, RequestJob, StreamJob};
 use self::profile::Profile;
 use self::server::{PeerServer, ServerJob};
 use self::stack::PeerStack;
-use crate::netns::{NetNs, CLIENT_ADDR, SERVER_ADDR};
+use crate::host::netns::{NetNs, CLIENT_ADDR, SERVER_ADDR};
 pub use crate::report::model::lab::PeerReport;
 
 /// Which end of a row the peer plays.

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::process::procfs::{self, TcpState};
+use crate::host::procfs::{self, TcpState};
 
 use super::client::RunLog;
 use super::upstream::Process;
@@ -36,7 +36,7 @@ impl Lister {
         let thread = std::thread::Builder::new()
             .name("server-sockets".into())
             .spawn(move || {
-                let tree = crate::process::tree::process_tree(pid);
+                let tree = crate::host::tree::process_tree(pid);
                 loop {
                     let now = connections(&tree);
                     if let Ok(mut all) = found.lock() {

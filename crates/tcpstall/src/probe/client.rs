@@ -15,7 +15,7 @@ use super::http;
 use super::reply::{excerpt, Parsed, Reply};
 use super::socket::{now_ns, Arrival, ProbeSocket, Sent, SocketMode};
 use super::tls::{self, TlsStream};
-use crate::sockopt::TcpInfo;
+use crate::host::sockopt::TcpInfo;
 
 /// Read buffer per call.
 const READ_CHUNK: usize = 64 * 1024;

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use crate::flow::Side;
-use crate::lab::measure::LatencySummary;
+use crate::latency::LatencySummary;
 use crate::tcp_rules;
 
 use super::socket::SocketMode;

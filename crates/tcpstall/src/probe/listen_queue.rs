@@ -1,5 +1,5 @@
 //! The server's accept queue, when the server is on this host: its listening socket's backlog
-//! and queue (`sock_diag`, [`crate::process::sock_diag::listeners`]) before, during (sampled)
+//! and queue (`sock_diag`, [`crate::host::sock_diag::listeners`]) before, during (sampled)
 //! and after the run, and the `TcpExt: ListenOverflows` / `ListenDrops` counters of the
 //! server's network namespace (`/proc/PID/net/netstat`). A queue that overflowed while the
 //! probe's requests waited for retransmission timers, or its connects for a SYN resend, is the
@@ -16,9 +16,9 @@ use super::diagnosis::{Culprit, Diagnosis};
 use super::stalls::Stall;
 use super::upstream::Process;
 use crate::detect::{waited_for_syn_resend, StallKind};
-use crate::kernel;
-use crate::lab::measure::LatencySummary;
-use crate::process::sock_diag::{self, ListenQueue as Row};
+use crate::host::kernel;
+use crate::host::sock_diag::{self, ListenQueue as Row};
+use crate::latency::LatencySummary;
 pub use crate::report::model::probe::{Cause, ConnectTimes, ListenQueue};
 use crate::tcp_rules;
 

@@ -43,7 +43,7 @@ use self::dialogue::{Dialogue, Shape};
 use self::socket::SocketMode;
 use self::target::Target;
 use self::upstream::Upstream;
-use crate::lab::measure::LatencySummary;
+use crate::latency::LatencySummary;
 use crate::report;
 pub use crate::report::model::probe::ProbeReport;
 use crate::report::model::probe::ServerTime;
@@ -798,7 +798,7 @@ fn assemble(
     }
     let rule = upstream::rule_text(jiffy);
     let mut diagnosis = diagnosis;
-    if diagnosis.verdict() == "clean" && latency.p50_ms >= crate::lab::measure::STALL_THRESHOLD_MS {
+    if diagnosis.verdict() == "clean" && latency.p50_ms >= crate::latency::STALL_THRESHOLD_MS {
         let seen = match &diagnosis.source {
             Source::Capture { .. } => "this connection's packets (captured)",
             Source::Socket { .. } => "this connection's socket (receive times, TCP_INFO)",

@@ -12,7 +12,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{self, sockopt, MsgFlags};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
-use crate::sockopt as tcp;
+use crate::host::sockopt as tcp;
 
 /// Bytes that reached the socket, as one read returned them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -26,9 +26,9 @@ use std::time::Duration;
 use crate::capture::live::{CaptureOptions, LiveCapture, OpenError, PacketSocket, PortFilter};
 use crate::detect::{Detector, DetectorConfig, PeerStack, StallEvent};
 use crate::flow::{Endpoint, Side};
-use crate::process::procfs::{self, TcpState};
+use crate::host::owner::OwnerLookup;
+use crate::host::procfs::{self, TcpState};
 use crate::tcp_rules;
-use crate::watch::owner::OwnerLookup;
 
 use super::client::RunLog;
 pub use crate::report::model::probe::{Backend, HeldUpstream, Process, TimerMode, Upstream};
@@ -526,7 +526,7 @@ impl HopWatch {
             std::thread::Builder::new()
                 .name("proxy-sockets".into())
                 .spawn(move || {
-                    let tree = crate::process::tree::process_tree(pid);
+                    let tree = crate::host::tree::process_tree(pid);
                     loop {
                         let found = connected_sockets(&tree);
                         if let Ok(mut all) = sockets.lock() {
@@ -661,7 +661,7 @@ fn connected_sockets(tree: &[u32]) -> Vec<SocketAddr> {
 
 /// The running kernel's tick, [`tcp_rules::JIFFY_UNKNOWN_HZ`] when HZ is unknown.
 pub fn jiffy() -> Duration {
-    crate::kernel::KernelFacts::read()
+    crate::host::kernel::KernelFacts::read()
         .jiffy()
         .unwrap_or(tcp_rules::JIFFY_UNKNOWN_HZ)
 }

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use socket2::{Domain, Protocol, SockRef};
 
-use super::pidfd::PidFd;
 use super::socket_model::{Inspector, Probe, SendQueue, SocketFacts};
-use crate::sockopt;
+use crate::host::pidfd::PidFd;
+use crate::host::sockopt;
 
 /// One pidfd per traced process, opened when first needed.
 #[derive(Default)]

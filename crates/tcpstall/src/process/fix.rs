@@ -8,7 +8,7 @@
 //! `--delack-max` offers the fix for the receiving side instead: a lasting cap on its delayed
 //! ACK (`TCP_DELACK_MAX_US`), for when the writer that Nagle holds cannot be changed.
 
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
 use std::time::Duration;
@@ -17,13 +17,13 @@ use anyhow::{bail, Context};
 use clap::Args;
 
 use super::fix_state::{self, ChangedSocket};
-use super::pidfd::{socket_inode, PidFds};
-use super::procfs::TcpState;
 use super::sockets::{inspect_scope, Holder, SocketView};
 use super::AccessError;
+use crate::host::pidfd::{socket_inode, PidFds};
+use crate::host::procfs::TcpState;
+use crate::host::sockopt;
 pub use crate::report::model::sockets::{Action, DelackPlan, FixReport, FixedSocket};
 use crate::route::{Namespace, RouteChange, RouteRequest};
-use crate::sockopt;
 use crate::Outcome;
 
 /// Arguments of `tcpstall fix`.
@@ -164,7 +164,7 @@ fn plan_delack_max(max: Duration) -> anyhow::Result<DelackPlan> {
             "this kernel ({}) lacks TCP_DELACK_MAX_US (Linux 6.13 or later): switch TCP_NODELAY \
              on for the writing side instead (tcpstall fix WRITER_PID), or have the reader \
              re-arm TCP_QUICKACK after each read",
-            crate::kernel::KernelFacts::read().release
+            crate::host::kernel::KernelFacts::read().release
         ),
         Err(err) => return Err(err).context("cannot probe TCP_DELACK_MAX_US on a scratch socket"),
     };
@@ -277,7 +277,7 @@ pub fn run(args: &FixArgs) -> anyhow::Result<Outcome> {
             None => "switch TCP_NODELAY on for".to_string(),
         };
         let question = format!("{question} {to_change} socket(s) of pid {pid}?");
-        if !args.yes && !confirm(&format!("pid {pid}"), &question)? {
+        if !args.yes && !crate::terminal::confirm(&format!("pid {pid}"), &question)? {
             eprintln!("tcpstall: nothing changed");
         } else {
             let applied = apply(&mut report);
@@ -294,22 +294,6 @@ pub fn run(args: &FixArgs) -> anyhow::Result<Outcome> {
     }
     stdout.flush()?;
     Ok(Outcome::Done)
-}
-
-/// Asks `question` on the terminal; refuses without one, naming `target`, which stays as it is.
-pub(crate) fn confirm(target: &str, question: &str) -> anyhow::Result<bool> {
-    let stdin = std::io::stdin();
-    if !stdin.is_terminal() {
-        bail!(
-            "standard input is not a terminal, so fix cannot ask before changing {target}: \
-             add --yes to apply, or --dry-run to only show the plan"
-        );
-    }
-    eprint!("{question} [y/N] ");
-    std::io::stderr().flush()?;
-    let mut answer = String::new();
-    stdin.lock().read_line(&mut answer)?;
-    Ok(matches!(answer.trim(), "y" | "Y" | "yes" | "YES"))
 }
 
 /// Sets the option on every planned socket, through the first of its holders still holding it
@@ -405,10 +389,12 @@ fn keep_for_undo(report: &FixReport) {
 /// `fix PID --undo`: puts back on each socket still open the option as it was before
 /// tcpstall's first change, then removes the record.
 fn undo(pid: u32, args: &FixArgs) -> anyhow::Result<Outcome> {
-    if !super::procfs::process_exists(pid) {
+    if !crate::host::procfs::process_exists(pid) {
         return Err(AccessError::NoSuchProcess { pid }.into());
     }
-    if let Err(super::procfs::FdListError::PermissionDenied) = super::procfs::socket_fds(pid) {
+    if let Err(crate::host::procfs::FdListError::PermissionDenied) =
+        crate::host::procfs::socket_fds(pid)
+    {
         bail!("{}; nothing was changed", AccessError::fd_list_refused(pid));
     }
     let path = fix_state::path_for(pid).ok_or_else(|| {
@@ -448,7 +434,7 @@ fn undo(pid: u32, args: &FixArgs) -> anyhow::Result<Outcome> {
         return Ok(Outcome::Done);
     }
     let question = format!("put back the options of pid {pid}?");
-    if !args.yes && !confirm(&format!("pid {pid}"), &question)? {
+    if !args.yes && !crate::terminal::confirm(&format!("pid {pid}"), &question)? {
         eprintln!("tcpstall: nothing changed");
         return Ok(Outcome::Done);
     }

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
-use super::procfs;
+use crate::host::procfs;
 use crate::report::model::sockets::Holder;
 
 /// Where root's records live; other users keep theirs under `$XDG_RUNTIME_DIR/tcpstall/fixes`.

@@ -11,9 +11,9 @@ use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use super::bpf_iter::{Iter, IterError};
-use super::procfs::{self, FdListError, TcpEntry, TcpState};
 use super::sockets::{Holder, InfoView, SocketView};
-use crate::kernel::{self, KernelFacts};
+use crate::host::kernel::{self, KernelFacts};
+use crate::host::procfs::{self, FdListError, TcpEntry, TcpState};
 
 /// The compiled iterator (`scripts/build-bpf` rebuilds it from `bpf/sockets.bpf.c`), aligned
 /// for the ELF reader.
@@ -152,7 +152,7 @@ pub fn read(tree: Option<&[u32]>) -> Result<HostSockets, IterError> {
     });
     let mut notes = Vec::new();
     if unreadable > 0 {
-        let why = super::privilege::missing_for_other_users().unwrap_or(
+        let why = crate::host::privilege::missing_for_other_users().unwrap_or(
             "refused even with CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH (other user namespaces, \
              processes that are not dumpable, or a security module)",
         );

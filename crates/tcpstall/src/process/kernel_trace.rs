@@ -21,13 +21,13 @@ use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 use aya::Ebpf;
 
 use super::events::{Actor, Event, TcpOption};
-use super::privilege;
-use super::procfs;
 use super::signals::{self, SignalGuard};
 use super::socket_model::{Inspector, Probe, SocketFacts, SocketModel};
 use super::tracee_memory::{poll_readable, select_readable};
 use super::tracer::{Mode, Traced};
-use crate::tracepoints::{chain, clock_ns, load_btf_tracepoints, KernelError};
+use crate::host::privilege;
+use crate::host::procfs;
+use crate::host::tracepoints::{chain, clock_ns, load_btf_tracepoints, KernelError};
 
 /// The compiled BPF programs (`scripts/build-bpf` rebuilds it from `bpf/trace.bpf.c`),
 /// aligned for the ELF reader.
@@ -470,7 +470,7 @@ pub(crate) fn trace_process(
         processes: HashSet::from([pid]),
         syscalls: 0,
         base: (clock_ns(libc::CLOCK_MONOTONIC) as u64, Instant::now()),
-        jiffy: crate::kernel::KernelFacts::read().jiffy(),
+        jiffy: crate::host::kernel::KernelFacts::read().jiffy(),
     };
     let mut last_check = Instant::now();
     let mut interrupted = false;

@@ -8,11 +8,11 @@ use std::os::fd::AsFd;
 use anyhow::{bail, Context};
 use clap::Args;
 
-use super::pidfd::{socket_inode, PidFd, PidFds};
-use super::procfs::{self, FdListError, TcpEntry, TcpState};
 use super::AccessError;
+use crate::host::pidfd::{socket_inode, PidFd, PidFds};
+use crate::host::procfs::{self, FdListError, TcpEntry, TcpState};
+use crate::host::sockopt;
 pub use crate::report::model::sockets::{Holder, InfoView, SocketView};
-use crate::sockopt;
 use crate::Outcome;
 
 /// Arguments of `tcpstall sockets`.
@@ -187,11 +187,11 @@ pub fn inspect_scope(pid: u32, tree: bool) -> Result<ProcessSockets, AccessError
         return Err(AccessError::NoSuchProcess { pid });
     }
     if let Some(refusal) =
-        AccessError::thread_of(pid).or_else(|| super::zombie(pid, "read the sockets"))
+        AccessError::thread_of(pid).or_else(|| crate::host::access::zombie(pid, "read the sockets"))
     {
         return Err(refusal);
     }
-    let family = super::tree::process_tree(pid);
+    let family = crate::host::tree::process_tree(pid);
     let mut notes = Vec::new();
     // (inode, holders) in the order first seen: by process (parents first), then by fd.
     let mut held: Vec<(u64, Vec<Holder>)> = Vec::new();
@@ -523,7 +523,7 @@ fn from_kernel(args: &SocketsArgs) -> anyhow::Result<super::host_sockets::HostSo
             return Err(AccessError::NoSuchProcess { pid }.into())
         }
         Some(pid) if args.no_tree => Some(vec![pid]),
-        Some(pid) => Some(super::tree::process_tree(pid)),
+        Some(pid) => Some(crate::host::tree::process_tree(pid)),
         None => None,
     };
     Ok(super::host_sockets::read(tree.as_deref())?)
@@ -592,7 +592,7 @@ fn per_process(args: &SocketsArgs, notes: &mut Vec<String>) -> anyhow::Result<Ve
             views.extend(unclaimed);
         }
         if refused > 0 {
-            let why = super::privilege::missing_for_other_users().unwrap_or(
+            let why = crate::host::privilege::missing_for_other_users().unwrap_or(
                 "refused even with CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH (other user \
                  namespaces, kernel threads, processes that are not dumpable, or a security \
                  module)",

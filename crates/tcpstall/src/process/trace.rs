@@ -12,7 +12,8 @@ use anyhow::{bail, Context};
 use clap::Args;
 
 use super::tracer::{self, Mode, Traced};
-use super::{kernel_trace, procfs, AccessError};
+use super::{kernel_trace, AccessError};
+use crate::host::procfs;
 use crate::report::trace::{write_json, write_text, PeerProcess, SocketReport, TraceReport};
 use crate::Outcome;
 
@@ -161,7 +162,7 @@ fn trace_running(pid: u32, limit: Duration, force_ptrace: bool) -> anyhow::Resul
         return Err(thread.into());
     }
     // Tcpstall itself, a kernel thread, a zombie: refused whichever way it would be followed.
-    if let Some(cause) = super::refusal_cause(pid) {
+    if let Some(cause) = crate::host::access::refusal_cause(pid) {
         let action = "follow the syscalls".to_string();
         return Err(AccessError::Refused { action, pid, cause }.into());
     }

@@ -29,13 +29,13 @@ use nix::unistd::Pid;
 use super::events::{Actor, Event};
 use super::fd_probe::PidfdInspector;
 use super::launch::{self, nix_io};
-use super::procfs;
 use super::signals::{self, SignalGuard};
 use super::socket_model::{SocketModel, TracedSocket};
 use super::syscall_info::{self, SyscallStop};
 use super::syscalls::{self, kind_of, Call, SyscallKind};
 use super::tracee_memory::{read_int, readable_fds};
 use super::AccessError;
+use crate::host::procfs;
 
 /// One traced thread, as the driver needs it.
 struct Thread {

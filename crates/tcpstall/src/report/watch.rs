@@ -279,7 +279,7 @@ pub fn ended_text(event: &StallEvent, pid: u32, command: &str, by: &str, json: b
 /// Whether the running kernel takes TCP_DELACK_MAX_US, probed once on a scratch socket.
 fn kernel_caps_delayed_ack() -> bool {
     static PROBED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *PROBED.get_or_init(|| crate::sockopt::delack_max_range().is_ok())
+    *PROBED.get_or_init(|| crate::host::sockopt::delack_max_range().is_ok())
 }
 
 /// One stall as a JSON object, without a newline: `analyze`'s event keys plus the owner's.
@@ -603,7 +603,7 @@ mod tests {
                    --delack-max 5ms";
         assert_eq!(
             text.contains(cap),
-            crate::sockopt::delack_max_range().is_ok(),
+            crate::host::sockopt::delack_max_range().is_ok(),
             "{text}"
         );
         // And this host's lever, on any kernel: its route to the server.

@@ -22,8 +22,8 @@ use netlink_packet_route::route::{RouteMessage, RouteMetric};
 use netlink_packet_route::AddressFamily;
 use serde::Serialize;
 
-use crate::kernel::KernelFacts;
-use crate::netns::NetNs;
+use crate::host::kernel::KernelFacts;
+use crate::host::netns::NetNs;
 use crate::tcp_rules;
 use crate::Outcome;
 
@@ -238,7 +238,7 @@ pub fn run(request: &RouteRequest) -> anyhow::Result<Outcome> {
         } else {
             format!("change the route {}?", report.route_before)
         };
-        if !request.yes && !crate::process::fix::confirm("the route", &question)? {
+        if !request.yes && !crate::terminal::confirm("the route", &question)? {
             eprintln!("tcpstall: nothing changed");
         } else {
             apply(
@@ -580,7 +580,7 @@ fn replace_error(err: std::io::Error, route: &str) -> anyhow::Error {
 
 /// Refuses, naming the capability, when tcpstall lacks it.
 fn require_capability(cap: u32, name: &str, what: &str) -> anyhow::Result<()> {
-    if crate::process::privilege::has_effective_cap(cap) == Some(false) {
+    if crate::host::privilege::has_effective_cap(cap) == Some(false) {
         bail!(
             "tcpstall needs {name} to {what}: run it as root (sudo), or grant the capability \
              (setpriv --ambient-caps +{} ...); --dry-run shows the change without it",

@@ -28,11 +28,11 @@ use super::printer::{self, ToPrinter};
 use super::WatchArgs;
 use crate::detect::{Finding, KindCounts, PeerStack, StallEvent, StallKind};
 use crate::flow::{Endpoint, Side, Span, Timestamp};
-use crate::process::procfs::{self, TcpState};
+use crate::host::procfs::{self, TcpState};
+pub use crate::host::tracepoints::KernelError;
+pub(crate) use crate::host::tracepoints::{chain, clock_ns, load_btf_tracepoints_with};
 use crate::report::model::watch::WatchSummary;
 use crate::tcp_rules;
-pub use crate::tracepoints::KernelError;
-pub(crate) use crate::tracepoints::{chain, clock_ns, load_btf_tracepoints_with};
 
 /// The compiled BPF programs (`scripts/build-bpf` rebuilds it from `bpf/nagle.bpf.c`),
 /// aligned: the ELF reader reads its headers in place, which `include_bytes!` alone does not
@@ -335,7 +335,7 @@ impl KernelSource {
             ring,
             counts,
             realtime_offset_ns: realtime_offset_ns(),
-            jiffy_ns: crate::kernel::KernelFacts::read()
+            jiffy_ns: crate::host::kernel::KernelFacts::read()
                 .jiffy()
                 .map(tcp_rules::nanos),
         })

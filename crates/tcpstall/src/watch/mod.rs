@@ -13,7 +13,6 @@
 pub mod container;
 pub(crate) mod kernel;
 pub mod metrics;
-pub(crate) mod owner;
 pub(crate) mod printer;
 pub(crate) mod source;
 

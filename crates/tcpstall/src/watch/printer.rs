@@ -11,8 +11,8 @@ use std::thread::JoinHandle;
 
 use super::container;
 use super::metrics::{OwnerStalls, StallCounters};
-use super::owner::{NoOwner, Owner, OwnerLookup};
 use crate::detect::{KindCounts, StallEvent};
+use crate::host::owner::{NoOwner, Owner, OwnerLookup};
 use crate::report::model::watch::OwnerTally;
 use crate::report::watch::{
     add_release, cork_confirmed, event_text, undecided_text, write_event_json, write_undecided_json,

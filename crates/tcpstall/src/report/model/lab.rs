@@ -10,7 +10,7 @@ use serde::ser::{SerializeMap, SerializeStruct};
 use serde::{Serialize, Serializer};
 
 use crate::detect::StallKind;
-use crate::kernel::KernelFacts;
+use crate::host::kernel::KernelFacts;
 use crate::Side;
 
 /// The whole output of `lab --json`.
@@ -30,7 +30,7 @@ pub(crate) struct LabReport {
     pub path: Option<PathReport>,
     /// Set when a signal ended the run: the rows above are those finished before it.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub interrupted: Option<crate::lab::interrupt::Interrupted>,
+    pub interrupted: Option<Interrupted>,
 }
 
 /// The emulated path a run used.
@@ -318,4 +318,17 @@ pub(crate) struct ListedRow {
     pub requests_in_flight: usize,
     /// Why.
     pub explanation: String,
+}
+
+/// What was running when the run was interrupted (`"interrupted"` in `lab --json`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Interrupted {
+    /// The signal's name (`SIGINT`).
+    pub signal: String,
+    /// `scenario/variant` of the row that was running, if any; its figures are lost.
+    pub row: Option<String>,
+    /// Rows finished and shown.
+    pub finished: usize,
+    /// Rows the run was to run.
+    pub total: usize,
 }

@@ -4,6 +4,8 @@
 
 use rustc_hash::FxHashMap;
 
+pub use crate::host::owner::{Container, NoOwner, Owner};
+
 use crate::detect::{KindCounts, StallEvent};
 use crate::flow::Side;
 
@@ -102,87 +104,6 @@ pub struct WatchSummary {
     pub owners: Vec<OwnerStalls>,
     /// Stalls of owners not listed.
     pub owners_unlisted: u64,
-}
-
-/// The process holding a flow's local socket, and the socket's options now.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Owner {
-    /// Which side of the flow the socket is: the held side when it is local, else its peer.
-    pub side: Side,
-    /// The process.
-    pub pid: u32,
-    /// Its command name (`/proc/PID/comm`).
-    pub command: String,
-    /// The fd in that process; -1 when unknown (a socket of another network namespace).
-    pub fd: i32,
-    /// The socket's local port (what `tcpstall fix PID --port N` selects by).
-    pub port: u16,
-    /// TCP_NODELAY now; `None` when it could not be read.
-    pub nodelay: Option<bool>,
-    /// TCP_CORK now; `None` when it could not be read.
-    pub cork: Option<bool>,
-    /// Why the options could not be read.
-    pub unreadable: Option<String>,
-    /// The socket found is the server's listening socket: the connection itself had closed.
-    pub listener: bool,
-    /// The container the process runs in, from its cgroup; `None` outside any.
-    pub container: Option<Container>,
-}
-
-/// A container, as its process's cgroup path names it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Container {
-    /// The runtime the path names: `containerd`, `cri-o`, `docker`, `podman`; `kubernetes`
-    /// (the kubelet's cgroupfs layout, runtime unnamed) or `container` (a bare id).
-    pub runtime: &'static str,
-    /// The container's id, 64 hex digits.
-    pub id: String,
-    /// Under Kubernetes, the pod's UID.
-    pub pod_uid: Option<String>,
-}
-
-impl Container {
-    /// The id's first 12 digits, as `docker ps` and `crictl ps` show it.
-    pub fn short_id(&self) -> &str {
-        self.id.get(..12).unwrap_or(&self.id)
-    }
-}
-
-impl Owner {
-    /// The process the kernel saw write `event`'s held bytes, when its socket is not in this
-    /// network namespace (a container's): no fd to name, no options to read.
-    pub fn writer(event: &StallEvent, pid: u32, command: String, why: &str) -> Owner {
-        let held = event.finding.held_side;
-        Owner {
-            side: held,
-            pid,
-            command,
-            fd: -1,
-            port: match held {
-                Side::Client => event.client.port,
-                Side::Server => event.server.port,
-            },
-            nodelay: None,
-            cork: None,
-            unreadable: Some(format!("{why}; the kernel named its writer")),
-            listener: false,
-            container: None,
-        }
-    }
-}
-
-/// Why a stalled flow has no process to name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NoOwner {
-    /// Neither endpoint is a socket in this host's network namespace: traffic passing through,
-    /// another namespace (a container's), or a connection closed before it was looked up.
-    NotLocal,
-    /// A socket of this host, held by no process tcpstall may inspect: another user's
-    /// `/proc/PID/fd` needs CAP_SYS_PTRACE (`proc_fd_permission`).
-    Hidden,
-    /// Not searched for now: the sockets known did not hold it and the processes were read
-    /// under a second ago (the read is rate-bounded); the flow's next stall searches again.
-    Deferred,
 }
 
 /// The kernel's packet counters for the capture, since it started (`pcap_stats`: on Linux

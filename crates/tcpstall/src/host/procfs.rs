@@ -8,7 +8,7 @@ use std::fs;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-pub use crate::report::model::sockets::TcpState;
+pub use super::tcp_state::TcpState;
 
 /// One row of `/proc/net/tcp` or `tcp6`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,7 +5,7 @@
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 
-use super::AccessError;
+use super::access::AccessError;
 
 /// An open pidfd of one process (thread-group leader).
 #[derive(Debug)]

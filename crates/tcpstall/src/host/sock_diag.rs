@@ -273,7 +273,7 @@ mod tests {
         }
         assert_eq!(found.len(), wanted.len(), "only the inodes asked for");
         // The text tables, the kernel's other rendering of the same sockets, agree row by row.
-        let text = crate::process::procfs::tcp_table(std::process::id()).expect("/proc/net/tcp");
+        let text = crate::host::procfs::tcp_table(std::process::id()).expect("/proc/net/tcp");
         for (inode, entry) in &found {
             assert_eq!(text.get(inode), Some(entry), "inode {inode}");
         }

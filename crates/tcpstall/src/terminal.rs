@@ -1,0 +1,22 @@
+//! The one question tcpstall asks before it changes what the user owns (`fix`, `fix --route`):
+//! asked on the terminal, refused without one.
+
+use std::io::{BufRead, IsTerminal, Write};
+
+use anyhow::bail;
+
+/// Asks `question` on the terminal; refuses without one, naming `target`, which stays as it is.
+pub(crate) fn confirm(target: &str, question: &str) -> anyhow::Result<bool> {
+    let stdin = std::io::stdin();
+    if !stdin.is_terminal() {
+        bail!(
+            "standard input is not a terminal, so fix cannot ask before changing {target}: \
+             add --yes to apply, or --dry-run to only show the plan"
+        );
+    }
+    eprint!("{question} [y/N] ");
+    std::io::stderr().flush()?;
+    let mut answer = String::new();
+    stdin.lock().read_line(&mut answer)?;
+    Ok(matches!(answer.trim(), "y" | "Y" | "yes" | "YES"))
+}
