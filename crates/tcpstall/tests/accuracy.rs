@@ -1,6 +1,6 @@
 //! Precision and recall of `analyze` per stall kind, against the hand-labelled set in
 //! `tests/accuracy/labels.tsv` (how it was made: `tests/accuracy/README.md`), over the public
-//! capture corpus (`../shared/corpus/`, or `TCPSTALL_CORPUS`).
+//! capture corpus (`TCPSTALL_CORPUS`: tcpdump's, zeek's and libpcap's test captures).
 //!
 //! A claim (an event of `analyze --json --minor`) matches a label of the same file, kind and
 //! held flow (`src:port>dst:port`, the held side first) when its `packet` is the label's frame,

@@ -3,6 +3,8 @@
 //! series and the alerts they must and must not raise), and every `tcpstall_watch_*` metric and
 //! label value they use is one that `watch` exports.
 
+mod support;
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -18,9 +20,9 @@ fn promtool() -> Option<Command> {
     match Command::new("promtool").arg("--version").output() {
         Ok(out) if out.status.success() => Some(Command::new("promtool")),
         _ => {
-            eprintln!(
-                "SKIPPED: promtool is missing (Debian package prometheus; scripts/install-deps \
-                 installs it): the alerting rules were not checked"
+            support::skip(
+                "promtool is missing (Debian package prometheus; scripts/install-deps \
+                 installs it): the alerting rules were not checked",
             );
             None
         }

@@ -259,7 +259,7 @@ fn bundle_or_skip(test: &str) -> Option<&'static Bundle> {
     match bundle() {
         Ok(b) => Some(b),
         Err(why) => {
-            eprintln!("SKIPPED {test}: no image to run: {why}");
+            support::skip(format!("{test}: no image to run: {why}"));
             None
         }
     }

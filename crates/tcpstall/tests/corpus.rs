@@ -1,4 +1,4 @@
-//! `analyze` over the public capture corpus (`../shared/corpus/`, next to the repository:
+//! `analyze` over the public capture corpus (`TCPSTALL_CORPUS`:
 //! tcpdump's, zeek's and libpcap's test suites, compressed files included): every file, in a
 //! bounded time, ends with exit 0 or exit 2 and a reason, never a panic or a hang; its claims
 //! hold on a real path ([`invariant_breaches`]); and for the files kept in [`COMPARED`] the
@@ -271,10 +271,10 @@ fn analyze(file: &Path) -> Option<Run> {
 fn analyze_reads_every_corpus_file_and_counts_tcp_as_tshark_does() {
     let dir = support::corpus_dir();
     let Ok(entries) = std::fs::read_dir(&dir) else {
-        println!(
-            "skipped: no capture corpus at {} (set TCPSTALL_CORPUS to another folder)",
+        support::skip(format!(
+            "no capture corpus at {} (set TCPSTALL_CORPUS to another folder)",
             dir.display()
-        );
+        ));
         return;
     };
     drop(entries);

@@ -200,7 +200,7 @@ fn every_panel_has_data_and_the_stall_alert_is_raised_on_a_real_stall() {
     let probe = ["watch", "--kernel", "--json", "--duration", "0.1"];
     let kernel = match support::bpf_unavailable(BIN, &probe) {
         Some(why) => {
-            eprintln!("SKIPPED the watch --kernel target: {why}");
+            support::skip(format!("the watch --kernel target: {why}"));
             None
         }
         None => Some(support::watch_with_metrics(&["--kernel"], 120)),

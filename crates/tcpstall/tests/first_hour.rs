@@ -89,10 +89,10 @@ fn the_delack_max_plan_says_what_is_measured_and_what_a_route_means() {
     let out = run(&["fix", &pid, "--delack-max", "5ms", "--dry-run"], &[]);
     let stdout = text(&out.stdout);
     if !stdout.contains("effect:") {
-        eprintln!(
-            "skipped: this kernel has no TCP_DELACK_MAX_US: {}",
+        support::skip(format!(
+            "this kernel has no TCP_DELACK_MAX_US: {}",
             text(&out.stderr)
-        );
+        ));
         return;
     }
     assert!(!stdout.contains("at most"), "{stdout}");

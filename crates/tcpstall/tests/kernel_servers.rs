@@ -37,7 +37,7 @@ macro_rules! require_kernel {
             &["sockets", "--all", "--source", "kernel", "--json"][..],
         ] {
             if let Some(why) = support::bpf_unavailable(BIN, probe) {
-                eprintln!("skipped: {probe:?} cannot run here: {why}");
+                support::skip(format!("{probe:?} cannot run here: {why}"));
                 return;
             }
         }

@@ -5,6 +5,8 @@
 //! ServiceMonitor, a custom resource the validator has no schema for, is checked against the
 //! Service it selects; the DaemonSet against what `watch` needs and what the image declares.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -25,9 +27,9 @@ fn validator() -> Option<PathBuf> {
     match Command::new(&candidate).arg("--version").output() {
         Ok(out) if out.status.success() => Some(candidate),
         _ => {
-            eprintln!(
-                "SKIPPED: kubernetes-validate is missing (PyPI; scripts/install-deps installs \
-                 it): the manifests were not validated against the Kubernetes schemas"
+            support::skip(
+                "kubernetes-validate is missing (PyPI; scripts/install-deps installs \
+                 it): the manifests were not validated against the Kubernetes schemas",
             );
             None
         }

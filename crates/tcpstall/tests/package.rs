@@ -105,7 +105,7 @@ impl Drop for Installed {
 #[test]
 fn the_package_installs_verifies_runs_and_removes_cleanly() {
     if let Some(why) = skip_reason() {
-        eprintln!("SKIPPED the Debian package test: {why}");
+        support::skip(format!("the Debian package test: {why}"));
         return;
     }
     // The binary the other tests run, packaged as it is: a second release build would cost a

@@ -35,7 +35,9 @@ fn is_root() -> bool {
 /// Whether the test can run: root, and the proxies installed. Says why not on stderr.
 fn ready(test: &str) -> bool {
     if !is_root() {
-        eprintln!("{test}: skipped: needs root (capture of the proxy's connections, namespaces)");
+        support::skip(format!(
+            "{test}: needs root (capture of the proxy's connections, namespaces)"
+        ));
         return false;
     }
     for program in ["haproxy", "nginx"] {
@@ -46,7 +48,9 @@ fn ready(test: &str) -> bool {
             .status()
             .is_ok();
         if !found {
-            eprintln!("{test}: skipped: {program} is not installed (scripts/install-deps)");
+            support::skip(format!(
+                "{test}: {program} is not installed (scripts/install-deps)"
+            ));
             return false;
         }
     }

@@ -189,7 +189,7 @@ fn fix_undo_puts_back_the_options_fix_changed() {
     let delack_of = || find(&sockets_json(server.pid()), "remote", &local)["delack_max_us"].clone();
     let cap_before = delack_of();
     if cap_before.is_null() {
-        eprintln!("skipped --delack-max: no TCP_DELACK_MAX_US on this kernel");
+        support::skip("--delack-max: no TCP_DELACK_MAX_US on this kernel");
         return;
     }
     json_ok(&tcpstall(&[
@@ -636,7 +636,7 @@ fn socket_on(shown: &Value, port: u16) -> &Value {
 fn without_permission_errors_name_cap_sys_ptrace() {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: needs root to run the target as root and tcpstall as nobody");
+        support::skip("needs root to run the target as root and tcpstall as nobody");
         return;
     }
     let _serial = serial();

@@ -222,7 +222,7 @@ impl KeepAlive {
 #[test]
 fn fix_of_an_nginx_master_reaches_the_connections_its_workers_hold() {
     if !is_root() {
-        eprintln!("skipped: nginx with a master process wants root here");
+        support::skip("nginx with a master process wants root here");
         return;
     }
     let _serial = serial();
@@ -433,7 +433,7 @@ fn fix_delack_max_on_the_client_ends_the_servers_stall() {
     if kernel_has_it.status.code() == Some(2) {
         let stderr = String::from_utf8_lossy(&kernel_has_it.stderr);
         assert!(stderr.contains("lacks TCP_DELACK_MAX_US"), "{stderr}");
-        eprintln!("skipped: {stderr}");
+        support::skip(format!("{stderr}"));
         return;
     }
     let text = tcpstall(&["sockets", &pid]);
@@ -492,7 +492,7 @@ fn fix_delack_max_on_the_client_ends_the_servers_stall() {
 #[test]
 fn cap_sys_ptrace_alone_is_told_it_lacks_cap_dac_read_search() {
     if !is_root() {
-        eprintln!("skipped: needs root to run the target as root and tcpstall as nobody");
+        support::skip("needs root to run the target as root and tcpstall as nobody");
         return;
     }
     let _serial = serial();
@@ -534,7 +534,7 @@ fn cap_sys_ptrace_alone_is_told_it_lacks_cap_dac_read_search() {
 #[test]
 fn a_server_that_dropped_root_is_named_not_dumpable() {
     if !is_root() {
-        eprintln!("skipped: needs root to start memcached as root with -u nobody");
+        support::skip("needs root to start memcached as root with -u nobody");
         return;
     }
     let _serial = serial();

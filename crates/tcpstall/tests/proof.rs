@@ -1,5 +1,5 @@
 //! Claims proven by their packets, on real captures of the public corpus
-//! (`../shared/corpus/`, or `TCPSTALL_CORPUS`), read in place: a hold found again that an
+//! (`TCPSTALL_CORPUS`: tcpdump's, zeek's and libpcap's test captures), read in place: a hold found again that an
 //! earlier rule lost, and the same traffic in two files making no timeouts of itself.
 
 mod support;
@@ -14,10 +14,10 @@ fn corpus_file(rel: &str) -> Option<PathBuf> {
     if path.is_file() {
         Some(path)
     } else {
-        eprintln!(
-            "skipped: no {} (set TCPSTALL_CORPUS to the corpus)",
+        support::skip(format!(
+            "no {} (set TCPSTALL_CORPUS to the corpus)",
             path.display()
-        );
+        ));
         None
     }
 }

@@ -26,10 +26,10 @@ fn root_or_skip(test: &str) -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     let root = unsafe { libc::geteuid() } == 0;
     if !root {
-        eprintln!(
-            "skipped {test}: tests/route.rs needs root (CAP_NET_ADMIN to change routes, \
+        support::skip(format!(
+            "{test}: tests/route.rs needs root (CAP_NET_ADMIN to change routes, \
              CAP_SYS_ADMIN to enter network namespaces): `sudo cargo test --test route`"
-        );
+        ));
     }
     root
 }

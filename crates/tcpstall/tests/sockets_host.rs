@@ -22,7 +22,9 @@ macro_rules! require_kernel {
     () => {
         let probe = ["sockets", "--all", "--source", "kernel", "--json"];
         if let Some(why) = support::bpf_unavailable(BIN, &probe) {
-            eprintln!("skipped: the kernel's socket iterator cannot run here: {why}");
+            support::skip(format!(
+                "the kernel's socket iterator cannot run here: {why}"
+            ));
             return;
         }
     };

@@ -74,7 +74,7 @@ fn binary_or_skip(test: &str) -> Option<PathBuf> {
     match static_binary() {
         Ok(path) => Some(path),
         Err(why) => {
-            eprintln!("SKIPPED {test}: no static binary to test: {why}");
+            support::skip(format!("{test}: no static binary to test: {why}"));
             None
         }
     }

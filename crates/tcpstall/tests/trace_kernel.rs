@@ -56,7 +56,9 @@ fn tracepoints_unavailable() -> Option<String> {
 macro_rules! require_tracepoints {
     () => {
         if let Some(why) = tracepoints_unavailable() {
-            eprintln!("skipped: trace -p cannot use the kernel's tracepoints here: {why}");
+            support::skip(format!(
+                "trace -p cannot use the kernel's tracepoints here: {why}"
+            ));
             return;
         }
     };

@@ -7,6 +7,8 @@
 //! Needs root, `ip`, tcpdump and python3 (scripts/install-deps). Only the test's own
 //! namespaces are touched; they are deleted when the test ends, also when it fails.
 
+mod support;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -69,7 +71,7 @@ fn require_root() -> bool {
     if nix::unistd::Uid::effective().is_root() {
         return true;
     }
-    println!("skipped: needs root for network namespaces and tcpdump");
+    support::skip("needs root for network namespaces and tcpdump");
     false
 }
 

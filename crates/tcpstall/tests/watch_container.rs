@@ -115,7 +115,7 @@ fn a_stall_in_a_kubernetes_container_names_the_container_and_the_pod() {
     // The kernel's view, where BPF runs here.
     let probe = ["watch", "--kernel", "--json", "--duration", "0.1"];
     match support::bpf_unavailable(BIN, &probe) {
-        Some(why) => eprintln!("SKIPPED the --kernel part: {why}"),
+        Some(why) => support::skip(format!("the --kernel part: {why}")),
         None => {
             let (stdout, metrics) = watch_while_stalling(&server, &["--kernel", "--json"]);
             let events = server_stalls(&stdout, server.pid());
@@ -132,7 +132,9 @@ fn a_host_process_is_in_no_container() {
     let server = PythonServer::start();
     let own = std::fs::read_to_string(format!("/proc/{}/cgroup", server.pid())).expect("cgroup");
     if own.contains("kubepods") || own.contains("docker") || own.contains("containerd") {
-        eprintln!("SKIPPED: the tests run inside a container ({own}): no host process to watch");
+        support::skip(format!(
+            "the tests run inside a container ({own}): no host process to watch"
+        ));
         return;
     }
     let filter = format!("port {}", server.port);

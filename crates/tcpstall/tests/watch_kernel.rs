@@ -29,7 +29,7 @@ macro_rules! require_kernel {
     () => {
         let probe = ["watch", "--kernel", "--json", "--duration", "0.1"];
         if let Some(why) = support::bpf_unavailable(BIN, &probe) {
-            eprintln!("skipped: watch --kernel cannot run here: {why}");
+            support::skip(format!("watch --kernel cannot run here: {why}"));
             return;
         }
     };

@@ -67,7 +67,7 @@ pub struct Obligation {
 pub struct Rule {
     /// Place among the rules, lowest first; the first finding wins. Today: the window (10)
     /// before retransmission (20), so data resent as a closed window opens is the sender
-    /// resuming; then Nagle (30), then the cork timer (40) (LINUX-TCP, capture detection rule).
+    /// resuming; then Nagle (30), then the cork timer (40) (docs/ACCURACY.md, "The rules behind the counts").
     pub rank: u8,
     /// The check.
     pub check: fn(&Flow, Side, &Segment) -> Option<Finding>,
@@ -180,7 +180,7 @@ mod tests {
         assert_eq!(ranks.len(), with_rule.count());
         let first_none = RULES.iter().position(Option::is_none);
         assert!(first_none.map_or(true, |i| RULES[i..].iter().all(Option::is_none)));
-        // The window before the retransmission timer (LINUX-TCP's capture detection rule).
+        // The window before the retransmission timer (a probe of a closed window resends).
         let rank = |k: StallKind| k.info().rule.map(|r| r.rank);
         assert!(rank(StallKind::ZeroWindow) < rank(StallKind::Rto));
     }

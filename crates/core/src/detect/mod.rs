@@ -4,8 +4,8 @@
 //! [`Detector::finish`] returns the [`Analysis`]; a consumer that never finishes (a live
 //! capture) collects events and retired flows as it goes with [`Detector::take_events`] and
 //! [`Detector::take_flows`], so memory follows the active flows. The lab, `watch` and `probe` feed the same
-//! detector as `analyze`, so each rule is written once. The rules follow the capture detection
-//! rule of the project's LINUX-TCP notes: a new segment is examined against the flow state
+//! detector as `analyze`, so each rule is written once. The rules follow one capture detection
+//! rule (docs/ACCURACY.md, "The rules behind the counts"): a new segment is examined against the flow state
 //! *before* it, in this order: closed window (`zero_window`), retransmission (`rto`),
 //! Nagle hold released by an ACK (`nagle`), cork timer (`cork`) (each rule's
 //! `Rule::rank`). Anything else that delays a turn is think time and never a stall.

@@ -148,7 +148,8 @@ pub const DELAYED_ACK_MIN: Span = Span::from_duration(tcp_rules::STALL_THRESHOLD
 const PATH_SLACK: Span = Span::from_duration(tcp_rules::PATH_SLACK);
 
 /// Checks whether `seg`, new data from `side`, is a Nagle hold released by the peer's ACK
-/// (LINUX-TCP "Recognising a Nagle × delayed-ACK stall", conditions 1-4).
+/// (Linux `tcp_nagle_check` holding it, `tcp_send_delayed_ack` or the peer's own timer
+/// releasing it; the conditions below).
 pub fn check(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
     let me = flow.dir(side);
     let prev = flow.prev?;

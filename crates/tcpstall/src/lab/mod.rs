@@ -1,4 +1,5 @@
-//! `tcpstall lab`: the source documents' experiments, reproduced on real kernel sockets over
+//! `tcpstall lab`: the experiments of the source documents (docs/SOURCES.md: "document 000" to
+//! "document 004" in the comments), reproduced on real kernel sockets over
 //! loopback. The catalogue (`scenarios.rs`) is data: each row names a workload described once
 //! (`workload.rs`) and the socket options and write strategy it varies, and states the wire
 //! outcome it expects (`expect.rs`) with its explanation (`explain.rs`). `runner.rs` runs a row

@@ -16,6 +16,46 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+/// The file where skipped tests are listed, one line each, when the run names one
+/// (`scripts/test` sets it and counts its lines in the closing line's skipped count).
+pub const SKIPPED_LIST: &str = "TCPSTALL_SKIPPED";
+
+/// Says that the running test (or the part of it named in `why`) cannot run here and why, on
+/// standard error and in the [`SKIPPED_LIST`] file: a test that returns early is counted as
+/// skipped, never as passed in silence.
+pub fn skip(why: impl std::fmt::Display) {
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("?");
+    let binary = std::env::args()
+        .next()
+        .map(|a| {
+            let name = Path::new(&a)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or(a);
+            // Cargo's test binaries end in `-HASH`.
+            match name.rsplit_once('-') {
+                Some((stem, hash)) if hash.chars().all(|c| c.is_ascii_hexdigit()) => stem.into(),
+                _ => name,
+            }
+        })
+        .unwrap_or_default();
+    let line = format!("{binary}::{test}: {why}");
+    eprintln!("SKIPPED {line}");
+    if let Some(list) = std::env::var_os(SKIPPED_LIST) {
+        use std::io::Write;
+        // One write of one line to a file opened for appending: test binaries and threads
+        // appending at once do not interleave within a line.
+        if let Ok(mut file) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(list)
+        {
+            let _ = file.write_all(format!("{line}\n").as_bytes());
+        }
+    }
+}
+
 /// A directory of the test's own under the system's temporary one, emptied when made and
 /// removed when dropped.
 pub struct Scratch(pub PathBuf);
@@ -589,7 +629,7 @@ pub fn bpf_unavailable(bin: &str, args: &[&str]) -> Option<String> {
 pub fn as_nobody(bin: &str, args: &[&str]) -> Option<std::process::Output> {
     // SAFETY: geteuid has no preconditions and cannot fail.
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: dropping privileges with setpriv needs root");
+        skip("dropping privileges with setpriv needs root");
         return None;
     }
     let out = Command::new("setpriv")
