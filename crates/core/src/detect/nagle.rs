@@ -143,6 +143,29 @@ pub(super) fn hold_fixes(held: Side, example: Option<&StallEvent>, delayed: bool
 /// An ACK that took at least this long after the small segment (path RTT removed) was a delayed
 /// ACK ([`tcp_rules::STALL_THRESHOLD`]: `TCP_DELACK_MIN` less a margin for rounding down).
 pub const DELAYED_ACK_MIN: Span = Span::from_duration(tcp_rules::STALL_THRESHOLD);
+/// What ended a Nagle hold, where the source sees the release itself (the kernel's hooks) or
+/// infers it (a capture, the probe's own socket).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HoldEnd {
+    /// The peer's ACK of the small segment in flight (`tcp_nagle_check` satisfied).
+    PeerAck,
+    /// The sender's own loss-recovery timer (tail-loss probe or retransmission timeout) sent
+    /// the data: the ACK never came.
+    LossTimer,
+}
+
+/// The kind of a Nagle hold: the one rule every source of holds classifies with (`analyze`'s
+/// capture, `watch --kernel`'s hooks, `probe`'s socket). `ack_delay` is how long the ACK took
+/// beyond the path's round trip: at least [`DELAYED_ACK_MIN`] and it was a delayed ACK (or a
+/// loss timer's wait), sooner an ordinary ACK, a minor hold.
+pub fn hold_kind(ack_delay: Span, end: HoldEnd) -> StallKind {
+    match end {
+        _ if ack_delay < DELAYED_ACK_MIN => StallKind::NagleMinor,
+        HoldEnd::LossTimer => StallKind::Rto,
+        HoldEnd::PeerAck => StallKind::NagleDelayedAck,
+    }
+}
+
 /// Clock and scheduling slack when a release is judged against the path
 /// ([`tcp_rules::PATH_SLACK`]).
 const PATH_SLACK: Span = Span::from_duration(tcp_rules::PATH_SLACK);
@@ -186,11 +209,7 @@ pub fn check(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
     let peer_near = flow.dir(side.peer()).ack_leg().unwrap_or(Span::ZERO);
     let ack_delay = ack_after_a - peer_near;
     let delay = seg.ts_ns.since(me.last_data);
-    let kind = if ack_delay >= DELAYED_ACK_MIN {
-        StallKind::NagleDelayedAck
-    } else {
-        StallKind::NagleMinor
-    };
+    let kind = hold_kind(ack_delay, HoldEnd::PeerAck);
     if release > release_allowance(flow, side, kind) {
         return None;
     }
@@ -269,7 +288,22 @@ mod tests {
     use super::super::evidence::Reason;
     use super::super::testing::{assert_single, Wire, MS};
     use super::super::{PeerStack, StallKind};
+    use super::{hold_kind, HoldEnd, DELAYED_ACK_MIN};
     use crate::flow::Side;
+    use crate::units::Span;
+
+    #[test]
+    fn a_hold_is_minor_below_the_delayed_ack_and_a_timer_makes_it_a_timeout() {
+        let below = DELAYED_ACK_MIN - Span::from_nanos(1);
+        for end in [HoldEnd::PeerAck, HoldEnd::LossTimer] {
+            assert_eq!(hold_kind(below, end), StallKind::NagleMinor);
+        }
+        assert_eq!(
+            hold_kind(DELAYED_ACK_MIN, HoldEnd::PeerAck),
+            StallKind::NagleDelayedAck
+        );
+        assert_eq!(hold_kind(DELAYED_ACK_MIN, HoldEnd::LossTimer), StallKind::Rto);
+    }
 
     /// Keep-alive request/response where the server writes header then body: the body waits
     /// for the client's delayed ACK (the 004 source's `ab -k` case).

@@ -2,9 +2,9 @@
 //! when the probe captured its traffic, or what its own socket saw (kernel receive
 //! timestamps, TCP_INFO after each write) when it could not.
 
-use crate::detect::{StallEvent, StallKind};
+use crate::detect::{hold_kind, HoldEnd, StallEvent, StallKind};
 use crate::flow::Side;
-use crate::tcp_rules;
+use crate::units::Span;
 
 use super::client::{RunLog, Turn};
 
@@ -104,7 +104,6 @@ pub fn from_socket(log: &RunLog) -> Vec<Stall> {
 /// A whole reply that comes late shows no hold: it is the server's own time as far as the
 /// socket can see (the report says `slow`), whatever timer its wait resembles.
 pub fn from_turn(turn: &Turn, local_port: u16) -> Option<Stall> {
-    let threshold = tcp_rules::nanos(tcp_rules::STALL_THRESHOLD);
     let latency = turn.latency.as_nanos() as u64;
     let stall = |kind, held, delay_ns, ts_ns| Stall {
         kind,
@@ -120,7 +119,13 @@ pub fn from_turn(turn: &Turn, local_port: u16) -> Option<Stall> {
         .iter()
         .skip(1)
         .any(|s| s.held.is_some_and(|b| b > 0));
-    if our_hold && latency >= threshold {
+    // The detector's rule (detect::hold_kind): the socket cannot tell a delayed ACK from a
+    // lost one, nor time the path apart, so every wait is taken as the ACK's; a minor hold is
+    // below what a turn's timing can show.
+    let delayed_ack = |wait_ns: u64| {
+        hold_kind(Span::from_nanos(wait_ns), HoldEnd::PeerAck) == StallKind::NagleDelayedAck
+    };
+    if our_hold && delayed_ack(latency) {
         return Some(stall(
             StallKind::NagleDelayedAck,
             Side::Client,
@@ -134,7 +139,7 @@ pub fn from_turn(turn: &Turn, local_port: u16) -> Option<Stall> {
         .map(|w| (w[1].ts_ns.saturating_sub(w[0].ts_ns), w[1].ts_ns))
         .max();
     widest_gap
-        .filter(|(gap, _)| *gap >= threshold)
+        .filter(|(gap, _)| delayed_ack(*gap))
         .map(|(gap, ts)| stall(StallKind::NagleDelayedAck, Side::Server, gap, ts))
 }
 

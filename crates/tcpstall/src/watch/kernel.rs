@@ -26,7 +26,7 @@ use rustc_hash::FxHashMap;
 use super::metrics::{KernelTotals, Metrics, Totals};
 use super::printer::{self, ToPrinter};
 use super::WatchArgs;
-use crate::detect::{Finding, KindCounts, PeerStack, StallEvent, StallKind};
+use crate::detect::{hold_kind, Finding, HoldEnd, KindCounts, PeerStack, StallEvent, StallKind};
 use crate::flow::{Endpoint, Side, Span, Timestamp};
 use crate::host::procfs::{self, TcpState};
 pub use crate::host::tracepoints::KernelError;
@@ -218,24 +218,20 @@ impl Hold {
     /// printer shows.
     pub fn to_event(&self, held: Side, realtime_offset_ns: i64, ordinal: u64) -> StallEvent {
         let delay = self.duration();
-        // Released by the peer's ACK: at 30 ms or more that ACK was a delayed one (the peer's
-        // tcp_delack_timer, 40 ms at least on Linux: tcp_rules::DELACK_MIN); sooner, an
-        // ordinary ACK, a round trip's wait. Released by a timer: the loss-recovery timers'
-        // wait (TLP, RTO).
-        let long = delay >= Span::from_duration(tcp_rules::STALL_THRESHOLD);
-        let kind = match self.release {
-            _ if !long => StallKind::NagleMinor,
-            Release::Tlp | Release::Rto => StallKind::Rto,
-            _ => StallKind::NagleDelayedAck,
+        // The detector's rule (detect::hold_kind), on the hold less the socket's quickest
+        // round trip: how long the ACK took beyond the path. The kernel sees what released
+        // the data: the peer's ACK, or a loss-recovery timer (TLP, RTO).
+        let beyond_path = Span::from_nanos(
+            delay
+                .as_nanos()
+                .saturating_sub(u64::from(self.min_rtt_us) * 1000),
+        );
+        let end = match self.release {
+            Release::Tlp | Release::Rto => HoldEnd::LossTimer,
+            _ => HoldEnd::PeerAck,
         };
-        let delayed = kind == StallKind::NagleDelayedAck;
-        let ack_delay = delayed.then(|| {
-            Span::from_nanos(
-                delay
-                    .as_nanos()
-                    .saturating_sub(u64::from(self.min_rtt_us) * 1000),
-            )
-        });
+        let kind = hold_kind(beyond_path, end);
+        let ack_delay = (kind == StallKind::NagleDelayedAck).then_some(beyond_path);
         let (local, remote) = (endpoint(self.local), endpoint(self.remote));
         let (client, server) = match held {
             Side::Server => (remote, local),
@@ -602,6 +598,24 @@ mod tests {
         assert_eq!(event.ts_ns.as_nanos(), 41_001_000);
         assert_eq!(event.peer_stack, Some(PeerStack::Linux));
         assert_eq!(event.released_bytes, 100);
+    }
+
+    #[test]
+    fn the_path_is_taken_off_the_hold_before_the_rule() {
+        // 35 ms held on a socket whose quickest round trip is 20 ms: the ACK came 15 ms after
+        // the path allowed, an ordinary ACK, not a delayed one (detect::hold_kind).
+        let mut over_a_path = record(libc::AF_INET as u16, 0, 35_000_000);
+        over_a_path[40..44].copy_from_slice(&20_000u32.to_ne_bytes());
+        let hold = Hold::parse(&over_a_path).expect("parses");
+        let event = hold.to_event(Side::Server, 0, 0);
+        assert_eq!(event.finding.kind, StallKind::NagleMinor);
+        // 60 ms on the same path: 40 ms beyond it, the delayed ACK.
+        over_a_path[16..24].copy_from_slice(&60_000_000u64.to_ne_bytes());
+        let event = Hold::parse(&over_a_path)
+            .expect("parses")
+            .to_event(Side::Server, 0, 0);
+        assert_eq!(event.finding.kind, StallKind::NagleDelayedAck);
+        assert_eq!(event.finding.ack_delay_ns, Some(Span::from_millis(40)));
     }
 
     #[test]
