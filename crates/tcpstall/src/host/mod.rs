@@ -6,6 +6,8 @@
 //! It knows nothing of the command line and imports no verb; `tests/layers.rs` checks that.
 
 pub mod access;
+#[cfg(test)]
+pub(crate) mod c_layout;
 pub(crate) mod kernel;
 pub(crate) mod netns;
 pub(crate) mod owner;

@@ -28,6 +28,35 @@ const PROGRAM: &str = "sockets";
 /// Size of one record (`struct sock_rec` in `bpf/sockets.bpf.c`).
 const RECORD_LEN: usize = 96;
 
+/// Where each field of `struct sock_rec` (`bpf/sockets.bpf.c`) lies in a record: the parser reads
+/// these, and a test checks them against the C struct (`host::c_layout`).
+mod sock_rec_at {
+    pub const INODE: usize = 0;
+    pub const UID: usize = 8;
+    pub const UNSENT: usize = 12;
+    pub const PACKETS_OUT: usize = 16;
+    pub const SND_CWND: usize = 20;
+    pub const MSS_CACHE: usize = 24;
+    pub const SRTT_US: usize = 28;
+    pub const DATA_SEGS_IN: usize = 32;
+    pub const DATA_SEGS_OUT: usize = 36;
+    pub const DELACK_DUE: usize = 40;
+    pub const DELACK_MAX: usize = 44;
+    pub const FAMILY: usize = 48;
+    pub const LPORT: usize = 50;
+    pub const RPORT: usize = 52;
+    pub const STATE: usize = 54;
+    pub const FULL: usize = 55;
+    pub const NONAGLE: usize = 56;
+    pub const ACK_PENDING: usize = 57;
+    pub const ACK_QUICK: usize = 58;
+    pub const ACK_PINGPONG: usize = 59;
+    pub const ATO: usize = 60;
+    pub const THROTTLED: usize = 61;
+    pub const SADDR: usize = 64;
+    pub const DADDR: usize = 80;
+}
+
 /// include/net/tcp.h: `nonagle` bits.
 const TCP_NAGLE_OFF: u8 = 1;
 const TCP_NAGLE_CORK: u8 = 2;
@@ -66,7 +95,7 @@ impl SockRecord {
         let u32_at = |o: usize| Some(u32::from_ne_bytes(rec.get(o..o + 4)?.try_into().ok()?));
         let u16_at = |o: usize| Some(u16::from_ne_bytes(rec.get(o..o + 2)?.try_into().ok()?));
         let addr16 = |o: usize| -> Option<[u8; 16]> { rec.get(o..o + 16)?.try_into().ok() };
-        let family = i32::from(u16_at(48)?);
+        let family = i32::from(u16_at(sock_rec_at::FAMILY)?);
         let ip = |a: [u8; 16]| -> Option<IpAddr> {
             match family {
                 libc::AF_INET => Some(IpAddr::V4(Ipv4Addr::new(a[0], a[1], a[2], a[3]))),
@@ -75,27 +104,41 @@ impl SockRecord {
             }
         };
         Some(SockRecord {
-            inode: u64::from_ne_bytes(rec.get(0..8)?.try_into().ok()?),
-            uid: u32_at(8)?,
-            unsent: u32_at(12)?,
-            packets_out: u32_at(16)?,
-            snd_cwnd: u32_at(20)?,
-            mss_cache: u32_at(24)?,
-            srtt_us: u32_at(28)?,
-            data_segs_in: u32_at(32)?,
-            data_segs_out: u32_at(36)?,
-            delack_due_jiffies: i32::from_ne_bytes(rec.get(40..44)?.try_into().ok()?),
-            delack_max_jiffies: u32_at(44)?,
-            local: procfs::unmapped(SocketAddr::new(ip(addr16(64)?)?, u16_at(50)?)),
-            remote: procfs::unmapped(SocketAddr::new(ip(addr16(80)?)?, u16_at(52)?)),
-            state: *rec.get(54)?,
-            full: *rec.get(55)? != 0,
-            nonagle: *rec.get(56)?,
-            ack_pending: *rec.get(57)?,
-            ack_quick: *rec.get(58)?,
-            ack_pingpong: *rec.get(59)?,
-            ato_jiffies: *rec.get(60)?,
-            throttled: *rec.get(61)? != 0,
+            inode: u64::from_ne_bytes(
+                rec.get(sock_rec_at::INODE..sock_rec_at::INODE + 8)?
+                    .try_into()
+                    .ok()?,
+            ),
+            uid: u32_at(sock_rec_at::UID)?,
+            unsent: u32_at(sock_rec_at::UNSENT)?,
+            packets_out: u32_at(sock_rec_at::PACKETS_OUT)?,
+            snd_cwnd: u32_at(sock_rec_at::SND_CWND)?,
+            mss_cache: u32_at(sock_rec_at::MSS_CACHE)?,
+            srtt_us: u32_at(sock_rec_at::SRTT_US)?,
+            data_segs_in: u32_at(sock_rec_at::DATA_SEGS_IN)?,
+            data_segs_out: u32_at(sock_rec_at::DATA_SEGS_OUT)?,
+            delack_due_jiffies: i32::from_ne_bytes(
+                rec.get(sock_rec_at::DELACK_DUE..sock_rec_at::DELACK_DUE + 4)?
+                    .try_into()
+                    .ok()?,
+            ),
+            delack_max_jiffies: u32_at(sock_rec_at::DELACK_MAX)?,
+            local: procfs::unmapped(SocketAddr::new(
+                ip(addr16(sock_rec_at::SADDR)?)?,
+                u16_at(sock_rec_at::LPORT)?,
+            )),
+            remote: procfs::unmapped(SocketAddr::new(
+                ip(addr16(sock_rec_at::DADDR)?)?,
+                u16_at(sock_rec_at::RPORT)?,
+            )),
+            state: *rec.get(sock_rec_at::STATE)?,
+            full: *rec.get(sock_rec_at::FULL)? != 0,
+            nonagle: *rec.get(sock_rec_at::NONAGLE)?,
+            ack_pending: *rec.get(sock_rec_at::ACK_PENDING)?,
+            ack_quick: *rec.get(sock_rec_at::ACK_QUICK)?,
+            ack_pingpong: *rec.get(sock_rec_at::ACK_PINGPONG)?,
+            ato_jiffies: *rec.get(sock_rec_at::ATO)?,
+            throttled: *rec.get(sock_rec_at::THROTTLED)? != 0,
         })
     }
 }
@@ -254,6 +297,42 @@ fn view_of(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_parser_reads_struct_sock_rec_where_the_c_source_lays_it_out() {
+        use sock_rec_at::*;
+        crate::host::c_layout::assert_layout(
+            "sockets.bpf.c",
+            "sock_rec",
+            RECORD_LEN,
+            &[
+                ("inode", INODE),
+                ("uid", UID),
+                ("unsent", UNSENT),
+                ("packets_out", PACKETS_OUT),
+                ("snd_cwnd", SND_CWND),
+                ("mss_cache", MSS_CACHE),
+                ("srtt_us", SRTT_US),
+                ("data_segs_in", DATA_SEGS_IN),
+                ("data_segs_out", DATA_SEGS_OUT),
+                ("delack_due", DELACK_DUE),
+                ("delack_max", DELACK_MAX),
+                ("family", FAMILY),
+                ("lport", LPORT),
+                ("rport", RPORT),
+                ("state", STATE),
+                ("full", FULL),
+                ("nonagle", NONAGLE),
+                ("ack_pending", ACK_PENDING),
+                ("ack_quick", ACK_QUICK),
+                ("ack_pingpong", ACK_PINGPONG),
+                ("ato", ATO),
+                ("throttled", THROTTLED),
+                ("saddr", SADDR),
+                ("daddr", DADDR),
+            ],
+        );
+    }
 
     fn record(state: u8, nonagle: u8, pending: u8) -> Vec<u8> {
         let mut r = vec![0u8; RECORD_LEN];

@@ -54,6 +54,30 @@ const ALIVE_CHECK: Duration = Duration::from_millis(100);
 /// Size of one record (`struct record` in `bpf/trace.bpf.c`).
 const RECORD_LEN: usize = 160;
 
+/// Where each field of `struct record` (`bpf/trace.bpf.c`) lies in a record: the parser reads
+/// these, and a test checks them against the C struct (`host::c_layout`).
+mod record_at {
+    pub const TS_NS: usize = 0;
+    pub const INODE: usize = 8;
+    pub const RET: usize = 16;
+    pub const TID: usize = 24;
+    pub const TGID: usize = 28;
+    pub const FD: usize = 32;
+    pub const ARG: usize = 36;
+    pub const VALUE: usize = 40;
+    pub const MSS: usize = 44;
+    pub const KIND: usize = 48;
+    pub const FLAGS: usize = 49;
+    pub const NONAGLE: usize = 50;
+    pub const WAIT: usize = 51;
+    pub const FAMILY: usize = 52;
+    pub const LPORT: usize = 54;
+    pub const RPORT: usize = 56;
+    pub const SADDR: usize = 64;
+    pub const DADDR: usize = 80;
+    pub const DATA: usize = 96;
+}
+
 /// Record kinds (`REC_*` in `bpf/trace.bpf.c`).
 const REC_SENT: u8 = 1;
 const REC_READ: u8 = 2;
@@ -116,8 +140,8 @@ impl Record {
         let u64_at = |o| Some(u64::from_ne_bytes(bytes(o, 8)?.try_into().ok()?));
         let u32_at = |o| Some(u32::from_ne_bytes(bytes(o, 4)?.try_into().ok()?));
         let u16_at = |o| Some(u16::from_ne_bytes(bytes(o, 2)?.try_into().ok()?));
-        let inode = u64_at(8)?;
-        let family = i32::from(u16_at(52)?);
+        let inode = u64_at(record_at::INODE)?;
+        let family = i32::from(u16_at(record_at::FAMILY)?);
         let ip = |o: usize| -> Option<IpAddr> {
             let a: [u8; 16] = bytes(o, 16)?.try_into().ok()?;
             match family {
@@ -126,15 +150,15 @@ impl Record {
                 _ => None,
             }
         };
-        let nonagle = *rec.get(50)?;
-        let (lport, rport) = (u16_at(54)?, u16_at(56)?);
-        let mss = u32_at(44)?;
+        let nonagle = *rec.get(record_at::NONAGLE)?;
+        let (lport, rport) = (u16_at(record_at::LPORT)?, u16_at(record_at::RPORT)?);
+        let mss = u32_at(record_at::MSS)?;
         // Records on a socket carry its inode; the others (waits, forks) none.
         let facts = (inode != 0).then(|| SocketFacts {
             inode: Some(inode),
-            local: ip(64).map(|a| SocketAddr::new(a, lport)),
+            local: ip(record_at::SADDR).map(|a| SocketAddr::new(a, lport)),
             // An unconnected socket has port 0 for its peer.
-            remote: ip(80)
+            remote: ip(record_at::DADDR)
                 .filter(|_| rport != 0)
                 .map(|a| SocketAddr::new(a, rport)),
             nodelay: nonagle & TCP_NAGLE_OFF != 0,
@@ -143,20 +167,20 @@ impl Record {
             queue: None,
         });
         Some(Record {
-            ts_ns: u64_at(0)?,
-            ret: u64_at(16)? as i64,
+            ts_ns: u64_at(record_at::TS_NS)?,
+            ret: u64_at(record_at::RET)? as i64,
             actor: Actor {
-                tid: u32_at(24)?,
-                tgid: u32_at(28)?,
+                tid: u32_at(record_at::TID)?,
+                tgid: u32_at(record_at::TGID)?,
             },
-            fd: u32_at(32)? as i32,
-            arg: u32_at(36)?,
-            value: u32_at(40)?,
-            kind: *rec.get(48)?,
-            flags: *rec.get(49)?,
-            wait: *rec.get(51)?,
+            fd: u32_at(record_at::FD)? as i32,
+            arg: u32_at(record_at::ARG)?,
+            value: u32_at(record_at::VALUE)?,
+            kind: *rec.get(record_at::KIND)?,
+            flags: *rec.get(record_at::FLAGS)?,
+            wait: *rec.get(record_at::WAIT)?,
             facts,
-            data: bytes(96, 64)?.try_into().ok()?,
+            data: bytes(record_at::DATA, 64)?.try_into().ok()?,
         })
     }
 
@@ -531,6 +555,37 @@ pub(crate) fn trace_process(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_parser_reads_struct_record_where_the_c_source_lays_it_out() {
+        use record_at::*;
+        crate::host::c_layout::assert_layout(
+            "trace.bpf.c",
+            "record",
+            RECORD_LEN,
+            &[
+                ("ts_ns", TS_NS),
+                ("inode", INODE),
+                ("ret", RET),
+                ("tid", TID),
+                ("tgid", TGID),
+                ("fd", FD),
+                ("arg", ARG),
+                ("value", VALUE),
+                ("mss", MSS),
+                ("kind", KIND),
+                ("flags", FLAGS),
+                ("nonagle", NONAGLE),
+                ("wait", WAIT),
+                ("family", FAMILY),
+                ("lport", LPORT),
+                ("rport", RPORT),
+                ("saddr", SADDR),
+                ("daddr", DADDR),
+                ("data", DATA),
+            ],
+        );
+    }
 
     fn record(kind: u8) -> Vec<u8> {
         let mut r = vec![0u8; RECORD_LEN];

@@ -69,6 +69,28 @@ pub const SHORT: Duration = Duration::from_millis(1);
 /// Size of one record in the ring (`struct hold` in `bpf/nagle.bpf.c`, padded to 8).
 const RECORD_LEN: usize = 104;
 
+/// Where each field of `struct hold` (`bpf/nagle.bpf.c`) lies in a record: the parser reads
+/// these, and a test checks them against the C struct (`host::c_layout`).
+mod hold_at {
+    pub const SK: usize = 0;
+    pub const START_NS: usize = 8;
+    pub const END_NS: usize = 16;
+    pub const TGID: usize = 24;
+    pub const UNSENT: usize = 28;
+    pub const WRITE_BYTES: usize = 32;
+    pub const MSS: usize = 36;
+    pub const MIN_RTT_US: usize = 40;
+    pub const FAMILY: usize = 44;
+    pub const LPORT: usize = 46;
+    pub const RPORT: usize = 48;
+    pub const RELEASE: usize = 50;
+    pub const RETRANS: usize = 51;
+    pub const SADDR: usize = 52;
+    pub const DADDR: usize = 68;
+    pub const COMM: usize = 84;
+    pub const SENT_AGO: usize = 100;
+}
+
 /// Slots of the kernel's per-CPU counters (`enum` in `bpf/nagle.bpf.c`).
 const COUNT_HOLDS: u32 = 0;
 const COUNT_SHORT: u32 = 1;
@@ -184,8 +206,8 @@ impl Hold {
                 .map(|b| u16::from_ne_bytes(b.try_into().unwrap_or([0; 2])))
         };
         let addr16 = |o: usize| -> Option<[u8; 16]> { rec.get(o..o + 16)?.try_into().ok() };
-        let family = u16_at(44)?;
-        let (saddr, daddr) = (addr16(52)?, addr16(68)?);
+        let family = u16_at(hold_at::FAMILY)?;
+        let (saddr, daddr) = (addr16(hold_at::SADDR)?, addr16(hold_at::DADDR)?);
         let ip = |a: [u8; 16]| -> Option<IpAddr> {
             match i32::from(family) {
                 libc::AF_INET => Some(IpAddr::V4(Ipv4Addr::new(a[0], a[1], a[2], a[3]))),
@@ -193,23 +215,23 @@ impl Hold {
                 _ => None,
             }
         };
-        let comm = rec.get(84..100)?;
+        let comm = rec.get(hold_at::COMM..hold_at::COMM + 16)?;
         let comm_len = comm.iter().position(|b| *b == 0).unwrap_or(comm.len());
         Some(Hold {
-            socket: u64_at(0)?,
-            start_ns: u64_at(8)?,
-            end_ns: u64_at(16)?,
-            pid: u32_at(24)?,
-            unsent: u32_at(28)?,
-            write_bytes: u32_at(32)?,
-            mss: u32_at(36)?,
-            min_rtt_us: u32_at(40)?,
-            local: SocketAddr::new(ip(saddr)?, u16_at(46)?),
-            remote: SocketAddr::new(ip(daddr)?, u16_at(48)?),
-            release: Release::from_code(*rec.get(50)?)?,
-            retransmits: *rec.get(51)?,
+            socket: u64_at(hold_at::SK)?,
+            start_ns: u64_at(hold_at::START_NS)?,
+            end_ns: u64_at(hold_at::END_NS)?,
+            pid: u32_at(hold_at::TGID)?,
+            unsent: u32_at(hold_at::UNSENT)?,
+            write_bytes: u32_at(hold_at::WRITE_BYTES)?,
+            mss: u32_at(hold_at::MSS)?,
+            min_rtt_us: u32_at(hold_at::MIN_RTT_US)?,
+            local: SocketAddr::new(ip(saddr)?, u16_at(hold_at::LPORT)?),
+            remote: SocketAddr::new(ip(daddr)?, u16_at(hold_at::RPORT)?),
+            release: Release::from_code(*rec.get(hold_at::RELEASE)?)?,
+            retransmits: *rec.get(hold_at::RETRANS)?,
             command: String::from_utf8_lossy(&comm[..comm_len]).into_owned(),
-            sent_ago_jiffies: u32_at(100)?,
+            sent_ago_jiffies: u32_at(hold_at::SENT_AGO)?,
         })
     }
 
@@ -640,6 +662,35 @@ mod tests {
         by_close[50] = 8;
         assert!(Hold::parse(&by_close).is_none(), "unknown release");
         assert!(Hold::parse(&[0u8; 50]).is_none(), "short record");
+    }
+
+    #[test]
+    fn the_parser_reads_struct_hold_where_the_c_source_lays_it_out() {
+        use hold_at::*;
+        crate::host::c_layout::assert_layout(
+            "nagle.bpf.c",
+            "hold",
+            RECORD_LEN,
+            &[
+                ("sk", SK),
+                ("start_ns", START_NS),
+                ("end_ns", END_NS),
+                ("tgid", TGID),
+                ("unsent", UNSENT),
+                ("write_bytes", WRITE_BYTES),
+                ("mss", MSS),
+                ("min_rtt_us", MIN_RTT_US),
+                ("family", FAMILY),
+                ("lport", LPORT),
+                ("rport", RPORT),
+                ("release", RELEASE),
+                ("retrans", RETRANS),
+                ("saddr", SADDR),
+                ("daddr", DADDR),
+                ("comm", COMM),
+                ("sent_ago", SENT_AGO),
+            ],
+        );
     }
 
     #[test]
