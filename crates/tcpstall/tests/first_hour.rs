@@ -107,6 +107,8 @@ fn trace_attached_mid_run_does_not_say_never_set() {
     let server = SplitServer::start(&[]);
     let addr = server.addr();
     let stop = Arc::new(AtomicBool::new(false));
+    // The load says when it is under way (its third answer): trace attaches mid-run.
+    let (running, under_way) = std::sync::mpsc::channel();
     let load = {
         let stop = Arc::clone(&stop);
         std::thread::spawn(move || {
@@ -121,10 +123,15 @@ fn trace_attached_mid_run_does_not_say_never_set() {
             while !stop.load(Ordering::SeqCst) && done < 400 && Instant::now() < deadline {
                 client.get("/", false).expect("answered");
                 done += 1;
+                if done == 3 {
+                    let _ = running.send(());
+                }
             }
         })
     };
-    std::thread::sleep(Duration::from_millis(300));
+    under_way
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the load answered three requests");
     let pid = server.pid().to_string();
     let out = run(&["trace", "-p", &pid, "--ptrace", "--duration", "1.5"], &[]);
     stop.store(true, Ordering::SeqCst);

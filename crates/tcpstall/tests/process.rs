@@ -519,6 +519,8 @@ fn trace_attached_to_a_server_finds_its_split_writes_and_detaches() {
     let mut server = SplitServer::start(&[]);
     let addr = server.addr();
     let stop = Arc::new(AtomicBool::new(false));
+    // The load says when it is under way (its third answer): trace attaches mid-run.
+    let (running, under_way) = std::sync::mpsc::channel();
     let load = {
         let stop = Arc::clone(&stop);
         std::thread::spawn(move || {
@@ -528,11 +530,16 @@ fn trace_attached_to_a_server_finds_its_split_writes_and_detaches() {
             while !stop.load(Ordering::SeqCst) && done < 400 && Instant::now() < deadline {
                 client.request();
                 done += 1;
+                if done == 3 {
+                    let _ = running.send(());
+                }
             }
             done
         })
     };
-    std::thread::sleep(Duration::from_millis(300));
+    under_way
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the load answered three requests");
     let pid = server.pid().to_string();
     let out = tcpstall(&[
         "trace",
@@ -1021,7 +1028,20 @@ fn attach_ptrace(pid: u32) -> KillOnDrop {
         .stderr(Stdio::null())
         .spawn()
         .expect("tcpstall runs");
-    std::thread::sleep(Duration::from_millis(500));
+    // Attached: the kernel names the tracer in the target's status (`TracerPid`).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let tracer_pid = tracer.id().to_string();
+    while std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("TracerPid:").map(|v| v.trim().to_string()))
+        })
+        != Some(tracer_pid.clone())
+    {
+        assert!(Instant::now() < deadline, "trace -p {pid} did not attach");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     KillOnDrop(tracer)
 }
 
