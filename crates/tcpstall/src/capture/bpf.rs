@@ -14,30 +14,10 @@ use std::collections::HashSet;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
-use super::pcap_writer::LINKTYPE_ETHERNET;
+use super::filter::Framing;
 use crate::decode::numbers::{
     ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_QINQ, ETHERTYPE_VLAN, IPPROTO_TCP,
 };
-
-/// Where a frame's IP header starts, and how its version is told.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Framing {
-    /// After a 14-byte Ethernet header, by the EtherType.
-    Ethernet,
-    /// At offset 0 (TUN devices), by the version nibble.
-    RawIp,
-}
-
-impl Framing {
-    /// The framing of a `LINKTYPE_*` the live capture produces.
-    pub(crate) fn of_linktype(linktype: u32) -> Framing {
-        if linktype == LINKTYPE_ETHERNET {
-            Framing::Ethernet
-        } else {
-            Framing::RawIp
-        }
-    }
-}
 
 /// Bytes of a kept packet the kernel hands over: all of it (the live capture's snap length).
 const KEEP: u32 = 0x0004_0000;
@@ -134,12 +114,19 @@ pub(crate) fn port_filter(
             p.if_equal_return(u32::from(ETHERTYPE_QINQ), KEEP);
             (to_v4, to_v6, 14)
         }
-        Framing::RawIp => {
+        // The network header first (a TUN device, or a cooked socket's frame): its version
+        // nibble.
+        Framing::RawIp | Framing::Cooked => {
             p.op(abs(libc::BPF_B), 0);
             p.op(libc::BPF_ALU | libc::BPF_RSH | libc::BPF_K, 4);
             let to_v4 = p.if_equal_jump(4);
             let to_v6 = p.if_equal_jump(6);
             (to_v4, to_v6, 0)
+        }
+        Framing::Ieee80211 | Framing::Radiotap => {
+            // 802.11 headers vary in length: every frame goes to the user space decoder.
+            p.ret(KEEP);
+            return p.code;
         }
     };
     p.ret(0);
@@ -215,5 +202,73 @@ pub(super) fn set_socket_option<T>(
         Ok(())
     } else {
         Err(io::Error::last_os_error())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capture::filter::interpret::{self, Packet};
+
+    /// An IPv4 TCP segment from port `sport` to `dport`, after `link` bytes of link header.
+    fn ipv4_tcp(link: &[u8], sport: u16, dport: u16) -> Vec<u8> {
+        let mut frame = link.to_vec();
+        let mut ip = [0u8; 20];
+        ip[0] = 0x45;
+        ip[9] = IPPROTO_TCP;
+        frame.extend_from_slice(&ip);
+        let mut tcp = [0u8; 20];
+        tcp[0..2].copy_from_slice(&sport.to_be_bytes());
+        tcp[2..4].copy_from_slice(&dport.to_be_bytes());
+        frame.extend_from_slice(&tcp);
+        frame
+    }
+
+    fn kept(program: &[libc::sock_filter], data: &[u8], pkttype: u8) -> bool {
+        let packet = Packet {
+            data,
+            protocol: ETHERTYPE_IPV4,
+            pkttype,
+            ifindex: 1,
+            vlan_tci: None,
+        };
+        interpret::run(program, &packet) > 0
+    }
+
+    #[test]
+    fn the_watched_ports_are_kept_in_every_framing_that_shows_ip() {
+        let ports: HashSet<u16> = [8000].into();
+        let mut ethernet = vec![0u8; 12];
+        ethernet.extend_from_slice(&ETHERTYPE_IPV4.to_be_bytes());
+        for (framing, link) in [
+            (Framing::Ethernet, &ethernet[..]),
+            (Framing::RawIp, &[][..]),
+            (Framing::Cooked, &[][..]),
+        ] {
+            let program = port_filter(framing, false, Some(&ports));
+            let host = libc::PACKET_HOST;
+            assert!(
+                kept(&program, &ipv4_tcp(link, 8000, 5555), host),
+                "{framing:?}"
+            );
+            assert!(
+                kept(&program, &ipv4_tcp(link, 5555, 8000), host),
+                "{framing:?}"
+            );
+            assert!(
+                !kept(&program, &ipv4_tcp(link, 5555, 5556), host),
+                "{framing:?}"
+            );
+            // lo's copy of a packet leaving is dropped when asked.
+            let skipping = port_filter(framing, true, Some(&ports));
+            let out = libc::PACKET_OUTGOING;
+            assert!(
+                !kept(&skipping, &ipv4_tcp(link, 8000, 5555), out),
+                "{framing:?}"
+            );
+        }
+        // 802.11 frames are left to the decoder: all kept.
+        let wireless = port_filter(Framing::Radiotap, false, Some(&ports));
+        assert!(kept(&wireless, &[0u8; 64], libc::PACKET_HOST));
     }
 }

@@ -214,7 +214,7 @@ impl PacketSocket {
     /// Lets the kernel queue only TCP packets to or from `ports` (any port for `None`), and
     /// on `lo` only the arriving copy of each.
     fn filter_ports(&self, ports: Option<&HashSet<u16>>) -> io::Result<()> {
-        let framing = bpf::Framing::of_linktype(self.linktype);
+        let framing = super::filter::Framing::of_linktype(self.linktype);
         let mut program = bpf::port_filter(framing, self.loopback, ports);
         bpf::attach(self.fd.as_fd(), &mut program)
     }

@@ -102,7 +102,7 @@ pub fn auth_scheme(buf: &[u8]) -> Option<String> {
 }
 
 /// How the body of a response is delimited (RFC 9112 §6.3).
-enum Framing {
+enum BodyLength {
     None,
     Length(usize),
     Chunked,
@@ -148,28 +148,28 @@ pub fn parse_response(buf: &[u8], head_request: bool) -> Result<Parsed, String> 
     let close = connection.iter().any(|v| v.contains("close"))
         || (response.version == Some(0) && !connection.iter().any(|v| v.contains("keep-alive")));
     let framing = if head_request || code == 204 || code == 304 || code == 101 {
-        Framing::None
+        BodyLength::None
     } else if header("transfer-encoding")
         .iter()
         .any(|v| v.contains("chunked"))
     {
-        Framing::Chunked
+        BodyLength::Chunked
     } else if let Some(value) = header("content-length").first() {
-        Framing::Length(
+        BodyLength::Length(
             value
                 .trim()
                 .parse()
                 .map_err(|_| format!("bad Content-Length {value:?}"))?,
         )
     } else {
-        Framing::UntilClose
+        BodyLength::UntilClose
     };
     let body = &buf[head_len..];
     let body_len = match framing {
-        Framing::None => Some(0),
-        Framing::Length(n) => (body.len() >= n).then_some(n),
-        Framing::Chunked => chunked_len(body)?,
-        Framing::UntilClose => return Ok(Parsed::UntilClose),
+        BodyLength::None => Some(0),
+        BodyLength::Length(n) => (body.len() >= n).then_some(n),
+        BodyLength::Chunked => chunked_len(body)?,
+        BodyLength::UntilClose => return Ok(Parsed::UntilClose),
     };
     Ok(match body_len {
         Some(n) => Parsed::Complete {

@@ -30,6 +30,16 @@ pub enum Framing {
 }
 
 impl Framing {
+    /// The framing of a `LINKTYPE_*` a live capture socket produces (`SOCK_RAW`): Ethernet,
+    /// else the IP header first.
+    pub(crate) fn of_linktype(linktype: u32) -> Framing {
+        if linktype == super::pcap_writer::LINKTYPE_ETHERNET {
+            Framing::Ethernet
+        } else {
+            Framing::RawIp
+        }
+    }
+
     /// 802.11 frames, whose headers vary in length: only libpcap's compiler reads them.
     pub fn is_wireless(self) -> bool {
         matches!(self, Framing::Ieee80211 | Framing::Radiotap)
