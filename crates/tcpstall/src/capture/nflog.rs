@@ -5,12 +5,15 @@
 //! header on; no link layer. Binding to a group needs CAP_NET_ADMIN.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd};
+
+use netlink_sys::{Socket, SocketAddr as NetlinkAddr};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 use super::live::OpenError;
 
 /// `NETLINK_NETFILTER`.
-const NETLINK_NETFILTER: libc::c_int = 12;
+const NETLINK_NETFILTER: isize = 12;
 /// `NFNL_SUBSYS_ULOG`: the log subsystem's messages are `(4 << 8) | type`.
 const SUBSYS_ULOG: u16 = 4 << 8;
 const MSG_PACKET: u16 = 0;
@@ -46,7 +49,7 @@ pub struct LoggedPacket<'a> {
 /// A netlink socket bound to one NFLOG group.
 #[derive(Debug)]
 pub struct NflogSocket {
-    fd: OwnedFd,
+    socket: Socket,
     group: u16,
     buffer: Vec<u8>,
 }
@@ -61,35 +64,27 @@ impl NflogSocket {
             what,
             error,
         };
-        // SAFETY: plain socket(2); the descriptor is owned at once.
-        let raw = unsafe {
-            libc::socket(
-                libc::AF_NETLINK,
-                libc::SOCK_RAW | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
-                NETLINK_NETFILTER,
-            )
-        };
-        if raw < 0 {
-            return Err(system("socket(AF_NETLINK)", io::Error::last_os_error()));
-        }
-        // SAFETY: raw is a fresh descriptor nobody else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let netlink =
+            Socket::new(NETLINK_NETFILTER).map_err(|e| system("socket(AF_NETLINK)", e))?;
+        netlink
+            .set_non_blocking(true)
+            .map_err(|e| system("socket(AF_NETLINK)", e))?;
         let mut socket = NflogSocket {
-            fd,
+            socket: netlink,
             group,
             buffer: vec![0; 1 << 17],
         };
         // A larger receive buffer absorbs bursts (the default drops under load).
         let size: libc::c_int = 8 << 20;
         super::bpf::set_socket_option(
-            socket.fd.as_fd(),
+            socket.socket.as_fd(),
             libc::SOL_SOCKET,
             libc::SO_RCVBUFFORCE,
             &size,
         )
         .or_else(|_| {
             super::bpf::set_socket_option(
-                socket.fd.as_fd(),
+                socket.socket.as_fd(),
                 libc::SOL_SOCKET,
                 libc::SO_RCVBUF,
                 &size,
@@ -128,7 +123,7 @@ impl NflogSocket {
 
     /// The socket, to wait on with `poll`.
     pub fn fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
+        self.socket.as_fd()
     }
 
     /// Sends one configuration message for the group and waits for the kernel's answer.
@@ -141,31 +136,12 @@ impl NflogSocket {
         message.extend_from_slice(&[libc::AF_UNSPEC as u8, 0]);
         message.extend_from_slice(&self.group.to_be_bytes());
         message.extend_from_slice(attributes);
-        // SAFETY: a live buffer of the length given; sent to the kernel (nl_pid 0).
-        let mut address: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
-        address.nl_family = libc::AF_NETLINK as u16;
-        let sent = unsafe {
-            libc::sendto(
-                self.fd.as_raw_fd(),
-                message.as_ptr().cast(),
-                message.len(),
-                0,
-                (&address as *const libc::sockaddr_nl).cast(),
-                std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
-            )
-        };
-        if sent < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        // To the kernel: netlink port 0.
+        self.socket.send_to(&message, &NetlinkAddr::new(0, 0), 0)?;
         // The answer comes at once; wait for it a bounded time.
-        let mut poll = [libc::pollfd {
-            fd: self.fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        }];
         for _ in 0..10 {
-            // SAFETY: one live pollfd.
-            if unsafe { libc::poll(poll.as_mut_ptr(), 1, 100) } <= 0 {
+            let mut ready = [PollFd::new(self.socket.as_fd(), PollFlags::POLLIN)];
+            if poll(&mut ready, PollTimeout::from(100u8)).unwrap_or(0) <= 0 {
                 continue;
             }
             let n = self.receive()?;
@@ -192,20 +168,7 @@ impl NflogSocket {
 
     /// One datagram into the buffer; its length.
     fn receive(&mut self) -> io::Result<usize> {
-        // SAFETY: the buffer is live and of the length given.
-        let n = unsafe {
-            libc::recv(
-                self.fd.as_raw_fd(),
-                self.buffer.as_mut_ptr().cast(),
-                self.buffer.len(),
-                0,
-            )
-        };
-        if n < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(n as usize)
-        }
+        self.socket.recv(&mut &mut self.buffer[..], 0)
     }
 
     /// Hands every packet waiting on the socket to `on_packet`; returns how many there were.
