@@ -14,6 +14,7 @@ use std::collections::HashSet;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
+use super::filter::program::Program;
 use super::filter::Framing;
 use crate::decode::numbers::{
     ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_QINQ, ETHERTYPE_VLAN, IPPROTO_TCP,
@@ -22,65 +23,16 @@ use crate::decode::numbers::{
 /// Bytes of a kept packet the kernel hands over: all of it (the live capture's snap length).
 const KEEP: u32 = 0x0004_0000;
 
-/// A program under construction; `ja` targets are patched once the blocks are laid out.
-#[derive(Default)]
-struct Program {
-    code: Vec<libc::sock_filter>,
-}
-
-impl Program {
-    fn op(&mut self, code: u32, k: u32) {
-        self.jump(code, 0, 0, k);
-    }
-
-    fn jump(&mut self, code: u32, jt: u8, jf: u8, k: u32) {
-        self.code.push(libc::sock_filter {
-            code: code as u16,
-            jt,
-            jf,
-            k,
-        });
-    }
-
-    fn ret(&mut self, value: u32) {
-        self.op(libc::BPF_RET | libc::BPF_K, value);
-    }
-
-    /// `if A == value { ja <patched later> }`: returns the index of the `ja` to patch.
-    fn if_equal_jump(&mut self, value: u32) -> usize {
-        self.jump(libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K, 0, 1, value);
-        self.op(libc::BPF_JMP | libc::BPF_JA, 0);
-        self.code.len() - 1
-    }
-
-    /// `if A == value { return keep }`.
-    fn if_equal_return(&mut self, value: u32, keep: u32) {
-        self.jump(libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K, 0, 1, value);
-        self.ret(keep);
-    }
-
-    /// `if A != value { return keep }`.
-    fn if_not_equal_return(&mut self, value: u32, keep: u32) {
-        self.jump(libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K, 1, 0, value);
-        self.ret(keep);
-    }
-
-    /// Points the `ja` at `at` to the next instruction emitted.
-    fn land(&mut self, at: usize) {
-        self.code[at].k = (self.code.len() - at - 1) as u32;
-    }
-
-    /// Keeps the packet when the port in A is watched; falls through otherwise.
-    fn keep_if_watched(&mut self, ports: Option<&HashSet<u16>>) {
-        match ports {
-            None => self.ret(KEEP),
-            Some(ports) => {
-                // Sorted, so that the same set always gives the same program.
-                let mut ports: Vec<u16> = ports.iter().copied().collect();
-                ports.sort_unstable();
-                for port in ports {
-                    self.if_equal_return(u32::from(port), KEEP);
-                }
+/// Keeps the packet when the port in A is watched; falls through otherwise.
+fn keep_if_watched(p: &mut Program, ports: Option<&HashSet<u16>>) {
+    match ports {
+        None => p.ret(KEEP),
+        Some(ports) => {
+            // Sorted, so that the same set always gives the same program.
+            let mut ports: Vec<u16> = ports.iter().copied().collect();
+            ports.sort_unstable();
+            for port in ports {
+                p.return_if_equal(u32::from(port), KEEP);
             }
         }
     }
@@ -103,60 +55,66 @@ pub(crate) fn port_filter(
             abs(libc::BPF_W),
             (libc::SKF_AD_OFF + libc::SKF_AD_PKTTYPE) as u32,
         );
-        p.if_equal_return(u32::from(libc::PACKET_OUTGOING), 0);
+        p.return_if_equal(u32::from(libc::PACKET_OUTGOING), 0);
     }
-    let (to_v4, to_v6, ip) = match framing {
+    let jeq = libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K;
+    let (to_v4, to_v6) = (p.label(), p.label());
+    let ip = match framing {
         Framing::Ethernet => {
             p.op(abs(libc::BPF_H), 12);
-            let to_v4 = p.if_equal_jump(u32::from(ETHERTYPE_IPV4));
-            let to_v6 = p.if_equal_jump(u32::from(ETHERTYPE_IPV6));
-            p.if_equal_return(u32::from(ETHERTYPE_VLAN), KEEP);
-            p.if_equal_return(u32::from(ETHERTYPE_QINQ), KEEP);
-            (to_v4, to_v6, 14)
+            p.jump_if(jeq, u32::from(ETHERTYPE_IPV4), to_v4);
+            p.jump_if(jeq, u32::from(ETHERTYPE_IPV6), to_v6);
+            p.return_if_equal(u32::from(ETHERTYPE_VLAN), KEEP);
+            p.return_if_equal(u32::from(ETHERTYPE_QINQ), KEEP);
+            14
         }
         // The network header first (a TUN device, or a cooked socket's frame): its version
         // nibble.
         Framing::RawIp | Framing::Cooked => {
             p.op(abs(libc::BPF_B), 0);
             p.op(libc::BPF_ALU | libc::BPF_RSH | libc::BPF_K, 4);
-            let to_v4 = p.if_equal_jump(4);
-            let to_v6 = p.if_equal_jump(6);
-            (to_v4, to_v6, 0)
+            p.jump_if(jeq, 4, to_v4);
+            p.jump_if(jeq, 6, to_v6);
+            0
         }
         Framing::Ieee80211 | Framing::Radiotap => {
             // 802.11 headers vary in length: every frame goes to the user space decoder.
             p.ret(KEEP);
-            return p.code;
+            return p
+                .finish()
+                .expect("the port filter's conditional jumps skip one instruction");
         }
     };
     p.ret(0);
 
     // IPv4 (RFC 791): TCP, first fragment, ports after the header of IHL words.
-    p.land(to_v4);
+    p.place(to_v4);
     p.op(abs(libc::BPF_B), ip + 9);
-    p.if_not_equal_return(u32::from(IPPROTO_TCP), 0);
+    p.return_if_not_equal(u32::from(IPPROTO_TCP), 0);
     p.op(abs(libc::BPF_H), ip + 6);
-    p.jump(libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K, 0, 1, 0x1fff);
+    p.raw(libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K, 0, 1, 0x1fff);
     p.ret(0);
     // X = 4 * (IHL), the BPF_MSH load made for this.
     p.op(libc::BPF_LDX | libc::BPF_B | libc::BPF_MSH, ip);
     let ind = libc::BPF_LD | libc::BPF_H | libc::BPF_IND;
     p.op(ind, ip);
-    p.keep_if_watched(ports);
+    keep_if_watched(&mut p, ports);
     p.op(ind, ip + 2);
-    p.keep_if_watched(ports);
+    keep_if_watched(&mut p, ports);
     p.ret(0);
 
     // IPv6 (RFC 8200): TCP right after the fixed header; extension headers go to user space.
-    p.land(to_v6);
+    p.place(to_v6);
     p.op(abs(libc::BPF_B), ip + 6);
-    p.if_not_equal_return(u32::from(IPPROTO_TCP), KEEP);
+    p.return_if_not_equal(u32::from(IPPROTO_TCP), KEEP);
     p.op(abs(libc::BPF_H), ip + 40);
-    p.keep_if_watched(ports);
+    keep_if_watched(&mut p, ports);
     p.op(abs(libc::BPF_H), ip + 42);
-    p.keep_if_watched(ports);
+    keep_if_watched(&mut p, ports);
     p.ret(0);
-    p.code
+    // Conditional jumps here skip one instruction; the long ones are `ja`: always resolved.
+    p.finish()
+        .expect("the port filter's conditional jumps skip one instruction")
 }
 
 /// Attaches `program` to the socket, replacing the one before (`SO_ATTACH_FILTER`).

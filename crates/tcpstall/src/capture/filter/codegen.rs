@@ -11,11 +11,9 @@
 use std::net::IpAddr;
 
 use super::expr::{Direction, Expr, Primitive, Transport};
+use super::program::{Label, Program};
 use super::Framing;
 use crate::decode::numbers::{ETHERTYPE_IPV4, ETHERTYPE_IPV6};
-
-/// A place in the program a jump goes to.
-type Label = usize;
 
 /// Width of a load.
 #[derive(Debug, Clone, Copy)]
@@ -66,63 +64,12 @@ enum Node {
     Or(Vec<Node>),
 }
 
-/// A jump not yet resolved: instruction `at` goes to `label` on true (`jt`) or false (`jf`),
-/// or always (`ja`).
-#[derive(Debug, Clone, Copy)]
-enum Patch {
-    Conditional {
-        at: usize,
-        on_true: Label,
-        on_false: Label,
-    },
-    Always {
-        at: usize,
-        to: Label,
-    },
-}
-
 struct Emitter {
-    code: Vec<libc::sock_filter>,
-    labels: Vec<Option<usize>>,
-    patches: Vec<Patch>,
+    program: Program,
     framing: Framing,
 }
 
 impl Emitter {
-    fn label(&mut self) -> Label {
-        self.labels.push(None);
-        self.labels.len() - 1
-    }
-
-    fn place(&mut self, label: Label) {
-        self.labels[label] = Some(self.code.len());
-    }
-
-    fn op(&mut self, code: u32, k: u32) {
-        self.code.push(libc::sock_filter {
-            code: code as u16,
-            jt: 0,
-            jf: 0,
-            k,
-        });
-    }
-
-    fn branch(&mut self, code: u32, k: u32, on_true: Label, on_false: Label) {
-        let at = self.code.len();
-        self.op(code, k);
-        self.patches.push(Patch::Conditional {
-            at,
-            on_true,
-            on_false,
-        });
-    }
-
-    fn jump(&mut self, to: Label) {
-        let at = self.code.len();
-        self.op(libc::BPF_JMP | libc::BPF_JA, 0);
-        self.patches.push(Patch::Always { at, to });
-    }
-
     /// Offset of the IP header in a frame of this framing.
     fn network_offset(&self) -> u32 {
         match self.framing {
@@ -143,18 +90,18 @@ impl Emitter {
                     if i + 1 == parts.len() {
                         self.node(part, on_true, on_false);
                     } else {
-                        let next = self.label();
+                        let next = self.program.label();
                         if is_and {
                             self.node(part, next, on_false);
                         } else {
                             self.node(part, on_true, next);
                         }
-                        self.place(next);
+                        self.program.place(next);
                     }
                 }
                 if parts.is_empty() {
                     // An empty `and` holds, an empty `or` does not.
-                    self.jump(if is_and { on_true } else { on_false });
+                    self.program.jump(if is_and { on_true } else { on_false });
                 }
             }
         }
@@ -169,21 +116,25 @@ impl Emitter {
         });
         match self.framing {
             Framing::Ethernet => {
-                self.op(libc::BPF_LD | libc::BPF_H | libc::BPF_ABS, 12);
-                self.branch(jeq, ethertype, on_true, on_false);
+                self.program
+                    .op(libc::BPF_LD | libc::BPF_H | libc::BPF_ABS, 12);
+                self.program.branch(jeq, ethertype, on_true, on_false);
             }
             Framing::Cooked => {
                 // skb->protocol, in host order (`bpf_anc_helper`, BPF_S_ANC_PROTOCOL).
-                self.op(
+                self.program.op(
                     libc::BPF_LD | libc::BPF_W | libc::BPF_ABS,
                     (libc::SKF_AD_OFF + libc::SKF_AD_PROTOCOL) as u32,
                 );
-                self.branch(jeq, ethertype, on_true, on_false);
+                self.program.branch(jeq, ethertype, on_true, on_false);
             }
             Framing::RawIp | Framing::Ieee80211 | Framing::Radiotap => {
-                self.op(libc::BPF_LD | libc::BPF_B | libc::BPF_ABS, 0);
-                self.op(libc::BPF_ALU | libc::BPF_AND | libc::BPF_K, 0xf0);
-                self.branch(jeq, u32::from(version) << 4, on_true, on_false);
+                self.program
+                    .op(libc::BPF_LD | libc::BPF_B | libc::BPF_ABS, 0);
+                self.program
+                    .op(libc::BPF_ALU | libc::BPF_AND | libc::BPF_K, 0xf0);
+                self.program
+                    .branch(jeq, u32::from(version) << 4, on_true, on_false);
             }
         }
     }
@@ -195,65 +146,41 @@ impl Emitter {
             Width::Word => libc::BPF_W,
         };
         match test.base {
-            Base::Network => self.op(
+            Base::Network => self.program.op(
                 libc::BPF_LD | width | libc::BPF_ABS,
                 self.network_offset() + test.offset,
             ),
             Base::Transport4 => {
                 // X = 4 * (first byte of the IP header & 0xf): the IPv4 header's length.
-                self.op(
+                self.program.op(
                     libc::BPF_LDX | libc::BPF_B | libc::BPF_MSH,
                     self.network_offset(),
                 );
-                self.op(
+                self.program.op(
                     libc::BPF_LD | width | libc::BPF_IND,
                     self.network_offset() + test.offset,
                 );
             }
-            Base::Ancillary(n) => self.op(
+            Base::Ancillary(n) => self.program.op(
                 libc::BPF_LD | libc::BPF_W | libc::BPF_ABS,
                 (libc::SKF_AD_OFF + n) as u32,
             ),
         }
         if let Some(mask) = test.mask {
-            self.op(libc::BPF_ALU | libc::BPF_AND | libc::BPF_K, mask);
+            self.program
+                .op(libc::BPF_ALU | libc::BPF_AND | libc::BPF_K, mask);
         }
         let compare = match test.compare {
             Compare::Equal => libc::BPF_JEQ,
             Compare::AtLeast => libc::BPF_JGE,
             Compare::Above => libc::BPF_JGT,
         };
-        self.branch(
+        self.program.branch(
             libc::BPF_JMP | compare | libc::BPF_K,
             test.value,
             on_true,
             on_false,
         );
-    }
-
-    /// Resolves every jump; `None` when a conditional jump is longer than its 8-bit offset.
-    fn finish(mut self) -> Option<Vec<libc::sock_filter>> {
-        for patch in &self.patches {
-            match *patch {
-                Patch::Conditional {
-                    at,
-                    on_true,
-                    on_false,
-                } => {
-                    let distance = |label: Label| {
-                        self.labels[label]
-                            .and_then(|to| to.checked_sub(at + 1))
-                            .and_then(|d| u8::try_from(d).ok())
-                    };
-                    self.code[at].jt = distance(on_true)?;
-                    self.code[at].jf = distance(on_false)?;
-                }
-                Patch::Always { at, to } => {
-                    self.code[at].k = u32::try_from(self.labels[to]?.checked_sub(at + 1)?).ok()?;
-                }
-            }
-        }
-        Some(self.code)
     }
 }
 
@@ -266,20 +193,18 @@ pub(crate) fn compile(
     keep: u32,
 ) -> Option<Vec<libc::sock_filter>> {
     let mut emitter = Emitter {
-        code: Vec::new(),
-        labels: Vec::new(),
-        patches: Vec::new(),
+        program: Program::default(),
         framing,
     };
-    let (accept, reject) = (emitter.label(), emitter.label());
+    let (accept, reject) = (emitter.program.label(), emitter.program.label());
     if let Some(expr) = expr {
         emitter.node(&lower(expr), accept, reject);
     }
-    emitter.place(accept);
-    emitter.op(libc::BPF_RET | libc::BPF_K, keep);
-    emitter.place(reject);
-    emitter.op(libc::BPF_RET | libc::BPF_K, 0);
-    emitter.finish()
+    emitter.program.place(accept);
+    emitter.program.op(libc::BPF_RET | libc::BPF_K, keep);
+    emitter.program.place(reject);
+    emitter.program.op(libc::BPF_RET | libc::BPF_K, 0);
+    emitter.program.finish()
 }
 
 fn lower(expr: &Expr) -> Node {

@@ -13,6 +13,7 @@ mod codegen;
 mod expr;
 pub(crate) mod interpret;
 mod libpcap;
+pub(crate) mod program;
 
 /// How the frames a packet socket hands over begin, which decides the offsets a filter reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -255,41 +256,23 @@ pub fn drop_loopback_outgoing(
     program: &[libc::sock_filter],
     loopback_ifindex: u32,
 ) -> Vec<libc::sock_filter> {
-    let insn = |code: u32, jt: u8, jf: u8, k: u32| libc::sock_filter {
-        code: code as u16,
-        jt,
-        jf,
-        k,
-    };
-    let mut out = vec![
-        insn(
-            libc::BPF_LD | libc::BPF_W | libc::BPF_ABS,
-            0,
-            0,
-            (libc::SKF_AD_OFF + libc::SKF_AD_PKTTYPE) as u32,
-        ),
-        insn(
-            libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K,
-            0,
-            3,
-            u32::from(libc::PACKET_OUTGOING),
-        ),
-        insn(
-            libc::BPF_LD | libc::BPF_W | libc::BPF_ABS,
-            0,
-            0,
-            (libc::SKF_AD_OFF + libc::SKF_AD_IFINDEX) as u32,
-        ),
-        insn(
-            libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K,
-            0,
-            1,
-            loopback_ifindex,
-        ),
-        insn(libc::BPF_RET | libc::BPF_K, 0, 0, 0),
-    ];
-    out.extend_from_slice(program);
-    out
+    let mut out = program::Program::default();
+    let (from_lo, dropped, rest) = (out.label(), out.label(), out.label());
+    let ancillary = |field: i32| (libc::SKF_AD_OFF + field) as u32;
+    let jeq = libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K;
+    let load = libc::BPF_LD | libc::BPF_W | libc::BPF_ABS;
+    out.op(load, ancillary(libc::SKF_AD_PKTTYPE));
+    out.branch(jeq, u32::from(libc::PACKET_OUTGOING), from_lo, rest);
+    out.place(from_lo);
+    out.op(load, ancillary(libc::SKF_AD_IFINDEX));
+    out.branch(jeq, loopback_ifindex, dropped, rest);
+    out.place(dropped);
+    out.ret(0);
+    out.place(rest);
+    out.append(program);
+    // Two conditional jumps of at most 3 instructions: always resolved.
+    out.finish()
+        .expect("the prologue's jumps are shorter than 256 instructions")
 }
 
 #[cfg(test)]
