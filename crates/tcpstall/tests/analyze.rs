@@ -1445,9 +1445,28 @@ fn pipelining_redis_client_without_nodelay_is_ack_paced() {
     let _serial = support::serial();
     let dir = Scratch::new("redis-pipeline");
     let (_redis, port) = redis_server();
-    let v = capture_analyze(&dir, "pipeline", port, || {
-        pipeline_redis(port, 16, 200, false)
-    });
+    let pipelined = || {
+        capture_analyze(&dir, "pipeline", port, || {
+            pipeline_redis(port, 16, 200, false)
+        })
+    };
+    let mut v = pipelined();
+    let proven = |v: &Value| {
+        flows_to(v, port)
+            .first()
+            .and_then(|f| f["nagle_ack_paced"].as_array())
+            .is_some_and(|p| !p.is_empty())
+    };
+    if !proven(&v) {
+        // The proof rests on releases within microseconds of their ACK: a machine loaded at
+        // that moment delays them past the bound and proves no pacing (ACCURACY.md). Once
+        // more before failing; pacing found where there is none fails at once (below).
+        eprintln!(
+            "no pacing proven in the first capture, once more: {}",
+            v["summary"]
+        );
+        v = pipelined();
+    }
     let flows = flows_to(&v, port);
     assert_eq!(flows.len(), 1, "{}", v["summary"]);
     let paced = &flows[0]["nagle_ack_paced"];
