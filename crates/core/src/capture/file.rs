@@ -518,197 +518,283 @@ impl<R: Read> FrameReader<R> {
         }))
     }
 
+    /// The next packet of a pcapng stream: reads block after block, taking the section headers
+    /// and interface descriptions in, until a packet block yields a usable frame.
     fn next_pcapng_packet(
         &mut self,
         on_warning: &mut impl FnMut(&CaptureWarning),
     ) -> Result<Option<FoundFrame>, CaptureError> {
         loop {
             let number = self.packets + 1;
-            if !self.input.fill(12)? {
-                let left = self.input.available();
-                if left > 0 {
-                    self.stop(
-                        on_warning,
-                        format!(
-                            "truncated capture: the file ends {left} bytes into a pcapng block \
-                             header"
-                        ),
-                        READ_BEFORE,
-                    );
-                }
-                return Ok(None);
-            }
-            let Format::PcapNg { order, .. } = self.format else {
+            let Some(block) = self.next_pcapng_block(on_warning)? else {
                 return Ok(None);
             };
-            let head = self.input.data();
-            let mut order = order;
-            let block_type = order.u32_at(head, 0);
-            if block_type == PCAPNG_SHB {
-                // A new section may switch the byte order: its byte-order magic tells.
-                order = match u32::from_le_bytes([head[8], head[9], head[10], head[11]]) {
-                    PCAPNG_BYTE_ORDER_MAGIC => ByteOrder::Little,
-                    m if m == PCAPNG_BYTE_ORDER_MAGIC.swap_bytes() => ByteOrder::Big,
-                    _ => {
-                        self.stop(
-                            on_warning,
-                            "pcapng section header with an invalid byte-order magic".to_string(),
-                            DAMAGED,
-                        );
-                        return Ok(None);
-                    }
-                };
-            }
-            let block_len = order.u32_at(head, 4) as usize;
-            let offset = self.input.consumed;
-            if block_len < 12 || block_len % 4 != 0 || block_len > MAX_RECORD_LEN {
-                self.stop(
-                    on_warning,
-                    format!(
-                        "absurd pcapng block length {block_len} at byte {offset} (block type \
-                         {block_type:#x})"
-                    ),
-                    DAMAGED,
-                );
-                return Ok(None);
-            }
-            if !self.input.fill(block_len)? {
-                let found = self.input.available();
-                self.stop(
-                    on_warning,
-                    format!(
-                        "truncated capture: the pcapng block at byte {offset} says {block_len} \
-                         bytes but the file ends after {found}"
-                    ),
-                    READ_BEFORE,
-                );
-                return Ok(None);
-            }
-            let block = &self.input.data()[..block_len];
-            if order.u32_at(block, block_len - 4) as usize != block_len {
-                self.stop(
-                    on_warning,
-                    format!(
-                        "pcapng block at byte {offset}: its trailing length differs from its \
-                         leading length {block_len}"
-                    ),
-                    DAMAGED,
-                );
-                return Ok(None);
-            }
-            match block_type {
+            match block.block_type {
                 PCAPNG_SHB => {
-                    let major = parse_sectionheaderblock(block).map(|(_, shb)| shb.major_version);
-                    if major != Ok(1) {
-                        self.stop(
-                            on_warning,
-                            format!(
-                                "pcapng section header at byte {offset} is unreadable or of \
-                                 an unknown version"
-                            ),
-                            DAMAGED,
-                        );
+                    if !self.start_section(on_warning, block) {
                         return Ok(None);
                     }
-                    self.format = Format::PcapNg {
-                        order,
-                        interfaces: Vec::new(),
-                        interfaces_dropped: false,
-                    };
                 }
-                BLOCK_IDB => {
-                    let parsed = match order {
-                        ByteOrder::Little => parse_interfacedescriptionblock_le(block),
-                        ByteOrder::Big => parse_interfacedescriptionblock_be(block),
-                    };
-                    let interface = match parsed {
-                        Ok((_, idb)) => {
-                            let code = idb.linktype.0 as u32;
-                            let scale = TsScale::from_if_tsresol(idb.if_tsresol);
-                            if scale.is_none() {
-                                on_warning(&CaptureWarning {
-                                    packet_number: number,
-                                    message: format!(
-                                        "interface description at byte {offset} has an \
-                                         impossible if_tsresol {}; microseconds assumed",
-                                        idb.if_tsresol
-                                    ),
-                                });
-                            }
-                            Interface {
-                                link: LinkType::from_code(code).ok_or(code),
-                                scale: scale.unwrap_or(TsScale::Multiply(1000)),
-                                offset_ns: i128::from(idb.if_tsoffset) * 1_000_000_000,
-                            }
-                        }
-                        Err(_) => {
-                            on_warning(&CaptureWarning {
-                                packet_number: number,
-                                message: format!(
-                                    "unreadable interface description block at byte {offset}; \
-                                     its packets are skipped"
-                                ),
-                            });
-                            Interface {
-                                link: Err(u32::MAX),
-                                scale: TsScale::Multiply(1000),
-                                offset_ns: 0,
-                            }
-                        }
-                    };
-                    if let Format::PcapNg {
-                        interfaces,
-                        interfaces_dropped,
-                        ..
-                    } = &mut self.format
-                    {
-                        if interfaces.len() < MAX_INTERFACES {
-                            interfaces.push(interface);
-                        } else if !*interfaces_dropped {
-                            *interfaces_dropped = true;
-                            on_warning(&CaptureWarning {
-                                packet_number: number,
-                                message: format!(
-                                    "more than {MAX_INTERFACES} interface descriptions in one \
-                                     pcapng section (at byte {offset}); the rest are not kept, \
-                                     and their packets are skipped"
-                                ),
-                            });
-                        }
-                    }
-                }
+                BLOCK_IDB => self.add_interface(on_warning, block, number),
                 BLOCK_EPB | BLOCK_OBSOLETE_PACKET | BLOCK_SPB => {
-                    let found = self.pcapng_packet(block_type, order, block_len);
-                    match found {
+                    match self.pcapng_packet(block.block_type, block.order, block.len) {
                         Ok(found) => return Ok(Some(found)),
                         Err(problem) => {
-                            // The packet is counted (tshark numbers it too) and skipped.
-                            self.packets += 1;
-                            self.skipped += 1;
-                            self.input.consume(block_len);
-                            self.unusable_warnings
-                                .report(on_warning, number, || problem);
+                            self.skip_unusable_packet(on_warning, block, number, problem);
                             continue;
                         }
                     }
                 }
-                BLOCK_NRB
-                | BLOCK_ISB
-                | BLOCK_SYSTEMD_JOURNAL
-                | BLOCK_DECRYPTION_SECRETS
-                | BLOCK_PROCESS_INFO
-                | BLOCK_CUSTOM
-                | BLOCK_CUSTOM_NO_COPY => {}
-                other => on_warning(&CaptureWarning {
-                    packet_number: number,
-                    message: format!(
-                        "skipped a pcapng block of unknown type {other:#x} ({block_len} bytes at \
-                         byte {offset})"
-                    ),
-                }),
+                _ => skip_other_block(on_warning, block, number),
             }
-            self.input.consume(block_len);
+            self.input.consume(block.len);
         }
+    }
+
+    /// Reads the next pcapng block's header and buffers the whole block, its lengths checked
+    /// (every block starts with its type and total length and ends with the length again).
+    /// `None` at the end of the input, or at damage, the reading then stopped.
+    #[inline]
+    fn next_pcapng_block(
+        &mut self,
+        on_warning: &mut impl FnMut(&CaptureWarning),
+    ) -> Result<Option<BlockHeader>, CaptureError> {
+        let Some(block) = self.pcapng_block_header(on_warning)? else {
+            return Ok(None);
+        };
+        if !self.buffer_pcapng_block(on_warning, block)? {
+            return Ok(None);
+        }
+        Ok(Some(block))
+    }
+
+    /// The 12 bytes every pcapng block starts with (type, total length, and for a section
+    /// header its byte-order magic): the block's type, byte order and length, the length not
+    /// yet checked. `None` at the end of the input, or at damage, the reading then stopped.
+    #[inline]
+    fn pcapng_block_header(
+        &mut self,
+        on_warning: &mut impl FnMut(&CaptureWarning),
+    ) -> Result<Option<BlockHeader>, CaptureError> {
+        if !self.input.fill(12)? {
+            let left = self.input.available();
+            if left > 0 {
+                self.stop(
+                    on_warning,
+                    format!(
+                        "truncated capture: the file ends {left} bytes into a pcapng block header"
+                    ),
+                    READ_BEFORE,
+                );
+            }
+            return Ok(None);
+        }
+        let Format::PcapNg { order, .. } = self.format else {
+            return Ok(None);
+        };
+        let head = self.input.data();
+        let mut order = order;
+        let block_type = order.u32_at(head, 0);
+        if block_type == PCAPNG_SHB {
+            // A new section may switch the byte order: its byte-order magic tells.
+            order = match section_byte_order(head) {
+                Some(order) => order,
+                None => {
+                    self.stop(
+                        on_warning,
+                        "pcapng section header with an invalid byte-order magic".to_string(),
+                        DAMAGED,
+                    );
+                    return Ok(None);
+                }
+            };
+        }
+        Ok(Some(BlockHeader {
+            block_type,
+            order,
+            len: order.u32_at(head, 4) as usize,
+            offset: self.input.consumed,
+        }))
+    }
+
+    /// Checks a block's leading length, buffers the block whole and checks its trailing length
+    /// against the leading one; false when the reading stopped at damage or a cut.
+    #[inline]
+    fn buffer_pcapng_block(
+        &mut self,
+        on_warning: &mut impl FnMut(&CaptureWarning),
+        block: BlockHeader,
+    ) -> Result<bool, CaptureError> {
+        let BlockHeader {
+            block_type,
+            order,
+            len: block_len,
+            offset,
+        } = block;
+        if block_len < 12 || block_len % 4 != 0 || block_len > MAX_RECORD_LEN {
+            self.stop(
+                on_warning,
+                format!(
+                    "absurd pcapng block length {block_len} at byte {offset} (block type \
+                     {block_type:#x})"
+                ),
+                DAMAGED,
+            );
+            return Ok(false);
+        }
+        if !self.input.fill(block_len)? {
+            let found = self.input.available();
+            self.stop(
+                on_warning,
+                format!(
+                    "truncated capture: the pcapng block at byte {offset} says {block_len} \
+                     bytes but the file ends after {found}"
+                ),
+                READ_BEFORE,
+            );
+            return Ok(false);
+        }
+        let bytes = &self.input.data()[..block_len];
+        if order.u32_at(bytes, block_len - 4) as usize != block_len {
+            self.stop(
+                on_warning,
+                format!(
+                    "pcapng block at byte {offset}: its trailing length differs from its \
+                     leading length {block_len}"
+                ),
+                DAMAGED,
+            );
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    /// A section header block, buffered whole, starts a new section: its own byte order and
+    /// no interfaces yet. False when it is unreadable or of a major version other than 1, the
+    /// reading then stopped.
+    fn start_section(
+        &mut self,
+        on_warning: &mut impl FnMut(&CaptureWarning),
+        block: BlockHeader,
+    ) -> bool {
+        let bytes = &self.input.data()[..block.len];
+        let major = parse_sectionheaderblock(bytes).map(|(_, shb)| shb.major_version);
+        if major != Ok(1) {
+            let offset = block.offset;
+            self.stop(
+                on_warning,
+                format!(
+                    "pcapng section header at byte {offset} is unreadable or of an unknown \
+                     version"
+                ),
+                DAMAGED,
+            );
+            return false;
+        }
+        self.format = Format::PcapNg {
+            order: block.order,
+            interfaces: Vec::new(),
+            interfaces_dropped: false,
+        };
+        true
+    }
+
+    /// An interface description block, buffered whole: its interface is kept for the
+    /// section's packets (up to [`MAX_INTERFACES`]), even unreadable, so that the interface
+    /// numbers of those after it stay right.
+    fn add_interface(
+        &mut self,
+        on_warning: &mut impl FnMut(&CaptureWarning),
+        block: BlockHeader,
+        number: u64,
+    ) {
+        let interface = self.read_interface(on_warning, block, number);
+        let Format::PcapNg {
+            interfaces,
+            interfaces_dropped,
+            ..
+        } = &mut self.format
+        else {
+            return;
+        };
+        if interfaces.len() < MAX_INTERFACES {
+            interfaces.push(interface);
+        } else if !*interfaces_dropped {
+            *interfaces_dropped = true;
+            let offset = block.offset;
+            on_warning(&CaptureWarning {
+                packet_number: number,
+                message: format!(
+                    "more than {MAX_INTERFACES} interface descriptions in one pcapng section (at \
+                     byte {offset}); the rest are not kept, and their packets are skipped"
+                ),
+            });
+        }
+    }
+
+    /// The interface an interface description block declares: its link type, timestamp
+    /// resolution (`if_tsresol`; microseconds assumed when impossible) and offset
+    /// (`if_tsoffset`). An unreadable block still declares an interface, of no link type, so
+    /// that its packets are skipped.
+    fn read_interface(
+        &self,
+        on_warning: &mut impl FnMut(&CaptureWarning),
+        block: BlockHeader,
+        number: u64,
+    ) -> Interface {
+        let bytes = &self.input.data()[..block.len];
+        let offset = block.offset;
+        let parsed = match block.order {
+            ByteOrder::Little => parse_interfacedescriptionblock_le(bytes),
+            ByteOrder::Big => parse_interfacedescriptionblock_be(bytes),
+        };
+        let Ok((_, idb)) = parsed else {
+            on_warning(&CaptureWarning {
+                packet_number: number,
+                message: format!(
+                    "unreadable interface description block at byte {offset}; its packets are \
+                     skipped"
+                ),
+            });
+            return Interface {
+                link: Err(u32::MAX),
+                scale: TsScale::Multiply(1000),
+                offset_ns: 0,
+            };
+        };
+        let code = idb.linktype.0 as u32;
+        let scale = TsScale::from_if_tsresol(idb.if_tsresol);
+        if scale.is_none() {
+            on_warning(&CaptureWarning {
+                packet_number: number,
+                message: format!(
+                    "interface description at byte {offset} has an impossible if_tsresol {}; \
+                     microseconds assumed",
+                    idb.if_tsresol
+                ),
+            });
+        }
+        Interface {
+            link: LinkType::from_code(code).ok_or(code),
+            scale: scale.unwrap_or(TsScale::Multiply(1000)),
+            offset_ns: i128::from(idb.if_tsoffset) * 1_000_000_000,
+        }
+    }
+
+    /// Skips a packet block whose packet cannot be used, saying why (within the warning
+    /// budget). The packet is counted (tshark numbers it too) and skipped.
+    fn skip_unusable_packet(
+        &mut self,
+        on_warning: &mut impl FnMut(&CaptureWarning),
+        block: BlockHeader,
+        number: u64,
+        problem: String,
+    ) {
+        self.packets += 1;
+        self.skipped += 1;
+        self.input.consume(block.len);
+        self.unusable_warnings
+            .report(on_warning, number, || problem);
     }
 
     /// Reads the packet of an enhanced, simple or obsolete packet block, which is buffered
@@ -818,6 +904,52 @@ fn check_first_section_header<R: Read>(input: &mut InputBuffer<R>) -> Result<(),
         });
     }
     Ok(())
+}
+
+/// The byte order a section header block's byte-order magic says its writer used: the magic
+/// as written, or byte-swapped; `None` for anything else.
+fn section_byte_order(head: &[u8]) -> Option<ByteOrder> {
+    match u32::from_le_bytes([head[8], head[9], head[10], head[11]]) {
+        PCAPNG_BYTE_ORDER_MAGIC => Some(ByteOrder::Little),
+        m if m == PCAPNG_BYTE_ORDER_MAGIC.swap_bytes() => Some(ByteOrder::Big),
+        _ => None,
+    }
+}
+
+/// Passes over a block that holds no packet and changes no interface: name resolution,
+/// interface statistics and the other known kinds silently, an unknown type with a warning.
+fn skip_other_block(on_warning: &mut impl FnMut(&CaptureWarning), block: BlockHeader, number: u64) {
+    match block.block_type {
+        BLOCK_NRB
+        | BLOCK_ISB
+        | BLOCK_SYSTEMD_JOURNAL
+        | BLOCK_DECRYPTION_SECRETS
+        | BLOCK_PROCESS_INFO
+        | BLOCK_CUSTOM
+        | BLOCK_CUSTOM_NO_COPY => {}
+        other => {
+            let BlockHeader { len, offset, .. } = block;
+            on_warning(&CaptureWarning {
+                packet_number: number,
+                message: format!(
+                    "skipped a pcapng block of unknown type {other:#x} ({len} bytes at byte \
+                     {offset})"
+                ),
+            })
+        }
+    }
+}
+
+/// The header of a pcapng block: what the block is and where it lies.
+#[derive(Debug, Clone, Copy)]
+struct BlockHeader {
+    block_type: u32,
+    /// The section's byte order (a section header's own).
+    order: ByteOrder,
+    /// The block's total length, header and trailing length included.
+    len: usize,
+    /// Where the block starts in the input, for messages.
+    offset: u64,
 }
 
 /// A duration for messages: µs, ms or s as fits.

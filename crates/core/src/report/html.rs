@@ -17,7 +17,7 @@ use super::charts;
 use super::json::InputFacts;
 use super::ms;
 use crate::detect::verdict::{events_by_flow, explain, fixes, FlowSummary};
-use crate::detect::{Analysis, KindCounts, StallKind};
+use crate::detect::{Analysis, KindCounts, StallEvent, StallKind};
 use crate::flow::{Span, Timestamp};
 use crate::ladder::Ladder;
 
@@ -197,24 +197,46 @@ fn ms_cell(us: Option<u32>) -> Cell {
 
 /// The page of an analysis: `title` names the input.
 pub fn analysis_page(a: &Analysis, input: &InputFacts, title: &str) -> anyhow::Result<Page> {
-    let stalls = a.stall_count();
     let mut flows: Vec<&FlowSummary> = a.flows.iter().collect();
     flows.sort_by(|x, y| y.time_lost_ns.cmp(&x.time_lost_ns).then(x.id.cmp(&y.id)));
-    let stalled_flows = flows.iter().filter(|f| f.counts.stalls() > 0).count();
-    let lost: Span = a.flows.iter().map(|f| f.time_lost_ns).sum();
+    let span = a.span_ns.map_or(Span::ZERO, |(f, l)| l.since(f));
 
     let mut page = Page {
         title: format!("tcpstall analyze: {title}"),
-        clean: stalls == 0,
+        clean: a.stall_count() == 0,
         table_title: "Flows".to_string(),
         charts_title: "Latency of the worst flows".to_string(),
         version: env!("CARGO_PKG_VERSION"),
         ..Page::default()
     };
-    let by_flow = events_by_flow(&a.events);
-    // The main pattern: the kind and held side that cost most time over all flows; its latest
-    // event names it (the steady state, as the text report's examples).
-    let mut cost: Vec<((StallKind, crate::Side), Span, &crate::detect::StallEvent)> = Vec::new();
+    let main = main_pattern(a);
+    page.headline = headline(a, &flows, main);
+    if let Some(p) = main {
+        page.fixes = fixes(p.kind, p.held_side, Some(p.example));
+    }
+    page.pacing = pacing_lines(a, &flows);
+    if !page.pacing.is_empty() {
+        page.pacing_title = "Writes paced by ACKs".to_string();
+    }
+    page.facts = facts(a, input, &flows, span, !page.pacing.is_empty());
+    add_table(&mut page, &flows);
+    page.flow_charts = flow_charts(a, &flows, span)?;
+    Ok(page)
+}
+
+/// The pattern an analysis is headlined by: a kind of stall and the side it held.
+#[derive(Debug, Clone, Copy)]
+struct MainPattern<'a> {
+    kind: StallKind,
+    held_side: crate::Side,
+    /// Its latest event, which names it.
+    example: &'a StallEvent,
+}
+
+/// The main pattern: the kind and held side that cost most time over all flows; its latest
+/// event names it (the steady state, as the text report's examples).
+fn main_pattern(a: &Analysis) -> Option<MainPattern<'_>> {
+    let mut cost: Vec<((StallKind, crate::Side), Span, &StallEvent)> = Vec::new();
     for e in a.events.iter().filter(|e| e.finding.kind.is_stall()) {
         let key = (e.finding.kind, e.finding.held_side);
         match cost.iter_mut().find(|(k, _, _)| *k == key) {
@@ -225,19 +247,29 @@ pub fn analysis_page(a: &Analysis, input: &InputFacts, title: &str) -> anyhow::R
             None => cost.push((key, e.finding.delay_ns, e)),
         }
     }
-    let main = cost
-        .iter()
+    cost.iter()
         .max_by_key(|(_, total, _)| *total)
-        .map(|&((kind, held_side), _, example)| (kind, held_side, example));
-    page.headline = match &main {
+        .map(|&((kind, held_side), _, example)| MainPattern {
+            kind,
+            held_side,
+            example,
+        })
+}
+
+/// The one sentence: what stalls, how much time it cost, who holds; or that nothing stalled.
+/// `flows` are the analysis's flows.
+fn headline(a: &Analysis, flows: &[&FlowSummary], main: Option<MainPattern<'_>>) -> String {
+    let stalled_flows = flows.iter().filter(|f| f.counts.stalls() > 0).count();
+    let lost: Span = a.flows.iter().map(|f| f.time_lost_ns).sum();
+    match main {
         Some(p) => {
             format!(
                 "{} stalls cost {} in {stalled_flows} of {} flows; the {} holds: {}",
                 a.counts.stalls_text(),
                 ms(lost),
                 a.flows.len(),
-                p.1.name(),
-                explain(p.2)
+                p.held_side.name(),
+                explain(p.example)
             )
         }
         None => format!(
@@ -245,39 +277,78 @@ pub fn analysis_page(a: &Analysis, input: &InputFacts, title: &str) -> anyhow::R
             super::counted(a.flows.len() as u64, "flow", "flows"),
             a.packets
         ),
-    };
-    if let Some(p) = &main {
-        page.fixes = fixes(p.0, p.1, Some(p.2));
     }
-    let span = a.span_ns.map_or(Span::ZERO, |(f, l)| l.since(f));
-    page.facts.push(format!(
+}
+
+/// The facts under the headline, one line each; `paced` when writes paced by ACKs have a
+/// section of their own.
+fn facts(
+    a: &Analysis,
+    input: &InputFacts,
+    flows: &[&FlowSummary],
+    span: Span,
+    paced: bool,
+) -> Vec<String> {
+    let mut facts = traffic_facts(a, input, span);
+    facts.extend(undecided_facts(a));
+    if paced {
+        let sides = a.counts.get(StallKind::NagleAckPaced);
+        facts.push(format!(
+            "nagle_ack_paced: {} whose small writes each waited one round trip for an ACK \
+             (Nagle pacing a busy sender, not a 40 ms stall): listed under \"Writes paced by \
+             ACKs\"",
+            super::counted(sides, "flow side", "flow sides")
+        ));
+    }
+    for unreadable in &input.unreadable {
+        facts.push(format!("not in this report: {unreadable}"));
+    }
+    if let Some(worst) = flows.first().filter(|f| f.worst_stall_ns > Span::ZERO) {
+        facts.push(format!(
+            "longest stall {} (flow {})",
+            ms(worst.worst_stall_ns),
+            worst.label()
+        ));
+    }
+    facts
+}
+
+/// What was read: the packets, flows and time, what was skipped, and the kinds counted apart
+/// from the stalls.
+fn traffic_facts(a: &Analysis, input: &InputFacts, span: Span) -> Vec<String> {
+    let mut facts = vec![format!(
         "{} packets ({} TCP), {}, {:.3} s of traffic",
         input.records.max(a.packets),
         a.packets,
         super::counted(a.flows.len() as u64, "flow", "flows"),
         span.as_secs_f64()
-    ));
+    )];
     if input.skipped.total() > 0 {
-        page.facts
-            .push(format!("skipped: {}", input.skipped.describe()));
+        facts.push(format!("skipped: {}", input.skipped.describe()));
     }
     // The kinds counted apart from the stalls, as each names itself.
     for kind in StallKind::ALL {
         let n = a.counts.get(kind);
         if let Some(aside) = kind.aside().filter(|_| n > 0) {
-            page.facts.push(format!("{n} {aside}"));
+            facts.push(format!("{n} {aside}"));
         }
     }
-    // Claims set apart: each with its flow, packet and the proof it lacks.
+    facts
+}
+
+/// Claims set apart: their counts by kind and reason, then each with its flow, packet and the
+/// proof it lacks (the first [`TABLE_ROWS`]).
+fn undecided_facts(a: &Analysis) -> Vec<String> {
+    let mut facts = Vec::new();
     for (kind, reason, count) in a.undecided.entries() {
-        page.facts.push(format!(
+        facts.push(format!(
             "undecided: {count} {} claims set apart, not counted: {}",
             kind.name(),
             reason.describe()
         ));
     }
     for c in a.undecided.claims().iter().take(TABLE_ROWS) {
-        page.facts.push(format!(
+        facts.push(format!(
             "undecided {}, flow {}-{}, packet {}: {}",
             c.kind.name(),
             c.client,
@@ -286,12 +357,18 @@ pub fn analysis_page(a: &Analysis, input: &InputFacts, title: &str) -> anyhow::R
             c.reason.name()
         ));
     }
-    // Writes paced by ACKs: each flow side's holds, cost and throughput estimate.
+    facts
+}
+
+/// Writes paced by ACKs: each flow side's holds, cost and throughput estimate, one line each
+/// (the first [`TABLE_ROWS`]). One line in the summary says they are there; they have a
+/// section of their own below it.
+fn pacing_lines(a: &Analysis, flows: &[&FlowSummary]) -> Vec<String> {
     let paced = a
         .events
         .iter()
         .filter(|e| e.finding.kind == StallKind::NagleAckPaced);
-    // One line in the summary; each paced flow side in a section of its own below it.
+    let mut lines = Vec::new();
     for e in paced.take(TABLE_ROWS) {
         let flow = flows.iter().find(|f| f.id == e.flow_id);
         let side = e.finding.held_side;
@@ -299,34 +376,35 @@ pub fn analysis_page(a: &Analysis, input: &InputFacts, title: &str) -> anyhow::R
         let pacing = final_pacing
             .or(e.paced.as_deref().copied())
             .unwrap_or_default();
-        page.pacing.push(format!(
+        lines.push(format!(
             "flow {}: {}",
             flow.map_or_else(String::new, |f| f.label()),
             crate::detect::verdict::explain_paced(side, &pacing)
         ));
     }
-    if !page.pacing.is_empty() {
-        let sides = a.counts.get(StallKind::NagleAckPaced);
-        page.facts.push(format!(
-            "nagle_ack_paced: {} whose small writes each waited one round trip for an ACK \
-             (Nagle pacing a busy sender, not a 40 ms stall): listed under \"Writes paced by \
-             ACKs\"",
-            super::counted(sides, "flow side", "flow sides")
-        ));
-        page.pacing_title = "Writes paced by ACKs".to_string();
-    }
-    for unreadable in &input.unreadable {
-        page.facts.push(format!("not in this report: {unreadable}"));
-    }
-    if let Some(worst) = flows.first().filter(|f| f.worst_stall_ns > Span::ZERO) {
-        page.facts.push(format!(
-            "longest stall {} (flow {})",
-            ms(worst.worst_stall_ns),
-            worst.label()
-        ));
-    }
+    lines
+}
 
-    page.headers = ["flow", "requests"]
+/// The flow table: the [`TABLE_ROWS`] flows that lost most time, and a note counting those
+/// left out.
+fn add_table(page: &mut Page, flows: &[&FlowSummary]) {
+    page.headers = table_headers();
+    page.rows = flows
+        .iter()
+        .take(TABLE_ROWS)
+        .map(|f| table_row(f))
+        .collect();
+    if flows.len() > TABLE_ROWS {
+        page.table_note = Some(format!(
+            "{} more flows with less time lost are left out (`tcpstall analyze --json` lists all)",
+            flows.len() - TABLE_ROWS
+        ));
+    }
+}
+
+/// The flow table's column headings.
+fn table_headers() -> Vec<String> {
+    ["flow", "requests"]
         .into_iter()
         .chain(stall_columns())
         .chain([
@@ -338,73 +416,88 @@ pub fn analysis_page(a: &Analysis, input: &InputFacts, title: &str) -> anyhow::R
         ])
         // A break allowed after each underscore: kind names are long for a column's head.
         .map(|h| h.replace('_', "_\u{200B}"))
-        .collect();
-    for f in flows.iter().take(TABLE_ROWS) {
-        page.rows.push(Row {
-            stalled: f.counts.stalls() > 0,
-            cells: [
-                Cell::text(f.label()),
-                Cell::number(f.requests.to_string(), f.requests as f64),
-            ]
-            .into_iter()
-            .chain(stall_cells(&f.counts))
-            .chain([
-                Cell::number(
-                    format!("{:.1}", f.time_lost_ns.as_millis_f64()),
-                    f.time_lost_ns.as_millis_f64(),
-                ),
-                ms_cell(f.latency_us.map(|l| l.0)),
-                ms_cell(f.latency_us.map(|l| l.1)),
-                Cell::number(f.packets.to_string(), f.packets as f64),
-                Cell::text(f.capture_point()),
-            ])
-            .collect(),
-        });
-    }
-    if flows.len() > TABLE_ROWS {
-        page.table_note = Some(format!(
-            "{} more flows with less time lost are left out (`tcpstall analyze --json` lists all)",
-            flows.len() - TABLE_ROWS
-        ));
-    }
+        .collect()
+}
 
+/// One flow's row of the flow table, in the order of [`table_headers`].
+fn table_row(f: &FlowSummary) -> Row {
+    Row {
+        stalled: f.counts.stalls() > 0,
+        cells: [
+            Cell::text(f.label()),
+            Cell::number(f.requests.to_string(), f.requests as f64),
+        ]
+        .into_iter()
+        .chain(stall_cells(&f.counts))
+        .chain([
+            Cell::number(
+                format!("{:.1}", f.time_lost_ns.as_millis_f64()),
+                f.time_lost_ns.as_millis_f64(),
+            ),
+            ms_cell(f.latency_us.map(|l| l.0)),
+            ms_cell(f.latency_us.map(|l| l.1)),
+            Cell::number(f.packets.to_string(), f.packets as f64),
+            Cell::text(f.capture_point()),
+        ])
+        .collect(),
+    }
+}
+
+/// The charts of the [`CHARTED_FLOWS`] flows that lost most time among those with turns;
+/// `span` is the capture's, the timelines' width.
+fn flow_charts(
+    a: &Analysis,
+    flows: &[&FlowSummary],
+    span: Span,
+) -> anyhow::Result<Vec<FlowCharts>> {
+    let by_flow = events_by_flow(&a.events);
     let first = a.span_ns.map_or(Timestamp::default(), |(f, _)| f);
-    for f in flows
+    flows
         .iter()
         .filter(|f| !f.turns.is_empty())
         .take(CHARTED_FLOWS)
-    {
-        let events = by_flow.get(&f.id).map(Vec::as_slice).unwrap_or_default();
-        // A turn stalled when a stall's released segment left inside it.
-        let stalled = |start: Timestamp, us: u32| {
-            let end = start + Span::from_micros(u64::from(us));
-            events
-                .iter()
-                .any(|e| e.finding.kind.is_stall() && e.ts_ns >= start && e.ts_ns <= end)
-        };
-        let all_ms: Vec<f64> = f.turns.iter().map(|&(_, us)| f64::from(us) / 1e3).collect();
-        let stalled_ms: Vec<f64> = f
-            .turns
+        .map(|f| {
+            let events = by_flow.get(&f.id).map(Vec::as_slice).unwrap_or_default();
+            charts_of_flow(f, events, first, span)
+        })
+        .collect()
+}
+
+/// One flow's latency histogram and timeline, its stalled turns marked; `events` are the
+/// flow's, `first` the capture's first timestamp.
+fn charts_of_flow(
+    f: &FlowSummary,
+    events: &[&StallEvent],
+    first: Timestamp,
+    span: Span,
+) -> anyhow::Result<FlowCharts> {
+    // A turn stalled when a stall's released segment left inside it.
+    let stalled = |start: Timestamp, us: u32| {
+        let end = start + Span::from_micros(u64::from(us));
+        events
             .iter()
-            .filter(|&&(s, us)| stalled(s, us))
-            .map(|&(_, us)| f64::from(us) / 1e3)
-            .collect();
-        let every = f.turns.len().div_ceil(TIMELINE_POINTS).max(1);
-        let points: Vec<(f64, f64, bool)> = f
-            .turns
-            .iter()
-            .enumerate()
-            .filter_map(|(i, &(s, us))| {
-                let st = stalled(s, us);
-                (st || i % every == 0)
-                    .then(|| (s.since(first).as_secs_f64(), f64::from(us) / 1e3, st))
-            })
-            .collect();
-        page.flow_charts.push(FlowCharts {
-            label: f.label(),
-            histogram: charts::latency_histogram(&all_ms, &stalled_ms)?,
-            timeline: charts::turn_timeline(&points, span.as_secs_f64())?,
-        });
-    }
-    Ok(page)
+            .any(|e| e.finding.kind.is_stall() && e.ts_ns >= start && e.ts_ns <= end)
+    };
+    let all_ms: Vec<f64> = f.turns.iter().map(|&(_, us)| f64::from(us) / 1e3).collect();
+    let stalled_ms: Vec<f64> = f
+        .turns
+        .iter()
+        .filter(|&&(s, us)| stalled(s, us))
+        .map(|&(_, us)| f64::from(us) / 1e3)
+        .collect();
+    let every = f.turns.len().div_ceil(TIMELINE_POINTS).max(1);
+    let points: Vec<(f64, f64, bool)> = f
+        .turns
+        .iter()
+        .enumerate()
+        .filter_map(|(i, &(s, us))| {
+            let st = stalled(s, us);
+            (st || i % every == 0).then(|| (s.since(first).as_secs_f64(), f64::from(us) / 1e3, st))
+        })
+        .collect();
+    Ok(FlowCharts {
+        label: f.label(),
+        histogram: charts::latency_histogram(&all_ms, &stalled_ms)?,
+        timeline: charts::turn_timeline(&points, span.as_secs_f64())?,
+    })
 }

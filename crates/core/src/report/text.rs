@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use std::io;
 
 use super::flows::{AllFlows, FlowTotals, GUESSES};
+use super::groups::FlowGroup;
 use super::json::InputFacts;
 use super::ms;
 use crate::detect::verdict::{events_by_flow, explain, fixes, FlowSummary};
@@ -18,6 +19,38 @@ const FLOWS_SHOWN: usize = 10;
 /// flows with stalls).
 pub fn summary(a: &Analysis, totals: &FlowTotals, input: &InputFacts) -> String {
     let mut out = String::new();
+    write_input(&mut out, a, totals, input);
+    write_counts(&mut out, a, input);
+    write_notes(&mut out, totals, input);
+
+    let stalled = stalled_flows(a);
+    write_time_lost(&mut out, &stalled, totals);
+    let by_flow = events_by_flow(&a.events);
+    let groups = super::groups::group(&stalled, &by_flow);
+    // The fix lists printed so far, each with the flow it was printed under.
+    let mut fix_lists: Vec<(Vec<String>, String)> = Vec::new();
+    for group in groups.iter().take(FLOWS_SHOWN) {
+        out.push('\n');
+        write_group(&mut out, group);
+        write_patterns(&mut out, group, &mut fix_lists);
+    }
+    if groups.len() > FLOWS_SHOWN {
+        write_rest(&mut out, &groups[FLOWS_SHOWN..]);
+    }
+    let clean = totals.flows.saturating_sub(stalled.len() as u64);
+    if clean > 0 {
+        let _ = writeln!(
+            out,
+            "\n{} without stalls",
+            super::counted(clean, "flow", "flows")
+        );
+    }
+    out
+}
+
+/// What was read: packets, flows and time, what was skipped, and why no TCP was read when
+/// frames that may hold it were skipped.
+fn write_input(out: &mut String, a: &Analysis, totals: &FlowTotals, input: &InputFacts) {
     let span = a.span_ns.map(|(f, l)| l.since(f)).unwrap_or_default();
     let _ = writeln!(
         out,
@@ -39,6 +72,10 @@ pub fn summary(a: &Analysis, totals: &FlowTotals, input: &InputFacts) -> String 
             input.skipped.may_hold_tcp()
         );
     }
+}
+
+/// The counts: stalls (and minor holds), flow sides paced by ACKs, and the claims set apart.
+fn write_counts(out: &mut String, a: &Analysis, input: &InputFacts) {
     let minor = a.counts.get(StallKind::NagleMinor);
     let _ = write!(out, "stalls: {}", a.counts.stalls_text());
     if minor > 0 {
@@ -65,6 +102,11 @@ pub fn summary(a: &Analysis, totals: &FlowTotals, input: &InputFacts) -> String 
         );
     }
     let _ = write!(out, "{}", undecided_claims(a, input));
+}
+
+/// What the report may miss or rests on: sequence gaps in the capture, guessed clients and
+/// assumed MSS, warnings about the input, inputs left out.
+fn write_notes(out: &mut String, totals: &FlowTotals, input: &InputFacts) {
     let gappy = totals.with_capture_gaps;
     if gappy > 0 {
         let _ = writeln!(
@@ -85,133 +127,142 @@ pub fn summary(a: &Analysis, totals: &FlowTotals, input: &InputFacts) -> String 
     for unreadable in &input.unreadable {
         let _ = writeln!(out, "not in this report: {unreadable}");
     }
+}
 
-    // Flows with stalls, and those whose writes were paced by ACKs.
+/// Flows with stalls, and those whose writes were paced by ACKs: those that lost most time
+/// first.
+fn stalled_flows(a: &Analysis) -> Vec<&FlowSummary> {
     let mut stalled: Vec<&FlowSummary> = a
         .flows
         .iter()
         .filter(|f| f.counts.stalls() > 0 || f.counts.get(StallKind::NagleAckPaced) > 0)
         .collect();
     stalled.sort_by(|x, y| y.time_lost_ns.cmp(&x.time_lost_ns).then(x.id.cmp(&y.id)));
+    stalled
+}
+
+/// The time lost over the `stalled` flows (from [`stalled_flows`]) and the longest stall;
+/// nothing when there are none.
+fn write_time_lost(out: &mut String, stalled: &[&FlowSummary], totals: &FlowTotals) {
     let with_stalls = stalled.iter().filter(|f| f.counts.stalls() > 0).count();
     let paced_only = stalled.len() - with_stalls;
-    if with_stalls > 0 || paced_only > 0 {
-        let lost: Span = stalled.iter().map(|f| f.time_lost_ns).sum();
-        let worst = stalled
-            .iter()
-            .map(|f| f.worst_stall_ns)
-            .max()
-            .unwrap_or_default();
-        let paced = if paced_only > 0 {
+    if with_stalls == 0 && paced_only == 0 {
+        return;
+    }
+    let lost: Span = stalled.iter().map(|f| f.time_lost_ns).sum();
+    let worst = stalled
+        .iter()
+        .map(|f| f.worst_stall_ns)
+        .max()
+        .unwrap_or_default();
+    let paced = if paced_only > 0 {
+        format!(
+            ", and {} paced by ACKs",
+            super::counted(paced_only as u64, "flow", "flows")
+        )
+    } else {
+        String::new()
+    };
+    let _ = writeln!(
+        out,
+        "time lost: {} in {with_stalls} of {} with stalls{paced}; longest stall {}",
+        ms(lost),
+        super::counted(totals.flows, "flow", "flows"),
+        ms(worst)
+    );
+}
+
+/// A group's heading: its one flow, or its flows' count and figures over them with the first
+/// (the one that lost most) named; with the latencies of that first flow.
+fn write_group(out: &mut String, group: &FlowGroup<'_>) {
+    let f = group.flows[0];
+    let latency = f
+        .latency_us
+        .map(|(p50, p99, _)| {
             format!(
-                ", and {} paced by ACKs",
-                super::counted(paced_only as u64, "flow", "flows")
+                ", p99 {} (p50 {})",
+                ms(Span::from_micros(u64::from(p99))),
+                ms(Span::from_micros(u64::from(p50)))
             )
-        } else {
-            String::new()
-        };
+        })
+        .unwrap_or_default();
+    if group.flows.len() > 1 {
+        let requests: u64 = group.flows.iter().map(|f| f.requests).sum();
+        let least = group
+            .flows
+            .iter()
+            .map(|f| f.time_lost_ns)
+            .min()
+            .unwrap_or_default();
         let _ = writeln!(
             out,
-            "time lost: {} in {with_stalls} of {} with stalls{paced}; longest stall {}",
-            ms(lost),
-            super::counted(totals.flows, "flow", "flows"),
-            ms(worst)
-        );
-    }
-    let by_flow = events_by_flow(&a.events);
-    let groups = super::groups::group(&stalled, &by_flow);
-    let mut fix_lists: Vec<(Vec<String>, String)> = Vec::new();
-    for group in groups.iter().take(FLOWS_SHOWN) {
-        out.push('\n');
-        let f = group.flows[0];
-        let latency = f
-            .latency_us
-            .map(|(p50, p99, _)| {
-                format!(
-                    ", p99 {} (p50 {})",
-                    ms(Span::from_micros(u64::from(p99))),
-                    ms(Span::from_micros(u64::from(p50)))
-                )
-            })
-            .unwrap_or_default();
-        if group.flows.len() > 1 {
-            let requests: u64 = group.flows.iter().map(|f| f.requests).sum();
-            let least = group
+            "{} flows like this, {} to {}: {requests} requests, {} lost in all ({} to {} \
+             each), worst {}",
+            group.flows.len(),
+            f.client.addr,
+            f.server,
+            ms(group.time_lost()),
+            ms(least),
+            ms(f.time_lost_ns),
+            ms(group
                 .flows
                 .iter()
-                .map(|f| f.time_lost_ns)
-                .min()
-                .unwrap_or_default();
-            let _ = writeln!(
-                out,
-                "{} flows like this, {} to {}: {requests} requests, {} lost in all ({} to {} \
-                 each), worst {}",
-                group.flows.len(),
-                f.client.addr,
-                f.server,
-                ms(group.time_lost()),
-                ms(least),
-                ms(f.time_lost_ns),
-                ms(group
-                    .flows
-                    .iter()
-                    .map(|f| f.worst_stall_ns)
-                    .max()
-                    .unwrap_or_default()),
-            );
-            let _ = writeln!(out, "  the first: {}{latency}", f.label());
-        } else {
-            let _ = writeln!(
-                out,
-                "{}: {} requests, {}, {} lost, worst {}{latency}",
-                f.label(),
-                f.requests,
-                f.counts.reported_text(),
-                ms(f.time_lost_ns),
-                ms(f.worst_stall_ns),
-            );
-            if let Some(guessed) = flow_guesses(f) {
-                let _ = writeln!(out, "  ({guessed})");
-            }
-        }
-        for p in &group.patterns {
-            let _ = writeln!(out, "  {}", pattern_line(p));
-            let list = fixes(p.kind, p.held_side, Some(p.example));
-            // A fix list already printed is named, not repeated.
-            if let Some((_, first)) = fix_lists.iter().find(|(l, _)| *l == list) {
-                let _ = writeln!(out, "  fix: as for {first} above");
-                continue;
-            }
-            for (i, fix) in list.iter().enumerate() {
-                let lead = if i == 0 { "  fix:" } else { "      " };
-                let _ = writeln!(out, "{lead} {}. {fix}", i + 1);
-            }
-            fix_lists.push((list, f.label()));
-        }
-    }
-    if groups.len() > FLOWS_SHOWN {
-        let rest: Vec<&FlowSummary> = groups[FLOWS_SHOWN..]
-            .iter()
-            .flat_map(|g| g.flows.iter().copied())
-            .collect();
-        let stalls = rest.iter().filter(|f| f.counts.stalls() > 0).count();
+                .map(|f| f.worst_stall_ns)
+                .max()
+                .unwrap_or_default()),
+        );
+        let _ = writeln!(out, "  the first: {}{latency}", f.label());
+    } else {
         let _ = writeln!(
             out,
-            "\n... and {} more: {stalls} with stalls, {} paced by ACKs (--flows lists them, --json \
-             has every event)",
-            super::counted(rest.len() as u64, "flow", "flows"),
-            rest.len() - stalls
+            "{}: {} requests, {}, {} lost, worst {}{latency}",
+            f.label(),
+            f.requests,
+            f.counts.reported_text(),
+            ms(f.time_lost_ns),
+            ms(f.worst_stall_ns),
         );
+        if let Some(guessed) = flow_guesses(f) {
+            let _ = writeln!(out, "  ({guessed})");
+        }
     }
-    let clean = totals.flows.saturating_sub(stalled.len() as u64);
-    if clean > 0 {
-        let _ = writeln!(
-            out,
-            "\n{} without stalls",
-            super::counted(clean, "flow", "flows")
-        );
+}
+
+/// A group's patterns, each with its fixes; `fix_lists` holds the fix lists printed so far
+/// with the flow each was printed under, and gains this group's new ones.
+fn write_patterns(
+    out: &mut String,
+    group: &FlowGroup<'_>,
+    fix_lists: &mut Vec<(Vec<String>, String)>,
+) {
+    let f = group.flows[0];
+    for p in &group.patterns {
+        let _ = writeln!(out, "  {}", pattern_line(p));
+        let list = fixes(p.kind, p.held_side, Some(p.example));
+        // A fix list already printed is named, not repeated.
+        if let Some((_, first)) = fix_lists.iter().find(|(l, _)| *l == list) {
+            let _ = writeln!(out, "  fix: as for {first} above");
+            continue;
+        }
+        for (i, fix) in list.iter().enumerate() {
+            let lead = if i == 0 { "  fix:" } else { "      " };
+            let _ = writeln!(out, "{lead} {}. {fix}", i + 1);
+        }
+        fix_lists.push((list, f.label()));
     }
-    out
+}
+
+/// The flows of the groups not described (`rest`), counted.
+fn write_rest(out: &mut String, rest: &[FlowGroup<'_>]) {
+    let rest: Vec<&FlowSummary> = rest.iter().flat_map(|g| g.flows.iter().copied()).collect();
+    let stalls = rest.iter().filter(|f| f.counts.stalls() > 0).count();
+    let _ = writeln!(
+        out,
+        "\n... and {} more: {stalls} with stalls, {} paced by ACKs (--flows lists them, --json \
+         has every event)",
+        super::counted(rest.len() as u64, "flow", "flows"),
+        rest.len() - stalls
+    );
 }
 
 /// What a flow's report rests on that the capture did not show: the client guessed (no SYN),
