@@ -8,12 +8,13 @@
 //! process (or of the asked process tree).
 
 use std::collections::HashMap;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::SocketAddr;
 
 use super::bpf_iter::{Iter, IterError};
 use super::sockets::{Holder, InfoView, SocketView};
 use crate::host::kernel::{self, KernelFacts};
 use crate::host::procfs::{self, FdListError, TcpEntry, TcpState};
+use crate::host::record::RecordBytes;
 
 /// The compiled iterator (`scripts/build-bpf` rebuilds it from `bpf/sockets.bpf.c`), aligned
 /// for the ELF reader.
@@ -91,54 +92,36 @@ struct SockRecord {
 
 impl SockRecord {
     fn parse(rec: &[u8]) -> Option<SockRecord> {
-        let rec = rec.get(..RECORD_LEN)?;
-        let u32_at = |o: usize| Some(u32::from_ne_bytes(rec.get(o..o + 4)?.try_into().ok()?));
-        let u16_at = |o: usize| Some(u16::from_ne_bytes(rec.get(o..o + 2)?.try_into().ok()?));
-        let addr16 = |o: usize| -> Option<[u8; 16]> { rec.get(o..o + 16)?.try_into().ok() };
-        let family = i32::from(u16_at(sock_rec_at::FAMILY)?);
-        let ip = |a: [u8; 16]| -> Option<IpAddr> {
-            match family {
-                libc::AF_INET => Some(IpAddr::V4(Ipv4Addr::new(a[0], a[1], a[2], a[3]))),
-                libc::AF_INET6 => Some(IpAddr::V6(Ipv6Addr::from(a))),
-                _ => None,
-            }
-        };
+        let rec = RecordBytes::new(rec, RECORD_LEN)?;
+        let family = rec.u16(sock_rec_at::FAMILY)?;
         Some(SockRecord {
-            inode: u64::from_ne_bytes(
-                rec.get(sock_rec_at::INODE..sock_rec_at::INODE + 8)?
-                    .try_into()
-                    .ok()?,
-            ),
-            uid: u32_at(sock_rec_at::UID)?,
-            unsent: u32_at(sock_rec_at::UNSENT)?,
-            packets_out: u32_at(sock_rec_at::PACKETS_OUT)?,
-            snd_cwnd: u32_at(sock_rec_at::SND_CWND)?,
-            mss_cache: u32_at(sock_rec_at::MSS_CACHE)?,
-            srtt_us: u32_at(sock_rec_at::SRTT_US)?,
-            data_segs_in: u32_at(sock_rec_at::DATA_SEGS_IN)?,
-            data_segs_out: u32_at(sock_rec_at::DATA_SEGS_OUT)?,
-            delack_due_jiffies: i32::from_ne_bytes(
-                rec.get(sock_rec_at::DELACK_DUE..sock_rec_at::DELACK_DUE + 4)?
-                    .try_into()
-                    .ok()?,
-            ),
-            delack_max_jiffies: u32_at(sock_rec_at::DELACK_MAX)?,
+            inode: rec.u64(sock_rec_at::INODE)?,
+            uid: rec.u32(sock_rec_at::UID)?,
+            unsent: rec.u32(sock_rec_at::UNSENT)?,
+            packets_out: rec.u32(sock_rec_at::PACKETS_OUT)?,
+            snd_cwnd: rec.u32(sock_rec_at::SND_CWND)?,
+            mss_cache: rec.u32(sock_rec_at::MSS_CACHE)?,
+            srtt_us: rec.u32(sock_rec_at::SRTT_US)?,
+            data_segs_in: rec.u32(sock_rec_at::DATA_SEGS_IN)?,
+            data_segs_out: rec.u32(sock_rec_at::DATA_SEGS_OUT)?,
+            delack_due_jiffies: rec.i32(sock_rec_at::DELACK_DUE)?,
+            delack_max_jiffies: rec.u32(sock_rec_at::DELACK_MAX)?,
             local: procfs::unmapped(SocketAddr::new(
-                ip(addr16(sock_rec_at::SADDR)?)?,
-                u16_at(sock_rec_at::LPORT)?,
+                rec.ip(family, sock_rec_at::SADDR)?,
+                rec.u16(sock_rec_at::LPORT)?,
             )),
             remote: procfs::unmapped(SocketAddr::new(
-                ip(addr16(sock_rec_at::DADDR)?)?,
-                u16_at(sock_rec_at::RPORT)?,
+                rec.ip(family, sock_rec_at::DADDR)?,
+                rec.u16(sock_rec_at::RPORT)?,
             )),
-            state: *rec.get(sock_rec_at::STATE)?,
-            full: *rec.get(sock_rec_at::FULL)? != 0,
-            nonagle: *rec.get(sock_rec_at::NONAGLE)?,
-            ack_pending: *rec.get(sock_rec_at::ACK_PENDING)?,
-            ack_quick: *rec.get(sock_rec_at::ACK_QUICK)?,
-            ack_pingpong: *rec.get(sock_rec_at::ACK_PINGPONG)?,
-            ato_jiffies: *rec.get(sock_rec_at::ATO)?,
-            throttled: *rec.get(sock_rec_at::THROTTLED)? != 0,
+            state: rec.u8(sock_rec_at::STATE)?,
+            full: rec.u8(sock_rec_at::FULL)? != 0,
+            nonagle: rec.u8(sock_rec_at::NONAGLE)?,
+            ack_pending: rec.u8(sock_rec_at::ACK_PENDING)?,
+            ack_quick: rec.u8(sock_rec_at::ACK_QUICK)?,
+            ack_pingpong: rec.u8(sock_rec_at::ACK_PINGPONG)?,
+            ato_jiffies: rec.u8(sock_rec_at::ATO)?,
+            throttled: rec.u8(sock_rec_at::THROTTLED)? != 0,
         })
     }
 }

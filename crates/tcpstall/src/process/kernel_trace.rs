@@ -14,7 +14,7 @@
 //! tcpstall ends (the programs go with their file descriptors).
 
 use std::collections::{HashMap, HashSet};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
@@ -27,6 +27,7 @@ use super::tracee_memory::{poll_readable, select_readable};
 use super::tracer::{Mode, Traced};
 use crate::host::privilege;
 use crate::host::procfs;
+use crate::host::record::RecordBytes;
 use crate::host::tracepoints::{chain, clock_ns, load_btf_tracepoints, KernelError};
 
 /// The compiled BPF programs (`scripts/build-bpf` rebuilds it from `bpf/trace.bpf.c`),
@@ -135,24 +136,13 @@ struct Record {
 
 impl Record {
     fn parse(rec: &[u8]) -> Option<Record> {
-        let rec = rec.get(..RECORD_LEN)?;
-        let bytes = |o: usize, n: usize| rec.get(o..o + n);
-        let u64_at = |o| Some(u64::from_ne_bytes(bytes(o, 8)?.try_into().ok()?));
-        let u32_at = |o| Some(u32::from_ne_bytes(bytes(o, 4)?.try_into().ok()?));
-        let u16_at = |o| Some(u16::from_ne_bytes(bytes(o, 2)?.try_into().ok()?));
-        let inode = u64_at(record_at::INODE)?;
-        let family = i32::from(u16_at(record_at::FAMILY)?);
-        let ip = |o: usize| -> Option<IpAddr> {
-            let a: [u8; 16] = bytes(o, 16)?.try_into().ok()?;
-            match family {
-                libc::AF_INET => Some(IpAddr::V4(Ipv4Addr::new(a[0], a[1], a[2], a[3]))),
-                libc::AF_INET6 => Some(IpAddr::V6(Ipv6Addr::from(a))),
-                _ => None,
-            }
-        };
-        let nonagle = *rec.get(record_at::NONAGLE)?;
-        let (lport, rport) = (u16_at(record_at::LPORT)?, u16_at(record_at::RPORT)?);
-        let mss = u32_at(record_at::MSS)?;
+        let rec = RecordBytes::new(rec, RECORD_LEN)?;
+        let inode = rec.u64(record_at::INODE)?;
+        let family = rec.u16(record_at::FAMILY)?;
+        let ip = |at: usize| rec.ip(family, at);
+        let nonagle = rec.u8(record_at::NONAGLE)?;
+        let (lport, rport) = (rec.u16(record_at::LPORT)?, rec.u16(record_at::RPORT)?);
+        let mss = rec.u32(record_at::MSS)?;
         // Records on a socket carry its inode; the others (waits, forks) none.
         let facts = (inode != 0).then(|| SocketFacts {
             inode: Some(inode),
@@ -167,20 +157,20 @@ impl Record {
             queue: None,
         });
         Some(Record {
-            ts_ns: u64_at(record_at::TS_NS)?,
-            ret: u64_at(record_at::RET)? as i64,
+            ts_ns: rec.u64(record_at::TS_NS)?,
+            ret: rec.u64(record_at::RET)? as i64,
             actor: Actor {
-                tid: u32_at(record_at::TID)?,
-                tgid: u32_at(record_at::TGID)?,
+                tid: rec.u32(record_at::TID)?,
+                tgid: rec.u32(record_at::TGID)?,
             },
-            fd: u32_at(record_at::FD)? as i32,
-            arg: u32_at(record_at::ARG)?,
-            value: u32_at(record_at::VALUE)?,
-            kind: *rec.get(record_at::KIND)?,
-            flags: *rec.get(record_at::FLAGS)?,
-            wait: *rec.get(record_at::WAIT)?,
+            fd: rec.u32(record_at::FD)? as i32,
+            arg: rec.u32(record_at::ARG)?,
+            value: rec.u32(record_at::VALUE)?,
+            kind: rec.u8(record_at::KIND)?,
+            flags: rec.u8(record_at::FLAGS)?,
+            wait: rec.u8(record_at::WAIT)?,
             facts,
-            data: bytes(record_at::DATA, 64)?.try_into().ok()?,
+            data: rec.bytes(record_at::DATA, 64)?.try_into().ok()?,
         })
     }
 

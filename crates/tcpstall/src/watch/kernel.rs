@@ -15,7 +15,7 @@
 //! held side is the server when its local port is a listening one, else the client.
 
 use std::collections::HashSet;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -29,6 +29,7 @@ use super::WatchArgs;
 use crate::detect::{hold_kind, Finding, HoldEnd, KindCounts, PeerStack, StallEvent, StallKind};
 use crate::flow::{Endpoint, Side, Span, Timestamp};
 use crate::host::procfs::{self, TcpState};
+use crate::host::record::RecordBytes;
 pub use crate::host::tracepoints::KernelError;
 pub(crate) use crate::host::tracepoints::{chain, clock_ns, load_btf_tracepoints_with};
 use crate::report::model::watch::WatchSummary;
@@ -192,46 +193,25 @@ impl Hold {
 
     /// Parses one ring record; `None` when it is not one (short).
     pub fn parse(rec: &[u8]) -> Option<Hold> {
-        let rec = rec.get(..RECORD_LEN)?;
-        let u64_at = |o: usize| {
-            rec.get(o..o + 8)
-                .map(|b| u64::from_ne_bytes(b.try_into().unwrap_or([0; 8])))
-        };
-        let u32_at = |o: usize| {
-            rec.get(o..o + 4)
-                .map(|b| u32::from_ne_bytes(b.try_into().unwrap_or([0; 4])))
-        };
-        let u16_at = |o: usize| {
-            rec.get(o..o + 2)
-                .map(|b| u16::from_ne_bytes(b.try_into().unwrap_or([0; 2])))
-        };
-        let addr16 = |o: usize| -> Option<[u8; 16]> { rec.get(o..o + 16)?.try_into().ok() };
-        let family = u16_at(hold_at::FAMILY)?;
-        let (saddr, daddr) = (addr16(hold_at::SADDR)?, addr16(hold_at::DADDR)?);
-        let ip = |a: [u8; 16]| -> Option<IpAddr> {
-            match i32::from(family) {
-                libc::AF_INET => Some(IpAddr::V4(Ipv4Addr::new(a[0], a[1], a[2], a[3]))),
-                libc::AF_INET6 => Some(IpAddr::V6(Ipv6Addr::from(a))),
-                _ => None,
-            }
-        };
-        let comm = rec.get(hold_at::COMM..hold_at::COMM + 16)?;
+        let rec = RecordBytes::new(rec, RECORD_LEN)?;
+        let family = rec.u16(hold_at::FAMILY)?;
+        let comm = rec.bytes(hold_at::COMM, 16)?;
         let comm_len = comm.iter().position(|b| *b == 0).unwrap_or(comm.len());
         Some(Hold {
-            socket: u64_at(hold_at::SK)?,
-            start_ns: u64_at(hold_at::START_NS)?,
-            end_ns: u64_at(hold_at::END_NS)?,
-            pid: u32_at(hold_at::TGID)?,
-            unsent: u32_at(hold_at::UNSENT)?,
-            write_bytes: u32_at(hold_at::WRITE_BYTES)?,
-            mss: u32_at(hold_at::MSS)?,
-            min_rtt_us: u32_at(hold_at::MIN_RTT_US)?,
-            local: SocketAddr::new(ip(saddr)?, u16_at(hold_at::LPORT)?),
-            remote: SocketAddr::new(ip(daddr)?, u16_at(hold_at::RPORT)?),
-            release: Release::from_code(*rec.get(hold_at::RELEASE)?)?,
-            retransmits: *rec.get(hold_at::RETRANS)?,
+            socket: rec.u64(hold_at::SK)?,
+            start_ns: rec.u64(hold_at::START_NS)?,
+            end_ns: rec.u64(hold_at::END_NS)?,
+            pid: rec.u32(hold_at::TGID)?,
+            unsent: rec.u32(hold_at::UNSENT)?,
+            write_bytes: rec.u32(hold_at::WRITE_BYTES)?,
+            mss: rec.u32(hold_at::MSS)?,
+            min_rtt_us: rec.u32(hold_at::MIN_RTT_US)?,
+            local: SocketAddr::new(rec.ip(family, hold_at::SADDR)?, rec.u16(hold_at::LPORT)?),
+            remote: SocketAddr::new(rec.ip(family, hold_at::DADDR)?, rec.u16(hold_at::RPORT)?),
+            release: Release::from_code(rec.u8(hold_at::RELEASE)?)?,
+            retransmits: rec.u8(hold_at::RETRANS)?,
             command: String::from_utf8_lossy(&comm[..comm_len]).into_owned(),
-            sent_ago_jiffies: u32_at(hold_at::SENT_AGO)?,
+            sent_ago_jiffies: rec.u32(hold_at::SENT_AGO)?,
         })
     }
 
