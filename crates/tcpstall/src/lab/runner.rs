@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 
 use super::client::{ClientConfig, Connection};
-use super::expect::{Geometry, SegmentRules, WireOutcome};
+use super::expect::{Geometry, RowSizes, SegmentRules, WireOutcome};
 use super::explain::{Explanation, PathNote};
 use super::path::{own_packet_share, pushed_packet_share, PathEnds};
 use super::scenarios::Variant;
@@ -108,11 +108,49 @@ pub(crate) fn run_variant(
     let sizes = settings
         .segments
         .sizes_of(variant, settings.size, settings.mss);
-    let (size, mss) = (sizes.size, sizes.mss);
     let deadline = Instant::now() + settings.row_timeout;
     let path = settings.path.as_ref();
+    let server = start_server(variant, settings, &sizes, deadline)?;
+    let addr = server.addr();
+    watch_port(addr.port());
+    let client = client_config(variant, settings, sizes.mss)?;
+    let _route = route_fix_on(variant, settings)?;
+    let corking_before = autocorking_count(path);
+    let row = RowContext {
+        variant,
+        settings,
+        rounds: batched_rounds(
+            settings.requests,
+            WireOutcome::of(variant, &sizes).detector_kind(variant),
+        ),
+        size: sizes.size,
+        addr,
+        client: &client,
+        deadline,
+    };
+    let outcome = client_side(&row);
+    let corking_after = autocorking_count(path);
+    let report = server.stop();
+    let run = RowRun {
+        outcome,
+        report,
+        port: addr.port(),
+        corking: (corking_before, corking_after),
+    };
+    Ok(row_result(variant, settings, &sizes, run))
+}
+
+/// Starts the row's server: the peer's when it plays the server (`lab --peer-side server`),
+/// else the kernel's, with the row's delayed-ACK cap on the server's side.
+fn start_server(
+    variant: &Variant,
+    settings: &RunSettings,
+    sizes: &RowSizes,
+    deadline: Instant,
+) -> anyhow::Result<RowServer> {
+    let (size, mss) = (sizes.size, sizes.mss);
     let server_cap = delack_max_on(variant, settings, Side::Server)?;
-    let server = match settings.peer.as_deref() {
+    Ok(match settings.peer.as_deref() {
         Some(peer) if peer.side == crate::peer::PeerSide::Server => {
             let job = crate::peer::server::ServerJob {
                 protocol: (variant.workload.protocol)(size),
@@ -129,91 +167,85 @@ pub(crate) fn run_variant(
         }
         _ => RowServer::Kernel(
             Server::start(server_config(
-                variant, size, mss, deadline, path, server_cap,
+                variant,
+                size,
+                mss,
+                deadline,
+                settings.path.as_ref(),
+                server_cap,
             ))
             .context("cannot start the lab server")?,
         ),
-    };
-    let addr = server.addr();
-    watch_port(addr.port());
-    let client = ClientConfig {
+    })
+}
+
+/// The client sockets' setup in `variant`'s run: its options, its delayed-ACK cap on the
+/// client's side, in the client's namespace over an emulated path.
+fn client_config(
+    variant: &Variant,
+    settings: &RunSettings,
+    mss: Option<u32>,
+) -> anyhow::Result<ClientConfig> {
+    Ok(ClientConfig {
         mss,
         nodelay: variant.client_nodelay,
         quickack_rearm: variant.client_quickack,
         delack_max: delack_max_on(variant, settings, Side::Client)?,
-        namespace: path.map(|p| p.client.clone()),
+        namespace: settings.path.as_ref().map(|p| p.client.clone()),
         ..ClientConfig::default()
-    };
-    let _route = route_fix_on(variant, settings)?;
-    let corking_before = autocorking_count(path);
-    let row = RowContext {
-        variant,
-        settings,
-        rounds: batched_rounds(
-            settings.requests,
-            WireOutcome::of(variant, &sizes).detector_kind(variant),
-        ),
-        size,
-        addr,
-        client: &client,
-        deadline,
-    };
-    let mut outcome = match settings.peer.as_deref() {
-        Some(peer) if peer.side == crate::peer::PeerSide::Client => peer_client(peer, &row),
-        _ => run_client(&row),
-    };
-    let corking_after = autocorking_count(path);
-    let report = server.stop();
-    let mut latencies = outcome.latencies;
-    let is_stream = variant.workload.is_one_way();
-    if is_stream {
-        latencies = stream_latencies(&outcome.stream_writes, &report.arrivals);
-        outcome.requests = outcome.stream_writes.iter().map(|(_, w)| w.len()).sum();
-        if latencies.len() < outcome.requests {
-            outcome.errors.push(format!(
-                "the server saw {} of {} writes arrive",
-                latencies.len(),
-                outcome.requests
-            ));
-        }
+    })
+}
+
+/// Runs the client side of a row: on the peer's stack when it plays the client, else on
+/// kernel sockets.
+fn client_side(row: &RowContext<'_>) -> ClientOutcome {
+    match row.settings.peer.as_deref() {
+        Some(peer) if peer.side == crate::peer::PeerSide::Client => peer_client(peer, row),
+        _ => run_client(row),
     }
+}
+
+/// A row's run, over: what both ends measured.
+struct RowRun {
+    /// The client side's.
+    outcome: ClientOutcome,
+    /// The server's, once stopped.
+    report: crate::exchange::ServerReport,
+    /// The server's port.
+    port: u16,
+    /// TcpExt TCPAutoCorking of the clients' namespace before and after the client side ran.
+    corking: (Option<u64>, Option<u64>),
+}
+
+/// The row's result: its latencies against the stall threshold, explained by the kernel rules,
+/// with what the kernel says of its segments.
+fn row_result(
+    variant: &Variant,
+    settings: &RunSettings,
+    sizes: &RowSizes,
+    run: RowRun,
+) -> RowResult {
+    let RowRun {
+        mut outcome,
+        report,
+        port,
+        corking: (corking_before, corking_after),
+    } = run;
+    let (size, mss) = (sizes.size, sizes.mss);
+    let path = settings.path.as_ref();
+    let is_stream = variant.workload.is_one_way();
+    let latencies = latencies_of(variant, &mut outcome, &report.arrivals);
+    let inherited = inherited(variant, &report);
     outcome.errors.merge(report.errors);
     let summary = LatencySummary::of(&latencies);
     let requests = outcome.requests.max(1) as f64;
     let rtt = path.map_or(Duration::ZERO, |p| p.shape.rtt);
-    let geometry = Geometry::of(variant, &sizes);
-    let expected = WireOutcome::of(variant, &sizes);
+    let geometry = Geometry::of(variant, sizes);
+    let expected = WireOutcome::of(variant, sizes);
     let threshold = stall_threshold_ms(expected.round_trips(), rtt);
     let stalled = summary.p50_ms >= threshold;
-    let mut explanation = Explanation::of(variant, geometry).to_string();
-    if let (Some(_), Some(max)) = (variant.delack_cap, settings.delack_cap) {
-        explanation = format!("{explanation}; cap {} ms on this kernel", max.as_millis());
-    }
-    let route_capped = variant.route_fix.map(|fix| fix.lever)
-        == Some(crate::lab::scenarios::RouteLever::DelackMax);
-    if let (true, Some(rto_min)) = (route_capped, settings.route_rto_min) {
-        explanation = format!("{explanation}; rto_min {} ms here", rto_min.as_millis());
-    }
-    if path.is_some() {
-        explanation = format!("{explanation}; {}", PathNote::of(variant, &expected));
-    }
-    if let Some(lost) = path.and_then(|p| p.shape.lose_segment) {
-        explanation = format!(
-            "the path lost data segment {lost} of each connection (client to server), and its \
-             repair adds to these times; {explanation}"
-        );
-    }
-    if stalled != expected.stalls() {
-        explanation = format!("UNEXPECTED on this kernel; the kernel rules say: {explanation}");
-    }
-    let inherited = match (variant.server_nodelay, variant.listener_quickack) {
-        (ServerNodelay::Listener, _) => report.accepted_nodelay,
-        // The accepted socket reads TCP_QUICKACK as !pingpong: equal to the listener's value
-        // means the setting was carried over.
-        (_, Some(on)) => report.accepted_quickack.map(|q| q == on),
-        _ => None,
-    };
-    Ok(RowResult {
+    let explanation = explanation(variant, settings, geometry, &expected, stalled);
+    RowResult {
         scenario: variant.scenario.name(),
         variant: variant.name_in_run(settings.size),
         requests: outcome.requests,
@@ -238,7 +270,7 @@ pub(crate) fn run_variant(
             let rounds = outcome.requests / (depth * connections).max(1);
             super::own_traffic::kind_checked(kind, rounds)
         }),
-        server_port: addr.port(),
+        server_port: port,
         connections: outcome.connections,
         size,
         message_parts: [geometry.first, geometry.second],
@@ -249,10 +281,10 @@ pub(crate) fn run_variant(
         own_segment_share: is_stream.then(|| (outcome.client_segments as f64 / requests).min(1.0)),
         own_packet_share: path
             .filter(|_| is_stream)
-            .map(|ends| own_packet_share(&ends.segments, addr.port(), size, outcome.requests)),
+            .map(|ends| own_packet_share(&ends.segments, port, size, outcome.requests)),
         pushed_packet_share: path
             .filter(|_| is_stream)
-            .map(|ends| pushed_packet_share(&ends.segments, addr.port())),
+            .map(|ends| pushed_packet_share(&ends.segments, port)),
         autocorking_delta: if is_stream {
             corking_before
                 .zip(corking_after)
@@ -267,7 +299,76 @@ pub(crate) fn run_variant(
         throughput_lost: None,
         inherited,
         errors: outcome.errors.lines(),
-    })
+    }
+}
+
+/// The row's latencies: the client's request turns, or for the stream each write's delivery
+/// (from the server's `arrivals`), the stream's request count then being its writes, and the
+/// writes that never arrived noted.
+fn latencies_of(
+    variant: &Variant,
+    outcome: &mut ClientOutcome,
+    arrivals: &std::collections::HashMap<u16, Vec<Instant>>,
+) -> Vec<Duration> {
+    if !variant.workload.is_one_way() {
+        return std::mem::take(&mut outcome.latencies);
+    }
+    let latencies = stream_latencies(&outcome.stream_writes, arrivals);
+    outcome.requests = outcome.stream_writes.iter().map(|(_, w)| w.len()).sum();
+    if latencies.len() < outcome.requests {
+        outcome.errors.push(format!(
+            "the server saw {} of {} writes arrive",
+            latencies.len(),
+            outcome.requests
+        ));
+    }
+    latencies
+}
+
+/// The row's explanation by the kernel rules, with the caps it ran with, the path's part and
+/// its lost segment; marked UNEXPECTED when the row's stall disagrees with them.
+fn explanation(
+    variant: &Variant,
+    settings: &RunSettings,
+    geometry: Geometry,
+    expected: &WireOutcome,
+    stalled: bool,
+) -> String {
+    let path = settings.path.as_ref();
+    let mut explanation = Explanation::of(variant, geometry).to_string();
+    if let (Some(_), Some(max)) = (variant.delack_cap, settings.delack_cap) {
+        explanation = format!("{explanation}; cap {} ms on this kernel", max.as_millis());
+    }
+    let route_capped = variant.route_fix.map(|fix| fix.lever)
+        == Some(crate::lab::scenarios::RouteLever::DelackMax);
+    if let (true, Some(rto_min)) = (route_capped, settings.route_rto_min) {
+        explanation = format!("{explanation}; rto_min {} ms here", rto_min.as_millis());
+    }
+    if path.is_some() {
+        explanation = format!("{explanation}; {}", PathNote::of(variant, expected));
+    }
+    if let Some(lost) = path.and_then(|p| p.shape.lose_segment) {
+        explanation = format!(
+            "the path lost data segment {lost} of each connection (client to server), and its \
+             repair adds to these times; {explanation}"
+        );
+    }
+    if stalled != expected.stalls() {
+        explanation = format!("UNEXPECTED on this kernel; the kernel rules say: {explanation}");
+    }
+    explanation
+}
+
+/// Whether the accepted socket carried over the listener's setting the row is about
+/// (TCP_NODELAY or TCP_QUICKACK); `None` for the other rows.
+fn inherited(variant: &Variant, report: &crate::exchange::ServerReport) -> Option<bool> {
+    match (variant.server_nodelay, variant.listener_quickack) {
+        (ServerNodelay::Listener, _) => report.accepted_nodelay,
+        // The accepted socket reads TCP_QUICKACK as !pingpong: equal to the listener's value
+        // means the setting was carried over.
+        (_, Some(on)) => report.accepted_quickack.map(|q| q == on),
+        _ => None,
+    }
 }
 
 /// The variant every batched row's rate is compared with: the same scenario with TCP_NODELAY.

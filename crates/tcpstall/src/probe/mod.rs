@@ -180,47 +180,13 @@ fn positive_seconds(text: &str) -> Result<f64, String> {
 /// reported with the results, then returned (exit 2).
 pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
     let target = target::parse(&args.url)?;
-    let shape = Shape {
-        method: args.method.clone(),
-        body_size: args.body_size as usize,
-        split_request: args.split_request,
-        value_size: args.size as usize,
-        send: args.send.as_deref().map(target::unescape).transpose()?,
-        until: args.until.as_deref().map(target::unescape).transpose()?,
-        pipeline: usize::from(args.pipeline),
-    };
-    let dialogue = dialogue::build(&target, &shape)?;
+    let dialogue = dialogue::build(&target, &shape_of(args)?)?;
     let addrs = resolve(&target)?;
     catch_interrupt()?;
-    let tls = if target.protocol.is_tls() {
-        Some((tls::client_config(args.insecure)?, args.insecure))
-    } else {
-        None
-    };
-    let timeout = Duration::from_secs_f64(args.timeout);
     let max_time = Duration::from_secs_f64(args.max_time);
-    let plan = Plan {
-        addrs,
-        host: target.host.clone(),
-        tls,
-        timeout,
-        deadline: Instant::now() + max_time,
-        mode: SocketMode::default(),
-    };
+    let plan = plan_of(args, &target, addrs, max_time)?;
     let requests = args.requests as usize;
-    // The hops behind a server on this host are watched while the requests run.
-    let proxy = upstream::listener_owner(plan.addrs[0]);
-    let hops = proxy
-        .as_ref()
-        .map_err(Clone::clone)
-        .and_then(upstream::HopWatch::start);
-    // The server's accept queue, read before and after the requests (server on this host).
-    let queue = proxy
-        .as_ref()
-        .ok()
-        .and_then(|p| listen_queue::Watch::start(plan.addrs[0], p).ok());
-    // The server's own connections: whether there is any hop behind it at all.
-    let lister = proxy.as_ref().ok().and_then(behind::Lister::start);
+    let watch = ServerWatch::start(plan.addrs[0]);
     let Observed {
         log,
         stalls,
@@ -228,9 +194,152 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
         source,
         captured,
     } = observed_run(&plan, &dialogue, requests, usize::from(args.connections));
-    let queue = queue.map(listen_queue::Watch::finish);
-    let hops = hops.and_then(|watch| watch.finish(&log));
-    let connections_behind = lister.map(|l| l.finish(&log));
+    let ServerSeen {
+        proxy,
+        queue,
+        hops,
+        connections_behind,
+    } = watch.finish(&log);
+    exit_unless_answered(&target, &log)?;
+    let mut diagnosis =
+        diagnosis::diagnose(stalls, &log, source, captured.as_ref(), proxy.as_ref());
+    let connect_times = listen_queue::connect_times(&log);
+    let queue_note = queue
+        .and_then(|q| listen_queue::judge(&mut diagnosis, q, &outside, connect_times.as_ref()));
+    let ack_paced = ack_pacing(args, &plan, &dialogue, &log, captured.as_ref(), max_time);
+    let jiffy = upstream::jiffy();
+    let (confirmation, remarks) = confirm_and_place(
+        &plan,
+        &dialogue,
+        &log,
+        Behind {
+            proxy,
+            hops,
+            jiffy,
+            connections_behind,
+        },
+        &mut diagnosis,
+        max_time,
+    );
+    let ladder = example_ladder(&diagnosis, captured.as_ref());
+    let latencies_ms: Vec<f64> = log
+        .requests()
+        .map(|t| t.latency.as_secs_f64() * 1e3)
+        .collect();
+    let mut report = assemble(&target, requests, &log, diagnosis, confirmation, jiffy);
+    report.interrupted = interrupted();
+    report.ack_paced = ack_paced;
+    report.pipeline = usize::from(args.pipeline);
+    if let Some(note) = outside_note(&outside, &log) {
+        report.notes.insert(0, note);
+    }
+    report.notes.extend(remarks);
+    report.notes.extend(queue_note);
+    report.connect_times = connect_times;
+    print_report(args, &report, ladder.as_ref(), captured.is_some())?;
+    write_html(args, &report, &latencies_ms, ladder.as_ref())?;
+    outcome_of(&report, requests)
+}
+
+/// The exchange the command line asks for: method, sizes, the request's split, the bytes of
+/// `tcp://` and the pipeline's depth.
+fn shape_of(args: &ProbeArgs) -> anyhow::Result<Shape> {
+    Ok(Shape {
+        method: args.method.clone(),
+        body_size: args.body_size as usize,
+        split_request: args.split_request,
+        value_size: args.size as usize,
+        send: args.send.as_deref().map(target::unescape).transpose()?,
+        until: args.until.as_deref().map(target::unescape).transpose()?,
+        pipeline: usize::from(args.pipeline),
+    })
+}
+
+/// How the requests are made: to `addrs`, over TLS for the TLS targets, each request within
+/// the timeout and the run within `max_time` from now.
+fn plan_of(
+    args: &ProbeArgs,
+    target: &Target,
+    addrs: Vec<SocketAddr>,
+    max_time: Duration,
+) -> anyhow::Result<Plan> {
+    let tls = if target.protocol.is_tls() {
+        Some((tls::client_config(args.insecure)?, args.insecure))
+    } else {
+        None
+    };
+    let timeout = Duration::from_secs_f64(args.timeout);
+    Ok(Plan {
+        addrs,
+        host: target.host.clone(),
+        tls,
+        timeout,
+        deadline: Instant::now() + max_time,
+        mode: SocketMode::default(),
+    })
+}
+
+/// What is watched of a server on this host while the requests run.
+struct ServerWatch {
+    /// The owner of the target's listening socket, or why it is not known.
+    proxy: Result<upstream::Process, String>,
+    hops: Result<upstream::HopWatch, String>,
+    queue: Option<listen_queue::Watch>,
+    lister: Option<behind::Lister>,
+}
+
+/// What was seen of a server on this host once the requests ran.
+struct ServerSeen {
+    /// The owner of the target's listening socket, when it is on this host.
+    proxy: Option<upstream::Process>,
+    /// The server's accept queue before and after the requests.
+    queue: Option<listen_queue::ListenQueue>,
+    /// The capture of the proxy's connections, or why there is none.
+    hops: Result<upstream::HopCapture, String>,
+    /// The server's connections other than the probe's.
+    connections_behind: Option<Vec<SocketAddr>>,
+}
+
+impl ServerWatch {
+    /// Starts watching the server listening on `target`, when it is on this host.
+    fn start(target: SocketAddr) -> ServerWatch {
+        // The hops behind a server on this host are watched while the requests run.
+        let proxy = upstream::listener_owner(target);
+        let hops = proxy
+            .as_ref()
+            .map_err(Clone::clone)
+            .and_then(upstream::HopWatch::start);
+        // The server's accept queue, read before and after the requests (server on this host).
+        let queue = proxy
+            .as_ref()
+            .ok()
+            .and_then(|p| listen_queue::Watch::start(target, p).ok());
+        // The server's own connections: whether there is any hop behind it at all.
+        let lister = proxy.as_ref().ok().and_then(behind::Lister::start);
+        ServerWatch {
+            proxy,
+            hops,
+            queue,
+            lister,
+        }
+    }
+
+    /// Stops watching once the requests of `log` ran.
+    fn finish(self, log: &RunLog) -> ServerSeen {
+        let queue = self.queue.map(listen_queue::Watch::finish);
+        let hops = self.hops.and_then(|watch| watch.finish(log));
+        let connections_behind = self.lister.map(|l| l.finish(log));
+        ServerSeen {
+            proxy: self.proxy.ok(),
+            queue,
+            hops,
+            connections_behind,
+        }
+    }
+}
+
+/// Ends the run when no request was answered: exit 130 after Ctrl-C, else the first error.
+fn exit_unless_answered(target: &Target, log: &RunLog) -> anyhow::Result<()> {
     let answered = log.requests().count();
     if answered == 0 && interrupted() {
         eprintln!("tcpstall: probe interrupted before any request was answered");
@@ -245,17 +354,24 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
         return Err(anyhow!(
             "probe of {}: {first}{}",
             target.display(),
-            tls_port_hint(&target, &log)
+            tls_port_hint(target, log)
         ));
     }
-    let server = proxy.as_ref().ok().cloned();
-    let mut diagnosis =
-        diagnosis::diagnose(stalls, &log, source, captured.as_ref(), server.as_ref());
-    let connect_times = listen_queue::connect_times(&log);
-    let queue_note = queue
-        .and_then(|q| listen_queue::judge(&mut diagnosis, q, &outside, connect_times.as_ref()));
+    Ok(())
+}
+
+/// Whether the server's ACKs paced the probe's own writes; when they held them (and no Ctrl-C
+/// came), what the same run gains with TCP_NODELAY.
+fn ack_pacing(
+    args: &ProbeArgs,
+    plan: &Plan,
+    dialogue: &Dialogue,
+    log: &RunLog,
+    captured: Option<&Captured>,
+    max_time: Duration,
+) -> paced::AckPaced {
     let pipeline = usize::from(args.pipeline);
-    let mut ack_paced = paced::of(&log, captured.as_ref(), pipeline);
+    let mut ack_paced = paced::of(log, captured, pipeline);
     if ack_paced.own_writes_held() && !interrupted() {
         // The same run with TCP_NODELAY on the probe's sockets: the throughput it gains (or
         // loses: on a short path the holds also gather requests into fewer segments).
@@ -267,75 +383,86 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
             deadline: Instant::now() + max_time,
             ..plan.clone()
         };
-        let rerun = observed_run(&nodelay, &dialogue, requests, usize::from(args.connections));
+        let rerun = observed_run(
+            &nodelay,
+            dialogue,
+            args.requests as usize,
+            usize::from(args.connections),
+        );
         ack_paced.nodelay = Some(paced::nodelay_run(
             &rerun.log,
             rerun.captured.as_ref(),
             pipeline,
         ));
     }
-    let jiffy = upstream::jiffy();
-    let (confirmation, remarks) = confirm_and_place(
-        &plan,
-        &dialogue,
-        &log,
-        Behind {
-            proxy: proxy.ok(),
-            hops,
-            jiffy,
-            connections_behind,
-        },
-        &mut diagnosis,
-        max_time,
-    );
-    let ladder = diagnosis
+    ack_paced
+}
+
+/// The ladder of the diagnosis's example stall, from the probe's own capture.
+fn example_ladder(
+    diagnosis: &Diagnosis,
+    captured: Option<&Captured>,
+) -> Option<crate::ladder::Ladder> {
+    diagnosis
         .example
         .as_ref()
         .and_then(|s| s.event.as_ref())
-        .zip(captured.as_ref())
-        .and_then(|(event, captured)| crate::ladder::around(event, &captured.raw));
-    let latencies_ms: Vec<f64> = log
-        .requests()
-        .map(|t| t.latency.as_secs_f64() * 1e3)
-        .collect();
-    let mut report = assemble(&target, requests, &log, diagnosis, confirmation, jiffy);
-    report.interrupted = interrupted();
-    report.ack_paced = ack_paced;
-    report.pipeline = pipeline;
-    if let Some(note) = outside_note(&outside, &log) {
-        report.notes.insert(0, note);
-    }
-    report.notes.extend(remarks);
-    report.notes.extend(queue_note);
-    report.connect_times = connect_times;
+        .zip(captured)
+        .and_then(|(event, captured)| crate::ladder::around(event, &captured.raw))
+}
+
+/// The report on standard output (JSON with `--json`), then with `--ladder` the example
+/// stall's ladder, or why there is none.
+fn print_report(
+    args: &ProbeArgs,
+    report: &ProbeReport,
+    ladder: Option<&crate::ladder::Ladder>,
+    captured: bool,
+) -> anyhow::Result<()> {
     let text = if args.json {
-        report::probe::json(&report)
+        report::probe::json(report)
     } else {
-        report::fit_prose(report::probe::text(&report))
+        report::fit_prose(report::probe::text(report))
     };
     report::print_stdout(&text)?;
     if args.ladder {
         let mut out = std::io::stdout().lock();
-        match &ladder {
+        match ladder {
             Some(ladder) => {
                 writeln!(out)?;
                 report::ladder::write(&mut out, ladder, report::style::Style::stdout())?;
             }
-            None if captured.is_none() => writeln!(
+            None if !captured => writeln!(
                 out,
                 "\nno ladder: drawing it needs the capture of the probe's own traffic (CAP_NET_RAW)"
             )?,
             None => {}
         }
     }
+    Ok(())
+}
+
+/// `--html FILE`: the report as a page, with the latencies and the example stall's ladder.
+fn write_html(
+    args: &ProbeArgs,
+    report: &ProbeReport,
+    latencies_ms: &[f64],
+    ladder: Option<&crate::ladder::Ladder>,
+) -> anyhow::Result<()> {
     if let Some(path) = &args.html {
-        let mut page = report::html::probe_page(&report, &latencies_ms)?;
-        if let Some(ladder) = &ladder {
+        let mut page = report::html::probe_page(report, latencies_ms)?;
+        if let Some(ladder) = ladder {
             page.add_ladder(format!("{}-{}", ladder.client, ladder.server), ladder);
         }
         page.write_to(path)?;
         eprintln!("tcpstall: HTML report written to {}", path.display());
     }
+    Ok(())
+}
+
+/// How the run ends once its report is out: exit 130 after Ctrl-C, an error (exit 2) when
+/// requests failed or the server answered with HTTP errors, else whether a stall was found.
+fn outcome_of(report: &ProbeReport, requests: usize) -> anyhow::Result<Outcome> {
     if report.interrupted {
         // Everything measured is printed; the status says the run did not finish.
         let _ = std::io::stdout().flush();

@@ -114,23 +114,9 @@ pub struct RouteFixReport {
 /// Runs `tcpstall fix --route`.
 pub fn run(request: &RouteRequest) -> anyhow::Result<Outcome> {
     let (namespace, label) = open_namespace(&request.namespace)?;
-    let found = in_namespace(namespace.as_ref(), |socket| {
-        let route = socket.matching_route(request.dest);
-        Ok(route.map(|r| {
-            let line = describe::route_line(&r);
-            (rtnetlink::as_request(&r), line)
-        }))
-    })?
-    .map_err(|err| lookup_error(err, request.dest, label.as_deref()))?;
-    let (current, route_before) = found;
+    let (current, route_before) = find_route(request, namespace.as_ref(), label.as_deref())?;
     refuse_unreplaceable(&current, request.dest)?;
-    let netns_inode = match &namespace {
-        Some(ns) => ns.inode(),
-        None => NetNs::open("own", "/proc/self/ns/net").and_then(|ns| ns.inode()),
-    }
-    .context("cannot read the network namespace's inode, which names the state file")?;
-    let state_path = state::path_for(netns_inode, &current);
-    let default_route = rtnetlink::is_default(&current);
+    let state_path = state::path_for(netns_inode(namespace.as_ref())?, &current);
     // A real change needs CAP_NET_ADMIN: refused before anything is read or asked. A dry run
     // needs nothing, and reads the record only to show what --undo would put back.
     let changes = !request.dry_run;
@@ -142,15 +128,106 @@ pub fn run(request: &RouteRequest) -> anyhow::Result<Outcome> {
         (_, false) => None,
     };
 
+    let planned = plan_change(
+        request.change,
+        &current,
+        kept.as_ref(),
+        &route_before,
+        &state_path,
+    )?;
+    let route_after = in_namespace(namespace.as_ref(), |_| {
+        Ok(describe::route_line(&planned.target))
+    })?;
+    let mut report = plan_report(
+        request,
+        label,
+        &current,
+        (route_before, route_after),
+        &planned,
+        &state_path,
+    );
+    note_changed_since_set(
+        request.change,
+        kept.as_ref(),
+        &current,
+        &report.route_before,
+    )?;
+
+    show_plan(request, &report)?;
+    if report.unchanged && request.change == RouteChange::Undo && !request.dry_run {
+        // The route is back as it was (put back by hand): the record has nothing left to undo.
+        std::fs::remove_file(&state_path)
+            .with_context(|| format!("cannot remove {}", state_path.display()))?;
+    }
+    if !report.unchanged && !request.dry_run {
+        confirm_and_apply(
+            request,
+            namespace.as_ref(),
+            &current,
+            &planned.target,
+            kept,
+            &mut report,
+        )?;
+    }
+    print_done(request, &report)?;
+    Ok(Outcome::Done)
+}
+
+/// The route the kernel uses for `request.dest` in `namespace` (labelled `label`), as a
+/// request to replace it and as a line.
+fn find_route(
+    request: &RouteRequest,
+    namespace: Option<&NetNs>,
+    label: Option<&str>,
+) -> anyhow::Result<(RouteMessage, String)> {
+    in_namespace(namespace, |socket| {
+        let route = socket.matching_route(request.dest);
+        Ok(route.map(|r| {
+            let line = describe::route_line(&r);
+            (rtnetlink::as_request(&r), line)
+        }))
+    })?
+    .map_err(|err| lookup_error(err, request.dest, label))
+}
+
+/// The inode of the route's network namespace (`None`: tcpstall's own), which names the
+/// state file.
+fn netns_inode(namespace: Option<&NetNs>) -> anyhow::Result<u64> {
+    match namespace {
+        Some(ns) => ns.inode(),
+        None => NetNs::open("own", "/proc/self/ns/net").and_then(|ns| ns.inode()),
+    }
+    .context("cannot read the network namespace's inode, which names the state file")
+}
+
+/// The route a change makes.
+struct Planned {
+    /// The route as it is to be.
+    target: RouteMessage,
+    /// With `--delack-max`: the `rto_min` set, milliseconds.
+    rto_min_ms: Option<u32>,
+    /// With `--delack-max`: the delayed-ACK cap it gives, µs.
+    delack_cap_us: Option<u32>,
+}
+
+/// The route `change` makes of `current`: with the metric set, or for `--undo` the route
+/// `kept` in the state file at `state_path` (an error when there is none).
+fn plan_change(
+    change: RouteChange,
+    current: &RouteMessage,
+    kept: Option<&state::RouteState>,
+    route_before: &str,
+    state_path: &std::path::Path,
+) -> anyhow::Result<Planned> {
     let facts = KernelFacts::read();
-    let (target, rto_min_ms, delack_cap_us) = match request.change {
-        RouteChange::QuickAck => (with_quickack(&current), None, None),
+    let (target, rto_min_ms, delack_cap_us) = match change {
+        RouteChange::QuickAck => (with_quickack(current), None, None),
         RouteChange::DelackMax(max) => {
             let (ms, cap_us) = plan_rto_min(max, &facts)?;
-            (with_rto_min(&current, ms), Some(ms), Some(cap_us))
+            (with_rto_min(current, ms), Some(ms), Some(cap_us))
         }
         RouteChange::Undo => {
-            let kept = kept.as_ref().ok_or_else(|| {
+            let kept = kept.ok_or_else(|| {
                 anyhow!(
                     "tcpstall has no record of changing this route ({route_before}): nothing \
                      to undo (looked for {})",
@@ -165,44 +242,79 @@ pub fn run(request: &RouteRequest) -> anyhow::Result<Outcome> {
             )
         }
     };
-    let unchanged = rtnetlink::to_bytes(&target) == rtnetlink::to_bytes(&current);
-    let route_after = in_namespace(namespace.as_ref(), |_| Ok(describe::route_line(&target)))?;
-    let mut report = RouteFixReport {
+    Ok(Planned {
+        target,
+        rto_min_ms,
+        delack_cap_us,
+    })
+}
+
+/// The report of the change `planned` on `current`, before it is made: the route's lines
+/// `(before, after)`, what it costs and where its undo is kept.
+fn plan_report(
+    request: &RouteRequest,
+    label: Option<String>,
+    current: &RouteMessage,
+    (route_before, route_after): (String, String),
+    planned: &Planned,
+    state_path: &std::path::Path,
+) -> RouteFixReport {
+    let Planned {
+        rto_min_ms,
+        delack_cap_us,
+        ..
+    } = *planned;
+    RouteFixReport {
         dest: request.dest,
-        netns: label.clone(),
+        netns: label,
         change: match request.change {
             RouteChange::QuickAck => "quickack",
             RouteChange::DelackMax(_) => "delack_max",
             RouteChange::Undo => "undo",
         },
-        route_before: route_before.clone(),
+        route_before,
         route_after,
-        table: rtnetlink::table(&current),
+        table: rtnetlink::table(current),
         dry_run: request.dry_run,
         applied: false,
-        unchanged,
+        unchanged: rtnetlink::to_bytes(&planned.target) == rtnetlink::to_bytes(current),
         rto_min_ms,
         delack_cap_us,
         costs: costs(request.change, rto_min_ms, delack_cap_us),
         open_connections: OPEN_CONNECTIONS.to_string(),
         state_file: state_path.display().to_string(),
-        default_route,
-    };
-    if let (RouteChange::Undo, Some(kept)) = (request.change, &kept) {
+        default_route: rtnetlink::is_default(current),
+    }
+}
+
+/// For `--undo`: a note when the route is no longer as tcpstall left it (`current` against the
+/// route the state file says tcpstall applied).
+fn note_changed_since_set(
+    change: RouteChange,
+    kept: Option<&state::RouteState>,
+    current: &RouteMessage,
+    route_before: &str,
+) -> anyhow::Result<()> {
+    if let (RouteChange::Undo, Some(kept)) = (change, kept) {
         let applied = kept
             .applied()
             .context("the state file's route is unreadable")?;
-        if rtnetlink::to_bytes(&applied) != rtnetlink::to_bytes(&current) {
+        if rtnetlink::to_bytes(&applied) != rtnetlink::to_bytes(current) {
             eprintln!(
                 "tcpstall: note: the route changed since tcpstall set it (now: {route_before}); \
                  --undo puts back the route as it was before tcpstall's first change"
             );
         }
     }
+    Ok(())
+}
 
+/// The plan, before anything changes: on standard output, or on stderr with `--json` (not at
+/// all with `--json --yes`).
+fn show_plan(request: &RouteRequest, report: &RouteFixReport) -> anyhow::Result<()> {
     if !request.json || !request.yes {
         let mut text = Vec::new();
-        write_plan(&mut text, &report)?;
+        write_plan(&mut text, report)?;
         if request.json {
             std::io::stderr().write_all(&text)?;
         } else {
@@ -210,50 +322,53 @@ pub fn run(request: &RouteRequest) -> anyhow::Result<Outcome> {
             std::io::stdout().flush()?;
         }
     }
-    if unchanged && request.change == RouteChange::Undo && !request.dry_run {
-        // The route is back as it was (put back by hand): the record has nothing left to undo.
-        std::fs::remove_file(&state_path)
-            .with_context(|| format!("cannot remove {}", state_path.display()))?;
+    Ok(())
+}
+
+/// Asks before changing the route (unless `--yes`; the default route only with
+/// `--default-route`), then changes it to `target`.
+fn confirm_and_apply(
+    request: &RouteRequest,
+    namespace: Option<&NetNs>,
+    current: &RouteMessage,
+    target: &RouteMessage,
+    kept: Option<state::RouteState>,
+    report: &mut RouteFixReport,
+) -> anyhow::Result<()> {
+    let default_route = report.default_route;
+    if default_route && request.yes && !request.default_route && request.change != RouteChange::Undo
+    {
+        bail!(
+            "{} has no route of its own: the route found is the default route ({}), and \
+             changing it changes every connection that leaves by it; add --default-route \
+             to confirm, or add a route for {} and fix that one",
+            request.dest,
+            report.route_before,
+            request.dest
+        );
     }
-    if !unchanged && !request.dry_run {
-        if default_route
-            && request.yes
-            && !request.default_route
-            && request.change != RouteChange::Undo
-        {
-            bail!(
-                "{} has no route of its own: the route found is the default route ({}), and \
-                 changing it changes every connection that leaves by it; add --default-route \
-                 to confirm, or add a route for {} and fix that one",
-                request.dest,
-                report.route_before,
-                request.dest
-            );
-        }
-        let question = if default_route {
-            format!(
-                "change the DEFAULT route {} (every connection leaving by it)?",
-                report.route_before
-            )
-        } else {
-            format!("change the route {}?", report.route_before)
-        };
-        if !request.yes && !crate::terminal::confirm("the route", &question)? {
-            eprintln!("tcpstall: nothing changed");
-        } else {
-            apply(
-                request,
-                namespace.as_ref(),
-                &current,
-                &target,
-                kept,
-                &mut report,
-            )?;
-        }
+    let question = if default_route {
+        format!(
+            "change the DEFAULT route {} (every connection leaving by it)?",
+            report.route_before
+        )
+    } else {
+        format!("change the route {}?", report.route_before)
+    };
+    if !request.yes && !crate::terminal::confirm("the route", &question)? {
+        eprintln!("tcpstall: nothing changed");
+        Ok(())
+    } else {
+        apply(request, namespace, current, target, kept, report)
     }
+}
+
+/// The outcome on standard output: the report as JSON with `--json`; else, once applied, the
+/// route as it is now and how to undo the change.
+fn print_done(request: &RouteRequest, report: &RouteFixReport) -> anyhow::Result<()> {
     let mut stdout = std::io::stdout().lock();
     if request.json {
-        stdout.write_all((serde_json::to_string_pretty(&report)? + "\n").as_bytes())?;
+        stdout.write_all((serde_json::to_string_pretty(report)? + "\n").as_bytes())?;
     } else if report.applied {
         writeln!(stdout, "done: {}", report.route_after)?;
         if request.change != RouteChange::Undo {
@@ -266,7 +381,7 @@ pub fn run(request: &RouteRequest) -> anyhow::Result<Outcome> {
         }
     }
     stdout.flush()?;
-    Ok(Outcome::Done)
+    Ok(())
 }
 
 /// Replaces the route, keeping (or, for `--undo`, dropping) its state file. The original is
