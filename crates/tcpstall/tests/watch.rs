@@ -138,6 +138,38 @@ fn a_python_server_stall_is_printed_with_its_process_and_fix() {
 }
 
 #[test]
+fn stalls_and_summary_fit_a_narrow_terminal() {
+    require_root("live capture");
+    let server = PythonServer::start();
+    let filter = format!("tcp port {}", server.port);
+    // COLUMNS stands for the terminal's width (72 columns) as a shell exports it.
+    let watch = Watch::start_under(
+        &["env", "COLUMNS=72"],
+        &["-i", "lo", "--duration", "4", &filter],
+    );
+    server.requests(REQUESTS);
+    let (status, stdout, stderr) = watch.wait(Duration::from_secs(20));
+    assert!(status.success(), "{status}: {stderr}\n{stdout}");
+    assert!(
+        stdout.contains("nagle_delayed_ack"),
+        "no stall printed:\n{stdout}"
+    );
+    let pid = server.pid();
+    assert!(
+        stdout.contains(&format!("fix: tcpstall fix {pid} --port {}", server.port)),
+        "{stdout}"
+    );
+    for line in stdout.lines() {
+        assert!(
+            line.chars().count() <= 72,
+            "a line wider than the 72 columns of COLUMNS:\n{line}\n\n{stdout}"
+        );
+    }
+    // Broken between words, nothing lost: the summary still names the process.
+    assert!(stdout.contains("processes:"), "{stdout}");
+}
+
+#[test]
 fn json_lines_carry_analyze_keys_and_the_owner() {
     require_root("live capture");
     let server = PythonServer::start();

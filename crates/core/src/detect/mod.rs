@@ -20,7 +20,7 @@ pub mod verdict;
 use rustc_hash::FxHashMap;
 
 use crate::decode::Segment;
-use crate::flow::{Endpoint, Flow, FlowTable, Side, Span, Timestamp};
+use crate::flow::{Endpoint, Flow, FlowTable, HashedKey, Side, Span, Timestamp};
 use crate::tcp_rules;
 use crate::units::SeqNumber;
 
@@ -456,6 +456,12 @@ impl Detector {
     /// then joined with [`Analysis::merge`]: ordinals make flow ids and event order the same as
     /// with one detector.
     pub fn push_at(&mut self, seg: &Segment, ordinal: u64) {
+        self.push_keyed(seg, HashedKey::of(seg), ordinal);
+    }
+
+    /// [`Detector::push_at`] with the segment's flow key already hashed (`HashedKey::of(seg)`),
+    /// as the thread that decodes does it for the thread that runs the detector.
+    pub fn push_keyed(&mut self, seg: &Segment, key: HashedKey, ordinal: u64) {
         self.resolution.observe(seg.ts_ns);
         let a = &mut self.analysis;
         a.packets += 1;
@@ -468,7 +474,7 @@ impl Detector {
 
         let keep_turns = self.config.keep_turns;
         let (analysis, tallies) = (&mut self.analysis, &mut self.tallies);
-        let lookup = self.table.lookup(seg, ordinal, |old| {
+        let lookup = self.table.lookup(seg, key, ordinal, |old| {
             retire(analysis, tallies, old, keep_turns)
         });
         let flow = lookup.flow;

@@ -42,9 +42,10 @@ impl FlowKey {
     }
 }
 
-/// A flow key with its hash.
+/// A flow key with its hash: computed where a segment is decoded, so that the thread that
+/// follows the flows does not hash it again (and several workers are chosen by it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct HashedKey {
+pub struct HashedKey {
     /// The key.
     pub(super) key: FlowKey,
     /// Its FxHash.
@@ -54,7 +55,7 @@ pub(super) struct HashedKey {
 impl HashedKey {
     /// The key of `seg`'s flow, hashed.
     #[inline]
-    pub(super) fn of(seg: &Segment) -> HashedKey {
+    pub fn of(seg: &Segment) -> HashedKey {
         HashedKey::of_key(FlowKey::of(seg))
     }
 
@@ -67,5 +68,11 @@ impl HashedKey {
             key,
             hash: hasher.finish(),
         }
+    }
+
+    /// The key's FxHash, the same for both directions of a flow.
+    #[inline]
+    pub fn hash(&self) -> u64 {
+        self.hash
     }
 }

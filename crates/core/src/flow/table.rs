@@ -82,7 +82,7 @@ impl FlowTable {
         Some(flow)
     }
 
-    /// Finds or creates the flow of `seg`, the `ordinal`-th segment of the input (0-based; it
+    /// Finds or creates the flow of `seg` (whose key and hash are `key`), the `ordinal`-th segment of the input (0-based; it
     /// becomes the id of a new flow). A SYN on a 4-tuple already in use with another ISN (port
     /// reuse), or any segment of a flow that is retirable by its own times (closed more than
     /// [`super::connection::CLOSE_GRACE`] ago, idle for [`super::IDLE_TIMEOUT`]), starts a new flow and returns the
@@ -90,8 +90,13 @@ impl FlowTable {
     /// table was last swept. (A callback rather than a returned `Option<Flow>`: the flow is
     /// large, and moving it out on every lookup costs a copy per packet.)
     #[inline]
-    pub fn lookup(&mut self, seg: &Segment, ordinal: u64, retire: impl FnOnce(Flow)) -> Lookup<'_> {
-        let key = HashedKey::of(seg);
+    pub fn lookup(
+        &mut self,
+        seg: &Segment,
+        key: HashedKey,
+        ordinal: u64,
+        retire: impl FnOnce(Flow),
+    ) -> Lookup<'_> {
         let slots = &self.slots;
         let mut slot = self
             .index

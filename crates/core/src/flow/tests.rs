@@ -13,7 +13,9 @@ fn flows_after(segments: &[Segment]) -> Vec<Flow> {
     let mut table = FlowTable::default();
     let mut flows = Vec::new();
     for (ordinal, seg) in segments.iter().enumerate() {
-        let lookup = table.lookup(seg, ordinal as u64, |old| flows.push(old));
+        let lookup = table.lookup(seg, HashedKey::of(seg), ordinal as u64, |old| {
+            flows.push(old)
+        });
         lookup.flow.update(seg, lookup.side, ordinal as u64);
     }
     table.drain(|f| flows.push(f));

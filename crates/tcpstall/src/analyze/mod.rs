@@ -13,7 +13,6 @@ mod retired;
 use retired::RetiredFlows;
 pub use retired::{MergedFlows, IN_MEMORY, IN_MEMORY_VAR};
 
-use std::hash::{Hash, Hasher};
 use std::io::{self, IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
@@ -22,14 +21,13 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use rustc_hash::FxHasher;
 
 use crate::capture::{
     decompressed, open_input, open_raw, stream_segments_decap, CaptureStats, SegmentSink,
 };
 use crate::decode::{Decap, DecapConfig, Outer, OuterByFlow, Segment};
 use crate::detect::{Analysis, Detector, DetectorConfig};
-use crate::flow::FlowKey;
+use crate::flow::HashedKey;
 use crate::ladder;
 use crate::report::flows::AllFlows;
 use crate::report::json::{InputFacts, Source, Unreadable};
@@ -284,8 +282,8 @@ pub fn analyse_files_decap(
             let mut retired = RetiredFlows::new(per_worker);
             handles.push(scope.spawn(move || -> (Analysis, RetiredFlows) {
                 for mut batch in batches {
-                    for (ordinal, seg) in batch.filled() {
-                        detector.push_at(seg, *ordinal);
+                    for ((ordinal, seg), key) in batch.filled() {
+                        detector.push_keyed(seg, *key, *ordinal);
                     }
                     batch.len = 0;
                     let _ = recycle.send(batch);
@@ -383,19 +381,24 @@ pub fn analyse_files_decap(
 /// into `items[len]`.
 struct Batch {
     items: Vec<(u64, Segment)>,
+    /// Each item's flow key, hashed by the decoding thread (the detector's thread is the
+    /// busier of the two).
+    keys: Vec<HashedKey>,
     len: usize,
 }
 
 impl Batch {
     fn new() -> Batch {
+        let unset = Segment::UNSET;
         Batch {
-            items: vec![(0, Segment::UNSET); BATCH],
+            items: vec![(0, unset); BATCH],
+            keys: vec![HashedKey::of(&unset); BATCH],
             len: 0,
         }
     }
 
-    fn filled(&self) -> &[(u64, Segment)] {
-        &self.items[..self.len]
+    fn filled(&self) -> impl Iterator<Item = (&(u64, Segment), &HashedKey)> {
+        self.items[..self.len].iter().zip(&self.keys[..self.len])
     }
 
     fn is_full(&self) -> bool {
@@ -454,18 +457,19 @@ impl SegmentSink for Router {
     }
 
     fn commit(&mut self) {
-        let worker = if self.batches.len() == 1 {
-            0
+        let (worker, key) = if self.batches.len() == 1 {
+            let batch = &self.batches[0];
+            (0, HashedKey::of(&batch.items[batch.len].1))
         } else {
             // Both directions of a flow share the key, hence the worker.
-            let mut hasher = FxHasher::default();
-            FlowKey::of(&self.staging).hash(&mut hasher);
-            let worker = (hasher.finish() % self.batches.len() as u64) as usize;
+            let key = HashedKey::of(&self.staging);
+            let worker = (key.hash() % self.batches.len() as u64) as usize;
             let batch = &mut self.batches[worker];
             batch.items[batch.len].1 = self.staging;
-            worker
+            (worker, key)
         };
         let batch = &mut self.batches[worker];
+        batch.keys[batch.len] = key;
         batch.items[batch.len].0 = self.ordinal;
         batch.len += 1;
         self.ordinal += 1;

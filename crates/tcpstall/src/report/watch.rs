@@ -228,7 +228,8 @@ pub fn add_release(buf: &mut Vec<u8>, json: bool, release: &str) {
             buf.extend_from_slice(format!(",\"release\":\"{release}\"}}").as_bytes());
         }
     } else {
-        buf.extend_from_slice(format!("  released by: {}\n", release_text(release)).as_bytes());
+        let line = super::fit_prose(format!("  released by: {}\n", release_text(release)));
+        buf.extend_from_slice(line.as_bytes());
     }
 }
 
@@ -265,7 +266,7 @@ pub fn ended_text(event: &StallEvent, pid: u32, command: &str, by: &str, json: b
         let line = serde_json::json!({ "ended": ended });
         return format!("{line}\n");
     }
-    format!(
+    super::fit_prose(format!(
         "{}  hold ended by {by}  {}  held: {}  {flow}\n  process: pid {pid} ({command}); {} B \
          waited for Nagle until {}\n",
         clock(event.ts_ns.as_nanos()),
@@ -273,7 +274,7 @@ pub fn ended_text(event: &StallEvent, pid: u32, command: &str, by: &str, json: b
         f.held_side.name(),
         event.released_bytes,
         release_text(by)
-    )
+    ))
 }
 
 /// Whether the running kernel takes TCP_DELACK_MAX_US, probed once on a scratch socket.

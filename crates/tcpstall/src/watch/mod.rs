@@ -150,7 +150,7 @@ pub fn run(args: &WatchArgs) -> anyhow::Result<Outcome> {
     let text = if args.json {
         summary_json(&summary)
     } else {
-        format!("\n{}", summary_text(&summary))
+        format!("\n{}", crate::report::fit_prose(summary_text(&summary)))
     };
     crate::report::print_stdout(&text)?;
     if let Some(err) = failure {

@@ -13,6 +13,7 @@ use super::container;
 use super::metrics::{OwnerStalls, StallCounters};
 use crate::detect::{KindCounts, StallEvent};
 use crate::host::owner::{NoOwner, Owner, OwnerLookup};
+use crate::report::fit_prose;
 use crate::report::model::watch::OwnerTally;
 use crate::report::watch::{
     add_release, cork_confirmed, event_text, undecided_text, write_event_json, write_undecided_json,
@@ -217,7 +218,8 @@ fn print_all(
                     write_undecided_json(&mut buf, &event, owner.as_ref(), reason)?;
                     buf.push(b'\n');
                 } else {
-                    buf.extend_from_slice(undecided_text(&event, owner.as_ref()).as_bytes());
+                    let text = fit_prose(undecided_text(&event, owner.as_ref()));
+                    buf.extend_from_slice(text.as_bytes());
                 }
                 print_now(&buf)?;
             }
@@ -282,7 +284,7 @@ fn write_stall(
         write_event_json(buf, event, owner)?;
         buf.push(b'\n');
     } else {
-        buf.extend_from_slice(event_text(event, owner).as_bytes());
+        buf.extend_from_slice(fit_prose(event_text(event, owner)).as_bytes());
     }
     Ok(())
 }
