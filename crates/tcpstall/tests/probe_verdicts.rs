@@ -257,7 +257,7 @@ fn redis_server() -> (KillOnDrop, u16) {
 
 #[test]
 fn a_split_request_has_no_pacing_block_and_batches_are_counted_one_way() {
-    let (_server, port) = python("probe/think_server.py", &["0"]);
+    let (server, port) = python("probe/think_server.py", &["0"]);
     let target = format!("http://127.0.0.1:{port}/");
     let out = run(
         false,
@@ -274,6 +274,17 @@ fn a_split_request_has_no_pacing_block_and_batches_are_counted_one_way() {
     assert!(out.status.success(), "{text}");
     assert!(!text.contains("ACK pacing"), "{text}");
     assert!(!text.contains("batches of 1"), "{text}");
+    // The server's delayed-ACK cap names its pid in a command that pastes as it stands: the
+    // words about the process come after it, not in its middle.
+    let pid = server.0.id();
+    assert!(text.contains("culprit: client"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "tcpstall fix {pid} --delack-max 5ms (pid {pid}, python3"
+        )),
+        "{text}"
+    );
+    assert!(!text.contains(") --delack-max"), "{text}");
 
     let (_redis, port) = redis_server();
     let target = format!("redis://127.0.0.1:{port}");
@@ -319,4 +330,78 @@ fn a_run_that_ends_in_an_error_never_prints_a_plain_clean_verdict() {
         first.ends_with("so far (the run ended early: see the error below)"),
         "{text}"
     );
+}
+
+/// Whether `signal` is still pending for process `pid` (not yet delivered to a handler):
+/// SigPnd (its threads) or ShdPnd (the process) in /proc/PID/status.
+fn signal_pending(pid: libc::pid_t, signal: libc::c_int) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let bit = 1u64 << (signal - 1);
+    status
+        .lines()
+        .filter_map(|l| l.strip_prefix("SigPnd:").or(l.strip_prefix("ShdPnd:")))
+        .filter_map(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .any(|mask| mask & bit != 0)
+}
+
+#[test]
+fn a_repeated_sigint_is_one_interruption_and_the_report_still_prints() {
+    // `timeout -s INT 3 tcpstall probe …` signals the probe, then its whole process group:
+    // two SIGINTs microseconds apart. The second, delivered once the first was handled, is
+    // the same interruption: the report of the requests answered so far is printed, and the
+    // re-run that never ran is said not run, not called another kind of stall.
+    let root = WebRoot::new("two-sigints");
+    let (_server, port) = python(
+        "probe/http_server.py",
+        &[root.0.to_str().expect("a UTF-8 path")],
+    );
+    let target = format!("http://127.0.0.1:{port}/index.html");
+    let child = probe_command(false, &["--requests", "1000", &target])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tcpstall runs");
+    let pid = libc::pid_t::try_from(child.id()).expect("a pid");
+    // Some stalled requests first (each waits ~40 ms for the delayed ACK).
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: signals our own child, still running (it is reaped below).
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    let sent = std::time::Instant::now();
+    while signal_pending(pid, libc::SIGINT) && sent.elapsed() < Duration::from_secs(5) {
+        std::thread::yield_now();
+    }
+    // SAFETY: as above; the child is not reaped until wait_with_output.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    let out = child.wait_with_output().expect("wait for the probe");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stdout} {stderr}");
+    assert!(stdout.contains("of 1000 requests answered"), "{stdout}");
+    assert!(stdout.contains("interrupted by Ctrl-C"), "{stdout}");
+    assert!(stdout.contains("verdict: stall"), "{stdout}");
+    assert!(!stdout.contains("another kind"), "{stdout}");
+    assert!(
+        stdout.contains("confirmation: not run (interrupted by Ctrl-C"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn an_error_answer_written_in_two_parts_is_an_error_not_a_stall() {
+    // A 401 whose head and body leave in two writes on a kept-alive connection: the body
+    // waits for the delayed ACK, but the answers are errors: verdict `error`, exit 2, as a
+    // 401 written in one call.
+    let (_server, port) = python("probe/bad_server.py", &["401-split"]);
+    let target = format!("http://127.0.0.1:{port}/");
+    let (code, v, err) = probe_json(false, &["--fail-on-stall", &target]);
+    assert_eq!(code, 2, "{v} {err}");
+    assert_eq!(v["verdict"], "error", "{v}");
+    assert_eq!(v["http_errors"][0]["status"], 401, "{v}");
+    assert!(err.contains("401"), "{err}");
+    let out = run(false, &["--requests", "5", &target]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(text.contains("verdict: error"), "{text}");
+    assert!(!text.contains("verdict: stall"), "{text}");
 }

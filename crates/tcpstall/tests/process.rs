@@ -1103,3 +1103,109 @@ fn trace_attached_with_ptrace_times_the_hold_not_the_idle_after_it() {
     assert_eq!(report["method"], "ptrace_syscall");
     support::process::assert_holds_told_from_idle(&report, &clients);
 }
+
+/// A client process holding one idle connection to `addr` (python3, killed when dropped):
+/// it prints a line once connected.
+fn connected_client(addr: SocketAddr) -> KillOnDrop {
+    let script = format!(
+        "import socket, time\n\
+         s = socket.create_connection(('{}', {}))\n\
+         print('connected', flush=True)\n\
+         time.sleep(600)\n",
+        addr.ip(),
+        addr.port()
+    );
+    let (child, line) = support::spawn_printing_line(
+        Command::new("python3").args(["-c", &script]),
+        "the python3 client",
+    );
+    assert_eq!(line, "connected");
+    child
+}
+
+/// `fix PID --undo` of a client's socket given TCP_NODELAY and then a delayed-ACK cap says
+/// both options it puts back, and no word of listeners: the client has none.
+#[test]
+fn fix_undo_lists_every_option_it_puts_back_and_nothing_else() {
+    let _serial = serial();
+    let server = SplitServer::start(&[]);
+    let client = connected_client(server.addr());
+    let pid = client.0.id().to_string();
+    let delack_known = sockets_json(client.0.id())
+        .iter()
+        .any(|s| !s["delack_max_us"].is_null());
+    if !delack_known {
+        support::skip("no TCP_DELACK_MAX_US on this kernel");
+        return;
+    }
+    // TCP_NODELAY, then the delayed-ACK cap, on the same socket.
+    for options in [&[][..], &["--delack-max", "5ms"][..]] {
+        let args = [&["fix", pid.as_str(), "--yes", "--json"][..], options].concat();
+        json_ok(&tcpstall(&args));
+    }
+    let plan = tcpstall(&["fix", &pid, "--undo", "--dry-run"]);
+    let text = String::from_utf8_lossy(&plan.stdout);
+    assert_eq!(plan.status.code(), Some(0), "{text}");
+    assert!(text.contains("TCP_NODELAY back off"), "{text}");
+    assert!(text.contains("TCP_DELACK_MAX_US back to "), "{text}");
+    let undone = tcpstall(&["fix", &pid, "--undo", "--yes"]);
+    let text = String::from_utf8_lossy(&undone.stdout);
+    assert_eq!(undone.status.code(), Some(0), "{text}");
+    assert!(text.contains("TCP_DELACK_MAX_US back to "), "{text}");
+    assert!(text.contains("done: 1 socket put back"), "{text}");
+    assert!(!text.contains("listener"), "{text}");
+}
+
+/// The records of processes gone (no such pid, or the pid taken again: another start time)
+/// are removed when `fix` writes a record or `--undo` reads one; a running process's record
+/// stays.
+#[test]
+fn fix_records_of_processes_gone_are_removed_and_live_ones_kept() {
+    support::require_root("the records of root live in /run/tcpstall/fixes");
+    let _serial = serial();
+    let dir = std::path::Path::new("/run/tcpstall/fixes");
+    std::fs::create_dir_all(dir).expect("the records' directory");
+    let mut exited = Command::new("true").spawn().expect("true runs");
+    let gone_pid = exited.id();
+    exited.wait().expect("true ends");
+    let gone = dir.join(format!("pid{gone_pid}-start1.json"));
+    // This test's own pid with a start time it never had: the pid taken again.
+    let reused = dir.join(format!("pid{}-start1.json", std::process::id()));
+    let stale = r#"{"pid": 1, "start_time": 1, "sockets": []}"#;
+    std::fs::write(&gone, stale).expect("a stale record");
+    std::fs::write(&reused, stale).expect("a stale record");
+
+    let server = SplitServer::start(&[]);
+    let pid = server.pid().to_string();
+    let _client = connected_client(server.addr());
+    let out = tcpstall(&["fix", &pid, "--yes"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!gone.exists(), "{stderr}");
+    assert!(!reused.exists(), "{stderr}");
+    // At least these two (records left by other runs may go with them).
+    assert!(
+        stderr.contains(" fix records of processes no longer running"),
+        "{stderr}"
+    );
+    let live: Vec<_> = std::fs::read_dir(dir)
+        .expect("the records")
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(&format!("pid{pid}-start"))
+        })
+        .collect();
+    assert_eq!(live.len(), 1, "the server's record is kept");
+
+    std::fs::write(&gone, stale).expect("a stale record");
+    let out = tcpstall(&["fix", &pid, "--undo", "--yes"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!gone.exists(), "{stderr}");
+    assert!(
+        stderr.contains(" of processes no longer running"),
+        "{stderr}"
+    );
+}

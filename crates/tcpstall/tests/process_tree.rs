@@ -219,6 +219,48 @@ impl KeepAlive {
     }
 }
 
+/// An idle nginx worker (no connection accepted yet) holds only the listener its master made
+/// and shares with it: `sockets` and `fix` of the worker name the master as the one to fix,
+/// never the worker.
+#[test]
+fn an_idle_workers_shared_listener_names_the_master_that_made_it() {
+    support::require_root("nginx with a master process wants root here");
+    let _serial = serial();
+    let nginx = Nginx::start();
+    let (master, worker) = (nginx.pid(), nginx.workers[0]);
+    let table = tcpstall(&["sockets", &worker.to_string()]);
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert_eq!(table.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains(&format!("tcpstall fix {master}, the process that owns it")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("shares with pid {master} (nginx)")),
+        "{text}"
+    );
+    assert!(!text.contains(&format!("tcpstall fix {worker}")), "{text}");
+    let listener = sockets_json(worker)
+        .into_iter()
+        .find(|s| s["listening"] == true)
+        .expect("the listener");
+    assert_eq!(listener["inherited_from"]["pid"], master, "{listener:#}");
+
+    let plan = tcpstall(&["fix", &worker.to_string(), "--dry-run"]);
+    let text = String::from_utf8_lossy(&plan.stdout);
+    assert_eq!(plan.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains(&format!("fix its owner instead: tcpstall fix {master}")),
+        "{text}"
+    );
+    // The master's own view is unchanged: it made the listener, nothing above it holds it.
+    let own = sockets_json(master)
+        .into_iter()
+        .find(|s| s["listening"] == true)
+        .expect("the listener");
+    assert!(own.get("inherited_from").is_none(), "{own:#}");
+}
+
 #[test]
 fn fix_of_an_nginx_master_reaches_the_connections_its_workers_hold() {
     if !is_root() {
@@ -290,7 +332,7 @@ fn fix_of_an_nginx_master_reaches_the_connections_its_workers_hold() {
     let stderr = String::from_utf8_lossy(&alone.stderr);
     assert_eq!(alone.status.code(), Some(0), "{stderr}");
     assert!(
-        stderr.contains("8 of them connections, are held by child process(es)"),
+        stderr.contains("8 of them connections, are held by child process"),
         "{stderr}"
     );
 

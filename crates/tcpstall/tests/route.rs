@@ -545,6 +545,10 @@ fn the_default_route_is_changed_only_when_confirmed() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("--default-route"), "{stderr}");
+    // The refusal comes first and alone: no plan saying what the route "becomes", nothing
+    // "kept for --undo".
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout, "", "{stdout}");
     assert_eq!(ns.routes(), before, "the default route was left alone");
     ns.fix_ok(dest, &["--quickack", "--yes", "--default-route"]);
     assert!(ns.ip(&["route", "show", "default"]).contains("quickack 1"));

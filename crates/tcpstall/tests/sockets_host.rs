@@ -234,15 +234,11 @@ fn client(ns: &Netns, port: u16, request: &str) -> KillOnDrop {
          c.sendall({request:?}.encode())\nprint(c.recv(100).decode().splitlines()[0],flush=True)\n\
          time.sleep(60)\n"
     );
-    let mut child = command_in(Some(&ns.0), "python3")
-        .args(["-c", &script])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("python3 runs");
-    let stdout = child.stdout.take().expect("stdout");
-    let child = KillOnDrop(child);
-    let line = support::first_line_within(stdout, Duration::from_secs(10));
-    assert!(line.is_some_and(|l| !l.is_empty()), "no answer on {port}");
+    let (child, line) = support::spawn_printing_line(
+        command_in(Some(&ns.0), "python3").args(["-c", &script]),
+        "the python3 client",
+    );
+    assert!(!line.is_empty(), "no answer on {port}");
     child
 }
 

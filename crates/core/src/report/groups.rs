@@ -25,6 +25,63 @@ pub(crate) struct GroupPattern<'a> {
     pub shortest: Span,
     /// Longest wait.
     pub longest: Span,
+    /// For writes paced by ACKs ([`StallKind::NagleAckPaced`], one event per flow side, so
+    /// `count` counts flows): the holds over the group's flows.
+    pub paced: Option<PacedHolds>,
+}
+
+/// The holds of a group's flow sides paced by ACKs: what their cost is counted in (their
+/// flows lose no stall's time: each hold is a round trip, not a delayed-ACK timer).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PacedHolds {
+    /// Holds over the group.
+    pub holds: u64,
+    /// Fewest holds of one flow side.
+    pub fewest: u64,
+    /// Most holds of one flow side.
+    pub most: u64,
+    /// Time the holds covered, summed over the flows (each flow's union of its holds).
+    pub held: Span,
+}
+
+impl PacedHolds {
+    /// `28 holds, 5.1 ms held`.
+    pub fn describe(&self) -> String {
+        format!(
+            "{}, {} held",
+            super::counted(self.holds, "hold", "holds"),
+            super::ms(self.held)
+        )
+    }
+
+    /// `12 holds` when every flow side had as many, else `3 to 12 holds`.
+    pub fn each(&self) -> String {
+        if self.fewest == self.most {
+            super::counted(self.most, "hold", "holds")
+        } else {
+            format!("{} to {} holds", self.fewest, self.most)
+        }
+    }
+
+    /// One flow side's pacing.
+    fn of(p: &crate::detect::Pacing) -> PacedHolds {
+        PacedHolds {
+            holds: p.holds,
+            fewest: p.holds,
+            most: p.holds,
+            held: p.time_lost_ns,
+        }
+    }
+
+    /// Both together.
+    fn merge(self, other: PacedHolds) -> PacedHolds {
+        PacedHolds {
+            holds: self.holds + other.holds,
+            fewest: self.fewest.min(other.fewest),
+            most: self.most.max(other.most),
+            held: self.held + other.held,
+        }
+    }
 }
 
 /// Flows told as one.
@@ -39,6 +96,20 @@ impl FlowGroup<'_> {
     /// Time lost over the group.
     pub fn time_lost(&self) -> Span {
         self.flows.iter().map(|f| f.time_lost_ns).sum()
+    }
+
+    /// No flow of the group stalled: its flows' writes were only paced by ACKs.
+    pub fn paced_only(&self) -> bool {
+        self.flows.iter().all(|f| f.counts.stalls() == 0)
+    }
+
+    /// The holds of the group's writes paced by ACKs, over every paced pattern (a client's
+    /// and a server's side add up).
+    pub fn paced_holds(&self) -> Option<PacedHolds> {
+        self.patterns
+            .iter()
+            .filter_map(|p| p.paced)
+            .reduce(PacedHolds::merge)
     }
 }
 
@@ -84,6 +155,10 @@ pub(crate) fn group<'a>(
                 )
             });
             let (shortest, longest) = (shortest.unwrap_or_default(), longest.unwrap_or_default());
+            // The flow's final pacing of that side, else the event's (its pacing so far).
+            let pacing = (p.kind == StallKind::NagleAckPaced)
+                .then(|| f.paced()[p.held_side.index()].or(p.example.paced.as_deref().copied()))
+                .flatten();
             match group
                 .patterns
                 .iter_mut()
@@ -93,6 +168,9 @@ pub(crate) fn group<'a>(
                     g.count += p.count;
                     g.shortest = g.shortest.min(shortest);
                     g.longest = g.longest.max(longest);
+                    if let (Some(held), Some(pacing)) = (g.paced, pacing.as_ref()) {
+                        g.paced = Some(held.merge(PacedHolds::of(pacing)));
+                    }
                 }
                 None => group.patterns.push(GroupPattern {
                     kind: p.kind,
@@ -101,6 +179,7 @@ pub(crate) fn group<'a>(
                     count: p.count,
                     shortest,
                     longest,
+                    paced: pacing.as_ref().map(PacedHolds::of),
                 }),
             }
         }

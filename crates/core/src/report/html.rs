@@ -361,26 +361,43 @@ fn undecided_facts(a: &Analysis) -> Vec<String> {
 }
 
 /// Writes paced by ACKs: each flow side's holds, cost and throughput estimate, one line each
-/// (the first [`TABLE_ROWS`]). One line in the summary says they are there; they have a
-/// section of their own below it.
+/// (the first [`TABLE_ROWS`]), alike flows told once as the text report tells them ("16 flows
+/// like this", their holds over the group, the first flow's explanation). One line in the
+/// summary says they are there; they have a section of their own below it.
 fn pacing_lines(a: &Analysis, flows: &[&FlowSummary]) -> Vec<String> {
-    let paced = a
-        .events
+    let paced: Vec<&FlowSummary> = flows
         .iter()
-        .filter(|e| e.finding.kind == StallKind::NagleAckPaced);
+        .copied()
+        .filter(|f| f.counts.get(StallKind::NagleAckPaced) > 0)
+        .collect();
+    let by_flow = events_by_flow(&a.events);
     let mut lines = Vec::new();
-    for e in paced.take(TABLE_ROWS) {
-        let flow = flows.iter().find(|f| f.id == e.flow_id);
-        let side = e.finding.held_side;
-        let final_pacing = flow.and_then(|f| f.paced()[side.index()]);
-        let pacing = final_pacing
-            .or(e.paced.as_deref().copied())
-            .unwrap_or_default();
-        lines.push(format!(
-            "flow {}: {}",
-            flow.map_or_else(String::new, |f| f.label()),
-            crate::detect::verdict::explain_paced(side, &pacing)
-        ));
+    for group in super::groups::group(&paced, &by_flow) {
+        let first = group.flows[0];
+        for p in group.patterns.iter().filter(|p| p.paced.is_some()) {
+            let side = p.held_side;
+            let pacing = first.paced()[side.index()]
+                .or(p.example.paced.as_deref().copied())
+                .unwrap_or_default();
+            let explained = crate::detect::verdict::explain_paced(side, &pacing);
+            lines.push(match p.paced.filter(|_| group.flows.len() > 1) {
+                Some(held) => format!(
+                    "{} flows like this, {} to {}: {} in all ({} each); the first, flow {}: \
+                     {explained}",
+                    group.flows.len(),
+                    first.client.addr,
+                    first.server,
+                    held.describe(),
+                    held.each(),
+                    first.label()
+                ),
+                None => format!("flow {}: {explained}", first.label()),
+            });
+        }
+        if lines.len() >= TABLE_ROWS {
+            lines.truncate(TABLE_ROWS);
+            break;
+        }
     }
     lines
 }

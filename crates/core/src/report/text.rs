@@ -186,8 +186,30 @@ fn write_group(out: &mut String, group: &FlowGroup<'_>) {
             )
         })
         .unwrap_or_default();
+    let requests = super::counted(
+        group.flows.iter().map(|f| f.requests).sum::<u64>(),
+        "request",
+        "requests",
+    );
+    // Writes paced by ACKs lose no stall's time (each hold is a round trip, not a timer):
+    // their cost is told in holds and the time they covered.
+    if let (true, Some(held)) = (group.paced_only(), group.paced_holds()) {
+        let paced = format!("writes paced by ACKs, not stalled: {}", held.describe());
+        if group.flows.len() > 1 {
+            let _ = writeln!(
+                out,
+                "{} flows like this, {} to {}: {requests}, {paced} in all",
+                group.flows.len(),
+                f.client.addr,
+                f.server
+            );
+            let _ = writeln!(out, "  the first: {}{latency}", f.label());
+        } else {
+            let _ = writeln!(out, "{}: {requests}, {paced}{latency}", f.label());
+        }
+        return;
+    }
     if group.flows.len() > 1 {
-        let requests: u64 = group.flows.iter().map(|f| f.requests).sum();
         let least = group
             .flows
             .iter()
@@ -196,8 +218,8 @@ fn write_group(out: &mut String, group: &FlowGroup<'_>) {
             .unwrap_or_default();
         let _ = writeln!(
             out,
-            "{} flows like this, {} to {}: {requests} requests, {} lost in all ({} to {} \
-             each), worst {}",
+            "{} flows like this, {} to {}: {requests}, {} lost in all ({} to {} each), worst \
+             {}",
             group.flows.len(),
             f.client.addr,
             f.server,
@@ -215,9 +237,8 @@ fn write_group(out: &mut String, group: &FlowGroup<'_>) {
     } else {
         let _ = writeln!(
             out,
-            "{}: {} requests, {}, {} lost, worst {}{latency}",
+            "{}: {requests}, {}, {} lost, worst {}{latency}",
             f.label(),
-            f.requests,
             f.counts.reported_text(),
             ms(f.time_lost_ns),
             ms(f.worst_stall_ns),
@@ -419,8 +440,20 @@ fn undecided_claims(a: &Analysis, input: &InputFacts) -> String {
 }
 
 /// A pattern's line: how many times, then the explanation; where the waits differ, their range
-/// first, the explanation's figure being the last one's.
+/// first, the explanation's figure being the last one's. Writes paced by ACKs are one event
+/// per flow side: counted in flows, each with its holds.
 fn pattern_line(p: &super::groups::GroupPattern<'_>) -> String {
+    if let Some(held) = p.paced {
+        if p.count < 2 {
+            return format!("paced: {}", explain(p.example));
+        }
+        return format!(
+            "{}, {} each; the last: {}",
+            super::counted(p.count, "flow", "flows"),
+            held.each(),
+            explain(p.example)
+        );
+    }
     let times = super::counted(p.count, "time", "times");
     if p.count > 1 && p.longest.as_nanos() - p.shortest.as_nanos() >= 100_000 {
         format!(

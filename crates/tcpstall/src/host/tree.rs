@@ -62,6 +62,28 @@ fn parents_of_all() -> HashMap<u32, Vec<u32>> {
     children
 }
 
+/// The eldest ancestor of `pid` that holds the socket `inode`, following parents while each
+/// holds it: the process that made a listener its children inherited across fork (an nginx
+/// or gunicorn master, shown the worker's pid). `None` when `pid`'s parent does not hold it.
+pub(crate) fn ancestor_holding(pid: u32, inode: u64) -> Option<u32> {
+    let holds =
+        |p: u32| super::procfs::socket_fds(p).is_ok_and(|fds| fds.iter().any(|&(_, i)| i == inode));
+    let mut eldest = None;
+    let mut at = pid;
+    // pid 1 and the kernel's threads (parent 0) end the walk; a bound guards a /proc read
+    // while it changes.
+    for _ in 0..64 {
+        match parent_of(at) {
+            Some(parent) if parent > 1 && holds(parent) => {
+                eldest = Some(parent);
+                at = parent;
+            }
+            _ => break,
+        }
+    }
+    eldest
+}
+
 /// The parent pid: the fourth field of `/proc/PID/stat`, after the command name in parentheses
 /// (which may hold spaces and parentheses: the last ')' ends it).
 fn parent_of(pid: u32) -> Option<u32> {

@@ -16,13 +16,14 @@ pub use crate::report::model::probe::{Culprit, Diagnosis, EvidenceLine, Source};
 const EVIDENCE_LINES: usize = 12;
 
 impl super::ProbeReport {
-    /// The run's verdict: the diagnosis's, but `error` when the server answered with HTTP
-    /// error statuses and no stall was found (the figures are those of its error answers).
+    /// The run's verdict: `error` when the server answered with HTTP error statuses, however
+    /// it wrote them (a stall found is then the stall of its error page, not of the answer
+    /// the user asked for, and the run exits 2), else the diagnosis's.
     pub fn verdict(&self) -> &'static str {
-        match self.diagnosis.verdict() {
-            "stall" => "stall",
-            _ if !self.http_errors.is_empty() => "error",
-            other => other,
+        if self.http_errors.is_empty() {
+            self.diagnosis.verdict()
+        } else {
+            "error"
         }
     }
 }
@@ -123,19 +124,20 @@ pub fn diagnose(
         .as_ref()
         .map(|s| fixes(s.kind, s.held, s.event.as_ref()))
         .unwrap_or_default();
-    // The server's process on this host: the fixes meant for the server's host name its pid.
+    // The server's process on this host: the fixes meant for the server's host name its pid,
+    // the words about it after the whole command so that the command pastes as it stands.
     if let Some(p) = server {
-        for line in advice
-            .iter_mut()
-            .filter(|a| a.contains("on the server's host") && a.contains("tcpstall fix PID"))
-        {
-            *line = line.replacen(
-                "tcpstall fix PID",
-                &format!(
-                    "tcpstall fix {} (pid {}, {}; add --yes when not at a terminal)",
-                    p.pid, p.pid, p.command
-                ),
-                1,
+        for line in advice.iter_mut() {
+            let Some((head, rest)) = line.split_once("tcpstall fix PID") else {
+                continue;
+            };
+            let Some((options, tail)) = rest.split_once(" on the server's host") else {
+                continue;
+            };
+            *line = format!(
+                "{head}tcpstall fix {}{options} (pid {}, {}; add --yes when not at a terminal) \
+                 on the server's host{tail}",
+                p.pid, p.pid, p.command
             );
         }
     }

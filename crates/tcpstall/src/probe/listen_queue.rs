@@ -216,14 +216,14 @@ pub(crate) fn judge(
         let mut waited = Vec::new();
         if waits.resent_requests > 0 {
             waited.push(format!(
-                "{} request(s) resent by the retransmission timer",
-                waits.resent_requests
+                "{} resent by the retransmission timer",
+                crate::report::counted(waits.resent_requests, "request", "requests")
             ));
         }
         if waits.connects > 0 {
             waited.push(format!(
-                "{} connect(s) waited for a SYN resend ({} s or more)",
-                waits.connects,
+                "{} for a SYN resend ({} s or more)",
+                crate::report::counted(waits.connects, "connect waited", "connects waited"),
                 tcp_rules::TIMEOUT_INIT.as_secs()
             ));
         }

@@ -276,7 +276,8 @@ pub fn run(args: &FixArgs) -> anyhow::Result<Outcome> {
             Some(plan) => format!("cap the delayed ACK at {} µs for", plan.kept_us),
             None => "switch TCP_NODELAY on for".to_string(),
         };
-        let question = format!("{question} {to_change} socket(s) of pid {pid}?");
+        let sockets = crate::report::counted(to_change as u64, "socket", "sockets");
+        let question = format!("{question} {sockets} of pid {pid}?");
         if !args.yes && !crate::terminal::confirm(&format!("pid {pid}"), &question)? {
             eprintln!("tcpstall: nothing changed");
         } else {
@@ -361,11 +362,13 @@ fn keep_for_undo(report: &FixReport) {
             } else {
                 None
             },
+            listening: s.socket.listening,
         })
         .collect();
     if changed.is_empty() {
         return;
     }
+    say_stale_removed();
     let kept = fix_state::path_for(report.pid)
         .ok_or_else(|| {
             anyhow::anyhow!(
@@ -386,6 +389,19 @@ fn keep_for_undo(report: &FixReport) {
     }
 }
 
+/// Removes the records of processes gone since (their sockets went with them), and says so.
+fn say_stale_removed() {
+    let removed = fix_state::remove_stale();
+    if let Some(first) = removed.first() {
+        eprintln!(
+            "tcpstall: removed {} of processes no longer running ({}{})",
+            crate::report::counted(removed.len() as u64, "fix record", "fix records"),
+            first.display(),
+            if removed.len() > 1 { ", …" } else { "" }
+        );
+    }
+}
+
 /// `fix PID --undo`: puts back on each socket still open the option as it was before
 /// tcpstall's first change, then removes the record.
 fn undo(pid: u32, args: &FixArgs) -> anyhow::Result<Outcome> {
@@ -397,6 +413,7 @@ fn undo(pid: u32, args: &FixArgs) -> anyhow::Result<Outcome> {
     {
         bail!("{}; nothing was changed", AccessError::fd_list_refused(pid));
     }
+    say_stale_removed();
     let path = fix_state::path_for(pid).ok_or_else(|| {
         anyhow::anyhow!(
             "cannot tell where tcpstall kept its record of pid {pid} (its start time, or \
@@ -409,14 +426,10 @@ fn undo(pid: u32, args: &FixArgs) -> anyhow::Result<Outcome> {
             path.display()
         )
     })?;
-    let before = |s: &ChangedSocket| match (s.nodelay_before, s.delack_max_us_before) {
-        (Some(nodelay), _) => format!("TCP_NODELAY back {}", if nodelay { "on" } else { "off" }),
-        (None, Some(us)) => format!("TCP_DELACK_MAX_US back to {us} µs"),
-        (None, None) => "nothing recorded".to_string(),
-    };
     let mut plan = String::new();
     for s in &state.sockets {
-        plan.push_str(&format!("  {}: {}\n", s.local, before(s)));
+        let listening = if s.listening { " (listening)" } else { "" };
+        plan.push_str(&format!("  {}{listening}: {}\n", s.local, s.restores()));
     }
     let mut out: Box<dyn Write> = if args.json {
         Box::new(std::io::stderr())
@@ -440,6 +453,7 @@ fn undo(pid: u32, args: &FixArgs) -> anyhow::Result<Outcome> {
     }
     let mut pidfds = PidFds::default();
     let mut undone = Vec::new();
+    let mut listeners_undone = false;
     let mut gone = 0usize;
     for s in &state.sockets {
         let mut dup = None;
@@ -464,6 +478,7 @@ fn undo(pid: u32, args: &FixArgs) -> anyhow::Result<Outcome> {
             sockopt::set_delack_max(dup.as_fd(), Duration::from_micros(us.into()))
                 .map_err(io_err)?;
         }
+        listeners_undone |= s.listening;
         undone.push(serde_json::json!({
             "local": s.local,
             "inode": s.inode,
@@ -484,16 +499,21 @@ fn undo(pid: u32, args: &FixArgs) -> anyhow::Result<Outcome> {
             "done: {} put back{}",
             crate::report::counted(undone.len() as u64, "socket", "sockets"),
             if gone > 0 {
-                format!(", {gone} closed since the fix (nothing to put back there)")
+                format!(
+                    ", {} closed since the fix (nothing to put back there)",
+                    crate::report::counted(gone as u64, "socket", "sockets")
+                )
             } else {
                 String::new()
             }
         )?;
-        writeln!(
-            stdout,
-            "note: connections accepted since the fix copied the listener's options then and \
-             keep them until they close"
-        )?;
+        if listeners_undone {
+            writeln!(
+                stdout,
+                "note: connections accepted since the fix copied the listener's options then \
+                 and keep them until they close"
+            )?;
+        }
     }
     stdout.flush()?;
     Ok(Outcome::Done)

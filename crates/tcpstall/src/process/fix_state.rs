@@ -41,6 +41,32 @@ pub struct ChangedSocket {
     pub nodelay_before: Option<bool>,
     /// TCP_DELACK_MAX_US before (µs), when `fix --delack-max` set it.
     pub delack_max_us_before: Option<u32>,
+    /// A listening socket: the connections it accepted since the change copied its options
+    /// then (`inet_csk_clone_lock`), which an undo does not reach. Absent in older records.
+    #[serde(default)]
+    pub listening: bool,
+}
+
+impl ChangedSocket {
+    /// What an undo puts back on it, every option recorded: `TCP_NODELAY back off,
+    /// TCP_DELACK_MAX_US back to 200000 µs`.
+    pub fn restores(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(nodelay) = self.nodelay_before {
+            parts.push(format!(
+                "TCP_NODELAY back {}",
+                if nodelay { "on" } else { "off" }
+            ));
+        }
+        if let Some(us) = self.delack_max_us_before {
+            parts.push(format!("TCP_DELACK_MAX_US back to {us} µs"));
+        }
+        if parts.is_empty() {
+            "nothing recorded".to_string()
+        } else {
+            parts.join(", ")
+        }
+    }
 }
 
 /// The directory of the records: /run/tcpstall/fixes for root, else the user's runtime
@@ -118,7 +144,61 @@ pub fn record(path: &PathBuf, pid: u32, changed: Vec<ChangedSocket>) -> anyhow::
         .with_context(|| format!("cannot write {}", path.display()))
 }
 
+/// Removes the records of processes that no longer run (no process with the pid, or one
+/// with another start time: the pid taken again), as the names say (`pidN-startT.json`);
+/// a record of a running process is never touched. Returns the records removed.
+pub fn remove_stale() -> Vec<PathBuf> {
+    let Some(dir) = state_dir() else {
+        return Vec::new();
+    };
+    let Ok(entries) = fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    let mut removed = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some((pid, start)) = name.to_str().and_then(parse_name) else {
+            continue;
+        };
+        if start_time(pid) == Some(start) {
+            continue;
+        }
+        // A process that exited between the read of its start time and here is gone too; one
+        // whose stat is unreadable but that exists is left alone.
+        if start_time(pid).is_none() && procfs::process_exists(pid) {
+            continue;
+        }
+        if fs::remove_file(entry.path()).is_ok() {
+            removed.push(entry.path());
+        }
+    }
+    removed.sort();
+    removed
+}
+
+/// `(pid, start time)` of a record's file name, `pidN-startT.json`.
+fn parse_name(name: &str) -> Option<(u32, u64)> {
+    let (pid, start) = name
+        .strip_prefix("pid")?
+        .strip_suffix(".json")?
+        .split_once("-start")?;
+    Some((pid.parse().ok()?, start.parse().ok()?))
+}
+
 /// Whether `pid` still runs as the process recorded (same start time).
 pub fn same_process(state: &FixState) -> bool {
     procfs::process_exists(state.pid) && start_time(state.pid) == Some(state.start_time)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_names_are_read_back() {
+        assert_eq!(parse_name("pid12-start345.json"), Some((12, 345)));
+        assert_eq!(parse_name("pid12-start345.json.new"), None);
+        assert_eq!(parse_name("pidx-start345.json"), None);
+        assert_eq!(parse_name("notes.txt"), None);
+    }
 }

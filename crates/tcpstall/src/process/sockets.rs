@@ -12,7 +12,7 @@ use super::AccessError;
 use crate::host::pidfd::{socket_inode, PidFd, PidFds};
 use crate::host::procfs::{self, FdListError, TcpEntry, TcpState};
 use crate::host::sockopt;
-pub use crate::report::model::sockets::{Holder, InfoView, SocketView};
+pub use crate::report::model::sockets::{Holder, InfoView, ProcessName, SocketView};
 use crate::Outcome;
 
 /// Arguments of `tcpstall sockets`.
@@ -80,6 +80,7 @@ impl SocketView {
                 _ => Vec::new(),
             },
             delack_max_us: None,
+            inherited_from: None,
             command: None,
             kernel: None,
         }
@@ -283,7 +284,12 @@ pub fn inspect_scope(pid: u32, tree: bool) -> Result<ProcessSockets, AccessError
     if !unreadable_children.is_empty() {
         let first = unreadable_children[0];
         notes.push(format!(
-            "the fds of child process(es) {} could not be read ({}): their sockets are not shown",
+            "the fds of {} {} could not be read ({}): their sockets are not shown",
+            if unreadable_children.len() == 1 {
+                "child process"
+            } else {
+                "child processes"
+            },
             join_pids(&unreadable_children),
             AccessError::fd_list_refused(first)
         ));
@@ -304,7 +310,14 @@ pub fn inspect_scope(pid: u32, tree: bool) -> Result<ProcessSockets, AccessError
         sockets.push((order, view));
     }
     sockets.sort_by_key(|(order, _)| *order);
-    let sockets = sockets.into_iter().map(|(_, view)| view).collect();
+    let mut sockets: Vec<SocketView> = sockets.into_iter().map(|(_, view)| view).collect();
+    for view in sockets.iter_mut().filter(|v| v.listening) {
+        view.inherited_from =
+            crate::host::tree::ancestor_holding(pid, view.inode).map(|owner| ProcessName {
+                pid: owner,
+                command: procfs::comm_of(owner),
+            });
+    }
     Ok(ProcessSockets {
         pids: if tree { family } else { vec![pid] },
         sockets,
@@ -339,9 +352,20 @@ fn children_note(
     }
     (!inodes.is_empty()).then(|| {
         format!(
-            "{} more TCP socket(s), {connections} of them connections, are held by child \
-             process(es) {} of pid {pid}: leave out --no-tree to include them",
-            inodes.len(),
+            "{} more, {connections} of them {}, {} held by {} {} of pid {pid}: leave out \
+             --no-tree to include them",
+            crate::report::counted(inodes.len() as u64, "TCP socket", "TCP sockets"),
+            if connections == 1 {
+                "a connection"
+            } else {
+                "connections"
+            },
+            if inodes.len() == 1 { "is" } else { "are" },
+            if pids.len() == 1 {
+                "child process"
+            } else {
+                "child processes"
+            },
             join_pids(&pids)
         )
     })

@@ -225,7 +225,10 @@ pub fn text(r: &ProbeReport) -> String {
         let list: Vec<String> = d
             .causes
             .iter()
-            .map(|c| format!("{} ({} times, {:.1} ms lost)", c.kind, c.count, c.lost_ms))
+            .map(|c| {
+                let times = super::counted(c.count, "time", "times");
+                format!("{} ({times}, {:.1} ms lost)", c.kind, c.lost_ms)
+            })
             .collect();
         let _ = writeln!(out, "causes, by time lost: {}", list.join(", then "));
     }
@@ -261,9 +264,9 @@ pub fn text(r: &ProbeReport) -> String {
     if let Some(conf) = &r.confirmation {
         let verdict = match conf.confirmed {
             Some(true) if conf.stalls + conf.slow > 0 => format!(
-                "confirmed: the stall vanished but for {} request(s), as few as a socket-only \
-                 view cannot tell from the server pausing",
-                conf.stalls.max(conf.slow)
+                "confirmed: the stall vanished but for {}, as few as a socket-only view cannot \
+                 tell from the server pausing",
+                super::counted(conf.stalls.max(conf.slow), "request", "requests")
             ),
             Some(true) => "confirmed: the stall vanished".to_string(),
             Some(false) => {
@@ -290,7 +293,13 @@ pub fn text(r: &ProbeReport) -> String {
             conf.p50_ms
         );
     }
-    if r.confirmation.is_none() && d.verdict() == "stall" {
+    if r.confirmation.is_none() && r.interrupted {
+        // Ctrl-C came before the re-run: nothing is known of the stall's kind from it.
+        let _ = writeln!(
+            out,
+            "confirmation: not run (interrupted by Ctrl-C before the re-run)"
+        );
+    } else if r.confirmation.is_none() && d.verdict() == "stall" {
         let _ = writeln!(
             out,
             "confirmation: none (the client-side re-run tests a Nagle hold released by a delayed \

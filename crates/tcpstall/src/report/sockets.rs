@@ -5,7 +5,8 @@
 use std::io::{self, Write};
 
 use crate::report::model::sockets::{
-    Action, DelackPlan, FixReport, FixedSocket, InfoView, KernelView, SocketView, TcpState,
+    Action, DelackPlan, FixReport, FixedSocket, InfoView, KernelView, ProcessName, SocketView,
+    TcpState,
 };
 use crate::report::or_unknown;
 
@@ -82,13 +83,14 @@ pub(crate) fn write_table(
         if let Some(info) = &v.tcp_info {
             writeln!(
                 out,
-                "held now: pid {} fd {} {}: {} B written and not sent while {} segment(s) \
-                 await an ACK (Nagle)",
+                "held now: pid {} fd {} {}: {} B written and not sent while {} {} an ACK \
+                 (Nagle)",
                 or_unknown(v.pid),
                 or_unknown(v.fd),
                 v.local,
                 info.notsent_bytes,
-                info.unacked
+                super::counted(info.unacked, "segment", "segments"),
+                if info.unacked == 1 { "awaits" } else { "await" }
             )?;
         }
     }
@@ -207,12 +209,12 @@ pub(crate) fn write_kernel_table(
         };
         writeln!(
             out,
-            "held now: pid {} {} -> {}: {} B written and not sent, {} segment(s) in flight: {why}",
+            "held now: pid {} {} -> {}: {} B written and not sent, {} in flight: {why}",
             or_unknown(v.pid),
             v.local,
             v.remote,
             k.unsent,
-            k.packets_out
+            super::counted(k.packets_out, "segment", "segments")
         )?;
     }
     write_listeners(out, views, fix_pid)
@@ -220,13 +222,16 @@ pub(crate) fn write_kernel_table(
 
 /// The listeners with Nagle on, one line per process (a server listening on several
 /// addresses is one server): those whose accepted connections inherit Nagle, with the fix;
-/// those whose server sets TCP_NODELAY after `accept()`, said to need none.
+/// those whose server sets TCP_NODELAY after `accept()`, said to need none. A listener
+/// inherited from a process above the tree shown (a worker's, made by its master) names that
+/// process, whose fix reaches every process sharing it.
 fn write_listeners(
     out: &mut impl Write,
     views: &[SocketView],
     fix_pid: Option<u32>,
 ) -> io::Result<()> {
-    let mut by_pid: Vec<(u32, bool, Vec<&str>)> = Vec::new();
+    type Line<'a> = (u32, bool, Option<&'a ProcessName>, Vec<&'a str>);
+    let mut by_pid: Vec<Line<'_>> = Vec::new();
     for v in views
         .iter()
         .filter(|v| v.listening && v.nodelay == Some(false))
@@ -237,17 +242,27 @@ fn write_listeners(
             (Some(false), Some(_)) => false,
             _ => continue,
         };
+        let owner = v.inherited_from.as_ref();
         match by_pid
             .iter_mut()
-            .find(|(p, s, _)| *p == pid && *s == stalls)
+            .find(|(p, s, o, _)| *p == pid && *s == stalls && *o == owner)
         {
-            Some((_, _, addrs)) => addrs.push(&v.local),
-            None => by_pid.push((pid, stalls, vec![&v.local])),
+            Some((_, _, _, addrs)) => addrs.push(&v.local),
+            None => by_pid.push((pid, stalls, owner, vec![&v.local])),
         }
     }
-    for (pid, stalls, addrs) in by_pid {
+    for (pid, stalls, owner, addrs) in by_pid {
         let addrs = addrs.join(", ");
-        if stalls {
+        if let (true, Some(owner)) = (stalls, owner) {
+            writeln!(
+                out,
+                "can stall: pid {pid} listening with Nagle on ({addrs}), a listener it shares \
+                 with {}, which made it: every connection accepted on it inherits Nagle unless \
+                 the server sets TCP_NODELAY itself (tcpstall fix {}, the process that owns it)",
+                owner.describe(),
+                owner.pid
+            )?;
+        } else if stalls {
             writeln!(
                 out,
                 "can stall: pid {pid} listening with Nagle on ({addrs}): every connection it \
@@ -311,14 +326,18 @@ pub(crate) fn write_plan(
 ) -> io::Result<()> {
     let pid = report.pid;
     let children: Vec<String> = report.pids.iter().skip(1).map(u32::to_string).collect();
-    if children.is_empty() {
-        writeln!(out, "plan for pid {pid}:")?;
-    } else {
-        writeln!(
+    match children.len() {
+        0 => writeln!(out, "plan for pid {pid}:")?,
+        1 => writeln!(
             out,
-            "plan for pid {pid} and its child process(es) {}:",
+            "plan for pid {pid} and its child process {}:",
+            children[0]
+        )?,
+        _ => writeln!(
+            out,
+            "plan for pid {pid} and its child processes {}:",
             children.join(", ")
-        )?;
+        )?,
     }
     let plan = &report.sockets;
     if plan.is_empty() {
@@ -348,7 +367,9 @@ pub(crate) fn write_plan(
         } else {
             format!("-> {}", s.remote)
         };
-        let shared = if s.holders.len() > 1 {
+        let shared = if let Some(owner) = &s.inherited_from {
+            format!(" [shared with {}, which made it]", owner.describe())
+        } else if s.holders.len() > 1 {
             let pids: Vec<String> = s.holders.iter().map(|h| h.pid.to_string()).collect();
             format!(" [shared by pids {}]", pids.join(", "))
         } else {
@@ -362,10 +383,32 @@ pub(crate) fn write_plan(
             s.state
         )?;
     }
+    write_inherited_listeners(out, report)?;
     match &report.delack_max {
         None => write_nodelay_checks(out, report),
         Some(delack) => write_delack_checks(out, plan, delack),
     }
+}
+
+/// Listeners of the plan made by a process above the one given (a worker's listener, made by
+/// its master): the change reaches every process sharing it, and the owner is the one to fix.
+fn write_inherited_listeners(out: &mut impl Write, report: &FixReport) -> io::Result<()> {
+    for planned in &report.sockets {
+        let Some(owner) = &planned.socket.inherited_from else {
+            continue;
+        };
+        writeln!(
+            out,
+            "  note: the listener {} belongs to {}, which made it and shares it with pid {}: a \
+             change to it is a change for every process sharing it; fix its owner instead: \
+             tcpstall fix {}",
+            planned.socket.local,
+            owner.describe(),
+            report.pid,
+            owner.pid
+        )?;
+    }
+    Ok(())
 }
 
 fn write_nodelay_checks(out: &mut impl Write, report: &FixReport) -> io::Result<()> {

@@ -114,10 +114,10 @@ pub(crate) fn write_text(report: &TraceReport, out: &mut impl Write) -> io::Resu
     writeln!(
         out,
         "traced {target} for {:.2} s{status}: {} syscalls followed (sockets, reads, writes, \
-         waits, closes), {} TCP sockets with data",
+         waits, closes), {} with data",
         report.duration_s,
         report.syscalls,
-        report.sockets.len()
+        crate::report::counted(report.sockets.len() as u64, "TCP socket", "TCP sockets")
     )?;
     let (found, clean): (Vec<&TracedSocket>, Vec<&TracedSocket>) = report
         .sockets
@@ -165,16 +165,17 @@ pub(crate) fn write_text(report: &TraceReport, out: &mut impl Write) -> io::Resu
         if let Some(holds) = r.kernel_holds.filter(|&h| h > 0) {
             writeln!(
                 out,
-                "  the kernel held the tail of {holds} sends (Nagle: unsent bytes behind a small \
-                 segment in flight) as the call returned"
+                "  the kernel held the tail of {} (Nagle: unsent bytes behind a small \
+                 segment in flight) as the call returned",
+                crate::report::counted(holds, "send", "sends")
             )?;
         }
         if s.quickack_sets > 0 {
             writeln!(
                 out,
-                "  TCP_QUICKACK set {} times: it speeds up this side's ACKs, not the peer's, so \
+                "  TCP_QUICKACK set {}: it speeds up this side's ACKs, not the peer's, so \
                  it does not release these writes",
-                s.quickack_sets
+                crate::report::counted(s.quickack_sets, "time", "times")
             )?;
         }
         writeln!(out, "  fix: {FIX}")?;
@@ -199,15 +200,17 @@ pub(crate) fn write_text(report: &TraceReport, out: &mut impl Write) -> io::Resu
     for s in clean.iter().take(CLEAN_SHOWN) {
         writeln!(
             out,
-            "clean: {}: {} sends, {} reads{}",
+            "clean: {}: {}, {}{}",
             label(s),
-            s.sends,
-            s.reads,
+            crate::report::counted(s.sends, "send", "sends"),
+            crate::report::counted(s.reads, "read", "reads"),
             if s.nodelay { ", TCP_NODELAY on" } else { "" }
         )?;
     }
     if clean.len() > CLEAN_SHOWN {
-        writeln!(out, "clean: {} more sockets", clean.len() - CLEAN_SHOWN)?;
+        let more = clean.len() - CLEAN_SHOWN;
+        let sockets = if more == 1 { "socket" } else { "sockets" };
+        writeln!(out, "clean: {more} more {sockets}")?;
     }
     Ok(())
 }
@@ -334,6 +337,15 @@ mod tests {
             parsed["sockets"][0]["peer_process"],
             serde_json::json!({"pid": 5151, "command": "redis-server"})
         );
+    }
+
+    #[test]
+    fn one_socket_is_counted_in_the_singular() {
+        let mut one = clean_detached();
+        one.sockets.truncate(1);
+        let text = text(&one);
+        assert!(text.contains(", 1 TCP socket with data\n"), "{text}");
+        assert!(text.contains(": 3 sends, 1 read"), "{text}");
     }
 
     #[test]

@@ -153,6 +153,9 @@ pub fn run(request: &RouteRequest) -> anyhow::Result<Outcome> {
         &report.route_before,
     )?;
 
+    // Refused before the plan is shown: a plan's "becomes" and "kept for --undo" would say a
+    // change is coming that is not.
+    refuse_unconfirmed_default_route(request, &report)?;
     show_plan(request, &report)?;
     if report.unchanged && request.change == RouteChange::Undo && !request.dry_run {
         // The route is back as it was (put back by hand): the record has nothing left to undo.
@@ -309,6 +312,26 @@ fn note_changed_since_set(
     Ok(())
 }
 
+/// `--yes` to a change that would land on the default route (DEST has no route of its own)
+/// without `--default-route`: refused, as nothing else is asked.
+fn refuse_unconfirmed_default_route(
+    request: &RouteRequest,
+    report: &RouteFixReport,
+) -> anyhow::Result<()> {
+    let changes = !report.unchanged && !request.dry_run && request.change != RouteChange::Undo;
+    if changes && report.default_route && request.yes && !request.default_route {
+        bail!(
+            "{} has no route of its own: the route found is the default route ({}), and \
+             changing it changes every connection that leaves by it; add --default-route \
+             to confirm, or add a route for {} and fix that one",
+            request.dest,
+            report.route_before,
+            request.dest
+        );
+    }
+    Ok(())
+}
+
 /// The plan, before anything changes: on standard output, or on stderr with `--json` (not at
 /// all with `--json --yes`).
 fn show_plan(request: &RouteRequest, report: &RouteFixReport) -> anyhow::Result<()> {
@@ -336,17 +359,6 @@ fn confirm_and_apply(
     report: &mut RouteFixReport,
 ) -> anyhow::Result<()> {
     let default_route = report.default_route;
-    if default_route && request.yes && !request.default_route && request.change != RouteChange::Undo
-    {
-        bail!(
-            "{} has no route of its own: the route found is the default route ({}), and \
-             changing it changes every connection that leaves by it; add --default-route \
-             to confirm, or add a route for {} and fix that one",
-            request.dest,
-            report.route_before,
-            request.dest
-        );
-    }
     let question = if default_route {
         format!(
             "change the DEFAULT route {} (every connection leaving by it)?",

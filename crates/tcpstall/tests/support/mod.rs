@@ -191,6 +191,17 @@ pub fn first_line_within(output: impl Read + Send + 'static, limit: Duration) ->
 /// Starts `command` (a server that prints its port on its first line, standard error
 /// discarded) and reads that port within 10 s; `what` names the server in the failure.
 pub fn spawn_printing_port(command: &mut Command, what: &str) -> (KillOnDrop, u16) {
+    let (child, line) = spawn_printing_line(command, what);
+    let port = line
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{what} printed {line:?}, not a port"));
+    (child, port)
+}
+
+/// Starts `command` (standard error discarded) and reads the first line it prints within
+/// 10 s, its end of line trimmed; `what` names the program in the failure.
+pub fn spawn_printing_line(command: &mut Command, what: &str) -> (KillOnDrop, String) {
     let mut child = command
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -199,12 +210,8 @@ pub fn spawn_printing_port(command: &mut Command, what: &str) -> (KillOnDrop, u1
     let stdout = child.stdout.take().expect("piped stdout");
     let child = KillOnDrop(child);
     let line = first_line_within(stdout, Duration::from_secs(10))
-        .unwrap_or_else(|| panic!("{what} printed no port within 10 s"));
-    let port = line
-        .trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("{what} printed {line:?}, not a port"));
-    (child, port)
+        .unwrap_or_else(|| panic!("{what} printed nothing within 10 s"));
+    (child, line.trim_end().to_string())
 }
 
 /// `program`, inside network namespace `ns` when given (`ip netns exec` execs it: the pid is

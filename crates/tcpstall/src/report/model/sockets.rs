@@ -16,6 +16,25 @@ pub struct Holder {
     pub fd: i32,
 }
 
+/// A process and its command name.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ProcessName {
+    /// The process.
+    pub pid: u32,
+    /// Its command name (`/proc/PID/comm`); `None` when unreadable.
+    pub command: Option<String>,
+}
+
+impl ProcessName {
+    /// `pid 12 (nginx)`, or `pid 12` without a name.
+    pub fn describe(&self) -> String {
+        match &self.command {
+            Some(command) => format!("pid {} ({command})", self.pid),
+            None => format!("pid {}", self.pid),
+        }
+    }
+}
+
 /// The TCP_INFO fields that explain a stall, from the kernel's `tcp_get_info`.
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
 pub struct InfoView {
@@ -92,6 +111,11 @@ pub struct SocketView {
     /// TCP_DELACK_MAX_US, the socket's cap on its delayed ACK, in microseconds; `None` when
     /// unreadable or the kernel lacks the option.
     pub delack_max_us: Option<u32>,
+    /// A listener made by a process above the tree shown, which its children inherited across
+    /// fork (an nginx master's listener, shown from a worker): that process, which owns it and
+    /// shares it; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inherited_from: Option<ProcessName>,
     /// The holder's command name (`sockets --all` from the kernel); absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
