@@ -20,6 +20,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::detect::{StallEvent, StallKind};
 use crate::flow::Side;
+use crate::host::owner::LookupCosts;
 use crate::report::model::watch::Owner;
 
 /// Distinct (command, container, pod_uid) label sets of `process_stalls_total` at most: the
@@ -77,6 +78,8 @@ pub struct Metrics {
     /// Stalls by the process (and container) owning the socket, counted where the owner is
     /// found.
     owner_stalls: OwnerStalls,
+    /// What finding the owners cost, counted where they are found.
+    owner_costs: OwnerCosts,
     /// Last totals seen, so the counters advance by the difference.
     seen: [AtomicU64; 4],
     /// The same for the kernel's hold counters, in [`KernelTotals`] order.
@@ -180,6 +183,37 @@ impl Metrics {
             )?,
             label_sets: Arc::default(),
         };
+        let labelled = |name: &str, help: &str, label: &str, values: [&str; 2]| {
+            let counter = IntCounterVec::new(Opts::new(name, help), &[label])?;
+            for value in values {
+                counter.with_label_values(&[value]);
+            }
+            Ok::<_, prometheus::Error>(counter)
+        };
+        let owner_costs = OwnerCosts {
+            lookups: labelled(
+                "owner_lookups_total",
+                "Stalls whose socket's owner was looked up: remembered for the flow (cached), \
+                 or searched",
+                "result",
+                ["cached", "searched"],
+            )?,
+            socket_queries: labelled(
+                "owner_socket_queries_total",
+                "Sockets looked up by the owner searches: one exact sock_diag query by the \
+                 flow's addresses, or a read of the whole /proc/net/tcp tables (netlink \
+                 refused)",
+                "via",
+                ["sock_diag", "proc_net_tcp"],
+            )?,
+            fd_reads: labelled(
+                "owner_fd_reads_total",
+                "/proc/PID/fd reads of the owner searches: one recent owner's (process), or \
+                 every process's (all, at most twice a second)",
+                "scope",
+                ["process", "all"],
+            )?,
+        };
         let info = IntGaugeVec::new(
             Opts::new(
                 "info",
@@ -191,6 +225,7 @@ impl Metrics {
         let metrics = Metrics {
             info,
             owner_stalls,
+            owner_costs,
             kernel_holds: counter(
                 "kernel_holds_total",
                 "watch --kernel: Nagle holds that began (a write left bytes waiting)",
@@ -235,6 +270,13 @@ impl Metrics {
         r.register(Box::new(metrics.stalls.clone()))?;
         r.register(Box::new(metrics.delay.clone()))?;
         r.register(Box::new(metrics.owner_stalls.counter.clone()))?;
+        for c in [
+            &metrics.owner_costs.lookups,
+            &metrics.owner_costs.socket_queries,
+            &metrics.owner_costs.fd_reads,
+        ] {
+            r.register(Box::new(c.clone()))?;
+        }
         r.register(Box::new(metrics.info.clone()))?;
         for c in [
             &metrics.packets,
@@ -278,6 +320,11 @@ impl Metrics {
     /// The per-owner stall counter, for the thread that finds the owners.
     pub fn owner_stalls(&self) -> OwnerStalls {
         self.owner_stalls.clone()
+    }
+
+    /// The owner searches' cost counters, for the thread that finds the owners.
+    pub fn owner_costs(&self) -> OwnerCosts {
+        self.owner_costs.clone()
     }
 
     /// Counts `n` flows retired.
@@ -401,6 +448,31 @@ impl OwnerStalls {
         self.counter
             .with_label_values(&[f.kind.name(), f.held_side.name(), command, container, pod])
             .inc();
+    }
+}
+
+/// `tcpstall_watch_owner_*_total`: what finding the stalls' owners cost.
+#[derive(Debug, Clone)]
+pub struct OwnerCosts {
+    lookups: IntCounterVec,
+    socket_queries: IntCounterVec,
+    fd_reads: IntCounterVec,
+}
+
+impl OwnerCosts {
+    /// Brings the counters to `costs`, the owner lookup's totals so far (one thread updates
+    /// them: each counter advances by the difference).
+    pub fn update(&self, costs: LookupCosts) {
+        let advance = |counter: &IntCounterVec, label: &str, total: u64| {
+            let counter = counter.with_label_values(&[label]);
+            counter.inc_by(total.saturating_sub(counter.get()));
+        };
+        advance(&self.lookups, "cached", costs.cached);
+        advance(&self.lookups, "searched", costs.searched);
+        advance(&self.socket_queries, "sock_diag", costs.sock_diag_queries);
+        advance(&self.socket_queries, "proc_net_tcp", costs.table_reads);
+        advance(&self.fd_reads, "process", costs.process_fd_reads);
+        advance(&self.fd_reads, "all", costs.all_fd_reads);
     }
 }
 
