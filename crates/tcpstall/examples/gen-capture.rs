@@ -8,6 +8,12 @@
 //! to port 4789, VNI 42), as captured on a container host's physical interface: the benchmark
 //! of decapsulation.
 //!
+//! `--flows N --open|--closed OUT.pcap`: instead, N clean connections of one turn each (the
+//! memory an analysis needs per connection, `scripts/bench-analyze --per-flow`): `--open`
+//! starts one every 10 µs and closes none, so all N are open at the capture's end; `--closed`
+//! starts one every millisecond and closes each with FINs, so about 2,000 are open at once
+//! (a closed flow leaves the table 2 s after its close).
+//!
 //! Connection kinds (share of connections):
 //! - clean (70 %): request, quick ACK, response, ACK; 0.2-3 ms think time between turns;
 //! - split response (10 %): header and body written apart, the body waits for the client's
@@ -91,21 +97,32 @@ fn push(p: &mut Vec<Pkt>, ts_ns: u64, from_client: bool, flags: u8, seq: u32, ac
     });
 }
 
+/// How many turns a connection takes, and whether it ends with FINs.
+#[derive(Clone, Copy)]
+struct Shape {
+    /// `None`: 20 to 60, drawn.
+    turns: Option<u64>,
+    close: bool,
+}
+
 /// Builds one connection's packets: returns them and the stalls planted per kind.
-fn connection(id: u32, start_ns: u64, kind: Kind, rng: &mut Rng, planted: &mut [u64; 3]) -> Conn {
+fn connection(
+    id: u32,
+    start_ns: u64,
+    (kind, shape): (Kind, Shape),
+    rng: &mut Rng,
+    planted: &mut [u64; 3],
+) -> Conn {
     let mut p = Vec::new();
     let mut t = start_ns;
     let (mut c, mut s) = (rng.next() as u32, rng.next() as u32);
     let rtt = rng.range(20, 80) * US; // capture on the client host: the server is one RTT away
-    push(&mut p, t, true, SYN, c, 0, 0);
-    c = c.wrapping_add(1);
-    t += rtt;
-    push(&mut p, t, false, SYN, s, c, 0);
-    s = s.wrapping_add(1);
-    t += 10 * US;
-    push(&mut p, t, true, 0, c, s, 0);
-    let turns = rng.range(20, 60);
-    let lost_turn = rng.range(2, turns - 1);
+    (c, s, t) = both_ways(&mut p, SYN, (c, s, t), rtt);
+    let turns = shape.turns.unwrap_or_else(|| rng.range(20, 60));
+    let lost_turn = match turns {
+        0..=2 => u64::MAX,
+        _ => rng.range(2, turns - 1),
+    };
     for turn in 0..turns {
         t += 100 * US;
         let req = rng.range(60, 400) as u16;
@@ -193,14 +210,22 @@ fn connection(id: u32, start_ns: u64, kind: Kind, rng: &mut Rng, planted: &mut [
             _ => rng.range(200, 3_000) * US,
         };
     }
-    push(&mut p, t, true, FIN, c, s, 0);
-    c = c.wrapping_add(1);
-    t += rtt;
-    push(&mut p, t, false, FIN, s, c, 0);
-    s = s.wrapping_add(1);
-    t += 10 * US;
-    push(&mut p, t, true, 0, c, s, 0);
+    if shape.close {
+        both_ways(&mut p, FIN, (c, s, t), rtt);
+    }
     Conn { id, packets: p }
+}
+
+/// The client's SYN or FIN, the server's one RTT later, and the client's ACK of it; the
+/// sequence numbers and the time after them. (A client SYN's ACK field is not written.)
+fn both_ways(p: &mut Vec<Pkt>, flag: u8, (c, s, t): (u32, u32, u64), rtt: u64) -> (u32, u32, u64) {
+    push(p, t, true, flag, c, s, 0);
+    let c = c.wrapping_add(1);
+    push(p, t + rtt, false, flag, s, c, 0);
+    let s = s.wrapping_add(1);
+    let t = t + rtt + 10 * US;
+    push(p, t, true, 0, c, s, 0);
+    (c, s, t)
 }
 
 fn frame(conn: u32, pkt: &Pkt, buf: &mut Vec<u8>, payload: &[u8]) -> Result<(), String> {
@@ -281,10 +306,28 @@ fn vxlan_frame(
 
 fn main() -> ExitCode {
     let mut args: Vec<String> = std::env::args().collect();
-    let vxlan = args.iter().any(|a| a == "--vxlan");
-    args.retain(|a| a != "--vxlan");
+    let mut flag = |name: &str| {
+        let given = args.iter().any(|a| a == name);
+        args.retain(|a| a != name);
+        given
+    };
+    let (vxlan, open, closed) = (flag("--vxlan"), flag("--open"), flag("--closed"));
+    let flows = match args.iter().position(|a| a == "--flows") {
+        None => None,
+        Some(at) => match args.get(at + 1).map(|n| n.parse::<u32>()) {
+            Some(Ok(n)) if open != closed => {
+                args.drain(at..at + 2);
+                Some((n, open))
+            }
+            _ => {
+                eprintln!("gen-capture: --flows N takes a whole number and --open or --closed");
+                return ExitCode::from(2);
+            }
+        },
+    };
     let Some(out) = args.get(1) else {
         eprintln!("usage: gen-capture [--vxlan] OUT.pcap [PACKETS]");
+        eprintln!("       gen-capture --flows N --open|--closed OUT.pcap");
         return ExitCode::from(2);
     };
     let target: u64 = match args.get(2).map(|s| s.parse()) {
@@ -295,7 +338,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match generate(out, target, vxlan) {
+    match generate(out, target, vxlan, flows) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("gen-capture: {e}");
@@ -304,13 +347,43 @@ fn main() -> ExitCode {
     }
 }
 
-fn generate(out: &str, target: u64, vxlan: bool) -> Result<(), String> {
+/// Writes the capture: connections of every kind up to `target` packets, or with `flows`
+/// (count, open) that many clean one-turn connections.
+fn generate(out: &str, target: u64, vxlan: bool, flows: Option<(u32, bool)>) -> Result<(), String> {
     let mut rng = Rng(0x5eed_1234_abcd_9876);
     let mut planted = [0u64; 3];
     let mut conns = Vec::new();
     let mut total = 0u64;
     let base_ns = 1_700_000_000 * 1_000_000_000u64;
-    while total < target {
+    if let Some((count, open)) = flows {
+        let (every, shape) = match open {
+            true => (
+                10 * US,
+                Shape {
+                    turns: Some(1),
+                    close: false,
+                },
+            ),
+            false => (
+                MS,
+                Shape {
+                    turns: Some(1),
+                    close: true,
+                },
+            ),
+        };
+        for id in 0..count {
+            let start = base_ns + u64::from(id) * every;
+            conns.push(connection(
+                id,
+                start,
+                (Kind::Clean, shape),
+                &mut rng,
+                &mut planted,
+            ));
+        }
+    }
+    while flows.is_none() && total < target {
         let id = conns.len() as u32;
         let kind = match rng.range(0, 99) {
             0..=69 => Kind::Clean,
@@ -322,7 +395,11 @@ fn generate(out: &str, target: u64, vxlan: bool) -> Result<(), String> {
         };
         // About 400 connections open at any time.
         let start = base_ns + u64::from(id) * 150 * US + rng.range(0, 100) * US;
-        let c = connection(id, start, kind, &mut rng, &mut planted);
+        let shape = Shape {
+            turns: None,
+            close: true,
+        };
+        let c = connection(id, start, (kind, shape), &mut rng, &mut planted);
         total += c.packets.len() as u64;
         conns.push(c);
     }

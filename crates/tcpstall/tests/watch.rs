@@ -75,6 +75,22 @@ impl Watch {
         Watch { run, metrics }
     }
 
+    /// Starts `watch` on loopback's `port` with metrics on a free port; the metrics' address.
+    fn with_metrics(port: u16) -> (Watch, String) {
+        let watch = Watch::start(&[
+            "-i",
+            "lo",
+            "--metrics",
+            "127.0.0.1:0",
+            &format!("port {port}"),
+        ]);
+        let addr = watch
+            .metrics
+            .clone()
+            .expect("the metrics address is announced");
+        (watch, addr)
+    }
+
     /// Waits up to `limit` for the run to end by itself; its status, stdout and stderr.
     fn wait(self, limit: Duration) -> (ExitStatus, String, String) {
         let (status, stdout, stderr) = self.run.finish(limit, "watch");
@@ -235,12 +251,7 @@ fn json_lines_carry_analyze_keys_and_the_owner() {
 fn metrics_are_scraped_by_curl_and_pass_promtool() {
     require_root("live capture");
     let server = PythonServer::start();
-    let filter = format!("port {}", server.port);
-    let watch = Watch::start(&["-i", "lo", "--metrics", "127.0.0.1:0", &filter]);
-    let addr = watch
-        .metrics
-        .clone()
-        .expect("the metrics address is announced");
+    let (watch, addr) = Watch::with_metrics(server.port);
     server.requests(REQUESTS);
     // The counters are brought up to date every half second.
     std::thread::sleep(Duration::from_millis(1200));
@@ -315,7 +326,8 @@ fn metrics_are_scraped_by_curl_and_pass_promtool() {
     assert!(status.success(), "SIGTERM ends it with a summary: {stderr}");
 }
 
-/// The value of an unlabelled metric in a scrape.
+/// The value of a series in a scrape: a metric's name, with its labels in the exposition's
+/// order when it has any.
 fn metric(body: &str, name: &str) -> u64 {
     body.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
@@ -332,17 +344,67 @@ fn scrape(addr: &str) -> String {
     String::from_utf8(out.stdout).expect("UTF-8")
 }
 
+/// A stall's owner is searched once per flow, by one exact `sock_diag` lookup of the socket
+/// and one read of the processes' fds; the connection's later stalls read nothing, and the
+/// whole socket tables are never read: the metrics count the work where it is done.
+#[test]
+fn the_stalls_of_one_connection_cost_one_owner_search() {
+    require_root("live capture");
+    let server = PythonServer::start();
+    let (watch, addr) = Watch::with_metrics(server.port);
+    let _connection = server.requests_kept_open(12);
+    let stalls_series =
+        "tcpstall_watch_stalls_total{held_side=\"server\",kind=\"nagle_delayed_ack\"}";
+    let cached_series = "tcpstall_watch_owner_lookups_total{result=\"cached\"}";
+    let searched_series = "tcpstall_watch_owner_lookups_total{result=\"searched\"}";
+    // The capture counts a stall at once, the printer its owner's lookup once printed.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (stalls, cached, searched, body) = loop {
+        let body = scrape(&addr);
+        let stalls = metric(&body, stalls_series);
+        let (cached, searched) = (metric(&body, cached_series), metric(&body, searched_series));
+        if (stalls >= 5 && cached + searched >= stalls) || Instant::now() > deadline {
+            break (stalls, cached, searched, body);
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    assert!(stalls >= 5, "{stalls} stalls of 12 held requests:\n{body}");
+    assert_eq!(searched, 1, "one connection, one search:\n{body}");
+    assert!(
+        cached + 1 >= stalls,
+        "{cached} cached for {stalls} stalls:\n{body}"
+    );
+    let queries = metric(
+        &body,
+        "tcpstall_watch_owner_socket_queries_total{via=\"sock_diag\"}",
+    );
+    assert!(
+        (1..=2).contains(&queries),
+        "{queries} sock_diag queries:\n{body}"
+    );
+    assert_eq!(
+        metric(
+            &body,
+            "tcpstall_watch_owner_socket_queries_total{via=\"proc_net_tcp\"}"
+        ),
+        0,
+        "{body}"
+    );
+    assert!(
+        metric(&body, "tcpstall_watch_owner_fd_reads_total{scope=\"all\"}") <= 1,
+        "{body}"
+    );
+    watch.terminate();
+    let (status, _, stderr) = watch.wait(Duration::from_secs(10));
+    assert!(status.success(), "{stderr}");
+}
+
 #[test]
 fn closed_flows_leave_the_detector_by_the_clock() {
     require_root("live capture");
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = listener.local_addr().expect("addr").port();
-    let filter = format!("port {port}");
-    let watch = Watch::start(&["-i", "lo", "--metrics", "127.0.0.1:0", &filter]);
-    let addr = watch
-        .metrics
-        .clone()
-        .expect("the metrics address is announced");
+    let (watch, addr) = Watch::with_metrics(port);
     const CONNECTIONS: u64 = 3000;
     for _ in 0..CONNECTIONS {
         let client = TcpStream::connect(("127.0.0.1", port)).expect("connect");

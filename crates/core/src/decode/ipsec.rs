@@ -76,3 +76,52 @@ impl Decap {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::*;
+
+    const PAST_64_KIB: Decoded<u32> = Decoded::Undecodable("IPComp payload inflating past 64 KiB");
+
+    /// An IPv4 packet carrying IPComp (RFC 3173 §2.2: next header TCP, CPI 2, DEFLATE) whose
+    /// payload, a TCP segment of `inflated` bytes (a 20-byte header, zeros after it),
+    /// compresses to at most a few kilobytes: raw deflate, as RFC 2394 sends it.
+    fn ipcomp_packet(inflated: usize) -> Vec<u8> {
+        let mut segment = vec![0u8; inflated];
+        segment[0..2].copy_from_slice(&40000u16.to_be_bytes());
+        segment[2..4].copy_from_slice(&80u16.to_be_bytes());
+        segment[12] = 5 << 4;
+        segment[13] = 0x18;
+        let mut deflate =
+            flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::best());
+        deflate.write_all(&segment).expect("deflate into memory");
+        let compressed = deflate.finish().expect("deflate into memory");
+        let total = u16::try_from(20 + 4 + compressed.len()).expect("zeros compress well");
+        let mut p = crate::decode::tests::ipv4_header(total, IPPROTO_IPCOMP);
+        p.extend_from_slice(&[IPPROTO_TCP, 0, 0, 2]);
+        p.extend_from_slice(&compressed);
+        p
+    }
+
+    /// The packet decoded, captured whole.
+    fn decode(packet: &[u8]) -> Decoded<u32> {
+        crate::decode::tests::decode(packet, packet.len() as u32)
+    }
+
+    /// A valid DEFLATE payload is read up to an IP packet's largest size (65,535 bytes); one
+    /// inflating past it is no IP packet and is said so, not taken for another algorithm (the
+    /// output buffer, an IP packet's largest, bounds the inflating: a 16 MiB bomb stops there).
+    #[test]
+    fn ipcomp_inflating_past_64_kib_is_said_so_not_another_algorithm() {
+        assert_eq!(decode(&ipcomp_packet(60_000)), Decoded::Tcp(60_000 - 20));
+        assert_eq!(
+            decode(&ipcomp_packet(usize::from(u16::MAX))),
+            Decoded::Tcp(u32::from(u16::MAX) - 20)
+        );
+        for inflated in [usize::from(u16::MAX) + 1, 70_000, 16 << 20] {
+            assert_eq!(decode(&ipcomp_packet(inflated)), PAST_64_KIB, "{inflated}");
+        }
+    }
+}

@@ -495,15 +495,22 @@ fn parse_tcp_options(mut options: &[u8]) -> TcpOptions {
 mod tests {
     use super::*;
 
-    /// An IPv4 TCP header (20 B IP, 20 B TCP, ACK) with the given total length field.
-    fn ipv4_tcp(total_len: u16) -> Vec<u8> {
-        let mut p = vec![0u8; 40];
+    /// An IPv4 header (20 B, 10.0.0.1 to 10.0.0.2) with the given total length and protocol.
+    pub(super) fn ipv4_header(total_len: u16, protocol: u8) -> Vec<u8> {
+        let mut p = vec![0u8; 20];
         p[0] = 0x45;
         p[2..4].copy_from_slice(&total_len.to_be_bytes());
         p[8] = 64;
-        p[9] = IPPROTO_TCP;
+        p[9] = protocol;
         p[12..16].copy_from_slice(&[10, 0, 0, 1]);
         p[16..20].copy_from_slice(&[10, 0, 0, 2]);
+        p
+    }
+
+    /// An IPv4 TCP header (20 B IP, 20 B TCP, ACK) with the given total length field.
+    fn ipv4_tcp(total_len: u16) -> Vec<u8> {
+        let mut p = ipv4_header(total_len, IPPROTO_TCP);
+        p.resize(40, 0);
         p[20..22].copy_from_slice(&40000u16.to_be_bytes());
         p[22..24].copy_from_slice(&80u16.to_be_bytes());
         p[32] = 5 << 4;
@@ -511,7 +518,8 @@ mod tests {
         p
     }
 
-    fn decode(packet: &[u8], wire_len: u32) -> Decoded<u32> {
+    /// `packet` decoded: the TCP payload's length, or why not (for the headers' tests).
+    pub(super) fn decode(packet: &[u8], wire_len: u32) -> Decoded<u32> {
         let mut out = Segment::UNSET;
         let meta = PacketMeta {
             ts_ns: 1,

@@ -47,6 +47,26 @@ pub struct OwnerLookup {
     by_flow: FxHashMap<u64, Result<Located, NoOwner>>,
     recent_pids: VecDeque<u32>,
     holders: Holders,
+    costs: LookupCosts,
+}
+
+/// What the owner searches cost so far, counted where the work is done: the figures that
+/// show a stall's owner is found by one exact socket lookup per flow, not by reading every
+/// socket and process of the host at every stall (`watch --metrics` exports them).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LookupCosts {
+    /// Stalls whose flow's owner (or why there is none) was remembered: nothing read.
+    pub cached: u64,
+    /// Stalls whose flow was searched.
+    pub searched: u64,
+    /// Exact lookups of one socket by its addresses through `sock_diag`.
+    pub sock_diag_queries: u64,
+    /// Reads of the whole `/proc/net/tcp{,6}` tables (only when netlink is refused).
+    pub table_reads: u64,
+    /// Reads of one recent owner's `/proc/PID/fd`.
+    pub process_fd_reads: u64,
+    /// Reads of every process's `/proc/PID/fd` (each at most twice a second).
+    pub all_fd_reads: u64,
 }
 
 impl OwnerLookup {
@@ -59,8 +79,12 @@ impl OwnerLookup {
     /// options read now, or why there is none to name.
     pub fn owner_of(&mut self, event: &StallEvent) -> Result<Owner, NoOwner> {
         let located = match self.by_flow.get(&event.flow_id) {
-            Some(found) => found.clone(),
+            Some(found) => {
+                self.costs.cached += 1;
+                found.clone()
+            }
             None => {
+                self.costs.searched += 1;
                 let found = self.locate(event);
                 // Not searched yet: the flow's next stall searches again.
                 if !matches!(found, Err(NoOwner::Deferred)) {
@@ -106,6 +130,15 @@ impl OwnerLookup {
         self.recent_pids.push_front(pid);
     }
 
+    /// What the searches cost so far.
+    pub fn costs(&self) -> LookupCosts {
+        LookupCosts {
+            process_fd_reads: self.holders.process_reads,
+            all_fd_reads: self.holders.full_reads,
+            ..self.costs
+        }
+    }
+
     /// Forgets `flow_id`: the flow left the detector.
     pub fn forget(&mut self, flow_id: u64) {
         self.by_flow.remove(&flow_id);
@@ -133,10 +166,11 @@ impl OwnerLookup {
         let mut read_all = false;
         for side in [held, held.peer()] {
             let (local, remote) = ends(side);
-            let entries = match find_socket(local, remote, side) {
+            let entries = match find_socket(local, remote, side, &mut self.costs) {
                 Ok(found) => found,
                 Err(_) => {
                     if table.is_none() {
+                        self.costs.table_reads += 1;
                         table = Some(
                             procfs::tcp_table(std::process::id()).map_err(|_| NoOwner::NotLocal)?,
                         );
@@ -200,6 +234,9 @@ struct Holders {
     by_inode: FxHashMap<u64, (u32, i32)>,
     pid_read: FxHashMap<u32, Instant>,
     full_read: Option<Instant>,
+    /// Reads of one recent owner's fds, and of every process's, so far.
+    process_reads: u64,
+    full_reads: u64,
 }
 
 impl Holders {
@@ -220,6 +257,7 @@ impl Holders {
                 continue;
             }
             self.pid_read.insert(pid, now);
+            self.process_reads += 1;
             self.read_pid(pid);
             if let Some((pid, fd)) = self.by_inode.get(&inode) {
                 return Found::Holder(*pid, *fd);
@@ -233,6 +271,7 @@ impl Holders {
             return Found::Deferred;
         }
         self.full_read = Some(now);
+        self.full_reads += 1;
         // Sockets closed since the last full read are forgotten here.
         self.by_inode.clear();
         for pid in procfs::all_pids().unwrap_or_default() {
@@ -274,14 +313,16 @@ impl Holders {
 /// The socket at `local` talking to `remote`, by an exact lookup; for the server's side, once
 /// the connection has closed, its listening socket, which still names the process (its
 /// options are what accepted sockets start with, `inet_csk_clone_lock`). TIME_WAIT sockets,
-/// held by no process (inode 0), are left out.
+/// held by no process (inode 0), are left out. Each lookup is counted in `costs`.
 fn find_socket(
     local: SocketAddr,
     remote: SocketAddr,
     side: Side,
+    costs: &mut LookupCosts,
 ) -> std::io::Result<Option<TcpEntry>> {
     let usable =
         |e: &TcpEntry| e.inode != 0 && (e.state != TcpState::Listen || side == Side::Server);
+    costs.sock_diag_queries += 1;
     if let Some(e) = sock_diag::socket_at(local, remote)?.filter(usable) {
         return Ok(Some(e));
     }
@@ -295,6 +336,7 @@ fn find_socket(
         },
         0,
     );
+    costs.sock_diag_queries += 1;
     Ok(sock_diag::socket_at(local, anywhere)?
         .filter(|e| e.inode != 0 && e.state == TcpState::Listen))
 }
@@ -475,17 +517,55 @@ mod tests {
         }
     }
 
+    /// A flow's later stalls are answered from what its first found: one exact socket
+    /// lookup, one read of the holder's fds, whatever the number of stalls; no socket table
+    /// read.
     #[test]
-    fn the_held_socket_is_found_then_the_listener_once_it_closed() {
+    fn the_stalls_of_one_flow_cost_one_search() {
+        let (_listener, _client, _accepted, [client_addr, server]) = connection();
+        let mut lookup = lookup_here_first();
+        for _ in 0..50 {
+            let owner = lookup
+                .owner_of(&server_stall(7, client_addr, server))
+                .expect("this process's socket is found");
+            assert_eq!(owner.pid, std::process::id());
+        }
+        assert_eq!(
+            lookup.costs(),
+            LookupCosts {
+                cached: 49,
+                searched: 1,
+                sock_diag_queries: 1,
+                table_reads: 0,
+                process_fd_reads: 1,
+                all_fd_reads: 0,
+            }
+        );
+    }
+
+    /// A connection on loopback: the listener, the client's and the server's sockets, and
+    /// the client's and server's addresses.
+    fn connection() -> (TcpListener, TcpStream, TcpStream, [SocketAddr; 2]) {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let server = listener.local_addr().expect("addr");
         let client = TcpStream::connect(server).expect("connect");
         let (accepted, _) = listener.accept().expect("accept");
         let client_addr = client.local_addr().expect("addr");
+        (listener, client, accepted, [client_addr, server])
+    }
+
+    /// A lookup that reads this process first: a scan of every process would slow the tests
+    /// running beside this one (the sockets test catches a 40 ms hold in the act).
+    fn lookup_here_first() -> OwnerLookup {
         let mut lookup = OwnerLookup::new();
-        // Looked for here first: a scan of every process would slow the tests running beside
-        // this one (the sockets test catches a 40 ms hold in the act).
         lookup.recent_pids.push_front(std::process::id());
+        lookup
+    }
+
+    #[test]
+    fn the_held_socket_is_found_then_the_listener_once_it_closed() {
+        let (_listener, client, accepted, [client_addr, server]) = connection();
+        let mut lookup = lookup_here_first();
         let owner = lookup
             .owner_of(&server_stall(1, client_addr, server))
             .expect("this process's socket is found");

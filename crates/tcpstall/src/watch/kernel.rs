@@ -445,8 +445,7 @@ pub(super) fn watch(
     let deadline = args
         .duration
         .map(|d| started + Duration::from_secs_f64(d.min(1e9)));
-    let (mut tx, printer) =
-        printer::spawn(args.json, metrics.owner_stalls(), metrics.stall_counters())?;
+    let (mut tx, printer) = printer::spawn(args.json, metrics)?;
     let mut unprinted = 0;
     let mut summary = WatchSummary {
         interface: "kernel".into(),

@@ -1,22 +1,26 @@
 //! `watch --metrics ADDR`: the run's counters as a Prometheus scrape target (the text
 //! exposition format, through the `prometheus` crate), served by a small HTTP handler on a std
-//! listener bound only where the user said.
+//! listener bound only where the user said: one thread polling every connection, each request
+//! bounded in size and time, the connections bounded in number.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::io::{ErrorKind, Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsFd;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
     Registry, TextEncoder,
 };
-use rustc_hash::FxHashSet;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::detect::{StallEvent, StallKind};
 use crate::flow::Side;
+use crate::host::owner::LookupCosts;
 use crate::report::model::watch::Owner;
 
 /// Distinct (command, container, pod_uid) label sets of `process_stalls_total` at most: the
@@ -38,11 +42,17 @@ const DELAY_BUCKETS: [f64; 12] = [
 /// seconds does not keep a connection open).
 const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
 
+/// How long a scraper may take to receive its answer.
+const ANSWER_DEADLINE: Duration = Duration::from_secs(10);
+
 /// The most a request line and its headers may take; a longer request is closed unanswered.
 const MAX_REQUEST: usize = 8192;
 
-/// Connections answered at once; more are closed at once (a scraper retries).
-const MAX_CONNECTIONS: usize = 16;
+/// Connections held at once (at most 8 KiB of request each, one thread for all). A new one
+/// past it takes the place of the oldest connection still short of its request, from the
+/// address holding most of them ([`Server::evict`]): silent or slow clients, however many,
+/// do not keep a scraper out.
+const MAX_CONNECTIONS: usize = 256;
 
 /// Every metric of a run. Updating is lock-free (atomics); the registry is gathered by the
 /// HTTP thread when scraped.
@@ -68,6 +78,8 @@ pub struct Metrics {
     /// Stalls by the process (and container) owning the socket, counted where the owner is
     /// found.
     owner_stalls: OwnerStalls,
+    /// What finding the owners cost, counted where they are found.
+    owner_costs: OwnerCosts,
     /// Last totals seen, so the counters advance by the difference.
     seen: [AtomicU64; 4],
     /// The same for the kernel's hold counters, in [`KernelTotals`] order.
@@ -171,6 +183,37 @@ impl Metrics {
             )?,
             label_sets: Arc::default(),
         };
+        let labelled = |name: &str, help: &str, label: &str, values: [&str; 2]| {
+            let counter = IntCounterVec::new(Opts::new(name, help), &[label])?;
+            for value in values {
+                counter.with_label_values(&[value]);
+            }
+            Ok::<_, prometheus::Error>(counter)
+        };
+        let owner_costs = OwnerCosts {
+            lookups: labelled(
+                "owner_lookups_total",
+                "Stalls whose socket's owner was looked up: remembered for the flow (cached), \
+                 or searched",
+                "result",
+                ["cached", "searched"],
+            )?,
+            socket_queries: labelled(
+                "owner_socket_queries_total",
+                "Sockets looked up by the owner searches: one exact sock_diag query by the \
+                 flow's addresses, or a read of the whole /proc/net/tcp tables (netlink \
+                 refused)",
+                "via",
+                ["sock_diag", "proc_net_tcp"],
+            )?,
+            fd_reads: labelled(
+                "owner_fd_reads_total",
+                "/proc/PID/fd reads of the owner searches: one recent owner's (process), or \
+                 every process's (all, at most twice a second)",
+                "scope",
+                ["process", "all"],
+            )?,
+        };
         let info = IntGaugeVec::new(
             Opts::new(
                 "info",
@@ -182,6 +225,7 @@ impl Metrics {
         let metrics = Metrics {
             info,
             owner_stalls,
+            owner_costs,
             kernel_holds: counter(
                 "kernel_holds_total",
                 "watch --kernel: Nagle holds that began (a write left bytes waiting)",
@@ -226,6 +270,13 @@ impl Metrics {
         r.register(Box::new(metrics.stalls.clone()))?;
         r.register(Box::new(metrics.delay.clone()))?;
         r.register(Box::new(metrics.owner_stalls.counter.clone()))?;
+        for c in [
+            &metrics.owner_costs.lookups,
+            &metrics.owner_costs.socket_queries,
+            &metrics.owner_costs.fd_reads,
+        ] {
+            r.register(Box::new(c.clone()))?;
+        }
         r.register(Box::new(metrics.info.clone()))?;
         for c in [
             &metrics.packets,
@@ -269,6 +320,11 @@ impl Metrics {
     /// The per-owner stall counter, for the thread that finds the owners.
     pub fn owner_stalls(&self) -> OwnerStalls {
         self.owner_stalls.clone()
+    }
+
+    /// The owner searches' cost counters, for the thread that finds the owners.
+    pub fn owner_costs(&self) -> OwnerCosts {
+        self.owner_costs.clone()
     }
 
     /// Counts `n` flows retired.
@@ -395,6 +451,31 @@ impl OwnerStalls {
     }
 }
 
+/// `tcpstall_watch_owner_*_total`: what finding the stalls' owners cost.
+#[derive(Debug, Clone)]
+pub struct OwnerCosts {
+    lookups: IntCounterVec,
+    socket_queries: IntCounterVec,
+    fd_reads: IntCounterVec,
+}
+
+impl OwnerCosts {
+    /// Brings the counters to `costs`, the owner lookup's totals so far (one thread updates
+    /// them: each counter advances by the difference).
+    pub fn update(&self, costs: LookupCosts) {
+        let advance = |counter: &IntCounterVec, label: &str, total: u64| {
+            let counter = counter.with_label_values(&[label]);
+            counter.inc_by(total.saturating_sub(counter.get()));
+        };
+        advance(&self.lookups, "cached", costs.cached);
+        advance(&self.lookups, "searched", costs.searched);
+        advance(&self.socket_queries, "sock_diag", costs.sock_diag_queries);
+        advance(&self.socket_queries, "proc_net_tcp", costs.table_reads);
+        advance(&self.fd_reads, "process", costs.process_fd_reads);
+        advance(&self.fd_reads, "all", costs.all_fd_reads);
+    }
+}
+
 /// Binds `addr` (only there) and serves `GET /metrics` from a thread for the rest of the run.
 /// Returns the bound address (the port, when 0 was asked).
 pub fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> anyhow::Result<SocketAddr> {
@@ -405,38 +486,225 @@ pub fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> anyhow::Result<SocketAd
         )
     })?;
     let bound = listener.local_addr().context("metrics listener address")?;
+    listener
+        .set_nonblocking(true)
+        .context("cannot make the metrics listener non-blocking")?;
     std::thread::Builder::new()
         .name("metrics".into())
         .spawn(move || {
-            let busy = Arc::new(AtomicUsize::new(0));
-            for stream in listener.incoming().flatten() {
-                // Each connection on its own thread, so that a slow or silent client does not
-                // hold up a scrape; a failed answer is the scraper's to retry.
-                if busy.fetch_add(1, Ordering::Relaxed) >= MAX_CONNECTIONS {
-                    busy.fetch_sub(1, Ordering::Relaxed);
-                    continue;
-                }
-                let (metrics, done) = (Arc::clone(&metrics), Arc::clone(&busy));
-                let spawned = std::thread::Builder::new()
-                    .name("metrics-conn".into())
-                    .spawn(move || {
-                        let _ = answer(stream, &metrics);
-                        done.fetch_sub(1, Ordering::Relaxed);
-                    });
-                if spawned.is_err() {
-                    busy.fetch_sub(1, Ordering::Relaxed);
-                }
+            Server {
+                listener,
+                connections: Vec::new(),
             }
+            .run(&metrics)
         })
         .context("cannot start the metrics thread")?;
     Ok(bound)
 }
 
-/// Reads one HTTP request and answers it: the exposition for `GET /metrics`, 404 elsewhere.
-fn answer(mut stream: TcpStream, metrics: &Metrics) -> std::io::Result<()> {
-    let Some(head) = read_head(&mut stream)? else {
-        return Ok(());
-    };
+/// The metrics endpoint: one thread polling the listener and every connection, none of
+/// which can hold up another (each socket is non-blocking, each connection has a deadline).
+struct Server {
+    listener: TcpListener,
+    /// In the order they were accepted: the first of an address is its oldest.
+    connections: Vec<Connection>,
+}
+
+/// One scraper's connection.
+struct Connection {
+    stream: TcpStream,
+    peer: IpAddr,
+    /// When it is closed unanswered (reading) or unfinished (answering).
+    deadline: Instant,
+    state: State,
+}
+
+enum State {
+    /// The request so far.
+    Reading(Vec<u8>),
+    /// The response, and how much of it the socket took.
+    Answering(Vec<u8>, usize),
+}
+
+impl Server {
+    fn run(mut self, metrics: &Metrics) {
+        loop {
+            let now = Instant::now();
+            self.connections.retain(|c| c.deadline > now);
+            // Woken at the nearest deadline, so that a silent connection's slot is freed then.
+            let timeout = self
+                .connections
+                .iter()
+                .map(|c| c.deadline.saturating_duration_since(now) + Duration::from_millis(1))
+                .min()
+                .map_or(PollTimeout::NONE, |left| {
+                    PollTimeout::try_from(left).unwrap_or(PollTimeout::MAX)
+                });
+            let mut fds = Vec::with_capacity(self.connections.len() + 1);
+            fds.push(PollFd::new(self.listener.as_fd(), PollFlags::POLLIN));
+            fds.extend(self.connections.iter().map(|c| {
+                let wanted = match c.state {
+                    State::Reading(_) => PollFlags::POLLIN,
+                    State::Answering(..) => PollFlags::POLLOUT,
+                };
+                PollFd::new(c.stream.as_fd(), wanted)
+            }));
+            match poll(&mut fds, timeout) {
+                Ok(_) => {}
+                Err(nix::errno::Errno::EINTR) => continue,
+                // Nothing else is expected of poll(2) on valid fds; not a busy loop if it is.
+                Err(_) => {
+                    std::thread::sleep(Duration::from_millis(100));
+                    continue;
+                }
+            }
+            let ready: Vec<bool> = fds
+                .iter()
+                .map(|fd| fd.revents().is_some_and(|r| !r.is_empty()))
+                .collect();
+            drop(fds);
+            let mut ready_connections = ready.iter().skip(1);
+            self.connections.retain_mut(|c| {
+                !ready_connections.next().copied().unwrap_or(false) || c.progress(metrics)
+            });
+            if ready.first().copied().unwrap_or(false) {
+                self.accept();
+            }
+        }
+    }
+
+    /// Takes every connection waiting in the listener's queue.
+    fn accept(&mut self) {
+        loop {
+            match self.listener.accept() {
+                Ok((stream, peer)) => self.admit(stream, peer.ip()),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        ErrorKind::Interrupted | ErrorKind::ConnectionAborted
+                    ) => {}
+                // Out of file descriptors (EMFILE, ENFILE): a connection closed makes room;
+                // otherwise the listener is left for a moment rather than polled in a loop.
+                Err(_) => {
+                    if !self.evict() {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Keeps a new connection, making room for it when [`MAX_CONNECTIONS`] are open.
+    fn admit(&mut self, stream: TcpStream, peer: IpAddr) {
+        if stream.set_nonblocking(true).is_err() {
+            return;
+        }
+        if self.connections.len() >= MAX_CONNECTIONS && !self.evict() {
+            // Every connection is being answered: this one is closed, for the scraper to retry.
+            return;
+        }
+        self.connections.push(Connection {
+            stream,
+            peer,
+            deadline: Instant::now() + REQUEST_DEADLINE,
+            state: State::Reading(Vec::new()),
+        });
+    }
+
+    /// Closes the oldest connection still short of its request, of the address holding the
+    /// most such connections: a client that opens many and sends nothing loses its own first,
+    /// and a scraper, which sends its request as it connects, keeps its place. False when
+    /// every connection is being answered.
+    fn evict(&mut self) -> bool {
+        let mut waiting: FxHashMap<IpAddr, usize> = FxHashMap::default();
+        for c in &self.connections {
+            if matches!(c.state, State::Reading(_)) {
+                *waiting.entry(c.peer).or_default() += 1;
+            }
+        }
+        let Some((&peer, _)) = waiting.iter().max_by_key(|(_, n)| **n) else {
+            return false;
+        };
+        match self
+            .connections
+            .iter()
+            .position(|c| c.peer == peer && matches!(c.state, State::Reading(_)))
+        {
+            Some(oldest) => {
+                self.connections.remove(oldest);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl Connection {
+    /// Reads what has come of the request, answers it once whole, and writes what the socket
+    /// takes of the answer; false when the connection is done with (answered, closed by the
+    /// client, a request past [`MAX_REQUEST`]).
+    fn progress(&mut self, metrics: &Metrics) -> bool {
+        if let State::Reading(head) = &mut self.state {
+            match read_head(&mut self.stream, head) {
+                Ok(Some(true)) => {
+                    let response = respond(head, metrics);
+                    // The metrics are written to a Nagle-free socket: a scrape target that
+                    // stalled on its own small writes would be a poor advertisement.
+                    if self.stream.set_nodelay(true).is_err() {
+                        return false;
+                    }
+                    self.state = State::Answering(response, 0);
+                    self.deadline = Instant::now() + ANSWER_DEADLINE;
+                }
+                Ok(Some(false)) => return true,
+                Ok(None) | Err(_) => return false,
+            }
+        }
+        let State::Answering(response, sent) = &mut self.state else {
+            return true;
+        };
+        while let Some(rest) = response.get(*sent..).filter(|r| !r.is_empty()) {
+            match self.stream.write(rest) {
+                Ok(0) => return false,
+                Ok(n) => *sent += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return true,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => return false,
+            }
+        }
+        false
+    }
+}
+
+/// Reads what the socket holds of a request into `head`: `Some(true)` once the request line
+/// and headers are whole (up to the first empty line), `Some(false)` while they are not,
+/// `None` when the client closed or sent more than [`MAX_REQUEST`] bytes without an end.
+fn read_head(stream: &mut TcpStream, head: &mut Vec<u8>) -> std::io::Result<Option<bool>> {
+    let mut chunk = [0u8; 1024];
+    loop {
+        let n = match stream.read(&mut chunk) {
+            Ok(0) => return Ok(None),
+            Ok(n) => n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(Some(false)),
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        let from = head.len().saturating_sub(3);
+        head.extend_from_slice(chunk.get(..n).unwrap_or_default());
+        let tail = head.get(from..).unwrap_or_default();
+        if tail.windows(4).any(|w| w == b"\r\n\r\n") || tail.windows(2).any(|w| w == b"\n\n") {
+            return Ok(Some(true));
+        }
+        if head.len() > MAX_REQUEST {
+            return Ok(None);
+        }
+    }
+}
+
+/// The answer to a request: the exposition for `GET /metrics`, 404 elsewhere.
+fn respond(head: &[u8], metrics: &Metrics) -> Vec<u8> {
     let request_line =
         String::from_utf8_lossy(head.split(|b| *b == b'\n').next().unwrap_or_default());
     let mut parts = request_line.split_whitespace();
@@ -455,53 +723,12 @@ fn answer(mut stream: TcpStream, metrics: &Metrics) -> std::io::Result<()> {
             "GET /metrics\n".to_string(),
         ),
     };
-    // The metrics are written to a Nagle-free socket in one call: a scrape target that stalled
-    // on its own small writes would be a poor advertisement.
-    stream.set_nodelay(true)?;
-    let response = format!(
+    format!(
         "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\
          Connection: close\r\n\r\n{body}",
         body.len()
-    );
-    stream.write_all(response.as_bytes())?;
-    stream.flush()
-}
-
-/// The request line and headers (up to the first empty line), read within
-/// [`REQUEST_DEADLINE`] and [`MAX_REQUEST`] bytes; `None` when the client did not send them so.
-fn read_head(stream: &mut TcpStream) -> std::io::Result<Option<Vec<u8>>> {
-    let deadline = Instant::now() + REQUEST_DEADLINE;
-    let mut head = Vec::with_capacity(512);
-    let mut chunk = [0u8; 1024];
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Ok(None);
-        }
-        stream.set_read_timeout(Some(left))?;
-        let n = match stream.read(&mut chunk) {
-            Ok(0) => return Ok(None),
-            Ok(n) => n,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                return Ok(None)
-            }
-            Err(e) => return Err(e),
-        };
-        let from = head.len().saturating_sub(3);
-        head.extend_from_slice(chunk.get(..n).unwrap_or_default());
-        let tail = head.get(from..).unwrap_or_default();
-        if tail.windows(4).any(|w| w == b"\r\n\r\n") || tail.windows(2).any(|w| w == b"\n\n") {
-            return Ok(Some(head));
-        }
-        if head.len() > MAX_REQUEST {
-            return Ok(None);
-        }
-    }
+    )
+    .into_bytes()
 }
 
 #[cfg(test)]
@@ -606,6 +833,34 @@ mod tests {
             .find_map(|l| l.strip_prefix("VmRSS:"))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
             .expect("VmRSS")
+    }
+
+    /// More silent connections than the endpoint holds, all from the scraper's own address:
+    /// the scrape, sent as it connects, is answered, the oldest silent connections having
+    /// been closed to make room.
+    #[test]
+    fn a_scrape_is_answered_past_hundreds_of_silent_connections() {
+        let metrics = Arc::new(Metrics::new().expect("metric names are valid"));
+        let addr = serve("127.0.0.1:0".parse().expect("addr"), metrics).expect("serve");
+        let silent: Vec<TcpStream> = (0..MAX_CONNECTIONS + 64)
+            .map(|_| TcpStream::connect(addr).expect("connect"))
+            .collect();
+        let (_, body) = scrape(addr);
+        assert!(body.starts_with("HTTP/1.1 200 OK"), "{body}");
+        assert!(
+            body.contains("\ntcpstall_watch_packets_total 0\n"),
+            "{body}"
+        );
+        let mut oldest = &silent[0];
+        oldest
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .expect("timeout");
+        let mut byte = [0u8; 1];
+        assert_eq!(
+            oldest.read(&mut byte).ok(),
+            Some(0),
+            "the oldest silent connection was not the one closed"
+        );
     }
 
     #[test]

@@ -192,8 +192,7 @@ fn capture_loop(
         .duration
         .map(|d| started + Duration::from_secs_f64(d.min(1e9)));
     let (mut tx, printer) =
-        printer::spawn(args.json, metrics.owner_stalls(), metrics.stall_counters())
-            .context("cannot start the printing thread")?;
+        printer::spawn(args.json, metrics).context("cannot start the printing thread")?;
     let mut unprinted = 0;
     let mut detector = Detector::new(DetectorConfig {
         keep_minor_events: args.minor,

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use super::container;
-use super::metrics::{OwnerStalls, StallCounters};
+use super::metrics::{Metrics, OwnerCosts, OwnerStalls, StallCounters};
 use crate::detect::{KindCounts, StallEvent};
 use crate::host::owner::{NoOwner, Owner, OwnerLookup};
 use crate::report::fit_prose;
@@ -143,19 +143,32 @@ pub fn say_backlog(queue: &Queue, before: u64) {
     }
 }
 
-/// Starts the printer: text blocks, or one JSON object per line with `json`; each stall whose
-/// owner is found is counted in `owner_stalls`, each the socket settles in `stalls`.
-pub fn spawn(
-    json: bool,
+/// The metrics the printer keeps: stalls by owner, stalls the socket settles, and what
+/// finding the owners cost.
+struct PrinterMetrics {
     owner_stalls: OwnerStalls,
     stalls: StallCounters,
+    owner_costs: OwnerCosts,
+}
+
+/// Starts the printer: text blocks, or one JSON object per line with `json`; each stall whose
+/// owner is found is counted in `metrics`' stalls by process, each the socket settles in its
+/// stalls, and the owner searches' cost as they go.
+pub fn spawn(
+    json: bool,
+    metrics: &Metrics,
 ) -> io::Result<(Queue, JoinHandle<io::Result<Printed>>)> {
     let (tx, rx) = std::sync::mpsc::channel();
     let waiting = Arc::new(AtomicUsize::new(0));
     let done = Arc::clone(&waiting);
+    let metrics = PrinterMetrics {
+        owner_stalls: metrics.owner_stalls(),
+        stalls: metrics.stall_counters(),
+        owner_costs: metrics.owner_costs(),
+    };
     let handle = std::thread::Builder::new()
         .name("watch-printer".into())
-        .spawn(move || print_all(&rx, json, &owner_stalls, &stalls, &done))?;
+        .spawn(move || print_all(&rx, json, &metrics, &done))?;
     let queue = Queue {
         tx,
         waiting,
@@ -167,10 +180,14 @@ pub fn spawn(
 fn print_all(
     rx: &Receiver<ToPrinter>,
     json: bool,
-    owner_stalls: &OwnerStalls,
-    stalls: &StallCounters,
+    metrics: &PrinterMetrics,
     waiting: &AtomicUsize,
 ) -> io::Result<Printed> {
+    let PrinterMetrics {
+        owner_stalls,
+        stalls,
+        owner_costs,
+    } = metrics;
     let mut lookup = OwnerLookup::new();
     let mut printed = Printed::default();
     let mut writer = None;
@@ -222,6 +239,7 @@ fn print_all(
                     buf.extend_from_slice(text.as_bytes());
                 }
                 print_now(&buf)?;
+                owner_costs.update(lookup.costs());
             }
             ToPrinter::Stall(event) => {
                 let mut owner = match (lookup.owner_of(&event), writer.take()) {
@@ -267,6 +285,7 @@ fn print_all(
                     }
                 }
                 print_now(&buf)?;
+                owner_costs.update(lookup.costs());
             }
         }
     }
