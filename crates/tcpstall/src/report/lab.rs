@@ -287,9 +287,9 @@ pub(crate) fn write_table(out: &mut impl Write, report: &LabReport, wide: bool) 
     }
     if let Some(c) = &report.capture {
         let text = format!(
-            "capture: {} packets, {} connections written to {}",
-            c.packets,
-            c.flows,
+            "capture: {}, {} written to {}",
+            super::counted(c.packets, "packet", "packets"),
+            super::counted(c.flows, "connection", "connections"),
             c.file.display()
         );
         write_prose(out, &text, wide, width)?;

@@ -412,12 +412,12 @@ pub fn summary_text(s: &WatchSummary) -> String {
     } else {
         let _ = writeln!(
             out,
-            "watched {} ({filter}) for {:.1} s: {} packets, {} TCP segments; dropped: {} by the \
-             kernel, {} by the interface",
+            "watched {} ({filter}) for {:.1} s: {}, {}; dropped: {} by the kernel, {} by the \
+             interface",
             s.interface,
             s.duration_s,
-            s.packets.packets,
-            s.packets.tcp_segments,
+            super::counted(s.packets.packets, "packet", "packets"),
+            super::counted(s.packets.tcp_segments, "TCP segment", "TCP segments"),
             s.drops.dropped,
             s.drops.if_dropped
         );
@@ -425,9 +425,13 @@ pub fn summary_text(s: &WatchSummary) -> String {
     if s.drops.dropped > 0 && s.interface == "kernel" {
         let _ = writeln!(
             out,
-            "note: the kernel's ring was full: {} holds were lost unseen (tcpstall read it too \
-             slowly); without --minor only holds of 1 ms or more take room in it",
-            s.drops.dropped
+            "note: the kernel's ring was full: {} lost unseen (tcpstall read it too slowly); \
+             without --minor only holds of 1 ms or more take room in it",
+            if s.drops.dropped == 1 {
+                "1 hold was".to_string()
+            } else {
+                format!("{} holds were", s.drops.dropped)
+            }
         );
     }
     if s.drops.dropped > 0 && s.interface != "kernel" {
@@ -446,14 +450,15 @@ pub fn summary_text(s: &WatchSummary) -> String {
             [("client", s.held[0]), ("server", s.held[1])]
                 .iter()
                 .filter(|(_, n)| *n > 0)
-                .map(|(side, n)| format!("{side} {n} times"))
+                .map(|(side, n)| format!("{side} {}", super::counted(*n, "time", "times")))
                 .collect::<Vec<_>>()
                 .join(", ")
         );
     }
     let minor = s.counts.get(StallKind::NagleMinor);
     if minor > 0 {
-        let _ = write!(out, " (and {minor} minor Nagle holds)");
+        let holds = super::counted(minor, "minor Nagle hold", "minor Nagle holds");
+        let _ = write!(out, " (and {holds})");
     }
     out.push('\n');
     if !s.owners.is_empty() {
@@ -479,16 +484,16 @@ pub fn summary_text(s: &WatchSummary) -> String {
     if s.owners_unlisted > 0 {
         let _ = writeln!(
             out,
-            "  ... and {} stalls of further processes (not listed)",
-            s.owners_unlisted
+            "  ... and {} of further processes (not listed)",
+            super::counted(s.owners_unlisted, "stall", "stalls")
         );
     }
     if s.without_owner > 0 {
         let _ = writeln!(
             out,
-            "{} stalls on flows without a local socket found (traffic passing through, another \
-             network namespace, or a client connection closed before it was looked up)",
-            s.without_owner
+            "{} on flows without a local socket found (traffic passing through, another network \
+             namespace, or a client connection closed before it was looked up)",
+            super::counted(s.without_owner, "stall", "stalls")
         );
     }
     out
@@ -637,6 +642,33 @@ mod tests {
         let text = summary_text(&s);
         assert!(text.contains("lost: 7 (ring full)"), "{text}");
         assert!(text.contains("7 holds were lost unseen"), "{text}");
+    }
+
+    #[test]
+    fn counts_of_one_are_in_the_singular() {
+        let mut s = WatchSummary {
+            interface: "lo".into(),
+            filter: "port 8000".into(),
+            ..WatchSummary::default()
+        };
+        s.packets.packets = 1;
+        s.packets.tcp_segments = 1;
+        s.owners_unlisted = 1;
+        s.without_owner = 1;
+        let text = summary_text(&s);
+        assert!(text.contains(": 1 packet, 1 TCP segment;"), "{text}");
+        assert!(
+            text.contains("... and 1 stall of further processes"),
+            "{text}"
+        );
+        assert!(text.contains("\n1 stall on flows without"), "{text}");
+        s.interface = "kernel".into();
+        s.drops.dropped = 1;
+        assert!(
+            summary_text(&s).contains("1 hold was lost unseen"),
+            "{}",
+            summary_text(&s)
+        );
     }
 
     #[test]
