@@ -332,6 +332,43 @@ fn analyze_page_renders_in_a_real_browser() {
 }
 
 #[test]
+fn analyze_page_links_to_the_browser_page_when_asked() {
+    let dir = Scratch::new("analyze-page-link");
+    let page = dir.0.join("report.html");
+    let page_arg = page.to_str().expect("utf-8 path");
+    let capture = fixture("split_response");
+    let out = run(&["analyze", "--html", page_arg, &capture]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let plain = fs::read_to_string(&page).expect("page written");
+    assert!(
+        !plain.contains("id=\"page-link\""),
+        "a link nobody asked for"
+    );
+
+    let out = run(&[
+        "analyze",
+        "--html",
+        page_arg,
+        "--page-link",
+        "tools/tcpstall-page.html",
+        &capture,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let (dom, log) = chromium(&page, None);
+    assert!(page_errors(&log).is_empty(), "{:?}", page_errors(&log));
+    assert!(
+        dom.contains("<a href=\"tools/tcpstall-page.html\">tcpstall's page</a>"),
+        "no link to the page:\n{dom}"
+    );
+
+    // The link belongs to the HTML report: alone it is refused, as clap refuses (exit 2).
+    let out = run(&["analyze", "--page-link", "page.html", &capture]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--html"), "{stderr}");
+}
+
+#[test]
 fn page_of_every_kind_has_its_ladder() {
     let dir = Scratch::new("kinds-page");
     let page = dir.0.join("kinds.html");

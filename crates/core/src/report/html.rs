@@ -136,6 +136,9 @@ pub struct Page {
     pub ladders: Vec<LadderView>,
     /// The version of tcpstall that wrote the page.
     pub version: &'static str,
+    /// Where tcpstall's browser page is (`analyze --page-link`): readers open further
+    /// captures there, with nothing installed.
+    pub page_link: Option<String>,
 }
 
 impl Page {

@@ -77,6 +77,10 @@ pub struct AnalyzeArgs {
     /// histograms and timelines, ladder diagrams. Opens without network access.
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
+    /// With --html: a link in the report to tcpstall's browser page at URL (built by
+    /// scripts/build-page), where its readers open further captures with nothing installed.
+    #[arg(long, value_name = "URL", requires = "html")]
+    pub page_link: Option<String>,
     /// Also write the captures to FILE as pcapng with a packet comment on each event's packet
     /// and on the peer's packet that released it (kind, time held, side, fix): Wireshark
     /// shows them as frame.comment and in Expert Info. Every packet is copied unchanged;
@@ -204,6 +208,7 @@ pub fn run(args: &AnalyzeArgs) -> anyhow::Result<Outcome> {
         })?;
         let mut page = html::analysis_page(&analysis, &facts, &title.join(" "))?;
         page.add_ladders(&ladders);
+        page.page_link = args.page_link.clone();
         page.write_to(path)?;
         eprintln!("tcpstall: HTML report written to {}", path.display());
     }
