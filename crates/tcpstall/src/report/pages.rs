@@ -23,12 +23,12 @@ pub(crate) fn lab_page(report: &super::model::lab::LabReport) -> anyhow::Result<
         ..Page::default()
     };
     page.headline = format!(
-        "{stalled} of {} rows stalled{}",
-        rows.len(),
-        if unexpected == 0 {
-            ", each as the kernel's rules predict".to_string()
-        } else {
-            format!("; {unexpected} rows did not do what the kernel's rules predict")
+        "{stalled} of {} stalled{}",
+        super::counted(rows.len() as u64, "row", "rows"),
+        match unexpected {
+            0 => ", each as the kernel's rules predict".to_string(),
+            1 => "; 1 row did not do what the kernel's rules predict".to_string(),
+            n => format!("; {n} rows did not do what the kernel's rules predict"),
         }
     );
     page.facts.push(report.kernel_summary.clone());
