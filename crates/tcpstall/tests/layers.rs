@@ -195,3 +195,34 @@ fn every_module_has_its_layer() {
         );
     }
 }
+
+#[test]
+fn architecture_draws_these_layers() {
+    let doc = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/ARCHITECTURE.md");
+    let text = fs::read_to_string(&doc).unwrap_or_else(|e| panic!("{}: {e}", doc.display()));
+    let layers = text
+        .split("\n## ")
+        .find(|s| s.starts_with("Layers"))
+        .expect("docs/ARCHITECTURE.md has a Layers section");
+    let words: BTreeSet<&str> = layers
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .collect();
+    for verb in VERBS {
+        assert!(
+            words.contains(verb),
+            "the verb {verb} is missing from ARCHITECTURE.md's Layers"
+        );
+    }
+    for module in SHARED {
+        assert!(
+            layers.contains(&format!("{module}/")) || layers.contains(&format!("{module}.rs")),
+            "the shared module {module} is missing from ARCHITECTURE.md's Layers"
+        );
+    }
+    for (from, to, why) in ALLOWED {
+        assert!(
+            layers.contains(&format!("{from} ─> {to}")),
+            "the arrow {from} ─> {to} ({why}) is missing from ARCHITECTURE.md's Layers"
+        );
+    }
+}

@@ -1,4 +1,4 @@
-//! `analyze --json`: the stable keys of ARCHITECTURE.md (`summary.packets`, `summary.flows`,
+//! `analyze --json`: the stable keys of docs/JSON.md (`summary.packets`, `summary.flows`,
 //! `summary.stalls.{nagle_delayed_ack,cork_timer,rto,zero_window}`, `events[].{kind,flow,time,
 //! delay_ms,held_side,ack_side}`), plus keys scripts may find useful.
 //!

@@ -1,5 +1,5 @@
 //! `probe`'s report: the text for people and the JSON with the stable keys of
-//! docs/ARCHITECTURE.md (`target`, `requests`, `p50_ms`, `p99_ms`, `max_ms`, `verdict`,
+//! docs/JSON.md (`target`, `requests`, `p50_ms`, `p99_ms`, `max_ms`, `verdict`,
 //! `culprit`, `stalls.{nagle_delayed_ack,cork_timer,rto,zero_window}`, `advice`, `confirmed`).
 
 use std::fmt::Write as _;

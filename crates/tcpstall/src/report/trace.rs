@@ -1,4 +1,4 @@
-//! The report of `trace`: text for people, JSON for scripts (keys in docs/ARCHITECTURE.md).
+//! The report of `trace`: text for people, JSON for scripts (keys in docs/JSON.md).
 
 use std::io::{self, Write};
 
