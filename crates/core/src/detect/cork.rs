@@ -19,7 +19,11 @@ pub const KIND: KindInfo = KindInfo {
     holder: Holder::Cork,
     release: Release::OwnTimer,
     proof: Proof::HeldLeg,
-    rule: Some(Rule { rank: 40, check }),
+    rule: Some(Rule {
+        rank: 40,
+        judges: Rule::DATA,
+        check,
+    }),
     obligations: &[Obligation {
         name: NOT_A_TAIL,
         text: "the data must be the partial tail of a write whose full segments left at once: \

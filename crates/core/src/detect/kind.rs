@@ -69,8 +69,18 @@ pub struct Rule {
     /// before retransmission (20), so data resent as a closed window opens is the sender
     /// resuming; then Nagle (30), then the cork timer (40) (docs/ACCURACY.md, "The rules behind the counts").
     pub rank: u8,
+    /// The segments the check can judge: [`Rule::DATA`], [`Rule::SYN`] or both. Others pass
+    /// it by unread: a pure ACK, half the packets of most captures, runs no rule at all.
+    pub judges: u8,
     /// The check.
     pub check: fn(&Flow, Side, &Segment) -> Option<Finding>,
+}
+
+impl Rule {
+    /// Judges segments that carry data.
+    pub const DATA: u8 = 1;
+    /// Judges SYNs.
+    pub const SYN: u8 = 2;
 }
 
 /// How far a claim's timing clears its rule's thresholds.
@@ -183,6 +193,24 @@ mod tests {
         // The window before the retransmission timer (a probe of a closed window resends).
         let rank = |k: StallKind| k.info().rule.map(|r| r.rank);
         assert!(rank(StallKind::ZeroWindow) < rank(StallKind::Rto));
+    }
+
+    /// Every rule judges some segments: one that judges none would never run.
+    #[test]
+    fn every_rule_judges_data_or_syns() {
+        for rule in RULES.iter().flatten() {
+            assert!(
+                rule.judges != 0,
+                "rule of rank {} judges nothing",
+                rule.rank
+            );
+            assert_eq!(
+                rule.judges & !(Rule::DATA | Rule::SYN),
+                0,
+                "rank {}",
+                rule.rank
+            );
+        }
     }
 
     /// Names are distinct (they are JSON keys and metric labels), and the counts serialise as

@@ -20,7 +20,11 @@ pub const KIND: KindInfo = KindInfo {
     release: Release::DelayedAck,
     proof: Proof::HeldLeg,
     // Also finds [`super::nagle_minor`]: one check, the ACK's delay decides.
-    rule: Some(Rule { rank: 30, check }),
+    rule: Some(Rule {
+        rank: 30,
+        judges: Rule::DATA,
+        check,
+    }),
     obligations: &[HOLD[0], HOLD[1], HOLD[2], PEER_LEG],
     margin: Some(|flow, side, _, finding| margin(flow, side, finding)),
     timer_episode: false,

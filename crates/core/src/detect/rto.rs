@@ -95,7 +95,11 @@ pub const KIND: KindInfo = KindInfo {
     holder: Holder::Loss,
     release: Release::OwnTimer,
     proof: Proof::PeerSeen,
-    rule: Some(Rule { rank: 20, check }),
+    rule: Some(Rule {
+        rank: 20,
+        judges: Rule::DATA,
+        check,
+    }),
     obligations: &[Obligation {
         name: "not_sent_before",
         text: "the resent bytes must have been sent before in this capture (data at a \

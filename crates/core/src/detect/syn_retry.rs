@@ -25,7 +25,11 @@ pub const KIND: KindInfo = KindInfo {
     // A SYN is resent by its timer alone (no duplicate ACK can trigger it): its timing, and
     // the client's packets, prove it.
     proof: Proof::Timing,
-    rule: Some(Rule { rank: 25, check }),
+    rule: Some(Rule {
+        rank: 25,
+        judges: Rule::SYN,
+        check,
+    }),
     obligations: &[Obligation {
         name: "syn_refused",
         text: "nothing may have refused the SYN: a new SYN after the server's RST is the client \

@@ -15,7 +15,11 @@ pub const KIND: KindInfo = KindInfo {
     holder: Holder::PeerWindow,
     release: Release::Ack,
     proof: Proof::Timing,
-    rule: Some(Rule { rank: 10, check }),
+    rule: Some(Rule {
+        rank: 10,
+        judges: Rule::DATA,
+        check,
+    }),
     obligations: &[],
     margin: Some(margin),
     timer_episode: false,
