@@ -809,8 +809,8 @@ fn revoke_claims(
 /// Runs the rules, in order, on `seg` against the flow state before it.
 fn classify(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
     // What the segment carries, for the rules that judge it (`Rule::judges`).
-    let carries = u8::from(seg.payload_len > 0) * Rule::DATA
-        | u8::from(seg.has(crate::decode::flags::SYN)) * Rule::SYN;
+    let carries = (u8::from(seg.payload_len > 0) * Rule::DATA)
+        | (u8::from(seg.has(crate::decode::flags::SYN)) * Rule::SYN);
     if carries == 0 || !flow.dir(side).seen || flow.after_close {
         return None;
     }
