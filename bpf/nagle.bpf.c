@@ -59,26 +59,6 @@ const volatile __u64 min_emit_ns = SHORT_NS;
 #define ICSK_TIME_LOSS_PROBE 5
 #define TCP_CA_LOSS 4
 
-/* A hold in progress, per socket. */
-struct pending {
-	__u64 start_ns;
-	__u32 tgid;
-	__u32 unsent;
-	__u32 write_bytes;
-	__u32 sml; /* end of the small segment in flight: the ACK past it releases */
-	__u32 mss;
-	__u32 min_rtt_us;
-	__u32 end_seq; /* write_seq after the hold's latest write: sent once snd_nxt reaches it */
-	__u16 family;
-	__u16 lport;
-	__u16 rport;
-	__u8 timer;    /* RELEASE_TLP or RELEASE_RTO: a timer resent the small segment */
-	__u8 retrans;  /* segments resent during the hold */
-	__u8 saddr[16];
-	__u8 daddr[16];
-	char comm[16];
-};
-
 /* A completed hold, as user space reads it (struct HoldRecord in src/watch/kernel.rs). */
 struct hold {
 	__u64 sk;
@@ -112,6 +92,26 @@ enum {
 };
 
 #include "shared.h"
+#include "hold.h"
+
+/* A hold in progress, per socket. */
+struct pending {
+	__u64 start_ns;
+	__u32 tgid;
+	__u32 unsent;
+	__u32 write_bytes;
+	__u32 mss;
+	__u32 min_rtt_us;
+	struct hold_seq at; /* what tells the hold's end (hold.h) */
+	__u16 family;
+	__u16 lport;
+	__u16 rport;
+	__u8 timer;    /* RELEASE_TLP or RELEASE_RTO: a timer resent the small segment */
+	__u8 retrans;  /* segments resent during the hold */
+	__u8 saddr[16];
+	__u8 daddr[16];
+	char comm[16];
+};
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -136,22 +136,11 @@ int sock_send_length(__u64 *ctx)
 
 	if (ret <= 0 || !is_tcp(sk))
 		return 0;
-	__u32 write_seq = BPF_CORE_READ(tp, write_seq);
-	__u32 snd_nxt = BPF_CORE_READ(tp, snd_nxt);
-	__u32 snd_una = BPF_CORE_READ(tp, snd_una);
-	__u32 sml = BPF_CORE_READ(tp, snd_sml);
-	__u32 packets_out = BPF_CORE_READ(tp, packets_out);
 	__u32 mss = BPF_CORE_READ(tp, mss_cache);
-	__u32 nonagle = BPF_CORE_READ_BITFIELD_PROBED(tp, nonagle);
-	__u32 unsent = write_seq - snd_nxt;
+	struct send_queue q = {};
+	int held = nagle_holds(sk, mss, BPF_CORE_READ_BITFIELD_PROBED(tp, nonagle), &q);
 
 	struct pending *p = bpf_map_lookup_elem(&holds, &key);
-	/* tcp_nagle_check: a partial segment waits while Nagle is on, packets are in flight
-	 * and a small segment among them is unacknowledged (tcp_minshall_check). A queue of a
-	 * full segment or more waits for the congestion or receive window, not for Nagle. */
-	int held = unsent > 0 && unsent < mss && packets_out > 0 &&
-		   !(nonagle & (TCP_NAGLE_OFF | TCP_NAGLE_CORK)) &&
-		   seq_before(snd_una, sml) && !seq_before(snd_nxt, sml);
 	if (!held) {
 		if (p) {
 			/* Everything left with this write: the hold ended without an ACK. */
@@ -163,19 +152,18 @@ int sock_send_length(__u64 *ctx)
 	/* A hold already waiting for an ACK that has not come: more bytes joined it. A record
 	 * whose ACK point is already acknowledged is an old one (a missed release, or a socket
 	 * reused at this address): start afresh. */
-	if (p && seq_before(snd_una, p->sml)) {
-		p->unsent = unsent;
+	if (p && seq_before(q.snd_una, p->at.sml)) {
+		p->unsent = q.unsent;
 		p->write_bytes = (__u32)ret;
-		p->end_seq = write_seq;
+		p->at.end_seq = q.at.end_seq;
 		return 0;
 	}
 	struct pending n = {};
 	n.start_ns = bpf_ktime_get_ns();
 	n.tgid = bpf_get_current_pid_tgid() >> 32;
-	n.unsent = unsent;
+	n.unsent = q.unsent;
 	n.write_bytes = (__u32)ret;
-	n.sml = sml;
-	n.end_seq = write_seq;
+	n.at = q.at;
 	n.mss = mss;
 	/* The path's round trip without delayed ACKs in it (tcp_update_rtt_min), to tell the
 	 * peer's ACK delay from the wait. */
@@ -237,25 +225,17 @@ static __always_inline void finish(struct pending *p, __u64 key, __u8 release, _
 	bpf_map_delete_elem(&holds, &key);
 }
 
-/* The held bytes have left already without the ACK of the small segment (tail_left): a
- * timer sent them, or an option change pushed them. The hold ends now, named by the state
- * the sender left: tlp_high_seq is set by tcp_send_loss_probe once its probe is out (new
- * data whatever Nagle says: tcp_write_xmit with TCP_NAGLE_OFF) until the probe's ACK or
- * tcp_enter_loss. Nonzero when it ended the hold. */
-static __always_inline int left_already(struct pending *p, __u64 key, struct sock *sk)
+/* What sent the held bytes that have left already without the ACK of the small segment
+ * (hold_left): named by the state the sender left. tlp_high_seq is set by
+ * tcp_send_loss_probe once its probe is out (new data whatever Nagle says: tcp_write_xmit
+ * with TCP_NAGLE_OFF) until the probe's ACK or tcp_enter_loss; else a timer that resent the
+ * small segment, else an option change pushed them. */
+static __always_inline __u8 left_by(struct pending *p, struct sock *sk)
 {
 	struct tcp_sock *tp = (struct tcp_sock *)sk;
-	__u32 ago = 0;
-
-	if (!tail_left(sk, p->end_seq, &ago))
-		return 0;
-	__u8 release = RELEASE_PUSHED;
 	if (BPF_CORE_READ(tp, tlp_high_seq))
-		release = RELEASE_TLP;
-	else if (p->timer)
-		release = p->timer;
-	finish(p, key, release, ago);
-	return 1;
+		return RELEASE_TLP;
+	return p->timer ? p->timer : RELEASE_PUSHED;
 }
 
 SEC("tp_btf/tcp_probe")
@@ -268,26 +248,17 @@ int tcp_probe(__u64 *ctx)
 	struct pending *p = bpf_map_lookup_elem(&holds, &key);
 	if (!p)
 		return 0;
-	/* The held bytes left before this segment came: not its ACK. */
-	if (left_already(p, key, sk))
-		return 0;
-	__u32 ack = 0;
-	if (segment_ack(skb, &ack))
-		return 0;
-	if (seq_before(ack, p->sml))
-		return 0; /* the small segment is still unacknowledged: the hold goes on */
-	/* Its ACK, but after a timer resent the small segment: that timer's wait. */
-	finish(p, key, p->timer ? p->timer : RELEASE_ACK, 0);
+	__u32 ago = 0;
+	enum hold_end end = hold_at_segment(sk, skb, &p->at, &ago);
+	if (end == HOLD_LEFT)
+		finish(p, key, left_by(p, sk), ago);
+	else if (end == HOLD_ACKED) /* after a timer resent the small segment: its wait */
+		finish(p, key, p->timer ? p->timer : RELEASE_ACK, 0);
 	return 0;
 }
 
-/* The congestion state changes (tcp_set_ca_state) while a hold waits. The one that matters
- * is the RTO's: tcp_retransmit_timer calls tcp_enter_loss, which sets the Loss state, then
- * clears tlp_high_seq, then the timer resends the first unacknowledged segment, moving
- * lsndtime. If the loss probe sent the held bytes and no segment has come since (tcp_probe
- * would have ended the hold), this is the last moment both still say so: end it here.
- * Other changes come from an ACK, which tcp_probe saw first, or from the sender's own
- * congestion (tcp_enter_cwr); the held bytes are judged by snd_nxt either way. */
+/* The congestion state changes while a hold waits: held bytes the loss probe sent end the
+ * hold here when the RTO enters Loss, before its resend moves lsndtime (hold_left). */
 SEC("tp_btf/tcp_cong_state_set")
 int tcp_cong_state_set(__u64 *ctx)
 {
@@ -295,8 +266,9 @@ int tcp_cong_state_set(__u64 *ctx)
 	__u64 key = (__u64)sk;
 
 	struct pending *p = bpf_map_lookup_elem(&holds, &key);
-	if (p)
-		left_already(p, key, sk);
+	__u32 ago = 0;
+	if (p && hold_left(sk, &p->at, &ago))
+		finish(p, key, left_by(p, sk), ago);
 	return 0;
 }
 

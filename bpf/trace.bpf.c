@@ -157,6 +157,7 @@ enum {
 };
 
 #include "shared.h"
+#include "hold.h"
 
 /* Thread-group ids followed; user space puts the target in, forks add their children. */
 struct {
@@ -188,8 +189,7 @@ struct held {
 	__u32 tid;
 	__u32 tgid;
 	__s32 fd;
-	__u32 sml;     /* end of the small segment in flight: an ACK at or past it releases */
-	__u32 end_seq; /* write_seq after the send: sent once snd_nxt reaches it */
+	struct hold_seq at; /* what tells the hold's end (hold.h) */
 	__u32 pad;
 };
 
@@ -531,19 +531,11 @@ int sock_send_length(__u64 *ctx)
 	if (flags & MSG_MORE)
 		r->flags |= FLAG_MORE;
 	describe(r, sk, f->inode);
-	/* tcp_nagle_check with tcp_minshall_check: a partial segment waits while Nagle is on and
-	 * a small segment is in flight, unacknowledged. */
-	struct tcp_sock *tp = (struct tcp_sock *)sk;
-	__u32 write_seq = BPF_CORE_READ(tp, write_seq);
-	__u32 snd_nxt = BPF_CORE_READ(tp, snd_nxt);
-	__u32 unsent = write_seq - snd_nxt;
-	__u32 sml = BPF_CORE_READ(tp, snd_sml);
-	int held = unsent > 0 && unsent < r->mss && BPF_CORE_READ(tp, packets_out) > 0 &&
-		   !(r->nonagle & (TCP_NAGLE_OFF | TCP_NAGLE_CORK)) &&
-		   seq_before(BPF_CORE_READ(tp, snd_una), sml) && !seq_before(snd_nxt, sml);
+	struct send_queue q = {};
+	int held = nagle_holds(sk, r->mss, r->nonagle, &q);
 	if (held)
 		r->flags |= FLAG_HELD;
-	r->value = unsent;
+	r->value = q.unsent;
 	submit(r);
 	/* The socket's tail now: held until tcp_probe sees it leave, or nothing held. */
 	__u64 key = (__u64)sk;
@@ -552,8 +544,7 @@ int sock_send_length(__u64 *ctx)
 		h.tid = tid;
 		h.tgid = id >> 32;
 		h.fd = f->fd;
-		h.sml = sml;
-		h.end_seq = write_seq;
+		h.at = q.at;
 		bpf_map_update_elem(&holds, &key, &h, BPF_ANY);
 	} else {
 		bpf_map_delete_elem(&holds, &key);
@@ -581,18 +572,6 @@ static __always_inline void released(struct held *h, __u64 key, __u32 ago, __u8 
 	bpf_map_delete_elem(&holds, &key);
 }
 
-/* Whether the held tail has left already (tail_left): a timer sent it (the tail-loss probe
- * sends new data whatever Nagle says, tcp_send_loss_probe), or TCP_NODELAY pushed it.
- * Nonzero when it sent the record. */
-static __always_inline int left_already(struct held *h, __u64 key, struct sock *sk)
-{
-	__u32 ago = 0;
-	if (!tail_left(sk, h->end_seq, &ago))
-		return 0;
-	released(h, key, ago, 1);
-	return 1;
-}
-
 SEC("tp_btf/tcp_probe")
 int tcp_probe(__u64 *ctx)
 {
@@ -600,32 +579,26 @@ int tcp_probe(__u64 *ctx)
 	struct sk_buff *skb = (struct sk_buff *)ctx[1];
 	__u64 key = (__u64)sk;
 	struct held *h = bpf_map_lookup_elem(&holds, &key);
-	if (!h || left_already(h, key, sk))
+	if (!h)
 		return 0;
-	__u32 ack = 0;
-	if (segment_ack(skb, &ack))
-		return 0;
-	/* tcp_minshall_check: held while the small segment is unacknowledged. */
-	if (seq_before(ack, h->sml))
-		return 0;
-	released(h, key, 0, 0);
+	__u32 ago = 0;
+	enum hold_end end = hold_at_segment(sk, skb, &h->at, &ago);
+	if (end != HOLD_GOES_ON)
+		released(h, key, ago, end == HOLD_LEFT);
 	return 0;
 }
 
-/* The congestion state changes (tcp_set_ca_state) while a tail is held. The RTO's change
- * matters: tcp_retransmit_timer calls tcp_enter_loss, which sets the Loss state, and then
- * resends the first unacknowledged segment, moving lsndtime. If the loss probe sent the
- * tail and no segment has come since (tcp_probe would have ended the hold), this is the
- * last moment lsndtime says when it left. Other changes come from an ACK, which tcp_probe
- * saw first, or from the sender's own congestion (tcp_enter_cwr): judged by snd_nxt too. */
+/* The congestion state changes while a tail is held: a tail the loss probe sent is released
+ * here when the RTO enters Loss, before its resend moves lsndtime (hold_left). */
 SEC("tp_btf/tcp_cong_state_set")
 int tcp_cong_state_set(__u64 *ctx)
 {
 	struct sock *sk = (struct sock *)ctx[0];
 	__u64 key = (__u64)sk;
 	struct held *h = bpf_map_lookup_elem(&holds, &key);
-	if (h)
-		left_already(h, key, sk);
+	__u32 ago = 0;
+	if (h && hold_left(sk, &h->at, &ago))
+		released(h, key, ago, 1);
 	return 0;
 }
 
