@@ -211,6 +211,19 @@ pub(crate) fn process_exists(pid: u32) -> bool {
     fs::metadata(format!("/proc/{pid}")).is_ok()
 }
 
+/// A number of `/proc/PID/stat` by its field number in proc(5) (4: the parent pid, 22: the start
+/// time), counted after the command name in parentheses, which may hold spaces and parentheses:
+/// the last ')' ends it.
+pub(crate) fn stat_field(pid: u32, field: usize) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    // Fields 1 (pid) and 2 (comm) come before the ')'.
+    rest.split_whitespace()
+        .nth(field.checked_sub(3)?)?
+        .parse()
+        .ok()
+}
+
 /// A field of `/proc/PID/status` (`Tgid`, `PPid`, `Uid`...): its first number.
 pub(crate) fn status_field(pid: u32, field: &str) -> Option<u32> {
     status_text(pid, field)?
@@ -263,6 +276,19 @@ pub(crate) fn thread_ids(pid: u32) -> io::Result<Vec<u32>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stat_fields_are_counted_as_proc5_numbers_them() {
+        let me = std::process::id();
+        let parent = u64::from(std::os::unix::process::parent_id());
+        assert_eq!(stat_field(me, 4), Some(parent));
+        assert_eq!(
+            stat_field(me, 1),
+            None,
+            "fields 1 and 2 are before the command's end"
+        );
+        assert!(stat_field(me, 22).is_some_and(|start| start > 0));
+    }
     use std::net::TcpListener;
 
     #[test]

@@ -84,16 +84,9 @@ pub(crate) fn ancestor_holding(pid: u32, inode: u64) -> Option<u32> {
     eldest
 }
 
-/// The parent pid: the fourth field of `/proc/PID/stat`, after the command name in parentheses
-/// (which may hold spaces and parentheses: the last ')' ends it).
+/// The parent pid: the fourth field of `/proc/PID/stat`.
 fn parent_of(pid: u32) -> Option<u32> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(')')?
-        .1
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
+    u32::try_from(super::procfs::stat_field(pid, 4)?).ok()
 }
 
 #[cfg(test)]

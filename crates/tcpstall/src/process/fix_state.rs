@@ -89,10 +89,7 @@ pub fn path_for(pid: u32) -> Option<PathBuf> {
 
 /// A process's start time in clock ticks since boot (`/proc/PID/stat`, field 22).
 pub fn start_time(pid: u32) -> Option<u64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command (field 2) is in parentheses and may hold spaces: count after its end.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19)?.parse().ok()
+    procfs::stat_field(pid, 22)
 }
 
 /// The record at `path`, `None` when there is none.
@@ -160,13 +157,11 @@ pub fn remove_stale() -> Vec<PathBuf> {
         let Some((pid, start)) = name.to_str().and_then(parse_name) else {
             continue;
         };
-        if start_time(pid) == Some(start) {
-            continue;
-        }
-        // A process that exited between the read of its start time and here is gone too; one
-        // whose stat is unreadable but that exists is left alone.
-        if start_time(pid).is_none() && procfs::process_exists(pid) {
-            continue;
+        match start_time(pid) {
+            Some(now) if now == start => continue,
+            // One whose stat is unreadable but that exists is left alone.
+            None if procfs::process_exists(pid) => continue,
+            _ => {}
         }
         if fs::remove_file(entry.path()).is_ok() {
             removed.push(entry.path());
