@@ -256,13 +256,16 @@ fn every_panel_has_data_and_the_stall_alert_is_raised_on_a_real_stall() {
         "{by_kind:?}"
     );
     let containers = positive(
-        "sum by (container, pod_uid) (increase(tcpstall_watch_process_stalls_total{container!=\"\"}[10m]))",
+        "sum by (namespace, pod, container, pod_uid) (increase(tcpstall_watch_process_stalls_total{container!=\"\"}[10m]))",
     );
+    let (namespace, pod, _) = support::cgroup::NAMES;
     assert!(
         containers
             .iter()
             .any(|m| m["container"] == container.id[..12]
-                && m["pod_uid"] == container.pod_uid.as_str()),
+                && m["pod_uid"] == container.pod_uid.as_str()
+                && m["namespace"] == namespace
+                && m["pod"] == pod),
         "{containers:?}"
     );
     let sources: Vec<String> = prometheus

@@ -113,6 +113,8 @@ fn the_daemonset_grants_what_watch_needs_and_nothing_more() {
         "allowPrivilegeEscalation: false",
         "privileged: false",
         "path: /sys/kernel/btf",
+        "path: /var/log/containers",
+        "path: /var/log/pods",
         "prometheus.io/scrape: \"true\"",
         "prometheus.io/port: \"9465\"",
         "containerPort: 9465",

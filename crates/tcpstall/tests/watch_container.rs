@@ -3,7 +3,8 @@
 //! creates in the unified hierarchy, at a path laid out as the kubelet and containerd lay out a
 //! pod's container (`kubepods.slice/…-pod<UID>.slice/cri-containerd-<ID>.scope`); its real
 //! stalls on loopback are watched, by capture and (where BPF runs) by the kernel, and each
-//! event must carry the container id and the pod UID, in JSON, in text and in the metrics.
+//! event must carry the container id, the pod UID and the names the kubelet's log files give
+//! (the pod's namespace and name, the container's), in JSON, in text and in the metrics.
 //! Needs root (cgroups, captures, ptrace).
 
 mod support;
@@ -13,7 +14,7 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use serde_json::Value;
-use support::cgroup::FakeContainer;
+use support::cgroup::{self, FakeContainer};
 use support::python_http::PythonServer;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tcpstall");
@@ -65,6 +66,10 @@ fn assert_named(events: &[Value], container: &FakeContainer, runtime: &str, what
         assert_eq!(e["container_id"], container.id.as_str(), "{what}: {e}");
         assert_eq!(e["pod_uid"], container.pod_uid.as_str(), "{what}: {e}");
         assert_eq!(e["container_runtime"], runtime, "{what}: {e}");
+        let (namespace, pod, name) = cgroup::NAMES;
+        assert_eq!(e["pod_namespace"], namespace, "{what}: {e}");
+        assert_eq!(e["pod_name"], pod, "{what}: {e}");
+        assert_eq!(e["container_name"], name, "{what}: {e}");
     }
 }
 
@@ -76,6 +81,8 @@ fn assert_labelled(metrics: &str, container: &FakeContainer, what: &str) {
             l.starts_with("tcpstall_watch_process_stalls_total{")
                 && l.contains(&format!("container=\"{short}\""))
                 && l.contains(&format!("pod_uid=\"{}\"", container.pod_uid))
+                && l.contains(&format!("namespace=\"{}\"", cgroup::NAMES.0))
+                && l.contains(&format!("pod=\"{}\"", cgroup::NAMES.1))
                 && l.contains("kind=\"nagle_delayed_ack\"")
                 && l.contains("held_side=\"server\"")
         })
@@ -103,10 +110,11 @@ fn a_stall_in_a_kubernetes_container_names_the_container_and_the_pod() {
     assert_named(&events, &container, "containerd", "capture");
     assert_labelled(&metrics, &container, "capture");
 
-    // Text: the container's short id and the pod.
+    // Text: the container's short id, the pod's names and UID, the container's name.
     let (text, _) = watch_while_stalling(&server, &["-i", "lo", &filter]);
+    let (namespace, pod, name) = cgroup::NAMES;
     let line = format!(
-        "container: {} (containerd), pod UID {}",
+        "container: {} (containerd), pod {namespace}/{pod} (UID {}), container {name}",
         &container.id[..12],
         container.pod_uid
     );

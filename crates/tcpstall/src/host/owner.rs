@@ -430,6 +430,19 @@ pub struct Container {
     pub id: String,
     /// Under Kubernetes, the pod's UID.
     pub pod_uid: Option<String>,
+    /// Under Kubernetes, the pod's names, where the node's files show them.
+    pub pod: Option<PodName>,
+}
+
+/// A Kubernetes pod's namespace and name, and its container's name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodName {
+    /// The pod's namespace.
+    pub namespace: String,
+    /// The pod's name.
+    pub pod: String,
+    /// The container's name in the pod, when the node shows it.
+    pub container: Option<String>,
 }
 
 impl Container {

@@ -17,7 +17,7 @@ use super::ms;
 use crate::detect::verdict::{explain, fixes};
 use crate::detect::{Holder, KindCounts, StallEvent, StallKind};
 use crate::flow::Endpoint;
-use crate::report::model::watch::{NoOwner, Owner, OwnerStalls, WatchSummary};
+use crate::report::model::watch::{Container, NoOwner, Owner, OwnerStalls, WatchSummary};
 
 /// Seconds in a day, for the time of day.
 const DAY_S: u64 = 86_400;
@@ -48,6 +48,28 @@ pub fn fix_command(event: &StallEvent, owner: &Owner) -> Option<String> {
 /// `tcpstall fix PID --port N`.
 fn fix_for(pid: u32, port: u16) -> String {
     format!("tcpstall fix {pid} --port {port}")
+}
+
+/// A container as the text names it: `1a2b3c4d5e6f (containerd), pod shop/web-1 (UID …),
+/// container nginx`; the names where the node shows them, the UID otherwise.
+fn container_text(c: &Container) -> String {
+    let mut text = format!("{} ({})", c.short_id(), c.runtime);
+    match (&c.pod, &c.pod_uid) {
+        (Some(p), uid) => {
+            let _ = write!(text, ", pod {}/{}", p.namespace, p.pod);
+            if let Some(uid) = uid {
+                let _ = write!(text, " (UID {uid})");
+            }
+            if let Some(name) = &p.container {
+                let _ = write!(text, ", container {name}");
+            }
+        }
+        (None, Some(uid)) => {
+            let _ = write!(text, ", pod UID {uid}");
+        }
+        (None, None) => {}
+    }
+    text
 }
 
 /// For a 200 ms-class cork-timer stall, what the owning socket's TCP_CORK says: `Some(true)`
@@ -118,11 +140,7 @@ pub fn event_text(event: &StallEvent, found: Result<&Owner, &NoOwner>) -> String
                 o.pid, o.command, o.port
             );
             if let Some(c) = &o.container {
-                let pod = match &c.pod_uid {
-                    Some(uid) => format!(", pod UID {uid}"),
-                    None => String::new(),
-                };
-                let _ = writeln!(out, "  container: {} ({}){pod}", c.short_id(), c.runtime);
+                let _ = writeln!(out, "  container: {}", container_text(c));
             }
         }
         None if found == Err(&NoOwner::Hidden) => {
@@ -312,8 +330,12 @@ pub fn write_event_json(
         container_id: Option<&'a str>,
         container_runtime: Option<&'static str>,
         pod_uid: Option<&'a str>,
+        pod_namespace: Option<&'a str>,
+        pod_name: Option<&'a str>,
+        container_name: Option<&'a str>,
     }
     let container = owner.and_then(|o| o.container.as_ref());
+    let pod = container.and_then(|c| c.pod.as_ref());
     let keys = OwnerKeys {
         pid: owner.map(|o| o.pid),
         command: owner.map(|o| o.command.as_str()),
@@ -329,6 +351,9 @@ pub fn write_event_json(
         container_id: container.map(|c| c.id.as_str()),
         container_runtime: container.map(|c| c.runtime),
         pod_uid: container.and_then(|c| c.pod_uid.as_deref()),
+        pod_namespace: pod.map(|p| p.namespace.as_str()),
+        pod_name: pod.map(|p| p.pod.as_str()),
+        container_name: pod.and_then(|p| p.container.as_deref()),
     };
     let object = serde_json::to_vec(&keys).map_err(io::Error::from)?;
     // `{"pid":...}` → `,"pid":...}` after the event's last key.

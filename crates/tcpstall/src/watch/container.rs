@@ -14,6 +14,8 @@
 
 pub use crate::report::model::watch::Container;
 
+use super::kubelet::KubeletLogs;
+
 /// Length of a container id as the runtimes make it (256 bits in hex).
 const ID_LEN: usize = 64;
 
@@ -22,6 +24,23 @@ const ID_LEN: usize = 64;
 pub fn of_pid(pid: u32) -> Option<Container> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
     parse(&text)
+}
+
+/// Names the containers of processes, with their pods' names where the node shows them.
+#[derive(Debug, Default)]
+pub struct Containers {
+    kubelet: KubeletLogs,
+}
+
+impl Containers {
+    /// The container `pid` runs in, as [`of_pid`] reads it, with its pod's names.
+    pub fn of_pid(&mut self, pid: u32) -> Option<Container> {
+        let mut container = of_pid(pid)?;
+        if let Some(uid) = &container.pod_uid {
+            container.pod = self.kubelet.names(&container.id, uid);
+        }
+        Some(container)
+    }
 }
 
 /// The container named by a `/proc/PID/cgroup` text: the unified hierarchy's line (`0::PATH`)
@@ -66,6 +85,7 @@ fn from_path(path: &str) -> Option<Container> {
         runtime,
         id: id.to_string(),
         pod_uid,
+        pod: None,
     })
 }
 

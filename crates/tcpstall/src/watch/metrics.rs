@@ -23,8 +23,9 @@ use crate::flow::Side;
 use crate::host::owner::LookupCosts;
 use crate::report::model::watch::Owner;
 
-/// Distinct (command, container, pod_uid) label sets of `process_stalls_total` at most: the
-/// stalls of further owners are counted under `other` in all three labels, so a host running
+/// Distinct (command, container, pod_uid, namespace, pod) label sets of `process_stalls_total`
+/// at most: the stalls of further owners are counted under `other` in all five labels (a
+/// pod's names follow its UID, adding no series of their own), so a host running
 /// thousands of short-lived containers keeps a bounded number of series.
 pub const OWNER_LABEL_SETS: usize = 64;
 
@@ -176,10 +177,19 @@ impl Metrics {
                     "process_stalls_total",
                     "Stalls whose socket's owner was found, by kind, held side, the owner's \
                      command, container (first 12 digits of its id; empty outside containers) \
-                     and pod UID (empty outside Kubernetes); past 64 distinct owners, under \
-                     \"other\"",
+                     and pod UID, namespace and name (empty outside Kubernetes, the names \
+                     empty where the node does not show them); past 64 distinct owners, \
+                     under \"other\"",
                 ),
-                &["kind", "held_side", "command", "container", "pod_uid"],
+                &[
+                    "kind",
+                    "held_side",
+                    "command",
+                    "container",
+                    "pod_uid",
+                    "namespace",
+                    "pod",
+                ],
             )?,
             label_sets: Arc::default(),
         };
@@ -410,8 +420,8 @@ impl StallCounters {
 #[derive(Debug, Clone)]
 pub struct OwnerStalls {
     counter: IntCounterVec,
-    /// The (command, container, pod_uid) sets given series so far.
-    label_sets: Arc<Mutex<FxHashSet<[String; 3]>>>,
+    /// The (command, container, pod_uid, namespace, pod) sets given series so far.
+    label_sets: Arc<Mutex<FxHashSet<[String; 5]>>>,
 }
 
 impl OwnerStalls {
@@ -422,6 +432,7 @@ impl OwnerStalls {
             return;
         }
         let container = owner.container.as_ref();
+        let pod = container.and_then(|c| c.pod.as_ref());
         let mut labels = [
             owner.command.clone(),
             container
@@ -430,6 +441,8 @@ impl OwnerStalls {
             container
                 .and_then(|c| c.pod_uid.clone())
                 .unwrap_or_default(),
+            pod.map(|p| p.namespace.clone()).unwrap_or_default(),
+            pod.map(|p| p.pod.clone()).unwrap_or_default(),
         ];
         {
             let mut sets = self
@@ -440,13 +453,21 @@ impl OwnerStalls {
                 if sets.len() < OWNER_LABEL_SETS {
                     sets.insert(labels.clone());
                 } else {
-                    labels = [OTHER.into(), OTHER.into(), OTHER.into()];
+                    labels = [OTHER; 5].map(String::from);
                 }
             }
         }
-        let [command, container, pod] = &labels;
+        let [command, container, pod_uid, namespace, pod] = &labels;
         self.counter
-            .with_label_values(&[f.kind.name(), f.held_side.name(), command, container, pod])
+            .with_label_values(&[
+                f.kind.name(),
+                f.held_side.name(),
+                command,
+                container,
+                pod_uid,
+                namespace,
+                pod,
+            ])
             .inc();
     }
 }
@@ -763,6 +784,7 @@ mod tests {
                     runtime: "containerd",
                     id: format!("{i:02x}{}", "0".repeat(62)),
                     pod_uid: None,
+                    pod: None,
                 }),
             };
             owners.record(event, &owner);

@@ -12,6 +12,7 @@
 
 pub mod container;
 pub(crate) mod kernel;
+pub mod kubelet;
 pub mod metrics;
 pub(crate) mod printer;
 pub(crate) mod source;

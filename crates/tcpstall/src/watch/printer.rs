@@ -9,7 +9,7 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use super::container;
+use super::container::Containers;
 use super::metrics::{Metrics, OwnerCosts, OwnerStalls, StallCounters};
 use crate::detect::{KindCounts, StallEvent};
 use crate::host::owner::{NoOwner, Owner, OwnerLookup};
@@ -189,6 +189,7 @@ fn print_all(
         owner_costs,
     } = metrics;
     let mut lookup = OwnerLookup::new();
+    let mut containers = Containers::default();
     let mut printed = Printed::default();
     let mut writer = None;
     let mut release = None;
@@ -219,7 +220,7 @@ fn print_all(
             ToPrinter::AwaitingSocket(event, reason) => {
                 let mut owner = lookup.owner_of(&event);
                 if let Ok(o) = &mut owner {
-                    o.container = container::of_pid(o.pid);
+                    o.container = containers.of_pid(o.pid);
                 }
                 buf.clear();
                 if cork_confirmed(&event, owner.as_ref().ok()) == Some(true) {
@@ -263,8 +264,8 @@ fn print_all(
                 };
                 if let Ok(o) = &mut owner {
                     // Read at each event: a pid is in one container for its life, and the
-                    // read is one small file.
-                    o.container = container::of_pid(o.pid);
+                    // read is one small file (its pod's names are remembered).
+                    o.container = containers.of_pid(o.pid);
                     owner_stalls.record(&event, o);
                 }
                 if event.finding.kind.is_stall() {

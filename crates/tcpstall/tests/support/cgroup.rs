@@ -1,6 +1,8 @@
 //! A pod's container as the kubelet and containerd lay out its cgroup, made for a test in the
 //! unified hierarchy (`kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<UID>.slice/
-//! cri-containerd-<ID>.scope`), a real process moved into it. Needs root.
+//! cri-containerd-<ID>.scope`), a real process moved into it, and the pod's log directory and
+//! the container's log link the kubelet makes under /var/log (`pods/<namespace>_<pod>_<UID>/`,
+//! `containers/<pod>_<namespace>_<container>-<ID>.log`). Needs root.
 
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -25,7 +27,13 @@ pub struct FakeContainer {
     pub id: String,
     /// The pod's UID.
     pub pod_uid: String,
+    /// The kubelet's log files made for it, removed when dropped (files first, then the
+    /// directories made, deepest first).
+    logs: Vec<PathBuf>,
 }
+
+/// The pod's namespace, its name and the container's name the kubelet's log files give.
+pub const NAMES: (&str, &str, &str) = ("shop", "web-7d4b9c-x2x5q", "server");
 
 impl FakeContainer {
     /// Creates it, with ids new to this run.
@@ -68,12 +76,41 @@ impl FakeContainer {
                 levels.push(path.clone());
             }
         }
-        FakeContainer {
+        let mut container = FakeContainer {
             mount,
             levels,
             id,
             pod_uid,
+            logs: Vec::new(),
+        };
+        container.kubelet_logs();
+        container
+    }
+
+    /// The pod's log directory and the container's log link, as the kubelet makes them.
+    fn kubelet_logs(&mut self) {
+        let (namespace, pod, name) = NAMES;
+        let pods = Path::new("/var/log/pods");
+        let containers = Path::new("/var/log/containers");
+        let pod_dir = pods.join(format!("{namespace}_{pod}_{}", self.pod_uid));
+        for dir in [
+            pods.to_path_buf(),
+            containers.to_path_buf(),
+            pod_dir.clone(),
+            pod_dir.join(name),
+        ] {
+            if !dir.exists() {
+                std::fs::create_dir(&dir)
+                    .unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+                self.logs.push(dir);
+            }
         }
+        let log = pod_dir.join(name).join("0.log");
+        std::fs::write(&log, "").expect("the container's log");
+        let link = containers.join(format!("{pod}_{namespace}_{name}-{}.log", self.id));
+        std::os::unix::fs::symlink(&log, &link).expect("the container's log link");
+        self.logs.push(log);
+        self.logs.push(link);
     }
 
     fn scope(&self) -> &Path {
@@ -99,6 +136,13 @@ impl Drop for FakeContainer {
         }
         for level in self.levels.iter().rev() {
             let _ = std::fs::remove_dir(level);
+        }
+        for made in self.logs.iter().rev() {
+            let _ = if made.is_dir() && !made.is_symlink() {
+                std::fs::remove_dir(made)
+            } else {
+                std::fs::remove_file(made)
+            };
         }
     }
 }
