@@ -10,87 +10,17 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 mod support;
+use support::tcpdump::{all_closed, wait_for_listening, Tcpdump};
 use support::{KillOnDrop, Scratch};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tcpstall");
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/analyze");
-
-/// Waits until tcpdump, writing to `child`'s stderr, says "listening on" (its filter is
-/// attached); kills the child and fails after 10 s.
-fn wait_for_listening(child: &mut Child) {
-    let mut stderr = child.stderr.take().expect("piped stderr");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        use std::io::Read;
-        let mut buf = [0u8; 256];
-        let mut seen = Vec::new();
-        while let Ok(n) = stderr.read(&mut buf) {
-            if n == 0 {
-                break;
-            }
-            seen.extend_from_slice(&buf[..n]);
-            if String::from_utf8_lossy(&seen).contains("listening on") {
-                let _ = tx.send(());
-            }
-        }
-    });
-    if rx.recv_timeout(Duration::from_secs(10)).is_err() {
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("tcpdump did not start listening within 10 s (needs root and tcpdump)");
-    }
-}
-
-/// tcpdump on `lo`, stopped (SIGINT, then kill) on drop, also when the test fails.
-struct Tcpdump(Child);
-
-impl Tcpdump {
-    fn start(file: &Path, filter: &[&str]) -> Tcpdump {
-        let mut child = Command::new("tcpdump")
-            .args(["-i", "lo", "-s", "128", "--immediate-mode", "-U", "-w"])
-            .arg(file)
-            .args(filter)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("tcpdump must be installed (scripts/install-deps) and the test run as root");
-        wait_for_listening(&mut child);
-        Tcpdump(child)
-    }
-
-    fn stop(mut self) {
-        self.interrupt();
-    }
-
-    fn interrupt(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            std::thread::sleep(Duration::from_millis(200)); // the last packets reach the file
-            let pid = nix::unistd::Pid::from_raw(self.0.id() as i32);
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = self.0.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
-
-impl Drop for Tcpdump {
-    fn drop(&mut self) {
-        self.interrupt();
-    }
-}
 
 fn run(args: &[&str]) -> Output {
     Command::new(BIN).args(args).output().expect("run tcpstall")
@@ -937,26 +867,10 @@ fn free_port() -> u16 {
     listener.local_addr().expect("local address").port()
 }
 
+/// Waits for the server to listen on `port`, read from the socket table: a probe connection
+/// would leave packets of its own in the capture that starts next.
 fn wait_listening(port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        match std::net::TcpStream::connect(("127.0.0.1", port)) {
-            Ok(mut probe) => {
-                // The server closes the probe before a capture starts: its last packets must
-                // not make a second flow there.
-                let _ = probe.shutdown(std::net::Shutdown::Write);
-                let _ = probe.set_read_timeout(Some(Duration::from_secs(2)));
-                let _ = std::io::Read::read_to_end(&mut probe, &mut Vec::new());
-                std::thread::sleep(Duration::from_millis(20));
-                return;
-            }
-            Err(_) => assert!(
-                Instant::now() < deadline,
-                "server on port {port} did not start within 10 s"
-            ),
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    support::wait_for_socket(port, support::tcp_state::LISTEN, "the server");
 }
 
 /// Ten keep-alive GETs on one connection with curl, captured by tcpdump, then analysed.
@@ -1033,8 +947,13 @@ fn live_pipe_from_tcpdump_stopped_by_interrupt() {
 
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = listener.local_addr().expect("address").port();
+    // tee keeps a copy of what reaches the analysis, so the test can wait for the connection's
+    // close to have gone through before it interrupts.
+    let scratch = Scratch::new("live-pipe");
+    let copy = scratch.path("copy.pcap");
     let pipeline = format!(
-        "tcpdump -i lo -s 128 --immediate-mode -U -w - tcp port {port} | {BIN} analyze --json -"
+        "tcpdump -i lo -s 128 --immediate-mode -U -w - tcp port {port} | tee {} | {BIN} analyze --json -",
+        copy.display()
     );
     let mut child = Command::new("sh")
         .args(["-c", &pipeline])
@@ -1073,7 +992,14 @@ fn live_pipe_from_tcpdump_stopped_by_interrupt() {
         }
     }
     server.join().expect("server");
-    std::thread::sleep(Duration::from_millis(200));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !all_closed(&copy) {
+        assert!(
+            Instant::now() < deadline,
+            "the connection's close did not pass through the pipe within 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let _ = nix::sys::signal::kill(group, nix::sys::signal::Signal::SIGINT);
     let deadline = Instant::now() + Duration::from_secs(10);
     while child.try_wait().ok().flatten().is_none() {

@@ -14,7 +14,7 @@
 mod support;
 
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 use support::{Collected, KillOnDrop, Scratch};
@@ -52,23 +52,11 @@ fn free_port() -> u16 {
         .expect("a free port")
 }
 
-/// Waits up to 10 s for something to listen on `port`.
-fn wait_listening(port: u16, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "{what} does not listen on {port}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 /// nginx serving a 300-byte file on `port` ([`support::nginx_static`]), once it listens.
 fn nginx(dir: &Scratch, port: u16, nodelay: &str) -> KillOnDrop {
     std::fs::write(dir.0.join("index.html"), "x".repeat(300)).expect("write index.html");
     let server = support::nginx_static(&dir.0, port, nodelay);
-    wait_listening(port, "nginx");
+    support::wait_for_socket(port, support::tcp_state::LISTEN, "nginx");
     server
 }
 
@@ -82,7 +70,7 @@ fn memcached(port: u16) -> KillOnDrop {
         .spawn()
         .map(KillOnDrop)
         .expect("memcached must be installed (scripts/install-deps)");
-    wait_listening(port, "memcached");
+    support::wait_for_socket(port, support::tcp_state::LISTEN, "memcached");
     server
 }
 

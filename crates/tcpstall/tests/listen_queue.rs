@@ -10,12 +10,12 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::process::Command;
 
 use serde_json::Value;
 use support::process::{json_of, tcpstall};
-use support::{require_root, serial, spawn_printing_port, Collected, KillOnDrop, STALL_MIN_MS};
+use support::tcpdump::Tcpdump;
+use support::{require_root, serial, spawn_printing_port, KillOnDrop, STALL_MIN_MS};
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -32,28 +32,6 @@ fn slow_server(backlog: u32, delay_s: f64) -> (KillOnDrop, u16) {
             .arg(delay_s.to_string()),
         "slow_accept.py",
     )
-}
-
-/// tcpdump writing `port`'s packets on `lo` to `file`, once it says it listens.
-fn tcpdump(port: u16, file: &Path) -> Collected {
-    let child = Command::new("tcpdump")
-        .args(["-i", "lo", "-U", "-s", "256", "-w"])
-        .arg(file)
-        .arg(format!("tcp port {port}"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("tcpdump runs (scripts/install-deps)");
-    let capture = Collected::new(child);
-    capture.stderr_until("listening on", Duration::from_secs(10), "tcpdump");
-    capture
-}
-
-/// Stops tcpdump so that it writes what it holds.
-fn stop(capture: Collected) {
-    // SAFETY: kill(2) on our own child's pid, which it still is (not reaped yet).
-    unsafe { libc::kill(capture.child.0.id() as libc::pid_t, libc::SIGINT) };
-    let _ = capture.finish(Duration::from_secs(10), "tcpdump");
 }
 
 /// A file in the system's temporary directory, removed when the test ends.
@@ -106,9 +84,9 @@ fn overflowing_accept_queue_is_the_culprit_not_the_network() {
     let _serial = serial();
     let (_server, port) = slow_server(1, 0.02);
     let file = TempFile::new("probe");
-    let capture = tcpdump(port, &file.0);
+    let capture = Tcpdump::start(&file.0, &["tcp", "port", &port.to_string()]);
     let v = probe(port);
-    stop(capture);
+    capture.stop_now();
 
     let queue = &v["listen_queue"];
     assert_eq!(queue["backlog"], 1, "{v}");
@@ -175,13 +153,13 @@ fn analyze_explains_a_dropped_handshake_ack() {
     let _serial = serial();
     let (_server, port) = slow_server(1, 1.0);
     let file = TempFile::new("late-ack");
-    let capture = tcpdump(port, &file.0);
+    let capture = Tcpdump::start(&file.0, &["tcp", "port", &port.to_string()]);
     let client = Command::new("python3")
         .arg(fixture("late_ack_client.py"))
         .arg(port.to_string())
         .output()
         .expect("python3 runs");
-    stop(capture);
+    capture.stop_now();
     let said = String::from_utf8_lossy(&client.stdout);
     assert!(client.status.success(), "the clients ran: {said}");
     // The two that filled the queue are answered; the late one's request may still be in its

@@ -119,7 +119,8 @@ fn a_server_closing_each_connection_unannounced_is_reconnected_to() {
 
 #[test]
 fn ctrl_c_prints_what_was_answered_and_exits_130() {
-    // 200 requests of 20 ms each: about 4 s, interrupted after 1.5 s.
+    // 200 requests of 20 ms each: about 4 s, interrupted once the server has answered some
+    // (its answers are about 100 bytes each).
     let (_server, port) = python("probe/think_server.py", &["20"]);
     let target = format!("http://127.0.0.1:{port}/");
     for json in [false, true] {
@@ -134,7 +135,7 @@ fn ctrl_c_prints_what_was_answered_and_exits_130() {
             .stderr(Stdio::piped())
             .spawn()
             .expect("tcpstall runs");
-        std::thread::sleep(std::time::Duration::from_millis(1500));
+        support::wait_for_bytes_sent(port, 500, "the server");
         let pid = libc::pid_t::try_from(child.id()).expect("a pid");
         // SAFETY: signals our own child, still running (it is reaped below).
         assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
@@ -363,8 +364,9 @@ fn a_repeated_sigint_is_one_interruption_and_the_report_still_prints() {
         .spawn()
         .expect("tcpstall runs");
     let pid = libc::pid_t::try_from(child.id()).expect("a pid");
-    // Some stalled requests first (each waits ~40 ms for the delayed ACK).
-    std::thread::sleep(Duration::from_millis(1500));
+    // Some stalled requests first (each waits ~40 ms for the delayed ACK; an answer is about
+    // 200 bytes).
+    support::wait_for_bytes_sent(port, 1000, "the server");
     // SAFETY: signals our own child, still running (it is reaped below).
     assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
     let sent = std::time::Instant::now();

@@ -77,6 +77,19 @@ fn listeners(args: &[&str], port: u16) -> Vec<Value> {
     found
 }
 
+/// Whether `sockets PID --json` shows the connection `pid` accepted on `port` with
+/// TCP_NODELAY on.
+fn accepted_nodelay(pid: &str, port: u16) -> bool {
+    let (_, stdout, _) = sockets(&[pid, "--json"]);
+    let rows: Value = serde_json::from_str(&stdout).unwrap_or(Value::Null);
+    let suffix = format!(":{port}");
+    rows.as_array().into_iter().flatten().any(|r| {
+        r["state"] == "ESTABLISHED"
+            && r["local"].as_str().unwrap_or("").ends_with(&suffix)
+            && r["nodelay"] == true
+    })
+}
+
 /// Every listener on `port` has Nagle on and is judged unable to stall, with the reason; the
 /// accepted connection shows TCP_NODELAY on.
 fn assert_settled(args: &[&str], port: u16) {
@@ -166,6 +179,15 @@ fn nginx_with_tcp_nodelay_on_is_not_told_to_fix_its_listener() {
     }
     let pid = nginx.0.id();
     let pid_text = pid.to_string();
+    // nginx sets it after writing the answer the client has read: awaited.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !accepted_nodelay(&pid_text, port) {
+        assert!(
+            Instant::now() < deadline,
+            "nginx's connection never showed TCP_NODELAY on"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     assert_settled(&[&pid_text], port);
     assert_settled(
         &["--all", "--source", "proc", "--port", &port.to_string()],
@@ -186,7 +208,24 @@ fn a_server_leaving_nagle_on_after_accept_is_still_told() {
     );
     let (server, port) = support::spawn_printing_port(&mut command, "the python3 split server");
     let _client = connect(port);
-    std::thread::sleep(Duration::from_millis(200));
+    // The server has taken the connection once it holds a second socket (the listener and
+    // the accepted one).
+    let sockets_held = || {
+        std::fs::read_dir(format!("/proc/{}/fd", server.0.id()))
+            .into_iter()
+            .flatten()
+            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .filter(|target| target.to_string_lossy().starts_with("socket:"))
+            .count()
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sockets_held() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the server did not accept within 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let pid_text = server.0.id().to_string();
     for l in listeners(&[&pid_text], port) {
         assert_eq!(l["can_stall"], true, "{l:#}");
@@ -216,7 +255,16 @@ fn time_wait_sockets_are_counted_not_listed_unless_asked() {
     let mut server = server;
     server.read_to_end(&mut rest).expect("the client's FIN");
     drop(server);
-    std::thread::sleep(Duration::from_millis(100));
+    let client_port: u16 = local
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("a port");
+    support::wait_for_socket(
+        client_port,
+        support::tcp_state::TIME_WAIT,
+        "the client's end",
+    );
     let time_wait = |rows: &Value| {
         rows.as_array()
             .expect("rows")

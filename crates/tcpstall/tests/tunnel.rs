@@ -11,10 +11,11 @@ mod support;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
+use support::tcpdump::Tcpdump;
+use support::KillOnDrop;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tcpstall");
 
@@ -165,65 +166,6 @@ impl Drop for Namespaces {
     }
 }
 
-/// A child process killed and reaped on drop, also when the test fails.
-struct Guarded(Child);
-
-impl Drop for Guarded {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// tcpdump on `interface` inside `ns`, writing `file`; returns once it listens.
-fn tcpdump(ns: &str, interface: &str, file: &Path) -> Guarded {
-    let mut child = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            ns,
-            "tcpdump",
-            "-i",
-            interface,
-            "--immediate-mode",
-            "-U",
-            "-s",
-            "256",
-            "-w",
-        ])
-        .arg(file)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("tcpdump must be installed (scripts/install-deps)");
-    let stderr = child.stderr.take().expect("stderr");
-    let mut lines = BufReader::new(stderr).lines();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        match lines.next() {
-            Some(Ok(line)) if line.contains("listening on") => break,
-            Some(Ok(_)) if Instant::now() < deadline => continue,
-            other => panic!("tcpdump on {interface} did not start: {other:?}"),
-        }
-    }
-    // Drained so tcpdump never blocks on its stderr.
-    std::thread::spawn(move || for _ in lines {});
-    Guarded(child)
-}
-
-/// Stops tcpdump with SIGINT so it flushes its file, then waits for it.
-fn stop(mut dump: Guarded) {
-    let pid = nix::unistd::Pid::from_raw(dump.0.id() as i32);
-    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < deadline {
-        if let Ok(Some(_)) = dump.0.try_wait() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 fn analyze(file: &Path, flags: &[&str]) -> Value {
     let out = Command::new(BIN)
         .args(["analyze", "--json"])
@@ -307,8 +249,8 @@ fn nagle_stall_inside_vxlan_gives_the_same_events_as_the_inner_capture() {
     let ns = Namespaces::create();
     let outer_file = dir.0.join("veth.pcap");
     let inner_file = dir.0.join("vxlan.pcap");
-    let outer_dump = tcpdump(&ns.client, "veth0", &outer_file);
-    let inner_dump = tcpdump(&ns.client, "vx0", &inner_file);
+    let outer_dump = Tcpdump::start_on(Some(&ns.client), "veth0", &outer_file, &[]);
+    let inner_dump = Tcpdump::start_on(Some(&ns.client), "vx0", &inner_file, &[]);
 
     let mut server = Command::new("ip")
         .args([
@@ -325,7 +267,7 @@ fn nagle_stall_inside_vxlan_gives_the_same_events_as_the_inner_capture() {
         .spawn()
         .expect("python3 must be installed");
     let ready = server.stdout.take().expect("stdout");
-    let server = Guarded(server);
+    let server = KillOnDrop(server);
     let mut line = String::new();
     BufReader::new(ready)
         .read_line(&mut line)
@@ -345,10 +287,9 @@ fn nagle_stall_inside_vxlan_gives_the_same_events_as_the_inner_capture() {
         String::from_utf8_lossy(&client.stderr)
     );
     drop(server);
-    // Let the last packets reach the captures before stopping them.
-    std::thread::sleep(Duration::from_millis(300));
-    stop(outer_dump);
-    stop(inner_dump);
+    // Each capture is stopped once the connection's close has reached it.
+    outer_dump.stop();
+    inner_dump.stop();
 
     let outer = analyze(&outer_file, &[]);
     let inner = analyze(&inner_file, &[]);

@@ -20,6 +20,10 @@ const BIN: &str = env!("CARGO_BIN_EXE_tcpstall");
 /// mode), the later ones are, ~40 ms each.
 const REQUESTS: usize = 8;
 
+/// The metrics series of the server's Nagle stalls.
+const STALLS_SERIES: &str =
+    "tcpstall_watch_stalls_total{held_side=\"server\",kind=\"nagle_delayed_ack\"}";
+
 fn require_root(what: &str) {
     support::require_root(&format!("{what} needs root (CAP_NET_RAW)"));
 }
@@ -254,7 +258,9 @@ fn metrics_are_scraped_by_curl_and_pass_promtool() {
     let (watch, addr) = Watch::with_metrics(server.port);
     server.requests(REQUESTS);
     // The counters are brought up to date every half second.
-    std::thread::sleep(Duration::from_millis(1200));
+    support::scrape_until(&addr, Duration::from_secs(10), |text| {
+        support::series_value(text, STALLS_SERIES) >= 1
+    });
     let scrape = Command::new("curl")
         .args(["-sS", "--max-time", "10", "-i"])
         .arg(format!("http://{addr}/metrics"))
@@ -266,11 +272,7 @@ fn metrics_are_scraped_by_curl_and_pass_promtool() {
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     let stalls = body
         .lines()
-        .find(|l| {
-            l.starts_with(
-                "tcpstall_watch_stalls_total{held_side=\"server\",kind=\"nagle_delayed_ack\"}",
-            )
-        })
+        .find(|l| l.starts_with(STALLS_SERIES))
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|n| n.parse::<u64>().ok())
         .unwrap_or_else(|| panic!("no stall counter:\n{body}"));
@@ -334,16 +336,6 @@ fn metric(body: &str, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("{name} missing:\n{body}"))
 }
 
-fn scrape(addr: &str) -> String {
-    let out = Command::new("curl")
-        .args(["-sS", "--max-time", "10"])
-        .arg(format!("http://{addr}/metrics"))
-        .output()
-        .expect("curl runs");
-    assert!(out.status.success(), "{out:?}");
-    String::from_utf8(out.stdout).expect("UTF-8")
-}
-
 /// A stall's owner is searched once per flow, by one exact `sock_diag` lookup of the socket
 /// and one read of the processes' fds; the connection's later stalls read nothing, and the
 /// whole socket tables are never read: the metrics count the work where it is done.
@@ -353,14 +345,13 @@ fn the_stalls_of_one_connection_cost_one_owner_search() {
     let server = PythonServer::start();
     let (watch, addr) = Watch::with_metrics(server.port);
     let _connection = server.requests_kept_open(12);
-    let stalls_series =
-        "tcpstall_watch_stalls_total{held_side=\"server\",kind=\"nagle_delayed_ack\"}";
+    let stalls_series = STALLS_SERIES;
     let cached_series = "tcpstall_watch_owner_lookups_total{result=\"cached\"}";
     let searched_series = "tcpstall_watch_owner_lookups_total{result=\"searched\"}";
     // The capture counts a stall at once, the printer its owner's lookup once printed.
     let deadline = Instant::now() + Duration::from_secs(10);
     let (stalls, cached, searched, body) = loop {
-        let body = scrape(&addr);
+        let body = support::scrape(&addr);
         let stalls = metric(&body, stalls_series);
         let (cached, searched) = (metric(&body, cached_series), metric(&body, searched_series));
         if (stalls >= 5 && cached + searched >= stalls) || Instant::now() > deadline {
@@ -417,7 +408,7 @@ fn closed_flows_leave_the_detector_by_the_clock() {
     let deadline = Instant::now() + Duration::from_secs(8);
     let (ended, active, body) = loop {
         std::thread::sleep(Duration::from_millis(500));
-        let body = scrape(&addr);
+        let body = support::scrape(&addr);
         let ended = metric(&body, "tcpstall_watch_flows_ended_total");
         let active = metric(&body, "tcpstall_watch_active_flows");
         if active == 0 || Instant::now() > deadline {
@@ -454,9 +445,7 @@ fn the_lab_server_is_named_during_a_lab_run() {
     assert!(lab.status.success(), "{lab:?}");
     let table: Value = serde_json::from_slice(&lab.stdout).expect("lab JSON");
     assert_eq!(table["rows"][0]["stalled"], true, "{table}");
-    // The last stall is printed at most one read timeout after it happened.
-    std::thread::sleep(Duration::from_millis(500));
-    // Ctrl-C ends it with the summary line.
+    // Ctrl-C ends it with the summary line, after what the kernel had captured is read.
     watch.signal(libc::SIGINT);
     let (status, stdout, stderr) = watch.wait(Duration::from_secs(20));
     assert!(status.success(), "{status}: {stderr}");
@@ -549,7 +538,6 @@ fn cork_timer_events(mode: &str) -> (u64, Vec<Value>, Vec<Value>) {
         reader.read_line(&mut line).expect("answer");
         assert_eq!(line.len(), 100);
     }
-    std::thread::sleep(Duration::from_millis(300));
     watch.terminate();
     let (status, stdout, stderr) = watch.wait(Duration::from_secs(20));
     assert!(status.success(), "{status}: {stderr}");

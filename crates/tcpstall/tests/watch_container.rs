@@ -9,8 +9,6 @@
 
 mod support;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -27,28 +25,16 @@ fn watch_while_stalling(server: &PythonServer, args: &[&str]) -> (String, String
     // Two connections of six requests: each answer after a connection's first is held.
     server.requests(6);
     server.requests(6);
-    // The printer names the owner after the stall; give it a moment before scraping.
-    std::thread::sleep(Duration::from_millis(500));
-    let scraped = scrape(&metrics_addr);
+    // The printer names the owner after the stall: its series comes a moment later.
+    let scraped = support::scrape_until(&metrics_addr, Duration::from_secs(10), |text| {
+        text.contains("tcpstall_watch_process_stalls_total{") && text.contains("python3")
+    });
     let (status, stdout, stderr) = watch.finish(Duration::from_secs(20), &what);
     assert!(
         status.success() || status.code() == Some(1),
         "{what}: {status}\n{stderr:?}"
     );
     (stdout, scraped)
-}
-
-fn scrape(addr: &str) -> String {
-    let mut stream = TcpStream::connect(addr).expect("metrics listener");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .expect("timeout");
-    stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        .expect("request");
-    let mut text = String::new();
-    stream.read_to_string(&mut text).expect("response");
-    text
 }
 
 /// The server's stall events of a JSON run.

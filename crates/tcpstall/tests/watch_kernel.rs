@@ -221,18 +221,12 @@ fn the_metrics_count_the_kernels_holds() {
     requests(port, REQUESTS);
     // Read within the run: the holds reach the counters at the next 10 ms poll, the kernel's
     // own counters at the next 500 ms tick.
-    std::thread::sleep(Duration::from_millis(700));
-    let mut stream = std::net::TcpStream::connect(&addr).expect("connect to the metrics");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .expect("timeout");
-    use std::io::{Read, Write};
-    stream
-        .write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
-        .expect("request");
-    let mut body = String::new();
-    let _ = stream.read_to_string(&mut body);
     let name = r#"tcpstall_watch_stalls_total{held_side="server",kind="nagle_delayed_ack"}"#;
+    let body = support::scrape_until(&addr, Duration::from_secs(3), |text| {
+        let count = support::series_value(text, name);
+        count >= (REQUESTS - 2) as u64
+            && support::series_value(text, "tcpstall_watch_kernel_holds_total") >= count
+    });
     let value = |name: &str| -> u64 {
         body.lines()
             .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())

@@ -265,6 +265,14 @@ fn capture_loop(
             break; // the printer failed (standard output closed): its error says why
         }
     }
+    if failure.is_none() && !printer_gone {
+        // What the kernel captured before the signal or the deadline is read too: a stall
+        // released just before Ctrl-C is in the ring, not yet read.
+        match source.read_batch(&mut segment, |seg| detector.push(seg)) {
+            Ok(counts) => packets.add(counts),
+            Err(err) => failure = Some(err),
+        }
+    }
     summary.drops = source.drops();
     summary.packets = packets;
     summary.active_flows = detector.active_flows() as u64;

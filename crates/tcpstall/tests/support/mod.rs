@@ -8,6 +8,7 @@
 pub mod cgroup;
 pub mod process;
 pub mod python_http;
+pub mod tcpdump;
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -676,6 +677,123 @@ pub fn watch_with_metrics(args: &[&str], seconds: u32) -> (Collected, String) {
         .unwrap_or_else(|| panic!("no metrics address in {said:?}"))
         .to_string();
     (watch, addr)
+}
+
+/// TCP states as /proc/net/tcp numbers them (`tcp_states.h`).
+pub mod tcp_state {
+    /// ESTABLISHED.
+    pub const ESTABLISHED: u8 = 0x01;
+    /// TIME_WAIT.
+    pub const TIME_WAIT: u8 = 0x06;
+    /// LISTEN.
+    pub const LISTEN: u8 = 0x0A;
+}
+
+/// The states of this network namespace's TCP sockets (IPv4 and IPv6) whose local port is
+/// `port`, from /proc/net/tcp and /proc/net/tcp6: seeing a socket opens no connection.
+pub fn local_port_states(port: u16) -> Vec<u8> {
+    let mut states = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let text = std::fs::read_to_string(table).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let local_port = fields
+                .get(1)
+                .and_then(|a| a.rsplit(':').next())
+                .and_then(|p| u16::from_str_radix(p, 16).ok());
+            let state = fields.get(3).and_then(|s| u8::from_str_radix(s, 16).ok());
+            if let (Some(p), Some(state)) = (local_port, state) {
+                if p == port {
+                    states.push(state);
+                }
+            }
+        }
+    }
+    states
+}
+
+/// Waits up to 10 s for a socket on local port `port` in `state` ([`tcp_state`]); `what`
+/// names it in the failure.
+pub fn wait_for_socket(port: u16, state: u8, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !local_port_states(port).contains(&state) {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: no socket on port {port} in state {state:#04x} within 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The bytes this network namespace's established connections on local port `port` have
+/// sent, as TCP_INFO counts them (`ss -ti`'s `bytes_sent`): what a server has answered.
+pub fn bytes_sent_from(port: u16) -> u64 {
+    let out = Command::new("ss")
+        .args(["-tinH", "state", "established"])
+        .arg(format!("( sport = :{port} )"))
+        .output()
+        .expect("ss runs (iproute2, scripts/install-deps)");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .filter_map(|w| w.strip_prefix("bytes_sent:")?.parse::<u64>().ok())
+        .sum()
+}
+
+/// Waits up to 20 s until the connections on local port `port` have sent at least `bytes`
+/// ([`bytes_sent_from`]): a server has answered that much.
+pub fn wait_for_bytes_sent(port: u16, bytes: u64, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while bytes_sent_from(port) < bytes {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: {} of {bytes} bytes sent on port {port} within 20 s",
+            bytes_sent_from(port)
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The text a `--metrics` endpoint at `addr` (host:port) serves, headers included.
+pub fn scrape(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect to the metrics");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        .expect("request");
+    let mut text = String::new();
+    let _ = stream.read_to_string(&mut text);
+    text
+}
+
+/// The value of the series `series` (its name and labels, exactly as served) in a scrape, 0
+/// when absent.
+pub fn series_value(scraped: &str, series: &str) -> u64 {
+    scraped
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(series)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
+}
+
+/// Scrapes `addr` until `ready` holds for the text served (the counters are brought up to
+/// date by the watch's own ticks), up to `limit`; the last text served either way.
+pub fn scrape_until(addr: &str, limit: Duration, ready: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + limit;
+    loop {
+        let text = scrape(addr);
+        if ready(&text) || Instant::now() >= deadline {
+            return text;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// The repository's root (scripts/, bpf/, packaging/), two levels above this package.
