@@ -319,13 +319,20 @@ fn lab_run(dir: &Scratch) -> (Value, Value, Value) {
         .arg(&lab_pcap)
         .output()
         .expect("run tcpstall lab");
-    dump.stop();
+    let lab: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    // The rows' servers: their connections are the ones to see closed in tcpdump's file.
+    let ports: Vec<u16> = lab["rows"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|row| row["server_port"].as_u64()?.try_into().ok())
+        .collect();
+    dump.stop_after_ports(&ports);
     assert!(
         out.status.success(),
         "lab failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let lab: Value = serde_json::from_slice(&out.stdout).expect("lab --json");
     (lab, analyze_json(&lab_pcap), analyze_json(&dump_pcap))
 }
 
@@ -993,7 +1000,7 @@ fn live_pipe_from_tcpdump_stopped_by_interrupt() {
     }
     server.join().expect("server");
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !all_closed(&copy) {
+    while !all_closed(&copy, None) {
         assert!(
             Instant::now() < deadline,
             "the connection's close did not pass through the pipe within 10 s"

@@ -32,7 +32,19 @@ impl Tcpdump {
     pub fn start_on(ns: Option<&str>, interface: &str, file: &Path, filter: &[&str]) -> Tcpdump {
         let mut command = super::command_in(ns, "tcpdump");
         command
-            .args(["-i", interface, "-s", "256", "--immediate-mode", "-U", "-w"])
+            // Headers only (a VXLAN packet's outer and inner ones fit), and a kernel buffer
+            // of 32 MiB, not 2: a loaded machine must not drop the bursts of the tests.
+            .args([
+                "-i",
+                interface,
+                "-s",
+                "160",
+                "-B",
+                "32768",
+                "--immediate-mode",
+                "-U",
+                "-w",
+            ])
             .arg(file)
             .args(filter)
             .stdout(Stdio::null())
@@ -47,10 +59,18 @@ impl Tcpdump {
         }
     }
 
-    /// Stops it once every connection in its file has closed (or after 5 s, for a test that
-    /// leaves one open: the test's own checks then say what is missing).
+    /// Stops it once its file holds a connection and every connection in it has closed (or
+    /// after 5 s, for a test that leaves one open: the test's own checks then say what is
+    /// missing).
     pub fn stop(mut self) {
-        self.await_closes();
+        self.await_closes(None);
+        self.interrupt();
+    }
+
+    /// [`Tcpdump::stop`] counting only the connections on one of `ports`: a capture of all of
+    /// loopback also holds other tests' connections, which may stay open.
+    pub fn stop_after_ports(mut self, ports: &[u16]) {
+        self.await_closes(Some(ports));
         self.interrupt();
     }
 
@@ -60,9 +80,9 @@ impl Tcpdump {
         self.interrupt();
     }
 
-    fn await_closes(&self) {
+    fn await_closes(&self, ports: Option<&[u16]>) {
         let deadline = Instant::now() + CLOSES_WITHIN;
-        while !all_closed(&self.file) && Instant::now() < deadline {
+        while !all_closed(&self.file, ports) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -117,9 +137,11 @@ struct Direction {
     acked: Option<SeqNumber>,
 }
 
-/// Whether every connection the capture `file` holds has closed: a reset, or both FINs sent
-/// and acknowledged. A connection whose handshake was never answered is not waited for.
-pub fn all_closed(file: &Path) -> bool {
+/// Whether the capture `file` holds a connection (on one of `ports`, when given) and every
+/// such connection has closed: a reset, or both FINs sent and acknowledged. A connection whose
+/// handshake was never answered is not waited for. tcpdump may lag behind the traffic, so a
+/// file without any connection yet is not done.
+pub fn all_closed(file: &Path, ports: Option<&[u16]>) -> bool {
     let Ok(input) = std::fs::File::open(file) else {
         return false;
     };
@@ -128,6 +150,9 @@ pub fn all_closed(file: &Path) -> bool {
     let read = tcpstall::capture::for_each_segment(
         input,
         |seg: &Segment| {
+            if ports.is_some_and(|p| !p.contains(&seg.src_port) && !p.contains(&seg.dst_port)) {
+                return;
+            }
             let (from, to) = ((seg.src, seg.src_port), (seg.dst, seg.dst_port));
             let (key, index) = if from <= to {
                 ((from, to), 0)
@@ -149,7 +174,7 @@ pub fn all_closed(file: &Path) -> bool {
         |_| {},
     );
     // An empty file (no packet yet, or only the header): nothing to wait for is not proven.
-    if read.is_err() {
+    if read.is_err() || connections.is_empty() {
         return false;
     }
     connections.values().all(|(reset, [a, b])| {
