@@ -31,7 +31,7 @@ use super::launch;
 use super::signals::{self, SignalGuard};
 use super::socket_model::{Inspector, Probe, SocketFacts, SocketModel};
 use super::tracee_memory::{poll_readable, select_readable};
-use super::tracer::{Mode, Traced};
+use super::tracer::{self, Mode, Traced};
 use crate::host::pidfd::PidFd;
 use crate::host::privilege;
 use crate::host::procfs;
@@ -511,23 +511,40 @@ pub(crate) fn trace_process(
 }
 
 /// Runs `command` followed through the kernel's tracepoints from its first syscall, never
-/// stopped: the child waits before exec ([`launch::start_held`]) until its process is in the
-/// programs' map, then execs. The trace ends when it and every process it started have
-/// ended, or at `limit` or Ctrl-C (then they are killed, as under the ptrace route).
-pub(crate) fn trace_command(
-    mut kernel: KernelTracer,
-    command: &[String],
-    limit: Option<Duration>,
-) -> anyhow::Result<Traced> {
+/// stopped: the child waits before exec ([`launch::start_held`]) while the programs load and
+/// its process is put in their map, then execs. The trace ends when it and every process it
+/// started have ended, or at `limit` or Ctrl-C (then they are killed, as under ptrace). Where
+/// the kernel refuses the programs, the child goes on under ptrace instead, saying why.
+pub(crate) fn trace_command(command: &[String], limit: Option<Duration>) -> anyhow::Result<Traced> {
     let guard = SignalGuard::install()?;
     let held = launch::start_held(command, &guard)?;
-    kernel
-        .follow(held.pid())
-        .map_err(|e| anyhow!(load_failure(&e)))?;
-    let root = held.release()?;
-    let traced = follow(kernel, root, Some(Launched::new(root)), limit);
-    drop(guard);
-    traced
+    let loaded = KernelTracer::open().and_then(|mut kernel| {
+        kernel.follow(held.pid())?;
+        Ok(kernel)
+    });
+    match loaded {
+        Ok(kernel) => {
+            let root = held.release()?;
+            let traced = follow(kernel, root, Some(Launched::new(root)), limit);
+            drop(guard);
+            traced
+        }
+        Err(err) => {
+            note_ptrace_instead(&command[0], &load_failure(&err));
+            let root = held.release_to_ptrace()?;
+            tracer::trace_seized(root, limit, guard)
+        }
+    }
+}
+
+/// The one line said when a command is followed with ptrace because the tracepoints cannot
+/// be used, and `why`.
+pub(crate) fn note_ptrace_instead(program: &str, why: &str) {
+    eprintln!(
+        "tcpstall: cannot follow {program:?} through the kernel's tracepoints, which never stop \
+         it: {why}; following it with ptrace instead, which stops it at its socket syscalls \
+         (--ptrace chooses ptrace without this note)"
+    );
 }
 
 /// The command `trace -- CMD` started: its exit status, once reaped, and a pidfd that wakes

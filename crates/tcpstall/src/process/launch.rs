@@ -152,21 +152,10 @@ impl HeldChild {
 
     /// Lets the child exec; returns its pid once its program runs, or why it could not.
     pub fn release(mut self) -> anyhow::Result<u32> {
-        let release = self.release.take();
-        let written = release
-            .as_ref()
-            .map(|fd| nix::unistd::write(fd, b"x"))
-            .transpose()
-            .map_err(nix_io)
-            .context("cannot let the traced command go")?;
-        drop(release);
-        if written != Some(1) {
-            bail!("cannot let the traced command go: the pipe took nothing");
-        }
+        self.send(GO_EXEC)?;
         // The report pipe closes on a successful exec; a failure writes its reason first.
         if let Err(err) = exec_outcome(&self.report, &self.program) {
             let _ = waitpid(self.pid, None);
-            self.release = None;
             // Reaped: nothing for Drop to end.
             self.pid = Pid::from_raw(0);
             return Err(err);
@@ -175,7 +164,36 @@ impl HeldChild {
         self.pid = Pid::from_raw(0);
         Ok(pid)
     }
+
+    /// Lets the child go on under ptrace instead, as [`start_seized`]'s child: it stops, is
+    /// seized, installs the seccomp filter and execs. Returns it stopped at its exec, as
+    /// [`start_seized`] does.
+    pub fn release_to_ptrace(mut self) -> anyhow::Result<Pid> {
+        self.send(GO_PTRACE)?;
+        let pid = std::mem::replace(&mut self.pid, Pid::from_raw(0));
+        seize(pid, &self.program, &self.report)
+    }
+
+    /// Writes the child's go, `how` it is to exec.
+    fn send(&mut self, how: u8) -> anyhow::Result<()> {
+        let release = self.release.take();
+        let written = release
+            .as_ref()
+            .map(|fd| nix::unistd::write(fd, &[how]))
+            .transpose()
+            .map_err(nix_io)
+            .context("cannot let the traced command go")?;
+        drop(release);
+        if written != Some(1) {
+            bail!("cannot let the traced command go: the pipe took nothing");
+        }
+        Ok(())
+    }
 }
+
+/// The held child's go: exec now, or under ptrace ([`HeldChild::release_to_ptrace`]).
+const GO_EXEC: u8 = b'x';
+const GO_PTRACE: u8 = b'p';
 
 impl Drop for HeldChild {
     fn drop(&mut self) {
@@ -191,9 +209,12 @@ impl Drop for HeldChild {
 /// Forks the command of `trace -- CMD` for the tracepoints: the child takes back the signal
 /// state it would have untraced and waits on a pipe, neither stopped nor traced, until
 /// [`HeldChild::release`]; then it execs, so that its program's first syscall comes after its
-/// pid was put in the programs' map.
+/// pid was put in the programs' map. It is forked before the programs load, which starts a
+/// thread: glibc's first thread installs a handler for its internal signal 33 (SIGSETXID),
+/// which a child forked later could not get back ignored, as its parent may have left it.
 pub(crate) fn start_held(command: &[String], guard: &SignalGuard) -> anyhow::Result<HeldChild> {
     let prepared = prepare(command)?;
+    let filter = seccomp::filter();
     let (release_read, release_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
         .map_err(nix_io)
         .context("cannot create a pipe for the traced command")?;
@@ -208,6 +229,7 @@ pub(crate) fn start_held(command: &[String], guard: &SignalGuard) -> anyhow::Res
                 exec_held_child(
                     &prepared.path,
                     &prepared.argv,
+                    &filter,
                     guard.previous(),
                     release_read.as_raw_fd(),
                     release_write.as_raw_fd(),
@@ -232,6 +254,7 @@ pub(crate) fn start_held(command: &[String], guard: &SignalGuard) -> anyhow::Res
 unsafe fn exec_held_child(
     path: &std::ffi::CStr,
     argv: &[*const libc::c_char],
+    filter: &[libc::sock_filter],
     dispositions: &[(Signal, SigAction)],
     release: std::os::fd::RawFd,
     release_write: std::os::fd::RawFd,
@@ -250,6 +273,9 @@ unsafe fn exec_held_child(
                 // End of file: tcpstall gave up (or ended) before letting it go.
                 _ => libc::_exit(127),
             }
+        }
+        if go == GO_PTRACE {
+            seized_exec(path, argv, filter, report);
         }
         libc::execv(path.as_ptr(), argv.as_ptr());
         report_failure(report, STAGE_EXEC)
@@ -324,7 +350,13 @@ pub(crate) fn start_seized(command: &[String], guard: &SignalGuard) -> anyhow::R
         Ok(nix::unistd::ForkResult::Parent { child }) => child,
     };
     drop(report_write);
-    if let Err(err) = take_over(root, program, &report_read) {
+    seize(root, program, &report_read)
+}
+
+/// Seizes the child that stops itself before it installs the filter and execs
+/// ([`take_over`]); returns it once its program runs, or ends it and says why not.
+fn seize(root: Pid, program: &str, report: &std::os::fd::OwnedFd) -> anyhow::Result<Pid> {
+    if let Err(err) = take_over(root, program, report) {
         // Without the options the child would run on with socket calls failing (ENOSYS from
         // the filter with no tracer listening): end it.
         let _ = signal::kill(root, Signal::SIGKILL);
@@ -347,7 +379,22 @@ unsafe fn exec_traced_child(
     // SAFETY: raw syscalls on valid arguments.
     unsafe {
         restore_signal_state(dispositions);
-        // Stopped until the tracer has seized us with its options.
+        seized_exec(path, argv, filter, report)
+    }
+}
+
+/// Stops until the tracer has seized it with its options ([`take_over`]), installs the
+/// filter, execs.
+/// # Safety
+/// Only in the child between fork and exec.
+unsafe fn seized_exec(
+    path: &std::ffi::CStr,
+    argv: &[*const libc::c_char],
+    filter: &[libc::sock_filter],
+    report: std::os::fd::RawFd,
+) -> ! {
+    // SAFETY: raw syscalls on valid arguments.
+    unsafe {
         libc::raise(libc::SIGSTOP);
         if seccomp::install(filter).is_err() {
             report_failure(report, STAGE_SECCOMP);

@@ -194,24 +194,16 @@ fn trace_command(
 ) -> anyhow::Result<Traced> {
     // A missing program is reported before anything is loaded or started.
     let path = launch::program_path(command)?;
-    if !force_ptrace {
-        let why = match kernel_trace::unavailable()
-            .or_else(|| kernel_trace::unavailable_for_program(&path))
-        {
-            Some(why) => why,
-            None => match kernel_trace::KernelTracer::open() {
-                Ok(kernel) => return kernel_trace::trace_command(kernel, command, limit),
-                Err(err) => kernel_trace::load_failure(&err),
-            },
-        };
-        eprintln!(
-            "tcpstall: cannot follow {:?} through the kernel's tracepoints, which never stop \
-             it: {why}; following it with ptrace instead, which stops it at its socket \
-             syscalls (--ptrace chooses ptrace without this note)",
-            command[0]
-        );
+    if force_ptrace {
+        return tracer::trace_command(command, limit);
     }
-    tracer::trace_command(command, limit)
+    match kernel_trace::unavailable().or_else(|| kernel_trace::unavailable_for_program(&path)) {
+        Some(why) => {
+            kernel_trace::note_ptrace_instead(&command[0], &why);
+            tracer::trace_command(command, limit)
+        }
+        None => kernel_trace::trace_command(command, limit),
+    }
 }
 
 /// Whether fd 1 was closed when tcpstall started. The Rust runtime puts /dev/null on a closed
