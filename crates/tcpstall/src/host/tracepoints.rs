@@ -1,5 +1,5 @@
 //! Loading tcpstall's committed BPF objects onto the kernel's BTF-typed tracepoints, shared by
-//! every verb that reads the kernel's own hooks (`watch --kernel`, `trace -p`): the loader, why
+//! every verb that reads the kernel's own hooks (`watch --kernel`, `trace`): the loader, why
 //! a kernel refuses it (capability, BTF, a missing hook), and the clock the records carry.
 
 use aya::programs::BtfTracePoint;
