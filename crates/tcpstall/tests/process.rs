@@ -1076,7 +1076,14 @@ fn trace_of_a_command_times_the_hold_not_the_idle_after_it() {
     let report_file =
         std::env::temp_dir().join(format!("tcpstall-trace-idle-{}.json", std::process::id()));
     let mut command = Command::new(BIN);
-    command.args(["trace", "--json", "--duration", "30", "--output"]);
+    command.args([
+        "trace",
+        "--ptrace",
+        "--json",
+        "--duration",
+        "30",
+        "--output",
+    ]);
     command.arg(&report_file);
     command
         .args(["--", "python3"])

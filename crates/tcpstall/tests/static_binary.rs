@@ -374,8 +374,18 @@ fn probe_sockets_and_fix_meet_a_server_outside_the_root() {
 #[test]
 fn trace_follows_the_binary_inside_the_root() {
     with_root("trace", |root| {
+        // ptrace: the static build declares PTRACE_GET_SYSCALL_INFO's structure itself
+        // (process/syscall_info.rs), which this run reads at each stop; through the
+        // tracepoints `--version` would make no followed syscall.
         let run = root.run(
-            &["trace", "--json", "--", "/tcpstall", "--version"],
+            &[
+                "trace",
+                "--ptrace",
+                "--json",
+                "--",
+                "/tcpstall",
+                "--version",
+            ],
             Duration::from_secs(30),
         );
         run.assert_success();

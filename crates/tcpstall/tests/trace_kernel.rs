@@ -1,8 +1,11 @@
-//! `tcpstall trace -p` through the kernel's tracepoints: real processes (Python's http.server
-//! under keep-alive requests, the trace fixtures' split-writing client and server) followed
-//! without ever being stopped: every thread's state is sampled from /proc while the trace
-//! runs, and the target answers or finishes after it, whether the trace ends by its time, by
-//! SIGINT or by the target's own end. The committed BPF object is checked against its source.
+//! `tcpstall trace -p` and `trace -- CMD` through the kernel's tracepoints: real processes
+//! (Python's http.server under keep-alive requests, the trace fixtures' split-writing client
+//! and server) followed without ever being stopped: every thread's state is sampled from /proc
+//! while the trace runs, and the target answers or finishes after it, whether the trace ends by
+//! its time, by SIGINT or by the target's own end. A command is followed from its first
+//! syscall, with the processes it forks, its exit status told; without CAP_BPF it is followed
+//! with ptrace, which the report and a note name. The committed BPF object is checked against
+//! its source.
 //!
 //! The live tests need root (CAP_BPF + CAP_PERFMON) and a kernel that lets BPF programs on
 //! its BTF tracepoints load; where it does not they say why and pass without checking.
@@ -528,4 +531,185 @@ fn a_tail_sent_by_the_loss_probe_before_an_rto_is_timed_by_the_probe() {
     // read after the drop was lifted.
     let hold = example["hold_ms"].as_f64().unwrap_or(f64::NAN);
     assert!((30.0..400.0).contains(&hold), "{client:#}");
+}
+
+/// The pid of the first child of process `parent`, once it has one (at most 10 s).
+fn first_child(parent: u32) -> u32 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let children = std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children"))
+            .unwrap_or_default();
+        if let Some(pid) = children.split_whitespace().next() {
+            return pid.parse().expect("a pid");
+        }
+        assert!(Instant::now() < deadline, "pid {parent} started no child");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// What client.py says of its connections (a JSON line), found in the stderr it shares.
+fn client_info(errors: &str) -> Value {
+    let line = errors
+        .lines()
+        .find(|l| l.starts_with('['))
+        .unwrap_or_else(|| panic!("the client names its connections: {errors}"));
+    serde_json::from_str(line).expect("client info is JSON")
+}
+
+/// `tcpstall trace --json ARGS -- python3 client.py PORT REQUESTS MODE` run to its end: the
+/// report, what the client says of its connections, tcpstall's stderr, and the client's pid,
+/// sampled from its start, never stopped nor traced.
+fn command_under_trace(
+    args: &[&str],
+    port: u16,
+    requests: usize,
+    mode: &str,
+) -> (Value, Value, String, u32) {
+    let trace = Command::new(BIN)
+        .args(["trace", "--json"])
+        .args(args)
+        .args(["--", "python3"])
+        .arg(fixture("client.py"))
+        .args([&port.to_string(), &requests.to_string(), mode])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the tcpstall binary runs");
+    let tracer = trace.id();
+    let trace = support::Collected::new(trace);
+    let pid = first_child(tracer);
+    let watch = StateWatch::start(pid);
+    let (status, out, errors) = trace.finish(Duration::from_secs(40), "trace -- client.py");
+    assert_eq!(status.code(), Some(0), "{mode}: {errors:?}");
+    watch.assert_never_stopped();
+    let errors = errors.join("\n");
+    let info = client_info(&errors);
+    (report_of(&out, &errors), info, errors, pid)
+}
+
+#[test]
+fn a_command_is_followed_from_its_first_syscall_without_being_stopped() {
+    require_tracepoints!();
+    let _serial = serial();
+    let (_server, port) = single_write_server();
+    // Header then body from the very first request, each held by Nagle until the server's
+    // delayed ACK.
+    let (report, info, errors, pid) = command_under_trace(&[], port, 12, "split-blocking");
+    assert_eq!(report["method"], "tracepoints", "{errors}");
+    assert_eq!(report["exit_status"], 0, "{errors}");
+    assert_eq!(report["interrupted"], false);
+    assert!(!errors.contains("ptrace instead"), "{errors}");
+    let guilty = client_socket(&report, &info[0]);
+    assert_eq!(guilty["pid"], pid, "{guilty:#}");
+    // Every send, the first request's included: followed from before the connect.
+    assert_eq!(guilty["sends"], 24, "{guilty:#}");
+    assert!(
+        guilty["write_write_read"].as_u64().is_some_and(|n| n >= 11),
+        "{guilty:#}"
+    );
+    assert!(
+        guilty["waits_over_30ms"].as_u64().is_some_and(|n| n >= 5),
+        "{guilty:#}"
+    );
+    assert_eq!(guilty["example"]["writes"], serde_json::json!([60, 10]));
+    assert!(
+        guilty["kernel_holds"].as_u64().is_some_and(|n| n >= 5),
+        "{guilty:#}"
+    );
+}
+
+#[test]
+fn a_command_s_forked_children_are_followed_and_its_exit_status_told() {
+    require_tracepoints!();
+    let _serial = serial();
+    let (_server, port) = single_write_server();
+    // The shell forks the client (a command follows it), then exits 5.
+    let script = format!(
+        "python3 {} {port} 8 split-blocking; exit 5",
+        fixture("client.py").display()
+    );
+    let out = Command::new(BIN)
+        .args(["trace", "--json", "--", "sh", "-c", &script])
+        .output()
+        .expect("tcpstall runs");
+    let errors = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{errors}");
+    let report = report_of(&String::from_utf8_lossy(&out.stdout), &errors);
+    assert_eq!(report["method"], "tracepoints", "{errors}");
+    assert_eq!(report["exit_status"], 5, "{report:#}");
+    let guilty = client_socket(&report, &client_info(&errors)[0]);
+    assert_eq!(guilty["sends"], 16, "{guilty:#}");
+    assert!(
+        guilty["write_write_read"].as_u64().is_some_and(|n| n >= 7),
+        "{guilty:#}"
+    );
+    // A command killed by a signal: 128 + its number.
+    let out = Command::new(BIN)
+        .args(["trace", "--json", "--", "sh", "-c", "kill -TERM $$"])
+        .output()
+        .expect("tcpstall runs");
+    let report = report_of(
+        &String::from_utf8_lossy(&out.stdout),
+        &String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(report["exit_status"], 128 + libc::SIGTERM, "{report:#}");
+}
+
+#[test]
+fn a_command_outliving_its_duration_is_killed_not_left_running() {
+    require_tracepoints!();
+    let started = Instant::now();
+    let out = Command::new(BIN)
+        .args(["trace", "--duration", "0.5", "--", "sleep", "30"])
+        .output()
+        .expect("tcpstall runs");
+    let errors = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{errors}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the trace waited for sleep"
+    );
+    // The text names the way it was followed, and the kill (128 + SIGKILL).
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with("traced sleep 30 for ")
+            && text
+                .contains(", exit status 137, through the kernel's tracepoints (never stopped): "),
+        "{text}"
+    );
+}
+
+#[test]
+fn without_cap_bpf_a_command_is_followed_with_ptrace_and_the_note_says_why() {
+    require_tracepoints!();
+    let _serial = serial();
+    let (_server, port) = single_write_server();
+    // Root without CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN (not in the bounding set, so not
+    // in tcpstall's permitted set either); ptrace of its own child needs none of them.
+    let out = Command::new("setpriv")
+        .args([
+            "--bounding-set=-bpf,-perfmon,-sys_admin",
+            BIN,
+            "trace",
+            "--json",
+            "--",
+        ])
+        .arg("python3")
+        .arg(fixture("client.py"))
+        .args([&port.to_string(), "6", "split-blocking"])
+        .output()
+        .expect("setpriv runs (util-linux)");
+    let errors = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{errors}");
+    assert!(
+        errors.contains("following it with ptrace instead") && errors.contains("CAP_BPF"),
+        "{errors}"
+    );
+    let report = report_of(&String::from_utf8_lossy(&out.stdout), &errors);
+    assert_eq!(report["method"], "seccomp", "{errors}");
+    let guilty = client_socket(&report, &client_info(&errors)[0]);
+    assert!(
+        guilty["write_write_read"].as_u64().is_some_and(|n| n >= 5),
+        "{guilty:#}"
+    );
 }

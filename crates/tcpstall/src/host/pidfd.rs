@@ -44,6 +44,11 @@ impl PidFd {
         self.pid
     }
 
+    /// The pidfd itself: readable once the process has ended (poll(2) on a pidfd).
+    pub(crate) fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
     /// Duplicates fd `target_fd` of the process into this one (close-on-exec). Needs ptrace
     /// attach permission over the target (`pidfd_getfd` → `__ptrace_may_access`).
     pub(crate) fn get_fd(&self, target_fd: i32) -> Result<OwnedFd, AccessError> {

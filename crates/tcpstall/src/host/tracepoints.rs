@@ -1,5 +1,5 @@
 //! Loading tcpstall's committed BPF objects onto the kernel's BTF-typed tracepoints, shared by
-//! every verb that reads the kernel's own hooks (`watch --kernel`, `trace -p`): the loader, why
+//! every verb that reads the kernel's own hooks (`watch --kernel`, `trace`): the loader, why
 //! a kernel refuses it (capability, BTF, a missing hook), and the clock the records carry.
 
 use aya::programs::BtfTracePoint;
@@ -95,8 +95,17 @@ pub(crate) fn load_btf_tracepoints_with(
     // SAFETY: setrlimit reads the struct passed; no other memory is touched.
     let _ = unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) };
 
-    let btf = Btf::from_sys_fs().map_err(|e| KernelError::NoBtf(chain(&e)))?;
-    let mut loader = EbpfLoader::new();
+    // `EbpfLoader::new` parses the kernel's BTF for itself, which the programs' loads cannot
+    // borrow: the copy they need is parsed at the same time on another thread, which halves
+    // the wait before the programs run (a parse is tens of milliseconds).
+    let (btf, mut loader) = std::thread::scope(|scope| {
+        let parsing = scope.spawn(Btf::from_sys_fs);
+        let loader = EbpfLoader::new();
+        (parsing.join(), loader)
+    });
+    let btf = btf
+        .map_err(|_| KernelError::Load("the thread parsing the kernel's BTF panicked".into()))?
+        .map_err(|e| KernelError::NoBtf(chain(&e)))?;
     loader.btf(Some(&btf));
     for (name, value) in globals {
         loader.set_global(name, value, true);

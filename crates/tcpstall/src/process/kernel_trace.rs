@@ -17,14 +17,22 @@ use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use anyhow::anyhow;
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 use aya::Ebpf;
+use nix::errno::Errno;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{self, Signal};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
 
 use super::events::{Actor, Event, TcpOption};
+use super::launch;
 use super::signals::{self, SignalGuard};
 use super::socket_model::{Inspector, Probe, SocketFacts, SocketModel};
 use super::tracee_memory::{poll_readable, select_readable};
-use super::tracer::{Mode, Traced};
+use super::tracer::{self, Mode, Traced};
+use crate::host::pidfd::PidFd;
 use crate::host::privilege;
 use crate::host::procfs;
 use crate::host::record::RecordBytes;
@@ -216,19 +224,35 @@ pub(crate) fn unavailable() -> Option<String> {
 }
 
 /// Why process `pid` cannot be followed through the tracepoints when the kernel allows them:
-/// a 32-bit program makes its syscalls with other numbers (arch/x86/entry/syscalls/
-/// syscall_32.tbl), which the programs do not read. Its ELF class, from /proc/PID/exe.
+/// it runs a 32-bit program ([`is_32_bit`], on /proc/PID/exe).
 pub(crate) fn unavailable_for(pid: u32) -> Option<String> {
-    use std::io::Read;
-    let mut head = [0u8; 5];
-    let read = std::fs::File::open(format!("/proc/{pid}/exe"))
-        .and_then(|mut exe| exe.read_exact(&mut head));
-    // EI_CLASS 1: ELFCLASS32. An unreadable executable is left to the programs to follow.
-    (read.is_ok() && head[..4] == *b"\x7fELF" && head[4] == 1).then(|| {
+    is_32_bit(std::path::Path::new(&format!("/proc/{pid}/exe"))).then(|| {
         format!(
             "pid {pid} runs a 32-bit program, whose syscall numbers its BPF programs do not read"
         )
     })
+}
+
+/// Why the program at `path` cannot be followed through the tracepoints once started: it is a
+/// 32-bit program ([`is_32_bit`]).
+pub(crate) fn unavailable_for_program(path: &std::path::Path) -> Option<String> {
+    is_32_bit(path).then(|| {
+        format!(
+            "{} is a 32-bit program, whose syscall numbers its BPF programs do not read",
+            path.display()
+        )
+    })
+}
+
+/// Whether the file at `path` is a 32-bit ELF program, which makes its syscalls with other
+/// numbers (arch/x86/entry/syscalls/syscall_32.tbl) than the programs read. Its ELF class;
+/// an unreadable file, or a script (its interpreter is what runs), is left to the programs.
+fn is_32_bit(path: &std::path::Path) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 5];
+    let read = std::fs::File::open(path).and_then(|mut exe| exe.read_exact(&mut head));
+    // EI_CLASS 1: ELFCLASS32.
+    read.is_ok() && head[..4] == *b"\x7fELF" && head[4] == 1
 }
 
 /// Why loading failed, in the words of `trace` (the loader's own errors speak of `watch`).
@@ -269,9 +293,8 @@ pub(crate) struct KernelTracer {
 }
 
 impl KernelTracer {
-    /// Loads the programs and follows process `pid` (and, from now on, the processes it
-    /// starts).
-    pub fn open(pid: u32) -> Result<KernelTracer, KernelError> {
+    /// Loads the programs and attaches them, following no process yet ([`Self::follow`]).
+    pub fn open() -> Result<KernelTracer, KernelError> {
         let mut bpf = load_btf_tracepoints(TRACE_BPF, &TRACEPOINTS)?;
         let map = |bpf: &mut Ebpf, name: &str| {
             bpf.take_map(name)
@@ -279,12 +302,9 @@ impl KernelTracer {
         };
         let ring = RingBuf::try_from(map(&mut bpf, "records")?)
             .map_err(|e| KernelError::Load(chain(&e)))?;
-        let mut targets = BpfHashMap::try_from(map(&mut bpf, "targets")?)
+        let targets = BpfHashMap::try_from(map(&mut bpf, "targets")?)
             .map_err(|e| KernelError::Load(chain(&e)))?;
         let counts = PerCpuArray::try_from(map(&mut bpf, "counts")?)
-            .map_err(|e| KernelError::Load(chain(&e)))?;
-        targets
-            .insert(pid, 1, 0)
             .map_err(|e| KernelError::Load(chain(&e)))?;
         Ok(KernelTracer {
             _bpf: bpf,
@@ -292,6 +312,14 @@ impl KernelTracer {
             targets,
             counts,
         })
+    }
+
+    /// Follows process `pid` from its next syscall, and the processes it starts from then on
+    /// (`sched_process_fork` adds them).
+    pub fn follow(&mut self, pid: u32) -> Result<(), KernelError> {
+        self.targets
+            .insert(pid, 1, 0)
+            .map_err(|e| KernelError::Load(chain(&e)))
     }
 
     /// Records lost because the ring was full.
@@ -463,19 +491,119 @@ fn ended(pid: u32) -> bool {
             .map_or(true, |s| s.starts_with('Z') || s.starts_with('X'))
 }
 
-/// Follows process `pid` through the kernel's tracepoints for at most `limit`, or until it
-/// and the processes it started have ended, or Ctrl-C.
+/// Follows running process `pid` through the kernel's tracepoints for at most `limit`, or
+/// until it and the processes it started have ended, or Ctrl-C.
 pub(crate) fn trace_process(
     mut kernel: KernelTracer,
     pid: u32,
     limit: Duration,
 ) -> anyhow::Result<Traced> {
     let guard = SignalGuard::install()?;
+    kernel.follow(pid).map_err(|e| anyhow!(load_failure(&e)))?;
     eprintln!(
         "tcpstall: following pid {pid} through the kernel's tracepoints (it is never stopped); \
          {} s, its end or Ctrl-C ends the trace",
         limit.as_secs_f64()
     );
+    let traced = follow(kernel, pid, None, Some(limit));
+    drop(guard);
+    traced
+}
+
+/// Runs `command` followed through the kernel's tracepoints from its first syscall, never
+/// stopped: the child waits before exec ([`launch::start_held`]) while the programs load and
+/// its process is put in their map, then execs. The trace ends when it and every process it
+/// started have ended, or at `limit` or Ctrl-C (then they are killed, as under ptrace). Where
+/// the kernel refuses the programs, the child goes on under ptrace instead, saying why.
+pub(crate) fn trace_command(command: &[String], limit: Option<Duration>) -> anyhow::Result<Traced> {
+    let guard = SignalGuard::install()?;
+    let held = launch::start_held(command, &guard)?;
+    let loaded = KernelTracer::open().and_then(|mut kernel| {
+        kernel.follow(held.pid())?;
+        Ok(kernel)
+    });
+    match loaded {
+        Ok(kernel) => {
+            let root = held.release()?;
+            let traced = follow(kernel, root, Some(Launched::new(root)), limit);
+            drop(guard);
+            traced
+        }
+        Err(err) => {
+            note_ptrace_instead(&command[0], &load_failure(&err));
+            let root = held.release_to_ptrace()?;
+            tracer::trace_seized(root, limit, guard)
+        }
+    }
+}
+
+/// The one line said when a command is followed with ptrace because the tracepoints cannot
+/// be used, and `why`.
+pub(crate) fn note_ptrace_instead(program: &str, why: &str) {
+    eprintln!(
+        "tcpstall: cannot follow {program:?} through the kernel's tracepoints, which never stop \
+         it: {why}; following it with ptrace instead, which stops it at its socket syscalls \
+         (--ptrace chooses ptrace without this note)"
+    );
+}
+
+/// The command `trace -- CMD` started: its exit status, once reaped, and a pidfd that wakes
+/// the loop as it ends.
+struct Launched {
+    pid: u32,
+    pidfd: Option<PidFd>,
+    exit_status: Option<i32>,
+}
+
+impl Launched {
+    fn new(pid: u32) -> Launched {
+        Launched {
+            pid,
+            pidfd: PidFd::open(pid).ok(),
+            exit_status: None,
+        }
+    }
+
+    /// Reaps the command if it has ended (waits for it when `block`): true once it has.
+    fn reap(&mut self, block: bool) -> bool {
+        if self.exit_status.is_some() {
+            return true;
+        }
+        let flags = (!block).then_some(WaitPidFlag::WNOHANG);
+        loop {
+            match waitpid(Pid::from_raw(self.pid as i32), flags) {
+                Ok(WaitStatus::Exited(_, code)) => self.exit_status = Some(code),
+                Ok(WaitStatus::Signaled(_, sig, _)) => self.exit_status = Some(128 + sig as i32),
+                Err(Errno::EINTR) if block => continue,
+                // ECHILD cannot come from our own child; anything else leaves it unknown.
+                _ => {}
+            }
+            return self.exit_status.is_some();
+        }
+    }
+
+    /// Sleeps for at most `timeout`, waking as the command ends.
+    fn wait(&self, timeout: Duration) {
+        match &self.pidfd {
+            Some(pidfd) if self.exit_status.is_none() => {
+                let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
+                let ms = u16::try_from(timeout.as_millis()).unwrap_or(u16::MAX);
+                let _ = poll(&mut fds, PollTimeout::from(ms));
+            }
+            _ => std::thread::sleep(timeout),
+        }
+    }
+}
+
+/// Reads the ring until the followed processes have ended, `limit` or Ctrl-C; `launched` is the
+/// command of `trace -- CMD`, reaped for its exit status and killed with every followed
+/// process when the trace is cut short.
+fn follow(
+    mut kernel: KernelTracer,
+    pid: u32,
+    mut launched: Option<Launched>,
+    limit: Option<Duration>,
+) -> anyhow::Result<Traced> {
     let started = Instant::now();
     let mut feeder = Feeder {
         model: SocketModel::new(RecordedFacts::default()),
@@ -489,16 +617,21 @@ pub(crate) fn trace_process(
     let mut last_check = Instant::now();
     let mut interrupted = false;
     loop {
+        // Reaped before the ring is read: the forks it made before its end are in the ring.
+        let root_ended = launched.as_mut().is_some_and(|l| l.reap(false));
+        if root_ended {
+            feeder.processes.remove(&pid);
+        }
         while let Some(item) = kernel.ring.next() {
             if let Some(record) = Record::parse(&item) {
                 feeder.take(record);
             }
         }
-        if signals::stop_requested() || started.elapsed() >= limit {
+        if signals::stop_requested() || limit.is_some_and(|l| started.elapsed() >= l) {
             interrupted = true;
             break;
         }
-        if last_check.elapsed() >= ALIVE_CHECK {
+        if root_ended || last_check.elapsed() >= ALIVE_CHECK {
             last_check = Instant::now();
             let gone: Vec<u32> = feeder
                 .processes
@@ -515,8 +648,21 @@ pub(crate) fn trace_process(
                 break;
             }
         }
-        std::thread::sleep(POLL);
+        match &launched {
+            Some(l) => l.wait(POLL),
+            None => std::thread::sleep(POLL),
+        }
     }
+    let exit_status = launched.as_mut().and_then(|l| {
+        if interrupted {
+            // The command and what it started end with the trace, as under ptrace.
+            for &p in feeder.processes.iter().chain([&l.pid]) {
+                let _ = signal::kill(Pid::from_raw(p as i32), Signal::SIGKILL);
+            }
+        }
+        l.reap(true);
+        l.exit_status
+    });
     // What the kernel recorded before the end.
     while let Some(item) = kernel.ring.next() {
         if let Some(record) = Record::parse(&item) {
@@ -531,12 +677,11 @@ pub(crate) fn trace_process(
         );
     }
     drop(kernel);
-    drop(guard);
     Ok(Traced {
         mode: Mode::Tracepoints,
         sockets: feeder.model.into_sockets(),
         syscalls: feeder.syscalls,
-        exit_status: None,
+        exit_status,
         elapsed: started.elapsed(),
         interrupted,
     })

@@ -1,6 +1,8 @@
-//! Starting the command of `trace -- CMD` under the tracer: fork, the child stops itself, the
-//! tracer seizes it (PTRACE_SEIZE) with its options, the child takes back the signal state it
-//! would have untraced, installs the seccomp filter and execs.
+//! Starting the command of `trace -- CMD`, two ways. Under ptrace ([`start_seized`]): fork,
+//! the child stops itself, the tracer seizes it (PTRACE_SEIZE) with its options, the child
+//! takes back the signal state it would have untraced, installs the seccomp filter and execs.
+//! Through the tracepoints ([`start_held`]): fork, the child takes back its signal state and
+//! waits on a pipe, never stopped, until its pid is followed; then it execs.
 
 use std::os::fd::AsRawFd;
 
@@ -83,6 +85,236 @@ fn runnable(path: &std::path::Path) -> Result<(), String> {
 const STAGE_SECCOMP: u32 = 2;
 const STAGE_EXEC: u32 = 3;
 
+/// What the child of a launch uses, made before fork: the child may not allocate after it.
+struct Prepared {
+    program: String,
+    path: std::ffi::CString,
+    /// Keeps the strings `argv` points into.
+    _args: Vec<std::ffi::CString>,
+    argv: Vec<*const libc::c_char>,
+    /// The child's report of a failure before its program ran: read end, write end
+    /// (close-on-exec, so an exec that succeeds closes it).
+    report: (std::os::fd::OwnedFd, std::os::fd::OwnedFd),
+}
+
+/// Finds the program of `command` (a missing one is reported before anything starts) and
+/// prepares its path, arguments and report pipe.
+fn prepare(command: &[String]) -> anyhow::Result<Prepared> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+
+    let path = program_path(command)?;
+    let program = &command[0];
+    let c_path = CString::new(path.as_os_str().as_bytes())
+        .with_context(|| format!("cannot run {program:?}: the path holds a NUL byte"))?;
+    let c_args = command
+        .iter()
+        .map(|a| CString::new(a.as_bytes()))
+        .collect::<Result<Vec<_>, _>>()
+        .with_context(|| format!("cannot run {program:?}: an argument holds a NUL byte"))?;
+    let mut argv: Vec<*const libc::c_char> = c_args.iter().map(|a| a.as_ptr()).collect();
+    argv.push(std::ptr::null());
+    let report = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(nix_io)
+        .context("cannot create a pipe for the traced command")?;
+    Ok(Prepared {
+        program: program.clone(),
+        path: c_path,
+        _args: c_args,
+        argv,
+        report,
+    })
+}
+
+/// The path `command`'s program would run from, or why it cannot run.
+pub(crate) fn program_path(command: &[String]) -> anyhow::Result<std::path::PathBuf> {
+    let Some(program) = command.first() else {
+        bail!("no command given: use `tcpstall trace -- CMD ARGS` or `tcpstall trace -p PID`");
+    };
+    find_program(program).map_err(|why| anyhow!("cannot run {program:?}: {why}"))
+}
+
+/// The command of `trace -- CMD` forked and waiting, before exec, to be let go
+/// ([`HeldChild::release`]); killed and reaped if dropped before.
+pub(crate) struct HeldChild {
+    pid: Pid,
+    program: String,
+    /// Closing it without a byte written ends the child before exec.
+    release: Option<std::os::fd::OwnedFd>,
+    report: std::os::fd::OwnedFd,
+}
+
+impl HeldChild {
+    /// The child's pid (its program's, once it execs).
+    pub fn pid(&self) -> u32 {
+        self.pid.as_raw() as u32
+    }
+
+    /// Lets the child exec; returns its pid once its program runs, or why it could not.
+    pub fn release(mut self) -> anyhow::Result<u32> {
+        self.send(GO_EXEC)?;
+        // The report pipe closes on a successful exec; a failure writes its reason first.
+        if let Err(err) = exec_outcome(&self.report, &self.program) {
+            let _ = waitpid(self.pid, None);
+            // Reaped: nothing for Drop to end.
+            self.pid = Pid::from_raw(0);
+            return Err(err);
+        }
+        let pid = self.pid();
+        self.pid = Pid::from_raw(0);
+        Ok(pid)
+    }
+
+    /// Lets the child go on under ptrace instead, as [`start_seized`]'s child: it stops, is
+    /// seized, installs the seccomp filter and execs. Returns it stopped at its exec, as
+    /// [`start_seized`] does.
+    pub fn release_to_ptrace(mut self) -> anyhow::Result<Pid> {
+        self.send(GO_PTRACE)?;
+        let pid = std::mem::replace(&mut self.pid, Pid::from_raw(0));
+        seize(pid, &self.program, &self.report)
+    }
+
+    /// Writes the child's go, `how` it is to exec.
+    fn send(&mut self, how: u8) -> anyhow::Result<()> {
+        let release = self.release.take();
+        let written = release
+            .as_ref()
+            .map(|fd| nix::unistd::write(fd, &[how]))
+            .transpose()
+            .map_err(nix_io)
+            .context("cannot let the traced command go")?;
+        drop(release);
+        if written != Some(1) {
+            bail!("cannot let the traced command go: the pipe took nothing");
+        }
+        Ok(())
+    }
+}
+
+/// The held child's go: exec now, or under ptrace ([`HeldChild::release_to_ptrace`]).
+const GO_EXEC: u8 = b'x';
+const GO_PTRACE: u8 = b'p';
+
+impl Drop for HeldChild {
+    fn drop(&mut self) {
+        if self.pid.as_raw() > 0 {
+            // Still before exec: closing the pipe ends it (the read sees end of file).
+            self.release = None;
+            let _ = signal::kill(self.pid, Signal::SIGKILL);
+            let _ = waitpid(self.pid, None);
+        }
+    }
+}
+
+/// Forks the command of `trace -- CMD` for the tracepoints: the child takes back the signal
+/// state it would have untraced and waits on a pipe, neither stopped nor traced, until
+/// [`HeldChild::release`]; then it execs, so that its program's first syscall comes after its
+/// pid was put in the programs' map. It is forked before the programs load, which starts a
+/// thread: glibc's first thread installs a handler for its internal signal 33 (SIGSETXID),
+/// which a child forked later could not get back ignored, as its parent may have left it.
+pub(crate) fn start_held(command: &[String], guard: &SignalGuard) -> anyhow::Result<HeldChild> {
+    let prepared = prepare(command)?;
+    let filter = seccomp::filter();
+    let (release_read, release_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(nix_io)
+        .context("cannot create a pipe for the traced command")?;
+    let (report_read, report_write) = prepared.report;
+    // SAFETY: this process has one thread here, and the child makes only raw syscalls on data
+    // prepared above before it execs or exits.
+    let pid = match unsafe { nix::unistd::fork() } {
+        Err(err) => return Err(nix_io(err)).context("cannot fork the traced command"),
+        Ok(nix::unistd::ForkResult::Child) => {
+            // SAFETY: async-signal-safe calls only; the child exits if anything fails.
+            unsafe {
+                exec_held_child(
+                    &prepared.path,
+                    &prepared.argv,
+                    &filter,
+                    guard.previous(),
+                    release_read.as_raw_fd(),
+                    release_write.as_raw_fd(),
+                    report_write.as_raw_fd(),
+                )
+            }
+        }
+        Ok(nix::unistd::ForkResult::Parent { child }) => child,
+    };
+    drop((release_read, report_write));
+    Ok(HeldChild {
+        pid,
+        program: prepared.program,
+        release: Some(release_write),
+        report: report_read,
+    })
+}
+
+/// The child's side of [`start_held`]: signal state as untraced, wait for the go, exec.
+/// # Safety
+/// Only in the child between fork and exec: makes raw syscalls only, allocates nothing.
+unsafe fn exec_held_child(
+    path: &std::ffi::CStr,
+    argv: &[*const libc::c_char],
+    filter: &[libc::sock_filter],
+    dispositions: &[(Signal, SigAction)],
+    release: std::os::fd::RawFd,
+    release_write: std::os::fd::RawFd,
+    report: std::os::fd::RawFd,
+) -> ! {
+    // SAFETY: raw syscalls on valid arguments.
+    unsafe {
+        restore_signal_state(dispositions);
+        // Its own copy of the write end would keep the read from seeing tcpstall's end.
+        libc::close(release_write);
+        let mut go = 0u8;
+        loop {
+            match libc::read(release, (&mut go as *mut u8).cast(), 1) {
+                1 => break,
+                -1 if *libc::__errno_location() == libc::EINTR => continue,
+                // End of file: tcpstall gave up (or ended) before letting it go.
+                _ => libc::_exit(127),
+            }
+        }
+        if go == GO_PTRACE {
+            seized_exec(path, argv, filter, report);
+        }
+        libc::execv(path.as_ptr(), argv.as_ptr());
+        report_failure(report, STAGE_EXEC)
+    }
+}
+
+/// The signal state tcpstall was started with, as from a shell, for the command: the
+/// dispositions the tracer replaced, SIGPIPE back to default (the Rust runtime ignores it, and
+/// an ignored signal stays ignored across exec), no signal blocked.
+/// # Safety
+/// Only in the child between fork and exec.
+unsafe fn restore_signal_state(dispositions: &[(Signal, SigAction)]) {
+    // SAFETY: raw syscalls on valid arguments.
+    unsafe {
+        for (sig, old) in dispositions {
+            let _ = signal::sigaction(*sig, old);
+        }
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+    }
+}
+
+/// The child's report of the `stage` that failed, with errno, then its end.
+/// # Safety
+/// Only in the child between fork and exec.
+unsafe fn report_failure(report: std::os::fd::RawFd, stage: u32) -> ! {
+    let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0) as u32;
+    let mut message = [0u8; 8];
+    message[..4].copy_from_slice(&stage.to_ne_bytes());
+    message[4..].copy_from_slice(&errno.to_ne_bytes());
+    // SAFETY: plain write and _exit.
+    unsafe {
+        libc::write(report, message.as_ptr().cast(), message.len());
+        libc::_exit(127)
+    }
+}
+
 /// Starts `command` seized by this process, the tracer; returns its pid once the exec
 /// succeeded (the child is then stopped at PTRACE_EVENT_EXEC), or why it failed (the child is
 /// then gone).
@@ -94,27 +326,10 @@ const STAGE_EXEC: u32 = 3;
 /// then the child installs the filter and execs; a failure at any step comes back through a
 /// close-on-exec pipe.
 pub(crate) fn start_seized(command: &[String], guard: &SignalGuard) -> anyhow::Result<Pid> {
-    use std::ffi::CString;
-    use std::os::unix::ffi::OsStrExt;
-
-    let Some(program) = command.first() else {
-        bail!("no command given: use `tcpstall trace -- CMD ARGS` or `tcpstall trace -p PID`");
-    };
-    let path = find_program(program).map_err(|why| anyhow!("cannot run {program:?}: {why}"))?;
-    // Everything the child touches is made before fork: it may not allocate after it.
-    let c_path = CString::new(path.as_os_str().as_bytes())
-        .with_context(|| format!("cannot run {program:?}: the path holds a NUL byte"))?;
-    let c_args = command
-        .iter()
-        .map(|a| CString::new(a.as_bytes()))
-        .collect::<Result<Vec<_>, _>>()
-        .with_context(|| format!("cannot run {program:?}: an argument holds a NUL byte"))?;
-    let mut argv: Vec<*const libc::c_char> = c_args.iter().map(|a| a.as_ptr()).collect();
-    argv.push(std::ptr::null());
+    let prepared = prepare(command)?;
+    let program = prepared.program.as_str();
     let filter = seccomp::filter();
-    let (report_read, report_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-        .map_err(nix_io)
-        .context("cannot create a pipe for the traced command")?;
+    let (report_read, report_write) = prepared.report;
 
     // SAFETY: this process has one thread here (the tracer runs on the main thread), and the
     // child makes only raw syscalls on data prepared above before it execs or exits.
@@ -124,8 +339,8 @@ pub(crate) fn start_seized(command: &[String], guard: &SignalGuard) -> anyhow::R
             // SAFETY: async-signal-safe calls only; the child exits if anything fails.
             unsafe {
                 exec_traced_child(
-                    &c_path,
-                    &argv,
+                    &prepared.path,
+                    &prepared.argv,
                     &filter,
                     guard.previous(),
                     report_write.as_raw_fd(),
@@ -135,7 +350,13 @@ pub(crate) fn start_seized(command: &[String], guard: &SignalGuard) -> anyhow::R
         Ok(nix::unistd::ForkResult::Parent { child }) => child,
     };
     drop(report_write);
-    if let Err(err) = take_over(root, program, &report_read) {
+    seize(root, program, &report_read)
+}
+
+/// Seizes the child that stops itself before it installs the filter and execs
+/// ([`take_over`]); returns it once its program runs, or ends it and says why not.
+fn seize(root: Pid, program: &str, report: &std::os::fd::OwnedFd) -> anyhow::Result<Pid> {
+    if let Err(err) = take_over(root, program, report) {
         // Without the options the child would run on with socket calls failing (ENOSYS from
         // the filter with no tracer listening): end it.
         let _ = signal::kill(root, Signal::SIGKILL);
@@ -155,51 +376,62 @@ unsafe fn exec_traced_child(
     dispositions: &[(Signal, SigAction)],
     report: std::os::fd::RawFd,
 ) -> ! {
-    let fail = |stage: u32| -> ! {
-        let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0) as u32;
-        let mut message = [0u8; 8];
-        message[..4].copy_from_slice(&stage.to_ne_bytes());
-        message[4..].copy_from_slice(&errno.to_ne_bytes());
-        // SAFETY: plain write and _exit.
-        unsafe {
-            libc::write(report, message.as_ptr().cast(), message.len());
-            libc::_exit(127)
-        }
-    };
     // SAFETY: raw syscalls on valid arguments.
     unsafe {
-        // The command gets the signal state tcpstall was started with, as from a shell: the
-        // dispositions the tracer replaced, SIGPIPE back to default (the Rust runtime ignores
-        // it, and an ignored signal stays ignored across exec), no signal blocked.
-        for (sig, old) in dispositions {
-            let _ = signal::sigaction(*sig, old);
-        }
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-        let mut empty: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut empty);
-        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-        // Stopped until the tracer has seized us with its options.
+        restore_signal_state(dispositions);
+        seized_exec(path, argv, filter, report)
+    }
+}
+
+/// Stops until the tracer has seized it with its options ([`take_over`]), installs the
+/// filter, execs.
+/// # Safety
+/// Only in the child between fork and exec.
+unsafe fn seized_exec(
+    path: &std::ffi::CStr,
+    argv: &[*const libc::c_char],
+    filter: &[libc::sock_filter],
+    report: std::os::fd::RawFd,
+) -> ! {
+    // SAFETY: raw syscalls on valid arguments.
+    unsafe {
         libc::raise(libc::SIGSTOP);
         if seccomp::install(filter).is_err() {
-            fail(STAGE_SECCOMP);
+            report_failure(report, STAGE_SECCOMP);
         }
         libc::execv(path.as_ptr(), argv.as_ptr());
+        report_failure(report, STAGE_EXEC)
     }
-    fail(STAGE_EXEC)
 }
 
 /// Reads what the child reported before it exited without running its program.
 fn child_failure(report: &std::os::fd::OwnedFd, program: &str) -> anyhow::Error {
+    exec_outcome(report, program)
+        .err()
+        .unwrap_or_else(|| anyhow!("{program:?} exited before it started"))
+}
+
+/// Whether the child's exec succeeded: the report pipe closed with nothing in it (close-on-
+/// exec), or the failure the child reported before its end.
+fn exec_outcome(report: &std::os::fd::OwnedFd, program: &str) -> anyhow::Result<()> {
     let mut message = [0u8; 8];
-    let read = nix::unistd::read(report, &mut message).unwrap_or(0);
+    let read = loop {
+        match nix::unistd::read(report, &mut message) {
+            Err(Errno::EINTR) => continue,
+            other => break other.unwrap_or(0),
+        }
+    };
+    if read == 0 {
+        return Ok(());
+    }
     if read != message.len() {
-        return anyhow::anyhow!("{program:?} exited before it started");
+        bail!("{program:?} exited before it started");
     }
     let word =
         |i: usize| u32::from_ne_bytes([message[i], message[i + 1], message[i + 2], message[i + 3]]);
     let (stage, errno) = (word(0), word(4) as i32);
     let cause = std::io::Error::from_raw_os_error(errno);
-    match stage {
+    Err(match stage {
         STAGE_SECCOMP => anyhow::anyhow!(
             "cannot trace {program:?}: the seccomp filter was refused: {cause} (a kernel without \
              CONFIG_SECCOMP_FILTER, or a container that forbids seccomp)"
@@ -209,7 +441,7 @@ fn child_failure(report: &std::os::fd::OwnedFd, program: &str) -> anyhow::Error 
              or its dynamic loader is missing"
         ),
         _ => anyhow::anyhow!("cannot run {program:?}: {cause}"),
-    }
+    })
 }
 
 /// Sets up the child of [`start_seized`]: once it has stopped itself, seizes it with the

@@ -12,7 +12,7 @@ use anyhow::{bail, Context};
 use clap::Args;
 
 use super::tracer::{self, Mode, Traced};
-use super::{kernel_trace, AccessError};
+use super::{kernel_trace, launch, AccessError};
 use crate::host::procfs;
 use crate::report::trace::{write_json, write_text, PeerProcess, SocketReport, TraceReport};
 use crate::Outcome;
@@ -37,11 +37,12 @@ pub struct TraceArgs {
         conflicts_with = "command"
     )]
     pub pid: Option<u32>,
-    /// With -p: follow the process with ptrace even where the tracepoints are available. It
-    /// stops at every syscall (no seccomp filter can be installed in a running process from
-    /// outside), and is detached at the end (as under strace, a syscall blocked at the moment
-    /// of attaching or detaching may return EINTR, which programs retry).
-    #[arg(long, requires = "pid")]
+    /// Follow with ptrace even where the tracepoints are available. A command then stops at
+    /// its socket syscalls (a seccomp filter installed before exec picks them). A process
+    /// given with -p stops at every syscall (no seccomp filter can be installed in a running
+    /// process from outside), and is detached at the end (as under strace, a syscall blocked
+    /// at the moment of attaching or detaching may return EINTR, which programs retry).
+    #[arg(long)]
     pub ptrace: bool,
     /// Stop after this many seconds (default with -p: 10; a command runs until it and every
     /// process it started have ended, a daemon it leaves behind included, as under
@@ -89,7 +90,7 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<Outcome> {
     };
     let traced = match (args.pid, limit) {
         (Some(pid), Some(limit)) => trace_running(pid, limit, args.ptrace)?,
-        _ => tracer::trace_command(&args.command, limit)?,
+        _ => trace_command(&args.command, limit, args.ptrace)?,
     };
     let tracepoints = traced.mode == Mode::Tracepoints;
     let mut sockets: Vec<SocketReport> = traced
@@ -169,7 +170,7 @@ fn trace_running(pid: u32, limit: Duration, force_ptrace: bool) -> anyhow::Resul
     if !force_ptrace {
         let why = match kernel_trace::unavailable().or_else(|| kernel_trace::unavailable_for(pid)) {
             Some(why) => why,
-            None => match kernel_trace::KernelTracer::open(pid) {
+            None => match kernel_trace::KernelTracer::open() {
                 Ok(kernel) => return kernel_trace::trace_process(kernel, pid, limit),
                 Err(err) => kernel_trace::load_failure(&err),
             },
@@ -181,6 +182,28 @@ fn trace_running(pid: u32, limit: Duration, force_ptrace: bool) -> anyhow::Resul
         );
     }
     tracer::trace_process(pid, limit)
+}
+
+/// Runs `command` followed through the kernel's tracepoints from its first syscall, never
+/// stopped, unless `force_ptrace` or the kernel does not allow them (then says why on standard
+/// error), else under ptrace with the seccomp filter.
+fn trace_command(
+    command: &[String],
+    limit: Option<Duration>,
+    force_ptrace: bool,
+) -> anyhow::Result<Traced> {
+    // A missing program is reported before anything is loaded or started.
+    let path = launch::program_path(command)?;
+    if force_ptrace {
+        return tracer::trace_command(command, limit);
+    }
+    match kernel_trace::unavailable().or_else(|| kernel_trace::unavailable_for_program(&path)) {
+        Some(why) => {
+            kernel_trace::note_ptrace_instead(&command[0], &why);
+            tracer::trace_command(command, limit)
+        }
+        None => kernel_trace::trace_command(command, limit),
+    }
 }
 
 /// Whether fd 1 was closed when tcpstall started. The Rust runtime puts /dev/null on a closed

@@ -98,6 +98,16 @@ struct Tracer {
 pub(crate) fn trace_command(command: &[String], limit: Option<Duration>) -> anyhow::Result<Traced> {
     let guard = SignalGuard::install()?;
     let root = launch::start_seized(command, &guard)?;
+    trace_seized(root, limit, guard)
+}
+
+/// Follows the command `root`, seized and stopped at its exec ([`launch::start_seized`]),
+/// until it ends, or until `limit` or Ctrl-C (then it is killed); `guard` ends with the trace.
+pub(crate) fn trace_seized(
+    root: Pid,
+    limit: Option<Duration>,
+    guard: SignalGuard,
+) -> anyhow::Result<Traced> {
     let mut tracer = Tracer::new(Mode::Seccomp, root);
     tracer.adopt(root, true);
     ptrace::cont(root, None)

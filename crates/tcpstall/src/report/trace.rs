@@ -61,8 +61,10 @@ pub(crate) struct TraceReport {
     pub command: Option<Vec<String>>,
     /// The process traced with `-p`.
     pub pid: Option<u32>,
-    /// `seccomp` (a command, stopped only at socket syscalls), `tracepoints` (`-p`, never
-    /// stopped) or `ptrace_syscall` (`-p --ptrace`, or where the kernel refuses tracepoints).
+    /// `tracepoints` (never stopped: a command, or `-p`, where the kernel allows BPF),
+    /// `seccomp` (a command under ptrace, stopped only at socket syscalls: `--ptrace`, or where
+    /// the kernel refuses tracepoints) or `ptrace_syscall` (`-p --ptrace`, or where the kernel
+    /// refuses tracepoints).
     pub method: &'static str,
     /// Seconds traced.
     pub duration_s: f64,
@@ -111,9 +113,15 @@ pub(crate) fn write_text(report: &TraceReport, out: &mut impl Write) -> io::Resu
         .exit_status
         .map(|s| format!(", exit status {s}"))
         .unwrap_or_default();
+    // A command's way is named here; `-p`'s in its target's words above.
+    let way = match (&report.command, report.method) {
+        (Some(_), "tracepoints") => ", through the kernel's tracepoints (never stopped)",
+        (Some(_), _) => ", under ptrace (stopped at its socket syscalls)",
+        (None, _) => "",
+    };
     writeln!(
         out,
-        "traced {target} for {:.2} s{status}: {} syscalls followed (sockets, reads, writes, \
+        "traced {target} for {:.2} s{status}{way}: {} syscalls followed (sockets, reads, writes, \
          waits, closes), {} with data",
         report.duration_s,
         report.syscalls,
