@@ -25,9 +25,11 @@
  * its ACK came only after that timer.
  *
  * The call stacks: at a write whose small tail the next partial write would wait behind
- * (tail_may_hold_next), its user stack is kept per socket (last_send); at the write a hold
- * starts with, its own stack, and the kept one when its end is the small segment in flight:
- * the write before. Both go out with the hold's record and are symbolized in user space.
+ * (tail_may_hold_next), by a process that has had a hold (holding), its user stack is kept
+ * per socket (last_send); at the write a hold starts with, its own stack, and the kept one
+ * when its end is the small segment in flight: the write before. A process Nagle never holds
+ * pays a lookup per write, not a stack walk; the cost is a process's first hold, which has no
+ * write before it kept. Both go out with the hold's record and are symbolized in user space.
  * take_stacks (1 unless the loader sets it: `watch --kernel --no-stacks`) turns this off.
  *
  * Holds shorter than min_emit_ns (1 ms unless the loader sets it: 0 for `watch --minor`) are
@@ -145,6 +147,14 @@ struct {
 	__type(value, struct user_stack);
 } last_send SEC(".maps");
 
+/* The processes (tgid) that have had a hold: only their writes' stacks are kept. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u8);
+} holding SEC(".maps");
+
 /* The stacks of each hold in progress, beside holds: too large for the BPF stack. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -224,7 +234,9 @@ int sock_send_length(__u64 *ctx)
 			bpf_map_delete_elem(&holds, &key);
 			count(COUNT_BY_WRITE);
 		}
-		if (take_stacks && tail_may_hold_next(&q, nonagle))
+		__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+		if (take_stacks && tail_may_hold_next(&q, nonagle) &&
+		    bpf_map_lookup_elem(&holding, &tgid))
 			remember_write(ctx, key, q.at.end_seq);
 		return 0;
 	}
@@ -260,8 +272,13 @@ int sock_send_length(__u64 *ctx)
 		BPF_CORE_READ_INTO(&n.daddr, sk, __sk_common.skc_v6_daddr);
 	}
 	bpf_get_current_comm(n.comm, sizeof(n.comm));
-	if (take_stacks)
+	if (take_stacks) {
 		keep_hold_stacks(ctx, key, &q);
+		if (!bpf_map_lookup_elem(&holding, &n.tgid)) {
+			__u8 yes = 1;
+			bpf_map_update_elem(&holding, &n.tgid, &yes, BPF_ANY);
+		}
+	}
 	bpf_map_update_elem(&holds, &key, &n, BPF_ANY);
 	count(COUNT_HOLDS);
 	return 0;

@@ -756,7 +756,8 @@ fn the_held_write_and_the_one_before_are_named_to_their_lines() {
     let (stalls, _pid) = call_site_run(&[], "stacks");
     let (held, first) = (line_of("/* held write */"), line_of("/* first write */"));
     let (held_call, first_call) = (line_of("send_body(fd);"), line_of("send_header(fd);"));
-    for stall in &stalls {
+    let mut with_previous = 0;
+    for (i, stall) in stalls.iter().enumerate() {
         assert!(
             stall["delay_ms"].as_f64().is_some_and(|d| d >= 30.0),
             "{stall}"
@@ -765,13 +766,19 @@ fn the_held_write_and_the_one_before_are_named_to_their_lines() {
         // there, and the frames go on to its caller.
         let at = frame_at(&stall["stack"], "send_body", held);
         assert!(frame_at(&stall["stack"], "main", held_call) > at, "{stall}");
+        assert_eq!(stall["stack_missing"], Value::Null, "{stall}");
+        // A process's writes are followed from its first hold on: that one has none before.
+        if i == 0 && stall["previous_stack"].is_null() {
+            continue;
+        }
         let before = frame_at(&stall["previous_stack"], "send_header", first);
         assert!(
             frame_at(&stall["previous_stack"], "main", first_call) > before,
             "{stall}"
         );
-        assert_eq!(stall["stack_missing"], Value::Null, "{stall}");
+        with_previous += 1;
     }
+    assert!(with_previous >= REQUESTS - 3, "{stalls:?}");
 }
 
 #[test]

@@ -68,8 +68,10 @@ pub fn text(sites: &CallSites, width: usize) -> String {
     let mut out = stack_line("at", &sites.held, width);
     match &sites.previous {
         Some(previous) => out.push_str(&stack_line("after", previous, width)),
-        None => out
-            .push_str("  after: a write not seen (before the watch began, or not a small write)\n"),
+        None => out.push_str(
+            "  after: not kept (the process's first hold: its writes' stacks are kept from \
+             then on; or a write before the watch began)\n",
+        ),
     }
     let missing: Vec<&str> = [Some(&sites.held), sites.previous.as_ref()]
         .into_iter()
@@ -173,7 +175,7 @@ mod tests {
         );
         assert!(lines
             .next()
-            .is_some_and(|l| l.starts_with("  after: a write not seen")));
+            .is_some_and(|l| l.starts_with("  after: not kept")));
         let narrow = super::text(&sites(), 60);
         let at = narrow.lines().next().expect("a line");
         assert_eq!(
