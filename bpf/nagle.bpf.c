@@ -207,7 +207,6 @@ static __always_inline void keep_hold_stacks(void *ctx, __u64 key, const struct 
 	} else {
 		scratch->previous.frames = 0;
 		scratch->previous.tgid = 0;
-		scratch->previous.sp_word = 0;
 	}
 	bpf_map_update_elem(&hold_stacks, &key, scratch, BPF_ANY);
 }

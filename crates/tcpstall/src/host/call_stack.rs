@@ -48,24 +48,27 @@ pub struct RawStack {
     pub pid: u32,
     /// The instruction pointer, then the return addresses found by frame pointers.
     pub ips: Vec<u64>,
-    /// The word at the top of the user stack at the syscall: the return address of a
-    /// frameless syscall wrapper, whose caller the frame-pointer walk skips.
-    pub sp_word: u64,
+    /// The words at the top of the user stack at the syscall: among them the syscall
+    /// wrapper's return address, its caller, which the frame-pointer walk skips.
+    pub top: Vec<u64>,
 }
 
 /// Frames the kernel keeps of a stack (`STACK_FRAMES` in `bpf/user_stack.h`).
 pub const STACK_FRAMES: usize = 32;
 
+/// Words kept of the top of the user stack (`STACK_TOP_WORDS`).
+pub const STACK_TOP_WORDS: usize = 8;
+
 /// Size of `struct user_stack` (`bpf/user_stack.h`).
-pub const USER_STACK_LEN: usize = 280;
+pub const USER_STACK_LEN: usize = 336;
 
 /// Where each field of `struct user_stack` lies, from its start (checked against the C struct
 /// by the record parsers' layout tests).
 pub mod user_stack_at {
     pub const IPS: usize = 0;
-    pub const SP_WORD: usize = 256;
-    pub const TGID: usize = 264;
-    pub const FRAMES: usize = 268;
+    pub const TOP: usize = 256;
+    pub const TGID: usize = 320;
+    pub const FRAMES: usize = 324;
 }
 
 impl RawStack {
@@ -76,13 +79,19 @@ impl RawStack {
         if frames == 0 {
             return None;
         }
-        let ips = (0..frames.min(STACK_FRAMES))
+        let mut ips = (0..frames.min(STACK_FRAMES))
             .map(|i| rec.u64(at + user_stack_at::IPS + 8 * i))
             .collect::<Option<Vec<u64>>>()?;
+        // A walk that read a null return address (a broken frame chain) ends there.
+        if let Some(end) = ips.iter().position(|ip| *ip == 0) {
+            ips.truncate(end);
+        }
         Some(RawStack {
             pid: rec.u32(at + user_stack_at::TGID)?,
             ips,
-            sp_word: rec.u64(at + user_stack_at::SP_WORD)?,
+            top: (0..STACK_TOP_WORDS)
+                .map(|i| rec.u64(at + user_stack_at::TOP + 8 * i))
+                .collect::<Option<Vec<u64>>>()?,
         })
     }
 }
@@ -183,29 +192,31 @@ impl StackNamer {
     }
 }
 
-/// The addresses to name: the kernel's, with the frameless wrapper's return address put back
-/// after the first when `sp_word` is one (x86-64: the bytes before it are a call).
+/// The addresses to name: the kernel's, with the syscall wrapper's return address put back
+/// after the first: the lowest word of the stack's top that is a return address (x86-64: in
+/// executable memory, after a call instruction), unless the walk has it already.
 fn addresses(raw: &RawStack) -> Vec<u64> {
     let mut addrs = raw.ips.clone();
-    let skipped = raw.sp_word != 0
-        && raw.ips.get(1) != Some(&raw.sp_word)
-        && follows_call(raw.pid, raw.sp_word);
-    if skipped {
-        addrs.insert(1, raw.sp_word);
+    if !cfg!(target_arch = "x86_64") || raw.top.iter().all(|w| *w == 0) {
+        return addrs;
+    }
+    let code = executable_ranges(raw.pid);
+    let Ok(mem) = File::open(format!("/proc/{}/mem", raw.pid)) else {
+        return addrs;
+    };
+    let returns_here = |w: &&u64| code.iter().any(|r| r.contains(*w)) && follows_call(&mem, **w);
+    if let Some(ret) = raw.top.iter().find(returns_here) {
+        if raw.ips.get(1) != Some(ret) {
+            addrs.insert(1, *ret);
+        }
     }
     addrs
 }
 
-/// Whether `addr` is in executable memory of `pid` right after a call instruction (x86-64:
+/// Whether the code before `addr` in `mem` (/proc/PID/mem) is a call instruction (x86-64:
 /// `call rel32` E8, `call *reg` FF D0+r, `call *[reg+disp8]` FF 50+r, `call *[rip+disp32]`
-/// FF 15): where a call returns to, not a stale word.
-fn follows_call(pid: u32, addr: u64) -> bool {
-    if !cfg!(target_arch = "x86_64") || !executable(pid, addr) {
-        return false;
-    }
-    let Ok(mem) = File::open(format!("/proc/{pid}/mem")) else {
-        return false;
-    };
+/// FF 15): where a call returns to, not a pointer to data.
+fn follows_call(mem: &File, addr: u64) -> bool {
     let mut before = [0u8; 7];
     if addr < 7 || mem.read_exact_at(&mut before, addr - 7).is_err() {
         return false;
@@ -216,25 +227,20 @@ fn follows_call(pid: u32, addr: u64) -> bool {
         || (before[1] == 0xff && before[2] == 0x15)
 }
 
-/// Whether `addr` lies in an executable mapping of `pid` (/proc/PID/maps).
-fn executable(pid: u32, addr: u64) -> bool {
+/// The executable mappings of `pid` (/proc/PID/maps); none when it cannot be read.
+fn executable_ranges(pid: u32) -> Vec<std::ops::Range<u64>> {
     let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
-        return false;
+        return Vec::new();
     };
-    maps.lines().any(|line| {
-        let mut fields = line.split_whitespace();
-        let (Some(range), Some(perms)) = (fields.next(), fields.next()) else {
-            return false;
-        };
-        let Some((start, end)) = range.split_once('-') else {
-            return false;
-        };
-        let (Ok(start), Ok(end)) = (u64::from_str_radix(start, 16), u64::from_str_radix(end, 16))
-        else {
-            return false;
-        };
-        perms.contains('x') && (start..end).contains(&addr)
-    })
+    maps.lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let (range, perms) = (fields.next()?, fields.next()?);
+            let (start, end) = range.split_once('-')?;
+            let range = u64::from_str_radix(start, 16).ok()?..u64::from_str_radix(end, 16).ok()?;
+            perms.contains('x').then_some(range)
+        })
+        .collect()
 }
 
 /// What the named frames lack, in words with the remedy; `full`: the stack filled the
@@ -281,8 +287,10 @@ fn missing(frames: &[Frame], full: bool) -> Option<String> {
         ));
     } else if !whole {
         said.push(format!(
-            "the stack stops after {} frames: code without frame pointers (build with \
-             -fno-omit-frame-pointer; Java: -XX:+PreserveFramePointer)",
+            "the stack stops after {} frames: the frame-pointer walk broke, in code built \
+             without frame pointers (build with -fno-omit-frame-pointer; Java: \
+             -XX:+PreserveFramePointer) or in a C library call that reuses the frame register \
+             (glibc's multi-threaded send and write)",
             frames.len()
         ));
     }
@@ -347,6 +355,23 @@ mod tests {
     }
 
     #[test]
+    fn a_stack_ends_at_a_null_return_address() {
+        let mut rec = vec![0u8; USER_STACK_LEN];
+        rec[0..8].copy_from_slice(&0x5555_0000_1000u64.to_ne_bytes());
+        rec[16..24].copy_from_slice(&0x5555_0000_2000u64.to_ne_bytes());
+        let tgid = user_stack_at::TGID;
+        rec[tgid..tgid + 4].copy_from_slice(&42u32.to_ne_bytes());
+        let frames = user_stack_at::FRAMES;
+        rec[frames..frames + 4].copy_from_slice(&3u32.to_ne_bytes());
+        let bytes = RecordBytes::new(&rec, USER_STACK_LEN).expect("a whole record");
+        let raw = RawStack::parse(&bytes, 0).expect("a stack");
+        assert_eq!((raw.pid, raw.ips), (42, vec![0x5555_0000_1000]));
+        rec[frames..frames + 4].copy_from_slice(&0u32.to_ne_bytes());
+        let bytes = RecordBytes::new(&rec, USER_STACK_LEN).expect("a whole record");
+        assert_eq!(RawStack::parse(&bytes, 0), None, "no stack taken");
+    }
+
+    #[test]
     fn an_empty_stack_says_so_and_a_stale_word_is_no_frame() {
         let namer = StackNamer::default();
         let named = namer.name(&RawStack::default(), 32);
@@ -356,7 +381,7 @@ mod tests {
         let raw = RawStack {
             pid: std::process::id(),
             ips: vec![1, 2],
-            sp_word: 8,
+            top: vec![8, 0, 16],
         };
         assert_eq!(addresses(&raw), vec![1, 2]);
     }

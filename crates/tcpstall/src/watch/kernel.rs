@@ -713,7 +713,7 @@ mod tests {
                 ("comm", COMM),
                 ("sent_ago", SENT_AGO),
                 ("stacks.held.ips", HELD_STACK + user_stack_at::IPS),
-                ("stacks.held.sp_word", HELD_STACK + user_stack_at::SP_WORD),
+                ("stacks.held.top", HELD_STACK + user_stack_at::TOP),
                 ("stacks.held.tgid", HELD_STACK + user_stack_at::TGID),
                 ("stacks.held.frames", HELD_STACK + user_stack_at::FRAMES),
                 ("stacks.previous.ips", PREVIOUS_STACK + user_stack_at::IPS),
