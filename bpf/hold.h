@@ -46,6 +46,17 @@ static __always_inline int nagle_holds(struct sock *sk, __u32 mss, __u32 nonagle
 	       !seq_before(snd_nxt, q->at.sml);
 }
 
+/* Whether a write Nagle did not hold leaves its own tail as the small segment the next partial
+ * write would wait behind: Nagle on, everything written sent, the last segment sent small
+ * (tcp_minshall_update set snd_sml to its end, which is the end of the write) and not
+ * acknowledged yet. The write a hold follows is such a write; the hold finds it again by its
+ * end (hold_seq.sml). */
+static __always_inline int tail_may_hold_next(const struct send_queue *q, __u32 nonagle)
+{
+	return !(nonagle & (TCP_NAGLE_OFF | TCP_NAGLE_CORK)) && q->unsent == 0 &&
+	       q->at.sml == q->at.end_seq && seq_before(q->snd_una, q->at.sml);
+}
+
 /* The acknowledgment number of a segment tcp_probe hands over: bytes 8..11 of its TCP
  * header. Nonzero when it cannot be read. */
 static __always_inline int segment_ack(struct sk_buff *skb, __u32 *ack)

@@ -24,6 +24,14 @@
  * tcp:tcp_retransmit_skb marks a hold whose small segment the RTO or the loss probe resent:
  * its ACK came only after that timer.
  *
+ * The call stacks: at a write whose small tail the next partial write would wait behind
+ * (tail_may_hold_next), by a process that has had a hold (holding), its user stack is kept
+ * per socket (last_send); at the write a hold starts with, its own stack, and the kept one
+ * when its end is the small segment in flight: the write before. A process Nagle never holds
+ * pays a lookup per write, not a stack walk; the cost is a process's first hold, which has no
+ * write before it kept. Both go out with the hold's record and are symbolized in user space.
+ * take_stacks (1 unless the loader sets it: `watch --kernel --no-stacks`) turns this off.
+ *
  * Holds shorter than min_emit_ns (1 ms unless the loader sets it: 0 for `watch --minor`) are
  * only counted. A write that empties the queue by itself (the held bytes reached a full
  * segment) ends the hold without a record.
@@ -33,6 +41,7 @@
 #include "nagle.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
+#include "user_stack.h"
 
 /* Holds released by their ACK sooner than this are counted short (COUNT_SHORT), whatever
  * is sent to user space. */
@@ -41,6 +50,9 @@
 /* Holds shorter than this are not sent to user space. In .rodata: the loader sets it before
  * the programs load (0: every hold is sent), and the verifier sees it as a constant. */
 const volatile __u64 min_emit_ns = SHORT_NS;
+
+/* Whether call stacks are taken (user_stack.h); set by the loader like min_emit_ns. */
+const volatile __u64 take_stacks = 1;
 
 /* How a hold ended; the values are read by src/watch/kernel.rs. */
 #define RELEASE_ACK 1    /* the ACK of the small segment */
@@ -58,6 +70,12 @@ const volatile __u64 min_emit_ns = SHORT_NS;
 #define TCP_LAST_ACK 9
 #define ICSK_TIME_LOSS_PROBE 5
 #define TCP_CA_LOSS 4
+
+/* A hold's two call stacks: the write that was held and the write before it. */
+struct hold_stacks {
+	struct user_stack held;
+	struct user_stack previous;
+};
 
 /* A completed hold, as user space reads it (struct HoldRecord in src/watch/kernel.rs). */
 struct hold {
@@ -78,6 +96,7 @@ struct hold {
 	__u8 daddr[16];
 	char comm[16];
 	__u32 sent_ago; /* jiffies before end_ns that the bytes left (lsndtime), timer releases */
+	struct hold_stacks stacks; /* frames 0 in both when not taken */
 };
 
 /* Counters, one slot each, per CPU. */
@@ -120,11 +139,77 @@ struct {
 	__type(value, struct pending);
 } holds SEC(".maps");
 
+/* The stack of each socket's latest write that tail_may_hold_next: the write a hold follows. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct user_stack);
+} last_send SEC(".maps");
+
+/* The processes (tgid) that have had a hold: only their writes' stacks are kept. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u8);
+} holding SEC(".maps");
+
+/* The stacks of each hold in progress, beside holds: too large for the BPF stack. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct hold_stacks);
+} hold_stacks SEC(".maps");
+
+/* Where a stack is put together before it goes into a map: one per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct hold_stacks);
+} stack_scratch SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 1 << 20);
 } events SEC(".maps");
 
+/* Keeps the stack of a write whose tail the next write may wait behind (last_send). */
+static __always_inline void remember_write(void *ctx, __u64 key, __u32 end_seq)
+{
+	struct user_stack *s = bpf_map_lookup_elem(&last_send, &key);
+	if (s) {
+		take_user_stack(ctx, s, end_seq);
+		return;
+	}
+	__u32 zero = 0;
+	struct hold_stacks *scratch = bpf_map_lookup_elem(&stack_scratch, &zero);
+	if (!scratch)
+		return;
+	take_user_stack(ctx, &scratch->held, end_seq);
+	bpf_map_update_elem(&last_send, &key, &scratch->held, BPF_ANY);
+}
+
+/* Keeps the stacks of a hold that starts with this write: its own, and the kept stack of the
+ * write before when that write's end is the small segment the hold waits behind. */
+static __always_inline void keep_hold_stacks(void *ctx, __u64 key, const struct send_queue *q)
+{
+	__u32 zero = 0;
+	struct hold_stacks *scratch = bpf_map_lookup_elem(&stack_scratch, &zero);
+	if (!scratch)
+		return;
+	take_user_stack(ctx, &scratch->held, q->at.end_seq);
+	struct user_stack *before = bpf_map_lookup_elem(&last_send, &key);
+	if (before && before->end_seq == q->at.sml) {
+		bpf_probe_read_kernel(&scratch->previous, sizeof(scratch->previous), before);
+	} else {
+		scratch->previous.frames = 0;
+		scratch->previous.tgid = 0;
+	}
+	bpf_map_update_elem(&hold_stacks, &key, scratch, BPF_ANY);
+}
 
 SEC("tp_btf/sock_send_length")
 int sock_send_length(__u64 *ctx)
@@ -137,8 +222,9 @@ int sock_send_length(__u64 *ctx)
 	if (ret <= 0 || !is_tcp(sk))
 		return 0;
 	__u32 mss = BPF_CORE_READ(tp, mss_cache);
+	__u32 nonagle = BPF_CORE_READ_BITFIELD_PROBED(tp, nonagle);
 	struct send_queue q = {};
-	int held = nagle_holds(sk, mss, BPF_CORE_READ_BITFIELD_PROBED(tp, nonagle), &q);
+	int held = nagle_holds(sk, mss, nonagle, &q);
 
 	struct pending *p = bpf_map_lookup_elem(&holds, &key);
 	if (!held) {
@@ -147,6 +233,10 @@ int sock_send_length(__u64 *ctx)
 			bpf_map_delete_elem(&holds, &key);
 			count(COUNT_BY_WRITE);
 		}
+		__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+		if (take_stacks && tail_may_hold_next(&q, nonagle) &&
+		    bpf_map_lookup_elem(&holding, &tgid))
+			remember_write(ctx, key, q.at.end_seq);
 		return 0;
 	}
 	/* A hold already waiting for an ACK that has not come: more bytes joined it. A record
@@ -181,6 +271,13 @@ int sock_send_length(__u64 *ctx)
 		BPF_CORE_READ_INTO(&n.daddr, sk, __sk_common.skc_v6_daddr);
 	}
 	bpf_get_current_comm(n.comm, sizeof(n.comm));
+	if (take_stacks) {
+		keep_hold_stacks(ctx, key, &q);
+		if (!bpf_map_lookup_elem(&holding, &n.tgid)) {
+			__u8 yes = 1;
+			bpf_map_update_elem(&holding, &n.tgid, &yes, BPF_ANY);
+		}
+	}
 	bpf_map_update_elem(&holds, &key, &n, BPF_ANY);
 	count(COUNT_HOLDS);
 	return 0;
@@ -221,6 +318,14 @@ static __always_inline void finish(struct pending *p, __u64 key, __u8 release, _
 	__builtin_memcpy(h->saddr, p->saddr, 16);
 	__builtin_memcpy(h->daddr, p->daddr, 16);
 	__builtin_memcpy(h->comm, p->comm, 16);
+	struct hold_stacks *stacks = take_stacks ? bpf_map_lookup_elem(&hold_stacks, &key) : 0;
+	if (stacks) {
+		bpf_probe_read_kernel(&h->stacks, sizeof(h->stacks), stacks);
+		bpf_map_delete_elem(&hold_stacks, &key);
+	} else {
+		h->stacks.held.frames = 0;
+		h->stacks.previous.frames = 0;
+	}
 	bpf_ringbuf_submit(h, BPF_RB_NO_WAKEUP);
 	bpf_map_delete_elem(&holds, &key);
 }

@@ -25,6 +25,7 @@ enum bpf_map_type {
 enum {
 	BPF_ANY = 0,
 	BPF_RB_NO_WAKEUP = 1,
+	BPF_F_USER_STACK = 1 << 8,
 };
 
 /* Read whole: its members are unions in the kernel. */
@@ -75,6 +76,20 @@ struct inet_connection_sock {
 	__u8 icsk_pending;
 	__u8 icsk_probes_out;
 } __attribute__((preserve_access_index));
+
+/* arch/x86/include/asm/ptrace.h: the registers a task entered the kernel with, as the entry
+ * code saved them: a syscall's arguments and number (trace.bpf.c), the user stack pointer
+ * (user_stack.h). */
+struct pt_regs {
+	unsigned long di;
+	unsigned long si;
+	unsigned long dx;
+	unsigned long r10;
+	unsigned long orig_ax;
+	unsigned long sp;
+} __attribute__((preserve_access_index));
+
+struct task_struct;
 
 struct sk_buff {
 	unsigned char *head;

@@ -9,15 +9,6 @@ enum {
 	BPF_MAP_TYPE_HASH = 1,
 };
 
-/* arch/x86/include/asm/ptrace.h: the syscall's arguments as the entry code saved them. */
-struct pt_regs {
-	unsigned long di;
-	unsigned long si;
-	unsigned long dx;
-	unsigned long r10;
-	unsigned long orig_ax;
-} __attribute__((preserve_access_index));
-
 struct inode {
 	unsigned short i_mode;
 	unsigned long i_ino;

@@ -15,6 +15,34 @@ fn struct_text<'a>(source: &'a str, name: &str) -> Option<&'a str> {
     Some(&source[start..end])
 }
 
+/// Appends to `out` the text of each struct that a field of `body` is (`\tstruct NAME field`),
+/// the structs it holds first, as found in `sources`; `used` gets the sources they came from.
+fn held_structs(body: &str, sources: &[String], out: &mut String, used: &mut Vec<usize>) {
+    for line in body.lines() {
+        // Fields are indented; the struct's own first line is not.
+        let field = line.starts_with(char::is_whitespace);
+        let Some(rest) = line.trim_start().strip_prefix("struct ").filter(|_| field) else {
+            continue;
+        };
+        let Some(inner) = rest.split_whitespace().next() else {
+            continue;
+        };
+        let found = sources
+            .iter()
+            .enumerate()
+            .find_map(|(i, s)| struct_text(s, inner).map(|t| (i, t)));
+        if let Some((i, text)) = found {
+            if out.contains(&format!("struct {inner} {{")) {
+                continue;
+            }
+            held_structs(text, sources, out, used);
+            out.push_str(text);
+            out.push('\n');
+            used.push(i);
+        }
+    }
+}
+
 /// Checks `parser`'s (field, offset) pairs and its record length against `struct NAME` of
 /// `bpf/FILE` in the repository: every field the parser reads is where the C struct has it,
 /// and the record is the struct's size. Panics with what differs otherwise.
@@ -26,11 +54,32 @@ pub fn assert_layout(file: &str, name: &str, record_len: usize, parser: &[(&str,
         std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
     let body = struct_text(&source, name)
         .unwrap_or_else(|| panic!("no `struct {name} {{` in {}", path.display()));
-    let defines: String = source
-        .lines()
+    // The structs it holds, from the same file or a header of bpf/, before it.
+    let mut sources = vec![source.clone()];
+    if let Ok(dir) = std::fs::read_dir(path.with_file_name("")) {
+        let mut headers: Vec<_> = dir
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "h"))
+            .collect();
+        headers.sort();
+        sources.extend(
+            headers
+                .iter()
+                .filter_map(|h| std::fs::read_to_string(h).ok()),
+        );
+    }
+    let mut held = String::new();
+    let mut used = Vec::new();
+    held_structs(body, &sources, &mut held, &mut used);
+    let defines: String = used
+        .iter()
+        .map(|i| sources[*i].as_str())
+        .chain([source.as_str()])
+        .flat_map(str::lines)
         .filter(|l| l.starts_with("#define ") && l.split_whitespace().count() == 3)
         .map(|l| format!("{l}\n"))
         .collect();
+    let body = format!("{held}{body}");
     let prints: String = parser
         .iter()
         .map(|(field, _)| {

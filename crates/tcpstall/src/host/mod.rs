@@ -8,6 +8,7 @@
 pub mod access;
 #[cfg(test)]
 pub(crate) mod c_layout;
+pub(crate) mod call_stack;
 pub(crate) mod kernel;
 pub(crate) mod netns;
 pub(crate) mod owner;

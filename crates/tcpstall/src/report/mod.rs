@@ -1,6 +1,7 @@
 //! Rendering results: the renderers of [`tcpstall_core::report`] and those of the verbs that
 //! run on this host (lab, probe, sockets, trace, watch).
 
+pub(crate) mod call_sites;
 pub(crate) mod lab;
 pub(crate) mod model;
 mod pages;

@@ -10,6 +10,10 @@
 //! cost per hold on a busy host is a few map operations, not a wake-up. A record the full ring
 //! cannot take is counted, and shown as lost in the summary and the metrics.
 //!
+//! With each hold come the user-space call stacks of the write held and of the write before
+//! it, taken in the kernel (`bpf/user_stack.h`) and named here ([`StackNamer`]) only for the
+//! holds printed, while their process still runs.
+//!
 //! Each hold becomes a [`StallEvent`] (the type every verb's detector produces) for the
 //! printer, the metrics and the summary of `watch`: the local socket is the writer, so the
 //! held side is the server when its local port is a listening one, else the client.
@@ -24,15 +28,16 @@ use aya::Ebpf;
 use rustc_hash::FxHashMap;
 
 use super::metrics::{KernelTotals, Metrics, Totals};
-use super::printer::{self, ToPrinter};
+use super::printer::{self, KernelSaw, ToPrinter};
 use super::WatchArgs;
 use crate::detect::{hold_kind, Finding, HoldEnd, KindCounts, PeerStack, StallEvent, StallKind};
 use crate::flow::{Endpoint, Side, Span, Timestamp};
+use crate::host::call_stack::{RawStack, StackNamer, STACK_FRAMES, USER_STACK_LEN};
 use crate::host::procfs::{self, TcpState};
 use crate::host::record::RecordBytes;
 pub use crate::host::tracepoints::KernelError;
 pub(crate) use crate::host::tracepoints::{chain, clock_ns, load_btf_tracepoints_with};
-use crate::report::model::watch::WatchSummary;
+use crate::report::model::watch::{CallSites, WatchSummary};
 use crate::tcp_rules;
 
 /// The compiled BPF programs (`scripts/build-bpf` rebuilds it from `bpf/nagle.bpf.c`),
@@ -63,12 +68,15 @@ const IDLE: Duration = Duration::from_secs(60);
 /// ns are not sent to user space.
 const MIN_EMIT_GLOBAL: &str = "min_emit_ns";
 
+/// The object's global that turns call stacks on (1) or off (0).
+const TAKE_STACKS_GLOBAL: &str = "take_stacks";
+
 /// The kernel's bound for a short hold (`SHORT_NS` in `bpf/nagle.bpf.c`): released by its ACK
 /// sooner, a hold is counted in `short`, also when it is sent.
 pub const SHORT: Duration = Duration::from_millis(1);
 
 /// Size of one record in the ring (`struct hold` in `bpf/nagle.bpf.c`, padded to 8).
-const RECORD_LEN: usize = 104;
+const RECORD_LEN: usize = 104 + 2 * USER_STACK_LEN;
 
 /// Where each field of `struct hold` (`bpf/nagle.bpf.c`) lies in a record: the parser reads
 /// these, and a test checks them against the C struct (`host::c_layout`).
@@ -90,6 +98,10 @@ mod hold_at {
     pub const DADDR: usize = 68;
     pub const COMM: usize = 84;
     pub const SENT_AGO: usize = 100;
+    /// `stacks.held`, a `struct user_stack` (`host::call_stack::user_stack_at`).
+    pub const HELD_STACK: usize = 104;
+    /// `stacks.previous`.
+    pub const PREVIOUS_STACK: usize = HELD_STACK + super::USER_STACK_LEN;
 }
 
 /// Slots of the kernel's per-CPU counters (`enum` in `bpf/nagle.bpf.c`).
@@ -183,6 +195,11 @@ pub struct Hold {
     /// Jiffies before `end_ns` (as recorded) that the bytes left: a timer release is seen at
     /// the next segment received, not when it fired. [`KernelSource::read`] applies it.
     pub sent_ago_jiffies: u32,
+    /// The user stack of the write the hold began with (`None`: not taken, or unreadable).
+    pub stack: Option<RawStack>,
+    /// The user stack of the write before it, whose small segment the hold waited behind
+    /// (`None`: not seen, such as a write before the watch began).
+    pub previous_stack: Option<RawStack>,
 }
 
 impl Hold {
@@ -212,6 +229,8 @@ impl Hold {
             retransmits: rec.u8(hold_at::RETRANS)?,
             command: String::from_utf8_lossy(&comm[..comm_len]).into_owned(),
             sent_ago_jiffies: rec.u32(hold_at::SENT_AGO)?,
+            stack: RawStack::parse(&rec, hold_at::HELD_STACK),
+            previous_stack: RawStack::parse(&rec, hold_at::PREVIOUS_STACK),
         })
     }
 
@@ -311,15 +330,21 @@ impl std::fmt::Debug for KernelSource {
 
 impl KernelSource {
     /// Loads and attaches the programs; `every_hold` sends holds shorter than [`SHORT`] to
-    /// the ring too, not only counts them.
-    pub fn open(every_hold: bool) -> Result<KernelSource, KernelError> {
+    /// the ring too, not only counts them; `stacks` takes the writes' call stacks.
+    pub fn open(every_hold: bool, stacks: bool) -> Result<KernelSource, KernelError> {
         let min_emit_ns = if every_hold {
             0
         } else {
             SHORT.as_nanos() as u64
         };
-        let mut bpf =
-            load_btf_tracepoints_with(NAGLE_BPF, &TRACEPOINTS, &[(MIN_EMIT_GLOBAL, min_emit_ns)])?;
+        let mut bpf = load_btf_tracepoints_with(
+            NAGLE_BPF,
+            &TRACEPOINTS,
+            &[
+                (MIN_EMIT_GLOBAL, min_emit_ns),
+                (TAKE_STACKS_GLOBAL, u64::from(stacks)),
+            ],
+        )?;
         let ring = bpf
             .take_map("events")
             .ok_or_else(|| KernelError::Load("the object has no map `events`".into()))
@@ -426,6 +451,17 @@ impl Listening {
     }
 }
 
+/// The named call stacks of `hold`'s writes.
+fn call_sites(namer: &StackNamer, hold: &Hold) -> CallSites {
+    CallSites {
+        held: namer.name(&hold.stack.clone().unwrap_or_default(), STACK_FRAMES),
+        previous: hold
+            .previous_stack
+            .as_ref()
+            .map(|raw| namer.name(raw, STACK_FRAMES)),
+    }
+}
+
 /// Runs `watch --kernel` until a signal or the deadline; returns the summary.
 pub(super) fn watch(
     args: &WatchArgs,
@@ -433,7 +469,8 @@ pub(super) fn watch(
     stop: &AtomicBool,
     started: Instant,
 ) -> anyhow::Result<WatchSummary> {
-    let mut source = KernelSource::open(args.minor)?;
+    let mut source = KernelSource::open(args.minor, !args.no_stacks)?;
+    let namer = (!args.no_stacks).then(StackNamer::default);
     eprintln!(
         "tcpstall: watching every TCP socket's Nagle holds in the kernel (BTF tracepoints {}); {} ends it with a summary",
         TRACEPOINTS.join(", "),
@@ -500,14 +537,20 @@ pub(super) fn watch(
                 continue;
             }
             sockets.insert(hold.socket, Instant::now());
+            // Named now, while the writer still runs; not for a stall the printer has no
+            // room for.
+            let call_sites = namer
+                .as_ref()
+                .filter(|_| tx.backlog() < printer::QUEUE)
+                .map(|namer| call_sites(namer, &hold));
             // The writer is searched first among the processes holding the socket.
-            printer_gone |= tx
-                .stall(
-                    event,
-                    Some((hold.pid, hold.command.clone())),
-                    Some(hold.release.name()),
-                )
-                .is_err();
+            let saw = KernelSaw {
+                pid: hold.pid,
+                command: hold.command.clone(),
+                release: hold.release.name(),
+                call_sites,
+            };
+            printer_gone |= tx.stall(event, Some(saw)).is_err();
         }
         if last_tick.elapsed() >= TICK || done {
             last_tick = Instant::now();
@@ -645,6 +688,7 @@ mod tests {
 
     #[test]
     fn the_parser_reads_struct_hold_where_the_c_source_lays_it_out() {
+        use crate::host::call_stack::user_stack_at;
         use hold_at::*;
         crate::host::c_layout::assert_layout(
             "nagle.bpf.c",
@@ -668,6 +712,15 @@ mod tests {
                 ("daddr", DADDR),
                 ("comm", COMM),
                 ("sent_ago", SENT_AGO),
+                ("stacks.held.ips", HELD_STACK + user_stack_at::IPS),
+                ("stacks.held.top", HELD_STACK + user_stack_at::TOP),
+                ("stacks.held.tgid", HELD_STACK + user_stack_at::TGID),
+                ("stacks.held.frames", HELD_STACK + user_stack_at::FRAMES),
+                ("stacks.previous.ips", PREVIOUS_STACK + user_stack_at::IPS),
+                (
+                    "stacks.previous.frames",
+                    PREVIOUS_STACK + user_stack_at::FRAMES,
+                ),
             ],
         );
     }
@@ -678,7 +731,7 @@ mod tests {
         for name in TRACEPOINTS
             .iter()
             .map(|t| format!("tp_btf/{t}"))
-            .chain([".BTF.ext", ".rodata", MIN_EMIT_GLOBAL].map(String::from))
+            .chain([".BTF.ext", ".rodata", MIN_EMIT_GLOBAL, TAKE_STACKS_GLOBAL].map(String::from))
         {
             assert!(
                 elf.windows(name.len()).any(|w| w == name.as_bytes()),

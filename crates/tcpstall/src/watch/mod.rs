@@ -86,6 +86,11 @@ pub struct WatchArgs {
     /// encryption. Needs CAP_BPF and CAP_PERFMON (or root) and a kernel with BTF.
     #[arg(long, conflicts_with_all = ["filter", "buffered"])]
     pub kernel: bool,
+    /// With --kernel, take no call stacks: by default the user-space stack of each held
+    /// write and of the write before it is taken in the kernel and named (function,
+    /// file:line) for the holds printed.
+    #[arg(long, requires = "kernel")]
+    pub no_stacks: bool,
 }
 
 /// Runs `tcpstall watch`.
@@ -231,7 +236,7 @@ fn capture_loop(
             if event.finding.kind.is_stall() {
                 summary.held[event.finding.held_side.index()] += 1;
             }
-            printer_gone |= tx.stall(event, None, None).is_err();
+            printer_gone |= tx.stall(event, None).is_err();
         }
         for event in detector.take_awaiting_socket() {
             printer_gone |= tx.awaiting_socket(event, CORK_NOT_A_TAIL).is_err();
@@ -281,7 +286,7 @@ fn capture_loop(
     summary.counts = last.counts;
     for event in last.events {
         // A printer that has gone returns its error from `join`.
-        if tx.stall(event, None, None).is_err() {
+        if tx.stall(event, None).is_err() {
             break;
         }
     }

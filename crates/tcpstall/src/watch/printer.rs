@@ -13,8 +13,9 @@ use super::container::Containers;
 use super::metrics::{Metrics, OwnerCosts, OwnerStalls, StallCounters};
 use crate::detect::{KindCounts, StallEvent};
 use crate::host::owner::{NoOwner, Owner, OwnerLookup};
+use crate::report::call_sites;
 use crate::report::fit_prose;
-use crate::report::model::watch::OwnerTally;
+use crate::report::model::watch::{CallSites, OwnerTally};
 use crate::report::watch::{
     add_release, cork_confirmed, event_text, undecided_text, write_event_json, write_undecided_json,
 };
@@ -35,8 +36,24 @@ pub enum ToPrinter {
     Writer(u32, String),
     /// What ended the next stall's hold, by name (`watch --kernel`): added to its rendering.
     Release(&'static str),
+    /// Where the next stall's held write and the write before it were made (`watch
+    /// --kernel`): added to its rendering.
+    CallSites(Box<CallSites>),
     /// A line rendered already (a hold that ended with its socket, `watch --kernel`).
     Line(String),
+}
+
+/// What the kernel saw of a hold (`watch --kernel`), printed with its stall.
+#[derive(Debug)]
+pub struct KernelSaw {
+    /// The process that wrote the held bytes.
+    pub pid: u32,
+    /// Its command name.
+    pub command: String,
+    /// What ended the hold, by name.
+    pub release: &'static str,
+    /// Where the held write and the write before it were made, when stacks are taken.
+    pub call_sites: Option<CallSites>,
 }
 
 /// What the printer saw, returned when the channel closes.
@@ -75,22 +92,18 @@ impl Queue {
         self.tx.send(message).map_err(|_| Gone)
     }
 
-    /// Queues a stall (with the kernel's writer and release, `watch --kernel`), or counts it
+    /// Queues a stall (with what the kernel saw of it, `watch --kernel`), or counts it
     /// unprinted when [`QUEUE`] are waiting already.
-    pub fn stall(
-        &mut self,
-        event: StallEvent,
-        writer: Option<(u32, String)>,
-        release: Option<&'static str>,
-    ) -> Result<(), Gone> {
+    pub fn stall(&mut self, event: StallEvent, kernel: Option<KernelSaw>) -> Result<(), Gone> {
         if !self.room() {
             return Ok(());
         }
-        if let Some((pid, command)) = writer {
-            self.send(ToPrinter::Writer(pid, command))?;
-        }
-        if let Some(name) = release {
-            self.send(ToPrinter::Release(name))?;
+        if let Some(saw) = kernel {
+            self.send(ToPrinter::Writer(saw.pid, saw.command))?;
+            self.send(ToPrinter::Release(saw.release))?;
+            if let Some(sites) = saw.call_sites {
+                self.send(ToPrinter::CallSites(Box::new(sites)))?;
+            }
         }
         self.send(ToPrinter::Stall(Box::new(event)))
     }
@@ -193,6 +206,7 @@ fn print_all(
     let mut printed = Printed::default();
     let mut writer = None;
     let mut release = None;
+    let mut sites = None;
     let mut buf = Vec::with_capacity(1024);
     for message in rx {
         if matches!(
@@ -212,6 +226,7 @@ fn print_all(
                 writer = Some((pid, command));
             }
             ToPrinter::Release(name) => release = Some(name),
+            ToPrinter::CallSites(found) => sites = Some(found),
             ToPrinter::Line(line) => {
                 let mut out = io::stdout().lock();
                 out.write_all(line.as_bytes())?;
@@ -276,11 +291,17 @@ fn print_all(
                 }
                 buf.clear();
                 write_stall(&mut buf, json, &event, owner.as_ref())?;
-                if let Some(name) = release.take() {
+                let (name, found) = (release.take(), sites.take());
+                if name.is_some() || found.is_some() {
                     if json {
-                        buf.pop(); // the newline, put back after the key
+                        buf.pop(); // the newline, put back after the keys
                     }
-                    add_release(&mut buf, json, name);
+                    if let Some(name) = name {
+                        add_release(&mut buf, json, name);
+                    }
+                    if let Some(found) = found {
+                        call_sites::add(&mut buf, json, &found);
+                    }
                     if json {
                         buf.push(b'\n');
                     }
