@@ -43,11 +43,19 @@ struct Located {
 /// Finds and remembers the owners of stalled flows' sockets.
 #[derive(Debug, Default)]
 pub struct OwnerLookup {
-    /// By flow id, found or why not.
-    by_flow: FxHashMap<u64, Result<Located, NoOwner>>,
+    /// By flow id, found or why not, with the flow's ends: `watch --kernel`'s flow id is the
+    /// socket's kernel address, which a later socket may take once this one is freed.
+    by_flow: FxHashMap<u64, Remembered>,
     recent_pids: VecDeque<u32>,
     holders: Holders,
     costs: LookupCosts,
+}
+
+/// A flow's owner as found, with the flow's ends it was found for.
+#[derive(Debug, Clone)]
+struct Remembered {
+    ends: (Endpoint, Endpoint),
+    found: Result<Located, NoOwner>,
 }
 
 /// What the owner searches cost so far, counted where the work is done: the figures that
@@ -78,17 +86,21 @@ impl OwnerLookup {
     /// The owner of `event`'s flow's local socket (the held side's when it is local), with its
     /// options read now, or why there is none to name.
     pub fn owner_of(&mut self, event: &StallEvent) -> Result<Owner, NoOwner> {
+        let ends = (event.client, event.server);
         let located = match self.by_flow.get(&event.flow_id) {
-            Some(found) => {
+            Some(r) if r.ends == ends => {
                 self.costs.cached += 1;
-                found.clone()
+                r.found.clone()
             }
-            None => {
+            _ => {
                 self.costs.searched += 1;
                 let found = self.locate(event);
                 // Not searched yet: the flow's next stall searches again.
-                if !matches!(found, Err(NoOwner::Deferred)) {
-                    self.by_flow.insert(event.flow_id, found.clone());
+                if matches!(found, Err(NoOwner::Deferred)) {
+                    self.by_flow.remove(&event.flow_id);
+                } else {
+                    let found = found.clone();
+                    self.by_flow.insert(event.flow_id, Remembered { ends, found });
                 }
                 found
             }
@@ -598,5 +610,25 @@ mod tests {
         lookup.forget(1);
         lookup.forget(2);
         assert_eq!(lookup.remembered(), 0, "retired flows are forgotten");
+    }
+
+    /// `watch --kernel` names a flow by its socket's kernel address, which a new socket takes
+    /// once the old one is freed: a remembered owner is the flow's only while its ends are
+    /// the same.
+    #[test]
+    fn a_flow_id_taken_by_another_connection_is_searched_anew() {
+        let (_first_listener, _c1, _a1, [client1, server1]) = connection();
+        let (_second_listener, _c2, _a2, [client2, server2]) = connection();
+        let mut lookup = lookup_here_first();
+        let first = lookup
+            .owner_of(&server_stall(9, client1, server1))
+            .expect("the first connection's socket is found");
+        assert_eq!(first.port, server1.port());
+        let second = lookup
+            .owner_of(&server_stall(9, client2, server2))
+            .expect("the second connection's socket is found");
+        assert_eq!(second.port, server2.port(), "{second:?}");
+        assert_eq!(lookup.costs().searched, 2);
+        assert_eq!(lookup.remembered(), 1);
     }
 }
