@@ -168,11 +168,16 @@ pub fn diagnose(
                  changing anything: add --yes when not at a terminal)",
                 p.pid, p.pid, p.command
             );
-            // Right after the TCP_NODELAY advice it applies.
-            let at = advice
+            // Right after the TCP_NODELAY advice: the program's own switch for it, then the
+            // live fix.
+            let mut at = advice
                 .iter()
                 .position(|a| a.contains("TCP_NODELAY"))
                 .map_or(advice.len(), |i| i + 1);
+            if let Some(runtime) = &p.runtime {
+                advice.insert(at, runtime.advice());
+                at += 1;
+            }
             advice.insert(at, live);
         }
     }
@@ -191,6 +196,7 @@ pub fn diagnose(
         server_time: None,
         causes: Vec::new(),
         lost_ms,
+        runtime: server.and_then(|p| p.runtime.clone()),
     }
 }
 

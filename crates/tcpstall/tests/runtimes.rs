@@ -1,0 +1,162 @@
+//! The runtime and framework of a stalling server named, and its fix given in the program's
+//! own terms, against real runtimes from Debian's packages: CPython's http.server, the JDK's
+//! HttpServer and Perl's HTTP::Daemon. Each test probes the server as it ships (a stall of at
+//! least a delayed ACK), applies the fix the probe printed, word for word (a handler
+//! attribute, a JVM flag, a line after accept), starts the server again and probes it clean.
+
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+use support::process::{fixture, json_of, BIN};
+use support::{skip, spawn_printing_port, KillOnDrop, Scratch, NO_STALL_MAX_MS, STALL_MIN_MS};
+
+/// `tcpstall probe --json --requests 20 http://127.0.0.1:PORT/`, whatever its exit status.
+fn probe(port: u16) -> Value {
+    let out = Command::new(BIN)
+        .args(["probe", "--json", "--requests", "20"])
+        .arg(format!("http://127.0.0.1:{port}/"))
+        .output()
+        .expect("tcpstall runs");
+    json_of(&out)
+}
+
+/// Whether `program --version` (or `-version`) runs: the runtime is installed.
+fn installed(program: &str, version_flag: &str) -> bool {
+    Command::new(program)
+        .arg(version_flag)
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// The probe of a server as it ships: it stalls, its runtime and framework are named, and
+/// the advice gives that runtime's fix and the live fix with `--yes` for scripts. Returns
+/// the fix to apply.
+fn stalls_and_names(port: u16, pid: u32, name: &str, framework: &str) -> String {
+    let report = probe(port);
+    let p50 = report["p50_ms"].as_f64().expect("p50_ms");
+    assert!(p50 >= STALL_MIN_MS, "{name} should stall first: {report:#}");
+    let runtime = &report["runtime"];
+    assert_eq!(runtime["name"], name, "{report:#}");
+    assert_eq!(runtime["framework"], framework, "{report:#}");
+    assert!(
+        runtime["version"].as_str().is_some_and(|v| !v.is_empty()),
+        "{name}'s version: {runtime}"
+    );
+    let fix = runtime["fix"].as_str().expect("runtime.fix").to_string();
+    let advice: Vec<&str> = report["advice"]
+        .as_array()
+        .expect("advice")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        advice
+            .iter()
+            .any(|a| a.contains(&fix) && a.contains(framework)),
+        "the advice gives {name}'s own fix {fix:?}: {advice:#?}"
+    );
+    let live = format!("tcpstall fix {pid} --port {port}");
+    assert!(
+        advice
+            .iter()
+            .any(|a| a.contains(&live) && a.contains("--yes")),
+        "the live fix, with --yes for scripts: {advice:#?}"
+    );
+    fix
+}
+
+/// The probe of the server with the fix applied: no stall.
+fn clean_after_fix(port: u16, name: &str, fix: &str) {
+    let report = probe(port);
+    let p50 = report["p50_ms"].as_f64().expect("p50_ms");
+    assert!(
+        p50 < NO_STALL_MAX_MS,
+        "{name} with {fix:?} should not stall: {report:#}"
+    );
+    assert_eq!(report["verdict"], "clean", "{report:#}");
+}
+
+/// `source` with `marker` replaced by `line`, written to `dir/name`.
+fn with_line(source: &Path, marker: &str, line: &str, dir: &Scratch, name: &str) -> String {
+    let text = std::fs::read_to_string(source).expect("fixture");
+    assert!(
+        text.contains(marker),
+        "{} has no {marker:?}",
+        source.display()
+    );
+    let path = dir.path(name);
+    std::fs::write(&path, text.replace(marker, line)).expect("write the server");
+    path.to_string_lossy().into_owned()
+}
+
+#[test]
+fn cpython_http_server_named_and_its_handler_attribute_removes_the_stall() {
+    if !installed("python3", "--version") {
+        return skip("python3 is not installed (scripts/install-deps)");
+    }
+    let dir = Scratch::new("runtime-python");
+    let source = fixture("../runtimes/http_server.py");
+    let start = |fix: &str| -> (KillOnDrop, u16) {
+        let script = with_line(&source, "pass  # FIX", fix, &dir, "server.py");
+        spawn_printing_port(Command::new("python3").arg(script), "python3 http.server")
+    };
+    let (server, port) = start("pass");
+    let fix = stalls_and_names(port, server.0.id(), "CPython", "http.server");
+    drop(server);
+    let (_fixed, port) = start(&fix);
+    clean_after_fix(port, "CPython's http.server", &fix);
+}
+
+#[test]
+fn jdk_http_server_named_and_its_system_property_removes_the_stall() {
+    if !installed("javac", "-version") || !installed("java", "-version") {
+        return skip("javac and java are not installed (default-jdk-headless)");
+    }
+    let dir = Scratch::new("runtime-java");
+    let compiled = Command::new("javac")
+        .arg("-d")
+        .arg(&dir.0)
+        .arg(fixture("../runtimes/HttpServerMain.java"))
+        .status()
+        .expect("javac runs");
+    assert!(compiled.success(), "javac compiles the server");
+    let start = |options: &[&str]| -> (KillOnDrop, u16) {
+        let mut java = Command::new("java");
+        java.args(options)
+            .arg("-cp")
+            .arg(&dir.0)
+            .arg("HttpServerMain");
+        spawn_printing_port(&mut java, "the JDK's HttpServer")
+    };
+    let (server, port) = start(&[]);
+    let fix = stalls_and_names(port, server.0.id(), "Java (JVM)", "com.sun.net.httpserver");
+    assert!(fix.starts_with("-D"), "a JVM option: {fix}");
+    drop(server);
+    let (_fixed, port) = start(&[&fix]);
+    clean_after_fix(port, "the JDK's HttpServer", &fix);
+}
+
+#[test]
+fn perl_http_daemon_named_and_its_setsockopt_line_removes_the_stall() {
+    let has_daemon = Command::new("perl")
+        .args(["-MHTTP::Daemon", "-e1"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has_daemon {
+        return skip("perl's HTTP::Daemon is not installed (libhttp-daemon-perl)");
+    }
+    let dir = Scratch::new("runtime-perl");
+    let source = fixture("../runtimes/http_daemon.pl");
+    let start = |fix: &str| -> (KillOnDrop, u16) {
+        let script = with_line(&source, "# FIX", fix, &dir, "server.pl");
+        spawn_printing_port(Command::new("perl").arg(script), "perl HTTP::Daemon")
+    };
+    let (server, port) = start("# as shipped");
+    let fix = stalls_and_names(port, server.0.id(), "Perl", "HTTP::Daemon");
+    drop(server);
+    let (_fixed, port) = start(&fix);
+    clean_after_fix(port, "Perl's HTTP::Daemon", &fix);
+}
