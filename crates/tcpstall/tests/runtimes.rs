@@ -6,7 +6,6 @@
 
 mod support;
 
-use std::path::Path;
 use std::process::Command;
 
 use serde_json::Value;
@@ -79,9 +78,17 @@ fn clean_after_fix(port: u16, name: &str, fix: &str) {
     assert_eq!(report["verdict"], "clean", "{report:#}");
 }
 
-/// `source` with `marker` replaced by `line`, written to `dir/name`.
-fn with_line(source: &Path, marker: &str, line: &str, dir: &Scratch, name: &str) -> String {
-    let text = std::fs::read_to_string(source).expect("fixture");
+/// A script server: `interpreter` running fixture `source` with `marker` replaced by `line`
+/// (written to `dir/name`), and the port it prints.
+fn script_server(
+    interpreter: &str,
+    source: &str,
+    (marker, line): (&str, &str),
+    dir: &Scratch,
+    name: &str,
+) -> (KillOnDrop, u16) {
+    let source = fixture(&format!("../runtimes/{source}"));
+    let text = std::fs::read_to_string(&source).expect("fixture");
     assert!(
         text.contains(marker),
         "{} has no {marker:?}",
@@ -89,7 +96,7 @@ fn with_line(source: &Path, marker: &str, line: &str, dir: &Scratch, name: &str)
     );
     let path = dir.path(name);
     std::fs::write(&path, text.replace(marker, line)).expect("write the server");
-    path.to_string_lossy().into_owned()
+    spawn_printing_port(Command::new(interpreter).arg(path), interpreter)
 }
 
 #[test]
@@ -98,10 +105,14 @@ fn cpython_http_server_named_and_its_handler_attribute_removes_the_stall() {
         return skip("python3 is not installed (scripts/install-deps)");
     }
     let dir = Scratch::new("runtime-python");
-    let source = fixture("../runtimes/http_server.py");
-    let start = |fix: &str| -> (KillOnDrop, u16) {
-        let script = with_line(&source, "pass  # FIX", fix, &dir, "server.py");
-        spawn_printing_port(Command::new("python3").arg(script), "python3 http.server")
+    let start = |fix| {
+        script_server(
+            "python3",
+            "http_server.py",
+            ("pass  # FIX", fix),
+            &dir,
+            "s.py",
+        )
     };
     let (server, port) = start("pass");
     let fix = stalls_and_names(port, server.0.id(), "CPython", "http.server");
@@ -149,11 +160,7 @@ fn perl_http_daemon_named_and_its_setsockopt_line_removes_the_stall() {
         return skip("perl's HTTP::Daemon is not installed (libhttp-daemon-perl)");
     }
     let dir = Scratch::new("runtime-perl");
-    let source = fixture("../runtimes/http_daemon.pl");
-    let start = |fix: &str| -> (KillOnDrop, u16) {
-        let script = with_line(&source, "# FIX", fix, &dir, "server.pl");
-        spawn_printing_port(Command::new("perl").arg(script), "perl HTTP::Daemon")
-    };
+    let start = |fix| script_server("perl", "http_daemon.pl", ("# FIX", fix), &dir, "s.pl");
     let (server, port) = start("# as shipped");
     let fix = stalls_and_names(port, server.0.id(), "Perl", "HTTP::Daemon");
     drop(server);

@@ -21,6 +21,7 @@ use crate::detect::StallEvent;
 use crate::flow::{Endpoint, Side};
 use crate::host::pidfd::{socket_inode, PidFd};
 use crate::host::procfs::{self, TcpEntry, TcpState};
+use crate::host::runtime::{runtime_of, Runtime};
 use crate::host::sock_diag;
 use crate::host::sockopt;
 
@@ -38,6 +39,8 @@ struct Located {
     inode: u64,
     port: u16,
     listener: bool,
+    /// Read once, when found: a process keeps its runtime.
+    runtime: Option<Runtime>,
 }
 
 /// Finds and remembers the owners of stalled flows' sockets.
@@ -104,6 +107,7 @@ impl OwnerLookup {
             unreadable: None,
             listener: located.listener,
             container: None,
+            runtime: located.runtime.clone(),
         };
         match read_options(&located) {
             Ok(Some((nodelay, cork))) => {
@@ -193,6 +197,7 @@ impl OwnerLookup {
                             inode: entry.inode,
                             port: local.port(),
                             listener: entry.state == TcpState::Listen,
+                            runtime: runtime_of(pid),
                         })
                     }
                     Found::Deferred => deferred = true,
@@ -418,6 +423,8 @@ pub struct Owner {
     pub listener: bool,
     /// The container the process runs in, from its cgroup; `None` outside any.
     pub container: Option<Container>,
+    /// Its language runtime and framework, when tcpstall knows their fix.
+    pub runtime: Option<Runtime>,
 }
 
 /// A container, as its process's cgroup path names it.
@@ -458,6 +465,7 @@ impl Owner {
             unreadable: Some(format!("{why}; the kernel named its writer")),
             listener: false,
             container: None,
+            runtime: runtime_of(pid),
         }
     }
 }

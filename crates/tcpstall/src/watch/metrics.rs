@@ -764,6 +764,7 @@ mod tests {
                     id: format!("{i:02x}{}", "0".repeat(62)),
                     pod_uid: None,
                 }),
+                runtime: None,
             };
             owners.record(event, &owner);
             owners.record(event, &owner);

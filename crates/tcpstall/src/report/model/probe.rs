@@ -5,9 +5,9 @@
 use std::net::SocketAddr;
 
 use super::lab::LatencySummary;
+pub use super::Runtime;
 use crate::detect::{KindCounts, StallEvent, StallKind};
 use crate::flow::Side;
-pub use crate::host::runtime::Runtime;
 use crate::tcp_rules::DelackTimer;
 
 /// Everything a probe found, for the renderers.
