@@ -9,7 +9,7 @@ mod support;
 use std::process::Command;
 
 use serde_json::Value;
-use support::process::{fixture, json_of, BIN};
+use support::process::{fixture, json_of, tcpstall, BIN};
 use support::{skip, spawn_printing_port, KillOnDrop, Scratch, NO_STALL_MAX_MS, STALL_MIN_MS};
 
 /// `tcpstall probe --json --requests 20 http://127.0.0.1:PORT/`, whatever its exit status.
@@ -67,6 +67,37 @@ fn stalls_and_names(port: u16, pid: u32, name: &str, framework: &str) -> String 
     fix
 }
 
+/// `sockets PID` and `fix PID --port N --dry-run` name the same runtime and give the same fix.
+fn sockets_and_fix_name(pid: u32, port: u16, name: &str, fix: &str) {
+    let pid = pid.to_string();
+    let port = port.to_string();
+    let sockets = json_of(&tcpstall(&["sockets", &pid, "--json"]));
+    let listener = sockets
+        .as_array()
+        .expect("an array")
+        .iter()
+        .find(|s| s["listening"] == true)
+        .unwrap_or_else(|| panic!("no listener: {sockets:#}"));
+    assert_eq!(listener["runtime"]["name"], name, "{listener:#}");
+    assert_eq!(listener["runtime"]["fix"], fix, "{listener:#}");
+    let text = String::from_utf8_lossy(&tcpstall(&["sockets", &pid]).stdout).into_owned();
+    assert!(
+        text.contains(&format!("runtime: pid {pid}: ")) && text.contains(fix),
+        "{text}"
+    );
+    assert!(text.contains("add --yes when not at a terminal"), "{text}");
+    let plan = json_of(&tcpstall(&[
+        "fix",
+        &pid,
+        "--port",
+        &port,
+        "--dry-run",
+        "--json",
+    ]));
+    assert_eq!(plan["runtime"]["name"], name, "{plan:#}");
+    assert_eq!(plan["runtime"]["fix"], fix, "{plan:#}");
+}
+
 /// The probe of the server with the fix applied: no stall.
 fn clean_after_fix(port: u16, name: &str, fix: &str) {
     let report = probe(port);
@@ -101,6 +132,8 @@ fn script_server(
 
 #[test]
 fn cpython_http_server_named_and_its_handler_attribute_removes_the_stall() {
+    // Latency measured: one test at a time.
+    let _serial = support::serial();
     if !installed("python3", "--version") {
         return skip("python3 is not installed (scripts/install-deps)");
     }
@@ -116,6 +149,7 @@ fn cpython_http_server_named_and_its_handler_attribute_removes_the_stall() {
     };
     let (server, port) = start("pass");
     let fix = stalls_and_names(port, server.0.id(), "CPython", "http.server");
+    sockets_and_fix_name(server.0.id(), port, "CPython", &fix);
     drop(server);
     let (_fixed, port) = start(&fix);
     clean_after_fix(port, "CPython's http.server", &fix);
@@ -123,6 +157,8 @@ fn cpython_http_server_named_and_its_handler_attribute_removes_the_stall() {
 
 #[test]
 fn jdk_http_server_named_and_its_system_property_removes_the_stall() {
+    // Latency measured: one test at a time.
+    let _serial = support::serial();
     if !installed("javac", "-version") || !installed("java", "-version") {
         return skip("javac and java are not installed (default-jdk-headless)");
     }
@@ -144,6 +180,7 @@ fn jdk_http_server_named_and_its_system_property_removes_the_stall() {
     };
     let (server, port) = start(&[]);
     let fix = stalls_and_names(port, server.0.id(), "Java (JVM)", "com.sun.net.httpserver");
+    sockets_and_fix_name(server.0.id(), port, "Java (JVM)", &fix);
     assert!(fix.starts_with("-D"), "a JVM option: {fix}");
     drop(server);
     let (_fixed, port) = start(&[&fix]);
@@ -152,6 +189,8 @@ fn jdk_http_server_named_and_its_system_property_removes_the_stall() {
 
 #[test]
 fn perl_http_daemon_named_and_its_setsockopt_line_removes_the_stall() {
+    // Latency measured: one test at a time.
+    let _serial = support::serial();
     let has_daemon = Command::new("perl")
         .args(["-MHTTP::Daemon", "-e1"])
         .status()
@@ -163,7 +202,60 @@ fn perl_http_daemon_named_and_its_setsockopt_line_removes_the_stall() {
     let start = |fix| script_server("perl", "http_daemon.pl", ("# FIX", fix), &dir, "s.pl");
     let (server, port) = start("# as shipped");
     let fix = stalls_and_names(port, server.0.id(), "Perl", "HTTP::Daemon");
+    sockets_and_fix_name(server.0.id(), port, "Perl", &fix);
     drop(server);
     let (_fixed, port) = start(&fix);
     clean_after_fix(port, "Perl's HTTP::Daemon", &fix);
+}
+
+#[test]
+fn trace_names_the_runtime_of_a_process_with_write_write_reads() {
+    let _serial = support::serial();
+    if !installed("python3", "--version") {
+        return skip("python3 is not installed (scripts/install-deps)");
+    }
+    let dir = Scratch::new("runtime-trace");
+    let (server, port) = script_server(
+        "python3",
+        "http_server.py",
+        ("pass  # FIX", "pass"),
+        &dir,
+        "s.py",
+    );
+    let pid = server.0.id().to_string();
+    let check = ["trace", "-p", &pid, "--duration", "0.2", "--json"];
+    if let Some(why) = support::bpf_unavailable(BIN, &check) {
+        return skip(why);
+    }
+    let trace = support::Collected::new(
+        Command::new(BIN)
+            .args(["trace", "-p", &pid, "--duration", "4", "--json"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("tcpstall runs"),
+    );
+    trace.stderr_until(
+        "never stopped",
+        std::time::Duration::from_secs(15),
+        "trace -p",
+    );
+    probe(port);
+    let (status, stdout, stderr) = trace.finish(std::time::Duration::from_secs(20), "trace -p");
+    assert!(status.success(), "{stderr:?}");
+    let report: Value = serde_json::from_str(&stdout).expect("trace --json");
+    let held: Vec<&Value> = report["sockets"]
+        .as_array()
+        .expect("sockets")
+        .iter()
+        .filter(|s| s["write_write_read"].as_u64().is_some_and(|n| n > 0))
+        .collect();
+    assert!(!held.is_empty(), "{report:#}");
+    for socket in held {
+        assert_eq!(socket["runtime"]["name"], "CPython", "{socket:#}");
+        assert_eq!(
+            socket["runtime"]["fix"], "disable_nagle_algorithm = True",
+            "{socket:#}"
+        );
+    }
 }
