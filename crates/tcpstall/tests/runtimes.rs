@@ -130,6 +130,17 @@ fn script_server(
     spawn_printing_port(Command::new(interpreter).arg(path), interpreter)
 }
 
+/// The http.server fixture with `fix` in its handler class.
+fn python_server(dir: &Scratch, fix: &str) -> (KillOnDrop, u16) {
+    script_server(
+        "python3",
+        "http_server.py",
+        ("pass  # FIX", fix),
+        dir,
+        "s.py",
+    )
+}
+
 #[test]
 fn cpython_http_server_named_and_its_handler_attribute_removes_the_stall() {
     // Latency measured: one test at a time.
@@ -138,15 +149,7 @@ fn cpython_http_server_named_and_its_handler_attribute_removes_the_stall() {
         return skip("python3 is not installed (scripts/install-deps)");
     }
     let dir = Scratch::new("runtime-python");
-    let start = |fix| {
-        script_server(
-            "python3",
-            "http_server.py",
-            ("pass  # FIX", fix),
-            &dir,
-            "s.py",
-        )
-    };
+    let start = |fix| python_server(&dir, fix);
     let (server, port) = start("pass");
     let fix = stalls_and_names(port, server.0.id(), "CPython", "http.server");
     sockets_and_fix_name(server.0.id(), port, "CPython", &fix);
@@ -215,13 +218,7 @@ fn trace_names_the_runtime_of_a_process_with_write_write_reads() {
         return skip("python3 is not installed (scripts/install-deps)");
     }
     let dir = Scratch::new("runtime-trace");
-    let (server, port) = script_server(
-        "python3",
-        "http_server.py",
-        ("pass  # FIX", "pass"),
-        &dir,
-        "s.py",
-    );
+    let (server, port) = python_server(&dir, "pass");
     let pid = server.0.id().to_string();
     let check = ["trace", "-p", &pid, "--duration", "0.2", "--json"];
     if let Some(why) = support::bpf_unavailable(BIN, &check) {
