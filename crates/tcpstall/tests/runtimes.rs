@@ -152,6 +152,25 @@ fn cpython_http_server_named_and_its_handler_attribute_removes_the_stall() {
     let start = |fix| python_server(&dir, fix);
     let (server, port) = start("pass");
     let fix = stalls_and_names(port, server.0.id(), "CPython", "http.server");
+    // The probe's page shows them too.
+    let page = dir.path("probe.html");
+    let out = tcpstall(&[
+        "probe",
+        "--requests",
+        "10",
+        "--html",
+        page.to_str().expect("a UTF-8 path"),
+        &format!("http://127.0.0.1:{port}/"),
+    ]);
+    let html = std::fs::read_to_string(&page).unwrap_or_else(|_| {
+        panic!("no page: {}", String::from_utf8_lossy(&out.stderr));
+    });
+    // minijinja escapes the apostrophe.
+    assert!(
+        html.contains("the server&#x27;s runtime: CPython 3."),
+        "{html}"
+    );
+    assert!(html.contains(&fix), "the page gives {fix:?}");
     sockets_and_fix_name(server.0.id(), port, "CPython", &fix);
     drop(server);
     let (_fixed, port) = start(&fix);
