@@ -67,17 +67,23 @@ fn stalls_and_names(port: u16, pid: u32, name: &str, framework: &str) -> String 
     fix
 }
 
-/// `sockets PID` and `fix PID --port N --dry-run` name the same runtime and give the same fix.
-fn sockets_and_fix_name(pid: u32, port: u16, name: &str, fix: &str) {
-    let pid = pid.to_string();
-    let port = port.to_string();
-    let sockets = json_of(&tcpstall(&["sockets", &pid, "--json"]));
-    let listener = sockets
+/// The listening socket of `tcpstall sockets PID --json`.
+fn listener_of(pid: &str) -> Value {
+    let sockets = json_of(&tcpstall(&["sockets", pid, "--json"]));
+    sockets
         .as_array()
         .expect("an array")
         .iter()
         .find(|s| s["listening"] == true)
-        .unwrap_or_else(|| panic!("no listener: {sockets:#}"));
+        .unwrap_or_else(|| panic!("no listener: {sockets:#}"))
+        .clone()
+}
+
+/// `sockets PID` and `fix PID --port N --dry-run` name the same runtime and give the same fix.
+fn sockets_and_fix_name(pid: u32, port: u16, name: &str, fix: &str) {
+    let pid = pid.to_string();
+    let port = port.to_string();
+    let listener = listener_of(&pid);
     assert_eq!(listener["runtime"]["name"], name, "{listener:#}");
     assert_eq!(listener["runtime"]["fix"], fix, "{listener:#}");
     let text = String::from_utf8_lossy(&tcpstall(&["sockets", &pid]).stdout).into_owned();
@@ -274,4 +280,22 @@ fn trace_names_the_runtime_of_a_process_with_write_write_reads() {
             "{socket:#}"
         );
     }
+}
+
+#[test]
+fn a_node_server_is_named_with_its_no_delay_option() {
+    if !installed("node", "--version") {
+        return skip("node is not installed (nodejs)");
+    }
+    let script = "const s = require('net').createServer(c => c.end()); \
+                  s.listen(0, '127.0.0.1', () => console.log(s.address().port));";
+    let (server, _port) = spawn_printing_port(Command::new("node").args(["-e", script]), "node");
+    let listener = listener_of(&server.0.id().to_string());
+    assert_eq!(listener["runtime"]["name"], "Node.js", "{listener:#}");
+    assert!(
+        listener["runtime"]["fix"]
+            .as_str()
+            .is_some_and(|f| f.contains("noDelay: true")),
+        "{listener:#}"
+    );
 }
