@@ -30,10 +30,28 @@ fn installed(program: &str, version_flag: &str) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
+/// What `program ARGS` prints (a runtime's own word for its version), trimmed.
+fn version_said(program: &str, args: &[&str]) -> String {
+    let out = Command::new(program).args(args).output().expect("runs");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// The JVM's `java.version` property, as `java -XshowSettings:properties` prints it.
+fn java_version() -> String {
+    let out = Command::new("java")
+        .args(["-XshowSettings:properties", "-version"])
+        .output()
+        .expect("java runs");
+    String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("java.version = ").map(str::to_string))
+        .unwrap_or_default()
+}
+
 /// The probe of a server as it ships: it stalls, its runtime and framework are named, and
 /// the advice gives that runtime's fix and the live fix with `--yes` for scripts. Returns
 /// the fix to apply.
-fn stalls_and_names(port: u16, pid: u32, name: &str, framework: &str) -> String {
+fn stalls_and_names(port: u16, pid: u32, (name, framework): (&str, &str), said: &str) -> String {
     let report = probe(port);
     let p50 = report["p50_ms"].as_f64().expect("p50_ms");
     assert!(p50 >= STALL_MIN_MS, "{name} should stall first: {report:#}");
@@ -41,8 +59,10 @@ fn stalls_and_names(port: u16, pid: u32, name: &str, framework: &str) -> String 
     assert_eq!(runtime["name"], name, "{report:#}");
     assert_eq!(runtime["framework"], framework, "{report:#}");
     assert!(
-        runtime["version"].as_str().is_some_and(|v| !v.is_empty()),
-        "{name}'s version: {runtime}"
+        runtime["version"]
+            .as_str()
+            .is_some_and(|v| !v.is_empty() && said.starts_with(v)),
+        "{name}'s version, which it says is {said}: {runtime}"
     );
     let fix = runtime["fix"].as_str().expect("runtime.fix").to_string();
     let advice: Vec<&str> = report["advice"]
@@ -157,7 +177,11 @@ fn cpython_http_server_named_and_its_handler_attribute_removes_the_stall() {
     let dir = Scratch::new("runtime-python");
     let start = |fix| python_server(&dir, fix);
     let (server, port) = start("pass");
-    let fix = stalls_and_names(port, server.0.id(), "CPython", "http.server");
+    let said = version_said(
+        "python3",
+        &["-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+    );
+    let fix = stalls_and_names(port, server.0.id(), ("CPython", "http.server"), &said);
     // The probe's page shows them too.
     let page = dir.path("probe.html");
     let out = tcpstall(&[
@@ -207,7 +231,13 @@ fn jdk_http_server_named_and_its_system_property_removes_the_stall() {
         spawn_printing_port(&mut java, "the JDK's HttpServer")
     };
     let (server, port) = start(&[]);
-    let fix = stalls_and_names(port, server.0.id(), "Java (JVM)", "com.sun.net.httpserver");
+    let said = java_version();
+    let fix = stalls_and_names(
+        port,
+        server.0.id(),
+        ("Java (JVM)", "com.sun.net.httpserver"),
+        &said,
+    );
     sockets_and_fix_name(server.0.id(), port, "Java (JVM)", &fix);
     assert!(fix.starts_with("-D"), "a JVM option: {fix}");
     drop(server);
@@ -229,7 +259,8 @@ fn perl_http_daemon_named_and_its_setsockopt_line_removes_the_stall() {
     let dir = Scratch::new("runtime-perl");
     let start = |fix| script_server("perl", "http_daemon.pl", ("# FIX", fix), &dir, "s.pl");
     let (server, port) = start("# as shipped");
-    let fix = stalls_and_names(port, server.0.id(), "Perl", "HTTP::Daemon");
+    let said = version_said("perl", &["-e", "printf '%vd', $^V"]);
+    let fix = stalls_and_names(port, server.0.id(), ("Perl", "HTTP::Daemon"), &said);
     sockets_and_fix_name(server.0.id(), port, "Perl", &fix);
     drop(server);
     let (_fixed, port) = start(&fix);

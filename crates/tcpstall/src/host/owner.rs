@@ -21,7 +21,7 @@ use crate::detect::StallEvent;
 use crate::flow::{Endpoint, Side};
 use crate::host::pidfd::{socket_inode, PidFd};
 use crate::host::procfs::{self, TcpEntry, TcpState};
-use crate::host::runtime::{runtime_of, Runtime};
+use crate::host::runtime::{Runtime, RuntimeCache};
 use crate::host::sock_diag;
 use crate::host::sockopt;
 
@@ -51,6 +51,7 @@ pub struct OwnerLookup {
     recent_pids: VecDeque<u32>,
     holders: Holders,
     costs: LookupCosts,
+    runtimes: RuntimeCache,
 }
 
 /// What the owner searches cost so far, counted where the work is done: the figures that
@@ -125,6 +126,12 @@ impl OwnerLookup {
         Ok(owner)
     }
 
+    /// The runtime of `pid`, read once per process: for an owner the kernel named
+    /// ([`Owner::writer`]), which no search found.
+    pub fn runtime_of(&mut self, pid: u32) -> Option<Runtime> {
+        self.runtimes.runtime_of(pid)
+    }
+
     /// Looks at `pid` first on the next search: the kernel named it as the writer.
     pub fn prefer(&mut self, pid: u32) {
         self.recent_pids.retain(|p| *p != pid);
@@ -197,7 +204,7 @@ impl OwnerLookup {
                             inode: entry.inode,
                             port: local.port(),
                             listener: entry.state == TcpState::Listen,
-                            runtime: runtime_of(pid),
+                            runtime: self.runtimes.runtime_of(pid),
                         })
                     }
                     Found::Deferred => deferred = true,
@@ -448,7 +455,8 @@ impl Container {
 
 impl Owner {
     /// The process the kernel saw write `event`'s held bytes, when its socket is not in this
-    /// network namespace (a container's): no fd to name, no options to read.
+    /// network namespace (a container's): no fd to name, no options to read, its runtime
+    /// left to [`OwnerLookup::runtime_of`].
     pub fn writer(event: &StallEvent, pid: u32, command: String, why: &str) -> Owner {
         let held = event.finding.held_side;
         Owner {
@@ -465,7 +473,7 @@ impl Owner {
             unreadable: Some(format!("{why}; the kernel named its writer")),
             listener: false,
             container: None,
-            runtime: runtime_of(pid),
+            runtime: None,
         }
     }
 }

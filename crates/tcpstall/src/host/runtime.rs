@@ -13,6 +13,7 @@ use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
+use rustc_hash::FxHashMap;
 use serde::Serialize;
 
 use crate::host::procfs;
@@ -210,6 +211,31 @@ pub fn runtime_of(pid: u32) -> Option<Runtime> {
         fix: remedy.fix,
         place: remedy.place,
     })
+}
+
+/// Processes whose runtime a [`RuntimeCache`] keeps at most; past that it starts again.
+const CACHED_PROCESSES: usize = 4096;
+
+/// Runtimes already read, by process: its pid and start time (`/proc/PID/stat` field 22), so
+/// that a pid reused by another program is read again. A verb naming many sockets or flows of
+/// one process reads its executable, maps and threads once.
+#[derive(Debug, Default)]
+pub struct RuntimeCache {
+    known: FxHashMap<(u32, u64), Option<Runtime>>,
+}
+
+impl RuntimeCache {
+    /// The runtime of `pid` ([`runtime_of`]), read once per process.
+    pub fn runtime_of(&mut self, pid: u32) -> Option<Runtime> {
+        let started = procfs::stat_field(pid, 22)?;
+        if self.known.len() >= CACHED_PROCESSES {
+            self.known.clear();
+        }
+        self.known
+            .entry((pid, started))
+            .or_insert_with(|| runtime_of(pid))
+            .clone()
+    }
 }
 
 /// The table's row for `language` and `framework`: the framework's own, else the runtime's.

@@ -11,7 +11,7 @@ use clap::Args;
 use super::AccessError;
 use crate::host::pidfd::{socket_inode, PidFd, PidFds};
 use crate::host::procfs::{self, FdListError, TcpEntry, TcpState};
-use crate::host::runtime::{runtime_of, Runtime};
+use crate::host::runtime::RuntimeCache;
 use crate::host::sockopt;
 pub use crate::report::model::sockets::{Holder, InfoView, ProcessName, SocketView};
 use crate::Outcome;
@@ -545,11 +545,9 @@ pub fn run(args: &SocketsArgs) -> anyhow::Result<Outcome> {
 
 /// The runtime of each process holding a socket that can stall, read once per process.
 pub fn name_runtimes(views: &mut [SocketView]) {
-    let mut known: rustc_hash::FxHashMap<u32, Option<Runtime>> = Default::default();
+    let mut runtimes = RuntimeCache::default();
     for v in views.iter_mut().filter(|v| v.can_stall == Some(true)) {
-        if let Some(pid) = v.pid {
-            v.runtime = known.entry(pid).or_insert_with(|| runtime_of(pid)).clone();
-        }
+        v.runtime = v.pid.and_then(|pid| runtimes.runtime_of(pid));
     }
 }
 

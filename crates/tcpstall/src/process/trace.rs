@@ -14,7 +14,7 @@ use clap::Args;
 use super::tracer::{self, Mode, Traced};
 use super::{kernel_trace, AccessError};
 use crate::host::procfs;
-use crate::host::runtime::{runtime_of, Runtime};
+use crate::host::runtime::RuntimeCache;
 use crate::report::trace::{write_json, write_text, PeerProcess, SocketReport, TraceReport};
 use crate::Outcome;
 
@@ -93,8 +93,7 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<Outcome> {
         _ => tracer::trace_command(&args.command, limit)?,
     };
     let tracepoints = traced.mode == Mode::Tracepoints;
-    // Read once per process: its sockets share it.
-    let mut runtimes: rustc_hash::FxHashMap<u32, Option<Runtime>> = Default::default();
+    let mut runtimes = RuntimeCache::default();
     let mut sockets: Vec<SocketReport> = traced
         .sockets
         .into_iter()
@@ -103,15 +102,11 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<Outcome> {
             let held = s.kernel_held_sends;
             let mut report = SocketReport::new(s);
             report.kernel_holds = tracepoints.then_some(held);
+            if report.socket.write_write_read > 0 {
+                report.runtime = runtimes.runtime_of(report.socket.pid);
+            }
             // The ACKing peer, when its end is a socket of this host still open: the advice
             // to cap its delayed ACK names it.
-            if report.socket.write_write_read > 0 {
-                let pid = report.socket.pid;
-                report.runtime = runtimes
-                    .entry(pid)
-                    .or_insert_with(|| runtime_of(pid))
-                    .clone();
-            }
             if report.socket.waits_over_30ms > 0 {
                 if let (Some(local), Some(remote)) = (report.socket.local, report.socket.remote) {
                     report.peer_process = procfs::connection_owner(remote, local)
