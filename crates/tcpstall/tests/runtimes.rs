@@ -1,8 +1,9 @@
 //! The runtime and framework of a stalling server named, and its fix given in the program's
 //! own terms, against real runtimes from Debian's packages: CPython's http.server, the JDK's
-//! HttpServer and Perl's HTTP::Daemon. Each test probes the server as it ships (a stall of at
-//! least a delayed ACK), applies the fix the probe printed, word for word (a handler
-//! attribute, a JVM flag, a line after accept), starts the server again and probes it clean.
+//! HttpServer, Perl's HTTP::Daemon and Ruby's WEBrick. Each test probes the server as it
+//! ships (a stall of at least a delayed ACK), applies the fix the probe printed, word for word
+//! (a handler attribute, a JVM flag, a line after accept), starts the server again and probes
+//! it clean.
 
 mod support;
 
@@ -245,26 +246,77 @@ fn jdk_http_server_named_and_its_system_property_removes_the_stall() {
     clean_after_fix(port, "the JDK's HttpServer", &fix);
 }
 
+/// A server written in a scripting language whose fix is a line in its code.
+struct LineFixed {
+    /// The interpreter, and the arguments that load the framework (to skip without it).
+    interpreter: &'static str,
+    loads_framework: &'static [&'static str],
+    /// What to install when it does not load.
+    package: &'static str,
+    /// The fixture, and its file name's extension.
+    source: &'static str,
+    extension: &'static str,
+    /// The runtime's and framework's names as tcpstall gives them.
+    names: (&'static str, &'static str),
+    /// The arguments that make the interpreter print its version.
+    says_version: &'static [&'static str],
+}
+
+impl LineFixed {
+    /// Probes the server as it ships (a stall, the runtime and its fix named), then with the
+    /// fix's line put at the fixture's `# FIX` (clean).
+    fn check(&self) {
+        // Latency measured: one test at a time.
+        let _serial = support::serial();
+        let loads = Command::new(self.interpreter)
+            .args(self.loads_framework)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !loads {
+            return skip(format!(
+                "{} is not installed ({})",
+                self.names.1, self.package
+            ));
+        }
+        let dir = Scratch::new(&format!("runtime-{}", self.interpreter));
+        let file = format!("s.{}", self.extension);
+        let start = |fix| script_server(self.interpreter, self.source, ("# FIX", fix), &dir, &file);
+        let (server, port) = start("# as shipped");
+        let said = version_said(self.interpreter, self.says_version);
+        let fix = stalls_and_names(port, server.0.id(), self.names, &said);
+        sockets_and_fix_name(server.0.id(), port, self.names.0, &fix);
+        drop(server);
+        let (_fixed, port) = start(&fix);
+        clean_after_fix(port, self.names.1, &fix);
+    }
+}
+
 #[test]
 fn perl_http_daemon_named_and_its_setsockopt_line_removes_the_stall() {
-    // Latency measured: one test at a time.
-    let _serial = support::serial();
-    let has_daemon = Command::new("perl")
-        .args(["-MHTTP::Daemon", "-e1"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !has_daemon {
-        return skip("perl's HTTP::Daemon is not installed (libhttp-daemon-perl)");
+    LineFixed {
+        interpreter: "perl",
+        loads_framework: &["-MHTTP::Daemon", "-e1"],
+        package: "libhttp-daemon-perl",
+        source: "http_daemon.pl",
+        extension: "pl",
+        names: ("Perl", "HTTP::Daemon"),
+        says_version: &["-e", "printf '%vd', $^V"],
     }
-    let dir = Scratch::new("runtime-perl");
-    let start = |fix| script_server("perl", "http_daemon.pl", ("# FIX", fix), &dir, "s.pl");
-    let (server, port) = start("# as shipped");
-    let said = version_said("perl", &["-e", "printf '%vd', $^V"]);
-    let fix = stalls_and_names(port, server.0.id(), ("Perl", "HTTP::Daemon"), &said);
-    sockets_and_fix_name(server.0.id(), port, "Perl", &fix);
-    drop(server);
-    let (_fixed, port) = start(&fix);
-    clean_after_fix(port, "Perl's HTTP::Daemon", &fix);
+    .check();
+}
+
+#[test]
+fn ruby_webrick_named_and_its_setsockopt_line_removes_the_stall() {
+    LineFixed {
+        interpreter: "ruby",
+        loads_framework: &["-rwebrick", "-e", "nil"],
+        package: "ruby-webrick",
+        source: "webrick_server.rb",
+        extension: "rb",
+        names: ("Ruby", "WEBrick"),
+        says_version: &["-e", "print RUBY_VERSION"],
+    }
+    .check();
 }
 
 #[test]
