@@ -1,9 +1,9 @@
 //! The runtime and framework of a stalling server named, and its fix given in the program's
 //! own terms, against real runtimes from Debian's packages: CPython's http.server, the JDK's
-//! HttpServer, Perl's HTTP::Daemon and Ruby's WEBrick. Each test probes the server as it
-//! ships (a stall of at least a delayed ACK), applies the fix the probe printed, word for word
-//! (a handler attribute, a JVM flag, a line after accept), starts the server again and probes
-//! it clean.
+//! HttpServer, Perl's HTTP::Daemon, Ruby's WEBrick and Erlang/OTP's inets httpd. Each test
+//! probes the server as it ships (a stall of at least a delayed ACK), applies the fix the probe
+//! printed, word for word (a handler attribute, a JVM or VM flag, a line after accept), starts
+//! the server again and probes it clean.
 
 mod support;
 
@@ -60,9 +60,9 @@ fn stalls_and_names(port: u16, pid: u32, (name, framework): (&str, &str), said: 
     assert_eq!(runtime["name"], name, "{report:#}");
     assert_eq!(runtime["framework"], framework, "{report:#}");
     assert!(
-        runtime["version"]
-            .as_str()
-            .is_some_and(|v| !v.is_empty() && said.starts_with(v)),
+        runtime["version"].as_str().is_some_and(|v| !v.is_empty()
+            && !said.is_empty()
+            && (said.starts_with(v) || v.starts_with(said))),
         "{name}'s version, which it says is {said}: {runtime}"
     );
     let fix = runtime["fix"].as_str().expect("runtime.fix").to_string();
@@ -244,6 +244,47 @@ fn jdk_http_server_named_and_its_system_property_removes_the_stall() {
     drop(server);
     let (_fixed, port) = start(&[&fix]);
     clean_after_fix(port, "the JDK's HttpServer", &fix);
+}
+
+#[test]
+fn erlang_inets_httpd_named_and_its_vm_flag_removes_the_stall() {
+    // Latency measured: one test at a time.
+    let _serial = support::serial();
+    let loads = Command::new("erl")
+        .args(["-noshell", "-eval", "ok = application:load(inets), halt()."])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !loads {
+        return skip("erl and inets are not installed (erlang-base, erlang-inets)");
+    }
+    let dir = Scratch::new("runtime-erlang");
+    std::fs::write(dir.path("index.html"), [b'x'; 200]).expect("the page");
+    let eval = std::fs::read_to_string(fixture("../runtimes/inets_httpd.eval")).expect("fixture");
+    // The flags as a shell would pass them: the fix is written for the erl command line.
+    let start = |flags: &str| {
+        let mut erl = Command::new("sh");
+        erl.args([
+            "-c",
+            &format!("exec erl {flags} -noshell -eval \"$0\""),
+            &eval,
+        ])
+        .env("DOCROOT", &dir.0);
+        spawn_printing_port(&mut erl, "erl with inets httpd")
+    };
+    let (server, port) = start("");
+    let said = version_said(
+        "erl",
+        &[
+            "-noshell",
+            "-eval",
+            "io:format(\"~s\", [erlang:system_info(otp_release)]), halt().",
+        ],
+    );
+    let fix = stalls_and_names(port, server.0.id(), ("Erlang/OTP", "inets"), &said);
+    sockets_and_fix_name(server.0.id(), port, "Erlang/OTP", &fix);
+    drop(server);
+    let (_fixed, port) = start(&fix);
+    clean_after_fix(port, "Erlang's inets httpd", &fix);
 }
 
 /// A server written in a scripting language whose fix is a line in its code.

@@ -198,10 +198,11 @@ pub fn runtime_of(pid: u32) -> Option<Runtime> {
     let maps = fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
     let (language, version) =
         language_of(&exe, &maps).or_else(|| go_version(pid).map(|v| (Language::Go, Some(v))))?;
-    let version = version.or_else(|| match language {
-        Language::Jvm => java_version(&exe, &maps),
-        _ => None,
-    });
+    let version = match language {
+        Language::Jvm => version.or_else(|| java_version(&exe, &maps)),
+        Language::Erlang => otp_version(&exe).or(version),
+        _ => version,
+    };
     let framework = framework_of(pid, language);
     let remedy = remedy(language, framework)?;
     Some(Runtime {
@@ -344,6 +345,16 @@ fn java_version(exe: &Path, maps: &str) -> Option<String> {
                 Some(value.trim_matches('"').to_string())
             })
         })
+}
+
+/// The OTP release from `releases/*/OTP_VERSION` under the Erlang root that holds
+/// `erts-V/bin/beam.smp` (`25.2.3`).
+fn otp_version(exe: &Path) -> Option<String> {
+    let releases = exe.ancestors().nth(3)?.join("releases");
+    fs::read_dir(releases).ok()?.flatten().find_map(|release| {
+        let text = fs::read_to_string(release.path().join("OTP_VERSION")).ok()?;
+        Some(text.trim().to_string())
+    })
 }
 
 /// A Go program's version from its build information (`runtime/debug.BuildInfo`, the
