@@ -130,13 +130,12 @@ pub(crate) fn write_table(
 /// For each process whose sockets can stall and whose runtime is known, that runtime's own
 /// fix, once.
 fn write_runtimes(out: &mut impl Write, views: &[SocketView]) -> io::Result<()> {
-    let mut seen = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     for v in views {
         let (Some(pid), Some(runtime)) = (v.pid, &v.runtime) else {
             continue;
         };
-        if !seen.contains(&pid) {
-            seen.push(pid);
+        if seen.insert(pid) {
             writeln!(out, "runtime: pid {pid}: {}", runtime.advice())?;
         }
     }
