@@ -5,6 +5,11 @@ use std::io::{BufRead, IsTerminal, Write};
 
 use anyhow::bail;
 
+/// What advice naming a `tcpstall fix` command adds after it: [`confirm`] asks first, and
+/// a script has no terminal to answer on.
+pub(crate) const ASKS_FIRST: &str =
+    "it asks before changing anything: add --yes when not at a terminal";
+
 /// Asks `question` on the terminal; refuses without one, naming `target`, which stays as it is.
 pub(crate) fn confirm(target: &str, question: &str) -> anyhow::Result<bool> {
     let stdin = std::io::stdin();

@@ -323,7 +323,7 @@ fn fix_of_an_nginx_master_reaches_the_connections_its_workers_hold() {
                 .find(|s| s["listening"] == false)
                 .and_then(|s| s["pid"].as_u64())
                 .expect("a worker's connection")
-        )) && !table.contains(&format!("(tcpstall fix {})", nginx.workers[0])),
+        )) && !table.contains(&format!("(tcpstall fix {};", nginx.workers[0])),
         "the workers' connections can stall, and fixing the master reaches them: {table}"
     );
 

@@ -152,6 +152,14 @@ fn a_python_server_stall_is_printed_with_its_process_and_fix() {
         block.contains(&format!("fix: tcpstall fix {pid} --port {}", server.port)),
         "{stdout}"
     );
+    // Its runtime, and the fix in its terms; the live fix says what a script adds.
+    assert!(block.contains("runtime: CPython 3."), "{stdout}");
+    assert!(block.contains("http.server"), "{stdout}");
+    assert!(block.contains("disable_nagle_algorithm = True"), "{stdout}");
+    assert!(
+        block.contains("add --yes when not at a terminal"),
+        "{stdout}"
+    );
     // The summary names the process too.
     assert!(stdout.contains("processes:"), "{stdout}");
     assert!(stdout.contains("dropped: 0 by the kernel"), "{stdout}");
@@ -227,6 +235,8 @@ fn json_lines_carry_analyze_keys_and_the_owner() {
     for e in &held {
         assert_eq!(e["pid"].as_u64(), Some(pid), "{e}");
         assert_eq!(e["command"], "python3", "{e}");
+        assert_eq!(e["runtime"]["name"], "CPython", "{e}");
+        assert_eq!(e["runtime"]["framework"], "http.server", "{e}");
         assert_eq!(e["ack_side"], "client", "{e}");
         assert!(
             e["delay_ms"]

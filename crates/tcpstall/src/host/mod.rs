@@ -16,6 +16,7 @@ pub(crate) mod pidfd;
 pub(crate) mod privilege;
 pub(crate) mod procfs;
 pub(crate) mod record;
+pub mod runtime;
 pub(crate) mod sock_diag;
 pub(crate) mod sockopt;
 pub mod tcp_state;

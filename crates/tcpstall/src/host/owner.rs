@@ -21,6 +21,7 @@ use crate::detect::StallEvent;
 use crate::flow::{Endpoint, Side};
 use crate::host::pidfd::{socket_inode, PidFd};
 use crate::host::procfs::{self, TcpEntry, TcpState};
+use crate::host::runtime::{Runtime, RuntimeCache};
 use crate::host::sock_diag;
 use crate::host::sockopt;
 
@@ -38,6 +39,8 @@ struct Located {
     inode: u64,
     port: u16,
     listener: bool,
+    /// Read once, when found: a process keeps its runtime.
+    runtime: Option<Runtime>,
 }
 
 /// Finds and remembers the owners of stalled flows' sockets.
@@ -49,6 +52,7 @@ pub struct OwnerLookup {
     recent_pids: VecDeque<u32>,
     holders: Holders,
     costs: LookupCosts,
+    runtimes: RuntimeCache,
 }
 
 /// A flow's owner as found, with the flow's ends it was found for.
@@ -100,7 +104,8 @@ impl OwnerLookup {
                     self.by_flow.remove(&event.flow_id);
                 } else {
                     let found = found.clone();
-                    self.by_flow.insert(event.flow_id, Remembered { ends, found });
+                    self.by_flow
+                        .insert(event.flow_id, Remembered { ends, found });
                 }
                 found
             }
@@ -116,6 +121,7 @@ impl OwnerLookup {
             unreadable: None,
             listener: located.listener,
             container: None,
+            runtime: located.runtime.clone(),
         };
         match read_options(&located) {
             Ok(Some((nodelay, cork))) => {
@@ -131,6 +137,12 @@ impl OwnerLookup {
             Err(reason) => owner.unreadable = Some(reason),
         }
         Ok(owner)
+    }
+
+    /// The runtime of `pid`, read once per process: for an owner the kernel named
+    /// ([`Owner::writer`]), which no search found.
+    pub fn runtime_of(&mut self, pid: u32) -> Option<Runtime> {
+        self.runtimes.runtime_of(pid)
     }
 
     /// Looks at `pid` first on the next search: the kernel named it as the writer.
@@ -205,6 +217,7 @@ impl OwnerLookup {
                             inode: entry.inode,
                             port: local.port(),
                             listener: entry.state == TcpState::Listen,
+                            runtime: self.runtimes.runtime_of(pid),
                         })
                     }
                     Found::Deferred => deferred = true,
@@ -430,6 +443,8 @@ pub struct Owner {
     pub listener: bool,
     /// The container the process runs in, from its cgroup; `None` outside any.
     pub container: Option<Container>,
+    /// Its language runtime and framework, when tcpstall knows their fix.
+    pub runtime: Option<Runtime>,
 }
 
 /// A container, as its process's cgroup path names it.
@@ -466,7 +481,8 @@ impl Container {
 
 impl Owner {
     /// The process the kernel saw write `event`'s held bytes, when its socket is not in this
-    /// network namespace (a container's): no fd to name, no options to read.
+    /// network namespace (a container's): no fd to name, no options to read, its runtime
+    /// left to [`OwnerLookup::runtime_of`].
     pub fn writer(event: &StallEvent, pid: u32, command: String, why: &str) -> Owner {
         let held = event.finding.held_side;
         Owner {
@@ -483,6 +499,7 @@ impl Owner {
             unreadable: Some(format!("{why}; the kernel named its writer")),
             listener: false,
             container: None,
+            runtime: None,
         }
     }
 }

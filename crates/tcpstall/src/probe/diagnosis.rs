@@ -5,6 +5,7 @@ use crate::detect::verdict::{explain, fixes};
 use crate::detect::{Holder, KindCounts, StallKind};
 use crate::flow::Side;
 use crate::tcp_rules;
+use crate::terminal::ASKS_FIRST;
 
 use super::capture::{Captured, WireSegment};
 use super::client::RunLog;
@@ -164,15 +165,19 @@ pub fn diagnose(
                 .find_map(|c| c.remote)
                 .map_or(0, |r| r.port());
             let live = format!(
-                "on this host, live: tcpstall fix {} --port {port} (pid {}, {}; it asks before \
-                 changing anything: add --yes when not at a terminal)",
+                "on this host, live: tcpstall fix {} --port {port} (pid {}, {}; {ASKS_FIRST})",
                 p.pid, p.pid, p.command
             );
-            // Right after the TCP_NODELAY advice it applies.
-            let at = advice
+            // Right after the TCP_NODELAY advice: the program's own switch for it, then the
+            // live fix.
+            let mut at = advice
                 .iter()
                 .position(|a| a.contains("TCP_NODELAY"))
                 .map_or(advice.len(), |i| i + 1);
+            if let Some(runtime) = &p.runtime {
+                advice.insert(at, runtime.advice());
+                at += 1;
+            }
             advice.insert(at, live);
         }
     }
@@ -191,6 +196,7 @@ pub fn diagnose(
         server_time: None,
         causes: Vec::new(),
         lost_ms,
+        runtime: server.and_then(|p| p.runtime.clone()),
     }
 }
 

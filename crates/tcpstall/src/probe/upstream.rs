@@ -28,6 +28,7 @@ use crate::detect::{Detector, DetectorConfig, PeerStack, StallEvent};
 use crate::flow::{Endpoint, Side};
 use crate::host::owner::OwnerLookup;
 use crate::host::procfs::{self, TcpState};
+use crate::host::runtime::runtime_of;
 use crate::tcp_rules;
 
 use super::client::RunLog;
@@ -458,6 +459,7 @@ pub fn held_behind(watched: &HopCapture, log: &RunLog) -> Option<HeldUpstream> {
             process: Process {
                 pid: o.pid,
                 command: o.command,
+                runtime: runtime_of(o.pid),
             },
             nodelay: o.nodelay,
         });
@@ -643,7 +645,11 @@ pub fn listener_owner(target: SocketAddr) -> Result<Process, String> {
         .ok_or_else(|| format!("nothing listens on {target} on this host"))?;
     procfs::process_holding(listener.inode)
         .map_err(|err| format!("cannot list processes: {err}"))?
-        .map(|(pid, command)| Process { pid, command })
+        .map(|(pid, command)| Process {
+            pid,
+            command,
+            runtime: runtime_of(pid),
+        })
         .ok_or_else(|| {
             format!(
                 "the process listening on {target} is not visible (another user's: run as root)"

@@ -256,6 +256,10 @@ pub fn run(args: &FixArgs) -> anyhow::Result<Outcome> {
         listener_nodelay_inherited: inherited,
         sockets: plan,
         pids: found.pids,
+        runtime: delack
+            .is_none()
+            .then(|| crate::host::runtime::runtime_of(pid))
+            .flatten(),
         delack_max: delack,
     };
 

@@ -11,6 +11,7 @@ use clap::Args;
 use super::AccessError;
 use crate::host::pidfd::{socket_inode, PidFd, PidFds};
 use crate::host::procfs::{self, FdListError, TcpEntry, TcpState};
+use crate::host::runtime::RuntimeCache;
 use crate::host::sockopt;
 pub use crate::report::model::sockets::{Holder, InfoView, ProcessName, SocketView};
 use crate::Outcome;
@@ -83,6 +84,7 @@ impl SocketView {
             inherited_from: None,
             command: None,
             kernel: None,
+            runtime: None,
         }
     }
 
@@ -506,6 +508,7 @@ pub fn run(args: &SocketsArgs) -> anyhow::Result<Outcome> {
     if let Some(port) = args.port {
         views.retain(|v| v.uses_port(port));
     }
+    name_runtimes(&mut views);
     if args.all && !args.time_wait {
         let before = views.len();
         views.retain(|v| !(v.state == TcpState::TimeWait && v.pid.is_none()));
@@ -538,6 +541,14 @@ pub fn run(args: &SocketsArgs) -> anyhow::Result<Outcome> {
         std::io::Write::flush(&mut stdout)?;
     }
     Ok(Outcome::Done)
+}
+
+/// The runtime of each process holding a socket that can stall, read once per process.
+pub fn name_runtimes(views: &mut [SocketView]) {
+    let mut runtimes = RuntimeCache::default();
+    for v in views.iter_mut().filter(|v| v.can_stall == Some(true)) {
+        v.runtime = v.pid.and_then(|pid| runtimes.runtime_of(pid));
+    }
 }
 
 /// Every socket of the host (or of the PID's tree) in one pass of the kernel's iterator.

@@ -14,6 +14,7 @@ use clap::Args;
 use super::tracer::{self, Mode, Traced};
 use super::{kernel_trace, launch, AccessError};
 use crate::host::procfs;
+use crate::host::runtime::RuntimeCache;
 use crate::report::trace::{write_json, write_text, PeerProcess, SocketReport, TraceReport};
 use crate::Outcome;
 
@@ -93,6 +94,7 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<Outcome> {
         _ => trace_command(&args.command, limit, args.ptrace)?,
     };
     let tracepoints = traced.mode == Mode::Tracepoints;
+    let mut runtimes = RuntimeCache::default();
     let mut sockets: Vec<SocketReport> = traced
         .sockets
         .into_iter()
@@ -101,6 +103,9 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<Outcome> {
             let held = s.kernel_held_sends;
             let mut report = SocketReport::new(s);
             report.kernel_holds = tracepoints.then_some(held);
+            if report.socket.write_write_read > 0 {
+                report.runtime = runtimes.runtime_of(report.socket.pid);
+            }
             // The ACKing peer, when its end is a socket of this host still open: the advice
             // to cap its delayed ACK names it.
             if report.socket.waits_over_30ms > 0 {

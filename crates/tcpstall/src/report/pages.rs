@@ -133,6 +133,10 @@ pub fn probe_page(
     if let Some(hop) = &d.hop {
         page.facts.push(hop.clone());
     }
+    if let Some(runtime) = &d.runtime {
+        page.facts
+            .push(format!("the server's runtime: {}", runtime.describe()));
+    }
     page.facts.extend(report.notes.iter().cloned());
     page.pacing = super::probe::describe_paced(&report.ack_paced);
     page.pacing_title = format!(

@@ -497,6 +497,7 @@ pub fn json(r: &ProbeReport) -> String {
             "waited_for_syn": c.waited_for_syn,
         })),
         "listen_queue": listen_queue,
+        "runtime": d.runtime,
         "min_rtt_ms": r.min_rtt_ms.map(round3),
         "retransmissions": r.retransmissions,
         "notes": r.notes,

@@ -9,6 +9,7 @@ use crate::report::model::sockets::{
     TcpState,
 };
 use crate::report::or_unknown;
+use crate::terminal::ASKS_FIRST;
 
 fn on_off(value: Option<bool>) -> &'static str {
     match value {
@@ -104,7 +105,7 @@ pub(crate) fn write_table(
         writeln!(
             out,
             "can stall: pid {pid} fd {} {}: Nagle on in a request/response connection: small \
-             writes can wait for a delayed ACK (tcpstall fix {fix})",
+             writes can wait for a delayed ACK (tcpstall fix {fix}; {ASKS_FIRST})",
             or_unknown(v.fd),
             v.local
         )?;
@@ -116,12 +117,27 @@ pub(crate) fn write_table(
             out,
             "delayed ACKs: pid {pid} fd {} {} -> {}: this side delays its ACKs ({} ms now); \
              if the server's small writes wait for them (Nagle there) and it cannot be \
-             changed, cap the delay here (tcpstall fix {fix} --delack-max 5ms)",
+             changed, cap the delay here (tcpstall fix {fix} --delack-max 5ms; {ASKS_FIRST})",
             or_unknown(v.fd),
             v.local,
             v.remote,
             v.tcp_info.map_or(0, |i| i.ato_us / 1000)
         )?;
+    }
+    write_runtimes(out, views)
+}
+
+/// For each process whose sockets can stall and whose runtime is known, that runtime's own
+/// fix, once.
+fn write_runtimes(out: &mut impl Write, views: &[SocketView]) -> io::Result<()> {
+    let mut seen = std::collections::HashSet::new();
+    for v in views {
+        let (Some(pid), Some(runtime)) = (v.pid, &v.runtime) else {
+            continue;
+        };
+        if seen.insert(pid) {
+            writeln!(out, "runtime: pid {pid}: {}", runtime.advice())?;
+        }
     }
     Ok(())
 }
@@ -217,7 +233,8 @@ pub(crate) fn write_kernel_table(
             super::counted(k.packets_out, "segment", "segments")
         )?;
     }
-    write_listeners(out, views, fix_pid)
+    write_listeners(out, views, fix_pid)?;
+    write_runtimes(out, views)
 }
 
 /// The listeners with Nagle on, one line per process (a server listening on several
@@ -258,7 +275,8 @@ fn write_listeners(
                 out,
                 "can stall: pid {pid} listening with Nagle on ({addrs}), a listener it shares \
                  with {}, which made it: every connection accepted on it inherits Nagle unless \
-                 the server sets TCP_NODELAY itself (tcpstall fix {}, the process that owns it)",
+                 the server sets TCP_NODELAY itself (tcpstall fix {}, the process that owns it; \
+                 {ASKS_FIRST})",
                 owner.describe(),
                 owner.pid
             )?;
@@ -267,7 +285,7 @@ fn write_listeners(
                 out,
                 "can stall: pid {pid} listening with Nagle on ({addrs}): every connection it \
                  accepts inherits Nagle unless the server sets TCP_NODELAY itself (tcpstall fix \
-                 {})",
+                 {}; {ASKS_FIRST})",
                 fix_pid.unwrap_or(pid)
             )?;
         } else {
@@ -412,6 +430,14 @@ fn write_inherited_listeners(out: &mut impl Write, report: &FixReport) -> io::Re
 }
 
 fn write_nodelay_checks(out: &mut impl Write, report: &FixReport) -> io::Result<()> {
+    if let Some(runtime) = &report.runtime {
+        // A live change lasts as long as the sockets; the program's own switch, past a restart.
+        writeln!(
+            out,
+            "  the change lasts as long as these sockets; {}",
+            runtime.advice()
+        )?;
+    }
     if report
         .sockets
         .iter()

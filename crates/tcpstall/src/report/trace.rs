@@ -5,6 +5,7 @@ use std::io::{self, Write};
 use serde::Serialize;
 
 use crate::report::model::trace::{TracedSocket, LONG_WAIT};
+use crate::report::model::Runtime;
 
 /// What to change on a socket with write-write-reads.
 pub(crate) const FIX: &str = "send each message with one call: build it in one buffer, or pass \
@@ -30,6 +31,11 @@ pub(crate) struct SocketReport {
     /// ACKing side, whose delayed ACK can be capped there.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub peer_process: Option<PeerProcess>,
+    /// The runtime and framework of the socket's process, and their fix, when it had a
+    /// write-write-read and tcpstall knows the runtime (read at the trace's end: a command
+    /// that has exited shows none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<Runtime>,
 }
 
 /// A process on this host holding the other end of a traced connection.
@@ -50,6 +56,7 @@ impl SocketReport {
             fix,
             kernel_holds: None,
             peer_process: None,
+            runtime: None,
         }
     }
 }
@@ -187,6 +194,9 @@ pub(crate) fn write_text(report: &TraceReport, out: &mut impl Write) -> io::Resu
             )?;
         }
         writeln!(out, "  fix: {FIX}")?;
+        if let Some(runtime) = &r.runtime {
+            writeln!(out, "  {}", runtime.advice())?;
+        }
         // Waits as long as the peer's delayed ACK: a cap on it there releases them sooner.
         if s.waits_over_30ms > 0 {
             let cap = match (&r.peer_process, s.remote) {

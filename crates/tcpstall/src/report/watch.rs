@@ -3,7 +3,7 @@
 //!
 //! JSON events carry the keys of `analyze`'s events (written by the same
 //! [`super::json::write_event`]) plus `pid`, `command`, `fd`, `owner_side`, `owner_listening`,
-//! `owner_hidden`, `owner_deferred`, `nodelay`, `cork`, `cork_confirmed` and `fix`; the summary is one line `{"summary":{...}}`.
+//! `owner_hidden`, `owner_deferred`, `nodelay`, `cork`, `cork_confirmed`, `fix` and `runtime`; the summary is one line `{"summary":{...}}`.
 //! A claim the capture could not settle and the socket did not either is one line
 //! `{"undecided":{...,"reason":R}}`.
 
@@ -18,6 +18,8 @@ use crate::detect::verdict::{explain, fixes};
 use crate::detect::{Holder, KindCounts, StallEvent, StallKind};
 use crate::flow::Endpoint;
 use crate::report::model::watch::{Container, NoOwner, Owner, OwnerStalls, WatchSummary};
+use crate::report::model::Runtime;
+use crate::terminal::ASKS_FIRST;
 
 /// Seconds in a day, for the time of day.
 const DAY_S: u64 = 86_400;
@@ -139,6 +141,9 @@ pub fn event_text(event: &StallEvent, found: Result<&Owner, &NoOwner>) -> String
                 "  process: pid {} ({}){fd}{socket}, port {}, {whose}; {options}",
                 o.pid, o.command, o.port
             );
+            if let Some(runtime) = &o.runtime {
+                let _ = writeln!(out, "  runtime: {}", runtime.describe());
+            }
             if let Some(c) = &o.container {
                 let _ = writeln!(out, "  container: {}", container_text(c));
             }
@@ -197,7 +202,10 @@ pub fn event_text(event: &StallEvent, found: Result<&Owner, &NoOwner>) -> String
                     "  TCP_NODELAY is on now: Nagle no longer holds this socket"
                 );
             } else if let Some(fix) = fix_command(event, o) {
-                let _ = writeln!(out, "  fix: {fix}");
+                let _ = writeln!(out, "  fix: {fix} ({ASKS_FIRST})");
+                if let Some(runtime) = &o.runtime {
+                    let _ = writeln!(out, "  {}", runtime.advice());
+                }
             }
         } else if !o.listener && kernel_caps_delayed_ack() {
             // Only the ACKing side is here: its lasting cap is the fix this host can apply.
@@ -327,6 +335,7 @@ pub fn write_event_json(
         cork: Option<bool>,
         cork_confirmed: Option<bool>,
         fix: Option<String>,
+        runtime: Option<&'a Runtime>,
         container_id: Option<&'a str>,
         container_runtime: Option<&'static str>,
         pod_uid: Option<&'a str>,
@@ -348,6 +357,7 @@ pub fn write_event_json(
         cork: owner.and_then(|o| o.cork),
         cork_confirmed: cork_confirmed(event, owner),
         fix: owner.and_then(|o| fix_command(event, o)),
+        runtime: owner.and_then(|o| o.runtime.as_ref()),
         container_id: container.map(|c| c.id.as_str()),
         container_runtime: container.map(|c| c.runtime),
         pod_uid: container.and_then(|c| c.pod_uid.as_deref()),
@@ -628,6 +638,7 @@ mod tests {
             unreadable: None,
             listener: false,
             container: None,
+            runtime: None,
         };
         let text = event_text(event, Ok(&client));
         let cap = "fix here, if the server cannot be changed: tcpstall fix 4321 --port 40000 \
@@ -650,7 +661,9 @@ mod tests {
         client.side = Side::Server;
         let text = event_text(event, Ok(&client));
         assert!(
-            text.contains("fix: tcpstall fix 4321 --port 40000\n"),
+            text.contains(&format!(
+                "fix: tcpstall fix 4321 --port 40000 ({ASKS_FIRST})\n"
+            )),
             "{text}"
         );
         assert!(!text.contains("--delack-max"), "{text}");

@@ -786,6 +786,7 @@ mod tests {
                     pod_uid: None,
                     pod: None,
                 }),
+                runtime: None,
             };
             owners.record(event, &owner);
             owners.record(event, &owner);

@@ -281,6 +281,9 @@ fn print_all(
                     // Read at each event: a pid is in one container for its life, and the
                     // read is one small file (its pod's names are remembered).
                     o.container = containers.of_pid(o.pid);
+                    if o.fd < 0 {
+                        o.runtime = lookup.runtime_of(o.pid);
+                    }
                     owner_stalls.record(&event, o);
                 }
                 if event.finding.kind.is_stall() {

@@ -6,3 +6,6 @@ pub mod probe;
 pub mod sockets;
 pub mod trace;
 pub mod watch;
+
+/// A process's runtime and framework, and their fix: every verb that names a process shows it.
+pub use crate::host::runtime::Runtime;

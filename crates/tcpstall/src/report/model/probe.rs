@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 
 use super::lab::LatencySummary;
+pub use super::Runtime;
 use crate::detect::{KindCounts, StallEvent, StallKind};
 use crate::flow::Side;
 use crate::tcp_rules::DelackTimer;
@@ -252,6 +253,8 @@ pub struct Diagnosis {
     pub causes: Vec<Cause>,
     /// The time the stalls of the example's kind and side cost, ms.
     pub lost_ms: f64,
+    /// The runtime of the server's process on this host, when tcpstall knows its fix.
+    pub runtime: Option<Runtime>,
 }
 
 /// A slow answer with no hold seen: the server's own time, with the figures.
@@ -348,6 +351,8 @@ pub struct Process {
     pub pid: u32,
     /// Its command name (`/proc/PID/comm`).
     pub command: String,
+    /// Its language runtime and framework, when tcpstall knows their fix.
+    pub runtime: Option<Runtime>,
 }
 
 /// The application server behind the proxy, as found on this host.

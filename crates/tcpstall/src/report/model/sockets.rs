@@ -5,6 +5,7 @@ pub use crate::host::tcp_state::TcpState;
 
 use serde::Serialize;
 
+use super::Runtime;
 use crate::host::sockopt;
 
 /// A process holding a socket, and the socket's fd there.
@@ -123,6 +124,9 @@ pub struct SocketView {
     /// iterator); absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kernel: Option<KernelView>,
+    /// The holder's language runtime and framework, and their fix, for a socket that can
+    /// stall; null otherwise, or when tcpstall does not know the runtime.
+    pub runtime: Option<Runtime>,
 }
 
 /// What `fix` does to one socket.
@@ -193,6 +197,9 @@ pub struct FixReport {
     /// With `--delack-max`: the cap asked for and what the kernel does with it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub delack_max: Option<DelackPlan>,
+    /// The target's language runtime and framework, and their fix: what lasts past the
+    /// sockets `fix` changes live; null when tcpstall does not know the runtime.
+    pub runtime: Option<Runtime>,
 }
 
 /// What the kernel's socket says that getsockopt does not: `sockets --all`'s extra columns.
