@@ -30,7 +30,7 @@
 use super::{Analysis, Finding, FlowTally, StallEvent, StallKind};
 use super::{Holder, KindInfo, Proof, Release};
 use crate::decode::Segment;
-use crate::flow::{Flow, Side, Span, Timestamp};
+use crate::flow::{ClientGuess, Flow, Side, Span, Timestamp};
 use crate::tcp_rules;
 
 /// Writes paced by ACKs. No per-segment rule of its own: [`hold`] and [`record`] follow each
@@ -234,6 +234,17 @@ fn round_trip(flow: &Flow) -> Span {
 /// A hold released by the peer's data that carried the ACK of A: on the sender's host, B
 /// follows that packet within the softirq bound and gathers more than was in flight.
 fn released_by_data(flow: &Flow, side: Side, seg: &Segment, in_flight: u32) -> Option<Span> {
+    // The server's segment after the client's data is its answer to it, however soon it
+    // leaves (a quick server answers within the softirq bound on loopback): only the client,
+    // whose requests open each exchange, has data that can have waited for the peer's. The
+    // roles must be known from the handshake or the service port.
+    let roles_known = matches!(
+        flow.client_guess,
+        ClientGuess::Syn | ClientGuess::SynAck | ClientGuess::ServicePort
+    );
+    if side != Side::Client || !roles_known {
+        return None;
+    }
     let me = flow.dir(side);
     let prev = flow.prev?;
     if prev.payload_len == 0 || prev.pure_ack || !prev.advanced_una {
@@ -501,6 +512,27 @@ mod tests {
             w.data(true, t, 33).data(false, t + 27, 5);
         }
         assert_eq!(w.analyse().counts.get(StallKind::NagleAckPaced), 0);
+    }
+
+    /// A server answering each piece of a pipelined batch as it comes, quickly: its second
+    /// answer follows the client's data (which acknowledges the first) within the softirq
+    /// bound and is larger than what was in flight, yet it is an answer, not held data: only
+    /// the client is paced.
+    #[test]
+    fn a_quick_server_answering_is_not_paced() {
+        let mut w = Wire::handshake(30, 65_483);
+        let mut t = 1_000;
+        for _ in 0..40 {
+            w.data(true, t, 33)
+                .data(false, t + 27, 5)
+                .data(true, t + 31, 495)
+                .data(false, t + 33, 75);
+            t += 200;
+        }
+        let a = w.analyse();
+        let paced = a.flows[0].paced();
+        assert!(paced[Side::Client.index()].is_some(), "{:?}", a.counts);
+        assert!(paced[Side::Server.index()].is_none(), "{:?}", paced);
     }
 
     /// Holds released by pure ACKs (a peer in quick-ACK mode): sustained, paced, and no longer
