@@ -160,8 +160,13 @@ fn a_python_server_stall_is_printed_with_its_process_and_fix() {
         block.contains("add --yes when not at a terminal"),
         "{stdout}"
     );
-    // The summary names the process too.
+    // The summary names the process too, with its fix in its runtime's terms.
     assert!(stdout.contains("processes:"), "{stdout}");
+    let summary = stdout.split("processes:").nth(1).unwrap_or_default();
+    assert!(
+        summary.contains("for good, in the program (CPython 3."),
+        "{stdout}"
+    );
     assert!(stdout.contains("dropped: 0 by the kernel"), "{stdout}");
 }
 
@@ -259,6 +264,7 @@ fn json_lines_carry_analyze_keys_and_the_owner() {
         "{summary}"
     );
     assert_eq!(s["owners"][0]["pid"].as_u64(), Some(pid), "{summary}");
+    assert_eq!(s["owners"][0]["runtime"]["name"], "CPython", "{summary}");
 }
 
 #[test]

@@ -514,6 +514,9 @@ pub fn summary_text(s: &WatchSummary) -> String {
                 },
                 o.stalls.stalls_text(),
             );
+            if let (Some(_), Some(runtime)) = (summary_fix(o), &o.runtime) {
+                let _ = writeln!(out, "    {}", runtime.advice());
+            }
         }
     }
     if s.owners_unlisted > 0 {
@@ -550,6 +553,7 @@ pub fn summary_json(s: &WatchSummary) -> String {
         held: bool,
         stalls: KindCounts,
         fix: Option<String>,
+        runtime: Option<&'a Runtime>,
     }
     #[derive(Serialize)]
     struct SummaryJson<'a> {
@@ -600,6 +604,7 @@ pub fn summary_json(s: &WatchSummary) -> String {
                     held: o.held,
                     stalls: o.stalls,
                     fix: summary_fix(o),
+                    runtime: o.runtime.as_ref(),
                 })
                 .collect(),
             owners_unlisted: s.owners_unlisted,

@@ -6,6 +6,7 @@ use rustc_hash::FxHashMap;
 
 pub use crate::host::call_stack::{CallStack, Frame};
 pub use crate::host::owner::{Container, NoOwner, Owner};
+use crate::report::model::Runtime;
 
 use crate::detect::{KindCounts, StallEvent};
 use crate::flow::Side;
@@ -37,6 +38,8 @@ pub struct OwnerStalls {
     pub side: Side,
     /// Whether its side's data was the data held (then `fix` applies to it).
     pub held: bool,
+    /// Its runtime, when one tcpstall knows (the fix in its terms).
+    pub runtime: Option<Runtime>,
     /// Stalls by kind.
     pub stalls: KindCounts,
 }
@@ -70,6 +73,7 @@ impl OwnerTally {
             port: owner.port,
             side: owner.side,
             held: owner.side == event.finding.held_side,
+            runtime: owner.runtime.clone(),
             stalls: KindCounts::default(),
         });
         entry.stalls.add(event.finding.kind);
