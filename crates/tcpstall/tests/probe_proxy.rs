@@ -358,6 +358,13 @@ fn stall_named_on_loopback(kind: Proxy, tls: bool) {
     let up = &v["upstream"];
     assert_eq!(up["backend"]["pid"], app.child.0.id(), "{v}");
     assert_eq!(up["backend"]["command"], "python3", "{v}");
+    assert_eq!(up["backend"]["runtime"]["name"], "CPython", "{v}");
+    assert!(
+        v["advice"]
+            .to_string()
+            .contains("for good, in the program (CPython"),
+        "the backend's own switch: {v}"
+    );
     assert_eq!(up["address"], app.address.as_str(), "{v}");
     assert!(up["writes"].as_array().map_or(0, Vec::len) >= 2, "{v}");
     let proxy_command = if kind == Proxy::Nginx {

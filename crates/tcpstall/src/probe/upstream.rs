@@ -363,6 +363,15 @@ impl Upstream {
                 })
             }
         }
+        // The backend's own switch, in its runtime's terms.
+        if let Some(runtime) = self
+            .held
+            .as_ref()
+            .and_then(|h| h.backend.as_ref())
+            .and_then(|b| b.process.runtime.as_ref())
+        {
+            advice.push(runtime.advice());
+        }
         let linux = matches!(self.peer_stack(), None | Some(PeerStack::Linux));
         if linux {
             let target = match (&self.proxy, port) {

@@ -317,13 +317,14 @@ pub fn text(r: &ProbeReport) -> String {
 
 /// The `upstream` object: what was found behind the server.
 fn upstream_json(u: &Upstream) -> Value {
-    let process = |p: &Process| json!({"pid": p.pid, "command": p.command});
+    let process = |p: &Process| json!({"pid": p.pid, "command": p.command, "runtime": p.runtime});
     let held = u.held.as_ref();
     json!({
         "proxy": u.proxy.as_ref().map(process),
         "backend": held.and_then(|h| h.backend.as_ref()).map(|b| json!({
             "pid": b.process.pid,
             "command": b.process.command,
+            "runtime": b.process.runtime,
             "nodelay": b.nodelay,
         })),
         "address": held.map(|h| h.address.to_string()),
