@@ -999,14 +999,10 @@ fn live_pipe_from_tcpdump_stopped_by_interrupt() {
         }
     }
     server.join().expect("server");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !all_closed(&copy, None) {
-        assert!(
-            Instant::now() < deadline,
-            "the connection's close did not pass through the pipe within 10 s"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    assert!(
+        support::wait_until(Duration::from_secs(10), || all_closed(&copy, None)),
+        "the connection's close did not pass through the pipe within 10 s"
+    );
     let _ = nix::sys::signal::kill(group, nix::sys::signal::Signal::SIGINT);
     let deadline = Instant::now() + Duration::from_secs(10);
     while child.try_wait().ok().flatten().is_none() {

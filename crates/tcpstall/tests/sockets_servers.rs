@@ -180,14 +180,12 @@ fn nginx_with_tcp_nodelay_on_is_not_told_to_fix_its_listener() {
     let pid = nginx.0.id();
     let pid_text = pid.to_string();
     // nginx sets it after writing the answer the client has read: awaited.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !accepted_nodelay(&pid_text, port) {
-        assert!(
-            Instant::now() < deadline,
-            "nginx's connection never showed TCP_NODELAY on"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    assert!(
+        support::wait_until(Duration::from_secs(10), || accepted_nodelay(
+            &pid_text, port
+        )),
+        "nginx's connection never showed TCP_NODELAY on"
+    );
     assert_settled(&[&pid_text], port);
     assert_settled(
         &["--all", "--source", "proc", "--port", &port.to_string()],
@@ -218,14 +216,10 @@ fn a_server_leaving_nagle_on_after_accept_is_still_told() {
             .filter(|target| target.to_string_lossy().starts_with("socket:"))
             .count()
     };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while sockets_held() < 2 {
-        assert!(
-            Instant::now() < deadline,
-            "the server did not accept within 10 s"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    assert!(
+        support::wait_until(Duration::from_secs(10), || sockets_held() >= 2),
+        "the server did not accept within 10 s"
+    );
     let pid_text = server.0.id().to_string();
     for l in listeners(&[&pid_text], port) {
         assert_eq!(l["can_stall"], true, "{l:#}");

@@ -715,12 +715,24 @@ pub fn local_port_states(port: u16) -> Vec<u8> {
 /// Waits up to 10 s for a socket on local port `port` in `state` ([`tcp_state`]); `what`
 /// names it in the failure.
 pub fn wait_for_socket(port: u16, state: u8, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !local_port_states(port).contains(&state) {
-        assert!(
-            Instant::now() < deadline,
-            "{what}: no socket on port {port} in state {state:#04x} within 10 s"
-        );
+    assert!(
+        wait_until(Duration::from_secs(10), || local_port_states(port)
+            .contains(&state)),
+        "{what}: no socket on port {port} in state {state:#04x} within 10 s"
+    );
+}
+
+/// Polls `done` every 10 ms until it holds (true) or `limit` has passed (false): how a test
+/// waits for an event it can only observe.
+pub fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if done() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
         std::thread::sleep(Duration::from_millis(10));
     }
 }
@@ -742,15 +754,11 @@ pub fn bytes_sent_from(port: u16) -> u64 {
 /// Waits up to 20 s until the connections on local port `port` have sent at least `bytes`
 /// ([`bytes_sent_from`]): a server has answered that much.
 pub fn wait_for_bytes_sent(port: u16, bytes: u64, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while bytes_sent_from(port) < bytes {
-        assert!(
-            Instant::now() < deadline,
-            "{what}: {} of {bytes} bytes sent on port {port} within 20 s",
-            bytes_sent_from(port)
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    assert!(
+        wait_until(Duration::from_secs(20), || bytes_sent_from(port) >= bytes),
+        "{what}: {} of {bytes} bytes sent on port {port} within 20 s",
+        bytes_sent_from(port)
+    );
 }
 
 /// The text a `--metrics` endpoint at `addr` (host:port) serves, headers included.

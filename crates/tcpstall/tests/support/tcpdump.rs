@@ -81,10 +81,7 @@ impl Tcpdump {
     }
 
     fn await_closes(&self, ports: Option<&[u16]>) {
-        let deadline = Instant::now() + CLOSES_WITHIN;
-        while !all_closed(&self.file, ports) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        super::wait_until(CLOSES_WITHIN, || all_closed(&self.file, ports));
     }
 
     fn interrupt(&mut self) {
