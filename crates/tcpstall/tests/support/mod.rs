@@ -804,6 +804,17 @@ pub fn scrape_until(addr: &str, limit: Duration, ready: impl Fn(&str) -> bool) -
     }
 }
 
+/// Whether the Rust standard library for `target` is installed (`rustup target add TARGET`).
+pub fn rust_target_installed(target: &str) -> bool {
+    Command::new("rustc")
+        .args(["--print", "sysroot"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()))
+        .is_some_and(|sysroot| sysroot.join("lib/rustlib").join(target).is_dir())
+}
+
 /// The repository's root (scripts/, bpf/, packaging/), two levels above this package.
 pub fn repository() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
