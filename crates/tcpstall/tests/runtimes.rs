@@ -1,6 +1,7 @@
 //! The runtime and framework of a stalling server named, and its fix given in the program's
 //! own terms, against real runtimes from Debian's packages: CPython's http.server, the JDK's
-//! HttpServer, Perl's HTTP::Daemon, Ruby's WEBrick and Erlang/OTP's inets httpd. Each test
+//! HttpServer, Perl's HTTP::Daemon, Ruby's WEBrick, Erlang/OTP's inets httpd and a Go program
+//! built with Debian's Go. Each test
 //! probes the server as it ships (a stall of at least a delayed ACK), applies the fix the probe
 //! printed, word for word (a handler attribute, a JVM or VM flag, a line after accept), starts
 //! the server again and probes it clean.
@@ -52,13 +53,18 @@ fn java_version() -> String {
 /// The probe of a server as it ships: it stalls, its runtime and framework are named, and
 /// the advice gives that runtime's fix and the live fix with `--yes` for scripts. Returns
 /// the fix to apply.
-fn stalls_and_names(port: u16, pid: u32, (name, framework): (&str, &str), said: &str) -> String {
+fn stalls_and_names(
+    port: u16,
+    pid: u32,
+    (name, framework): (&str, Option<&str>),
+    said: &str,
+) -> String {
     let report = probe(port);
     let p50 = report["p50_ms"].as_f64().expect("p50_ms");
     assert!(p50 >= STALL_MIN_MS, "{name} should stall first: {report:#}");
     let runtime = &report["runtime"];
     assert_eq!(runtime["name"], name, "{report:#}");
-    assert_eq!(runtime["framework"], framework, "{report:#}");
+    assert_eq!(runtime["framework"].as_str(), framework, "{report:#}");
     assert!(
         runtime["version"].as_str().is_some_and(|v| !v.is_empty()
             && !said.is_empty()
@@ -75,7 +81,7 @@ fn stalls_and_names(port: u16, pid: u32, (name, framework): (&str, &str), said: 
     assert!(
         advice
             .iter()
-            .any(|a| a.contains(&fix) && a.contains(framework)),
+            .any(|a| a.contains(&fix) && a.contains(framework.unwrap_or(name))),
         "the advice gives {name}'s own fix {fix:?}: {advice:#?}"
     );
     let live = format!("tcpstall fix {pid} --port {port}");
@@ -182,7 +188,7 @@ fn cpython_http_server_named_and_its_handler_attribute_removes_the_stall() {
         "python3",
         &["-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
     );
-    let fix = stalls_and_names(port, server.0.id(), ("CPython", "http.server"), &said);
+    let fix = stalls_and_names(port, server.0.id(), ("CPython", Some("http.server")), &said);
     // The probe's page shows them too.
     let page = dir.path("probe.html");
     let out = tcpstall(&[
@@ -236,7 +242,7 @@ fn jdk_http_server_named_and_its_system_property_removes_the_stall() {
     let fix = stalls_and_names(
         port,
         server.0.id(),
-        ("Java (JVM)", "com.sun.net.httpserver"),
+        ("Java (JVM)", Some("com.sun.net.httpserver")),
         &said,
     );
     sockets_and_fix_name(server.0.id(), port, "Java (JVM)", &fix);
@@ -280,7 +286,7 @@ fn erlang_inets_httpd_named_and_its_vm_flag_removes_the_stall() {
             "io:format(\"~s\", [erlang:system_info(otp_release)]), halt().",
         ],
     );
-    let fix = stalls_and_names(port, server.0.id(), ("Erlang/OTP", "inets"), &said);
+    let fix = stalls_and_names(port, server.0.id(), ("Erlang/OTP", Some("inets")), &said);
     sockets_and_fix_name(server.0.id(), port, "Erlang/OTP", &fix);
     drop(server);
     let (_fixed, port) = start(&fix);
@@ -324,7 +330,12 @@ impl LineFixed {
         let start = |fix| script_server(self.interpreter, self.source, ("# FIX", fix), &dir, &file);
         let (server, port) = start("# as shipped");
         let said = version_said(self.interpreter, self.says_version);
-        let fix = stalls_and_names(port, server.0.id(), self.names, &said);
+        let fix = stalls_and_names(
+            port,
+            server.0.id(),
+            (self.names.0, Some(self.names.1)),
+            &said,
+        );
         sockets_and_fix_name(server.0.id(), port, self.names.0, &fix);
         drop(server);
         let (_fixed, port) = start(&fix);
@@ -422,4 +433,59 @@ fn a_node_server_is_named_with_its_no_delay_option() {
             .is_some_and(|f| f.contains("noDelay: true")),
         "{listener:#}"
     );
+}
+
+/// Debian's Go (golang-go), else the first `go` on the path.
+fn go_command() -> Option<&'static str> {
+    ["/usr/bin/go", "go"]
+        .into_iter()
+        .find(|go| installed(go, "version"))
+}
+
+#[test]
+fn a_go_server_that_switched_nagle_on_is_named_and_removing_the_call_removes_the_stall() {
+    // Latency measured: one test at a time.
+    let _serial = support::serial();
+    let Some(go) = go_command() else {
+        return skip("go is not installed (golang-go)");
+    };
+    let dir = Scratch::new("runtime-go");
+    let source = std::fs::read_to_string(fixture("../runtimes/go_server.go")).expect("fixture");
+    let marker = "c.SetNoDelay(false) // FIX";
+    assert!(source.contains(marker), "go_server.go has no {marker:?}");
+    // Builds the fixture with `line` in place of the marker; starts it.
+    let start = |line: &str, name: &str| -> (KillOnDrop, u16) {
+        let program = dir.path(name);
+        let file = dir.path(&format!("{name}.go"));
+        std::fs::write(&file, source.replace(marker, line)).expect("write the server");
+        let built = Command::new(go)
+            .arg("build")
+            .arg("-o")
+            .arg(&program)
+            .arg(&file)
+            // The toolchain installed, never one fetched for a newer go.mod.
+            .env("GOTOOLCHAIN", "local")
+            .env("GOFLAGS", "")
+            .current_dir(&dir.0)
+            .status()
+            .expect("go runs");
+        assert!(built.success(), "go build {}", file.display());
+        spawn_printing_port(&mut Command::new(&program), "the Go server")
+    };
+    let (server, port) = start(marker, "server");
+    let said = version_said(go, &["env", "GOVERSION"]);
+    let said = said.trim_start_matches("go");
+    let fix = stalls_and_names(port, server.0.id(), ("Go", None), said);
+    sockets_and_fix_name(server.0.id(), port, "Go", &fix);
+    // The fix, word for word: "remove SetNoDelay(false)".
+    let removed = fix
+        .strip_prefix("remove ")
+        .unwrap_or_else(|| panic!("Go's fix removes a call: {fix}"));
+    assert!(
+        marker.starts_with(&format!("c.{removed}")),
+        "{fix} / {marker}"
+    );
+    drop(server);
+    let (_fixed, port) = start("// SetNoDelay(false) removed", "fixed");
+    clean_after_fix(port, "the Go server", &fix);
 }
