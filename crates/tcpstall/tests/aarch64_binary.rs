@@ -2,7 +2,8 @@
 //! (clang, Debian's musl-dev:arm64, rust-lld) and run under qemu-user
 //! (`qemu-aarch64-static`): it reports the same version, reads every fixture capture (and a
 //! tenth of the public corpus, when present) into the same output as this host's binary, byte
-//! for byte, and its lab measures the 40 ms stall on loopback. Its Debian package is arm64.
+//! for byte, and its lab measures the 40 ms stall on loopback and its detector names it. Its
+//! Debian package is arm64.
 //!
 //! Without qemu-user, the Rust target or root (the script installs the C headers as root),
 //! each test says why and is counted skipped.
@@ -203,6 +204,19 @@ fn aarch64_lab_measures_the_stall_on_loopback() {
         p50(single) < support::NO_STALL_MAX_MS && single["stalled"] == false,
         "{single}"
     );
+    // Its detector, on its own capture of loopback (as root: CAP_NET_RAW), names the stall
+    // on the split row only.
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        let found = |row: &serde_json::Value| {
+            row["detector"]["stalls"]["nagle_delayed_ack"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("the detector's column: {row}"))
+        };
+        assert!(found(split) >= 1, "{split}");
+        assert_eq!(split["detector"]["held_side"], "client", "{split}");
+        assert_eq!(found(single), 0, "{single}");
+    }
 }
 
 #[test]

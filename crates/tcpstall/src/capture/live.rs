@@ -172,8 +172,7 @@ impl PacketSocket {
                 })
             }
         };
-        socket::setsockopt(&fd, sockopt::ReceiveTimestampns, &true)
-            .map_err(system("SO_TIMESTAMPNS"))?;
+        receive_timestamps(&fd).map_err(system("SO_TIMESTAMPNS"))?;
         let timeout = TimeVal::milliseconds(POLL_INTERVAL.as_millis() as i64);
         socket::setsockopt(&fd, sockopt::ReceiveTimeout, &timeout)
             .map_err(system("SO_RCVTIMEO"))?;
@@ -624,7 +623,21 @@ impl<C: SegmentConsumer> Tap<C> {
         if let Some(writer) = self.writer.take() {
             writer.finish()?;
         }
-        let (queued, dropped) = crate::host::sockopt::packet_statistics(self.socket.fd.as_fd())?;
+        let (queued, dropped) =
+            match crate::host::sockopt::packet_statistics(self.socket.fd.as_fd()) {
+                Ok(counts) => counts,
+                // qemu-user does not pass PACKET_STATISTICS through: the drops go uncounted,
+                // and the user is told so rather than shown a count of 0.
+                Err(err) if err.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+                    eprintln!(
+                        "tcpstall: warning: the capture on {} cannot count the packets the \
+                         kernel dropped (PACKET_STATISTICS: {err}); any drop goes unnoticed",
+                        self.socket.interface
+                    );
+                    (u32::try_from(packets).unwrap_or(u32::MAX), 0)
+                }
+                Err(err) => return Err(err),
+            };
         Ok(Finished {
             summary: CaptureSummary {
                 packets,
@@ -688,13 +701,26 @@ pub(crate) fn now_ns() -> u64 {
         .unwrap_or(0)
 }
 
-/// The kernel's receive time of a message read with SO_TIMESTAMPNS on (`SCM_TIMESTAMPNS`, ns
-/// since the Unix epoch), if it came with one.
+/// Asks the kernel to stamp each message `fd` receives with its receive time: SO_TIMESTAMPNS
+/// (nanoseconds), else SO_TIMESTAMP (microseconds) where the first is refused with ENOPROTOOPT,
+/// as qemu-user does (it translates only the second; `sock_setsockopt` has both).
+pub(crate) fn receive_timestamps<F: AsFd>(fd: &F) -> Result<(), Errno> {
+    match socket::setsockopt(fd, sockopt::ReceiveTimestampns, &true) {
+        Err(Errno::ENOPROTOOPT) => socket::setsockopt(fd, sockopt::ReceiveTimestamp, &true),
+        done => done,
+    }
+}
+
+/// The kernel's receive time of a message read with [`receive_timestamps`] on
+/// (`SCM_TIMESTAMPNS` or `SCM_TIMESTAMP`, ns since the Unix epoch), if it came with one.
 pub(crate) fn kernel_timestamp_ns<S>(msg: &nix::sys::socket::RecvMsg<'_, '_, S>) -> Option<u64> {
     msg.cmsgs().ok().and_then(|mut cmsgs| {
         cmsgs.find_map(|c| match c {
             ControlMessageOwned::ScmTimestampns(ts) => {
                 Some(ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64)
+            }
+            ControlMessageOwned::ScmTimestamp(tv) => {
+                Some(tv.tv_sec() as u64 * 1_000_000_000 + tv.tv_usec() as u64 * 1_000)
             }
             _ => None,
         })

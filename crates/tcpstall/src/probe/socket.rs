@@ -9,7 +9,7 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::time::{Duration, Instant};
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use nix::sys::socket::{self, sockopt, MsgFlags};
+use nix::sys::socket::{self, MsgFlags};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use crate::host::sockopt as tcp;
@@ -59,8 +59,8 @@ pub struct ProbeSocket {
     deadline: Option<Instant>,
 }
 
-use crate::capture::live::kernel_timestamp_ns;
 pub(crate) use crate::capture::live::now_ns;
+use crate::capture::live::{kernel_timestamp_ns, receive_timestamps};
 
 impl ProbeSocket {
     /// Binds a socket for `addr`'s family to an ephemeral local port, tells `on_bound` the
@@ -84,7 +84,7 @@ impl ProbeSocket {
         on_bound(port);
         socket.connect_timeout(&SockAddr::from(addr), timeout)?;
         let stream: TcpStream = socket.into();
-        socket::setsockopt(&stream, sockopt::ReceiveTimestampns, &true)?;
+        receive_timestamps(&stream)?;
         stream.set_write_timeout(Some(timeout))?;
         if mode.nodelay {
             tcp::set_nodelay(stream.as_fd(), true)?;
