@@ -48,13 +48,7 @@ fn find_or_build() -> Result<PathBuf, String> {
     if unsafe { libc::geteuid() } != 0 {
         return Err("needs root (mount namespace, chroot, captures, ptrace)".into());
     }
-    let sysroot = Command::new("rustc")
-        .args(["--print", "sysroot"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
-    let has_target = sysroot.is_some_and(|s| s.join("lib/rustlib").join(MUSL).is_dir());
+    let has_target = support::has_rust_target(MUSL);
     if !has_target {
         return Err(format!(
             "the Rust target {MUSL} is not installed (scripts/install-deps, or `rustup target add {MUSL}`)"
