@@ -1,7 +1,7 @@
 //! The command lines of the verbs that run on this host's kernel (lab, probe, sockets, fix,
 //! trace, watch), apart from the verbs: every system parses and documents them alike (`--help`,
 //! completions, manual pages), also where the verbs themselves need Linux
-//! (`crate::unsupported`).
+//! (the stand-ins of `unsupported.rs`).
 
 pub mod fix;
 pub mod lab;
