@@ -6,19 +6,32 @@
 //! here with one public entry point, `run`; they share one decoder ([`decode`]), one flow table
 //! (`flow`) and one detector ([`detect`]), from the portable crate `tcpstall_core`.
 
+/// Declares items that exist only on Linux: the verbs that run on this host's kernel (sockets,
+/// BPF, netlink, ptrace, namespaces) and what only they use. Elsewhere `unsupported` stands
+/// in for those verbs.
+macro_rules! on_linux {
+    ($($item:item)*) => { $( #[cfg(target_os = "linux")] $item )* };
+}
+
 pub mod analyze;
+pub mod args;
 pub mod capture;
-pub(crate) mod exchange;
-pub mod host;
-pub mod lab;
-pub mod latency;
-pub(crate) mod peer;
-pub mod probe;
-pub mod process;
 pub mod report;
-pub(crate) mod route;
-pub(crate) mod terminal;
-pub mod watch;
+#[cfg(not(target_os = "linux"))]
+pub mod unsupported;
+
+on_linux! {
+    pub(crate) mod exchange;
+    pub mod host;
+    pub mod lab;
+    pub mod latency;
+    pub(crate) mod peer;
+    pub mod probe;
+    pub mod process;
+    pub(crate) mod route;
+    pub(crate) mod terminal;
+    pub mod watch;
+}
 
 pub use tcpstall_core::{decode, detect, tcp_rules};
 // The core's modules under the paths the verbs have always used (`crate::flow`, ...).

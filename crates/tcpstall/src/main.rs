@@ -9,8 +9,15 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::{CommandFactory, Parser, Subcommand};
 use clap_complete::Shell;
+use tcpstall::args::{fix::FixArgs, lab::LabArgs, probe::ProbeArgs};
+use tcpstall::args::{sockets::SocketsArgs, trace::TraceArgs, watch::WatchArgs};
 use tcpstall::report::style::{set_color_choice, ColorChoice};
 use tcpstall::Outcome;
+// The verbs that need Linux; elsewhere, stand-ins that say so (tcpstall::unsupported).
+#[cfg(not(target_os = "linux"))]
+use tcpstall::unsupported::{fix, lab, probe, sockets, trace, watch};
+#[cfg(target_os = "linux")]
+use tcpstall::{lab, probe, process::fix, process::sockets, process::trace, watch};
 
 /// The static (musl) build's allocator: musl's own is much slower under analyze's and
 /// watch's allocation patterns (figures in docs/PERFORMANCE.md).
@@ -20,7 +27,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Reproduce, find, explain and fix TCP small-write stalls (Nagle's algorithm × delayed ACK).
 #[derive(Parser)]
-#[command(name = "tcpstall", version, about, long_about = None)]
+// `bin_name`: usage lines say `tcpstall` whatever the file is called (tcpstall.exe on Windows).
+#[command(name = "tcpstall", bin_name = "tcpstall", version, about, long_about = None)]
 struct Cli {
     #[command(subcommand)]
     verb: Verb,
@@ -32,20 +40,20 @@ struct Cli {
 #[derive(Subcommand)]
 enum Verb {
     /// Run the source documents' experiments on real kernel sockets over loopback.
-    Lab(tcpstall::lab::LabArgs),
+    Lab(LabArgs),
     /// Find and explain stalls in pcap/pcapng captures (`-` reads standard input).
     Analyze(tcpstall::analyze::AnalyzeArgs),
     /// Show Nagle, cork and quick-ACK state of a process's TCP sockets.
-    Sockets(tcpstall::process::sockets::SocketsArgs),
+    Sockets(SocketsArgs),
     /// Switch TCP_NODELAY on for a running process's TCP sockets (or, --route, quick ACKs
     /// for a route's connections).
-    Fix(tcpstall::process::fix::FixArgs),
+    Fix(FixArgs),
     /// Follow a program's socket syscalls and name write-write-read patterns.
-    Trace(tcpstall::process::trace::TraceArgs),
+    Trace(TraceArgs),
     /// Drive a real server like a typical client and say whether, why and where it stalls.
-    Probe(tcpstall::probe::ProbeArgs),
+    Probe(ProbeArgs),
     /// Watch live traffic and name each stall, and the local process behind it, as it happens.
-    Watch(tcpstall::watch::WatchArgs),
+    Watch(WatchArgs),
     /// Print the shell completion script for bash, zsh, fish, elvish or powershell.
     Completions {
         /// The shell.
@@ -63,13 +71,13 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     set_color_choice(cli.color);
     let (result, fail_on_stall) = match &cli.verb {
-        Verb::Lab(args) => (tcpstall::lab::run(args), args.fail_on_stall),
+        Verb::Lab(args) => (lab::run(args), args.fail_on_stall),
         Verb::Analyze(args) => (tcpstall::analyze::run(args), args.fail_on_stall),
-        Verb::Sockets(args) => (tcpstall::process::sockets::run(args), false),
-        Verb::Fix(args) => (tcpstall::process::fix::run(args), false),
-        Verb::Trace(args) => (tcpstall::process::trace::run(args), args.fail_on_stall),
-        Verb::Probe(args) => (tcpstall::probe::run(args), args.fail_on_stall),
-        Verb::Watch(args) => (tcpstall::watch::run(args), args.fail_on_stall),
+        Verb::Sockets(args) => (sockets::run(args), false),
+        Verb::Fix(args) => (fix::run(args), false),
+        Verb::Trace(args) => (trace::run(args), args.fail_on_stall),
+        Verb::Probe(args) => (probe::run(args), args.fail_on_stall),
+        Verb::Watch(args) => (watch::run(args), args.fail_on_stall),
         Verb::Completions { shell } => (completions(*shell), false),
         Verb::Man { dir } => (man_pages(dir), false),
     };
@@ -83,7 +91,7 @@ fn main() -> ExitCode {
         Err(err) => {
             // A lab torn down by Ctrl-C fails in its own threads: the signal's exit (130)
             // and the rows finished come first.
-            tcpstall::lab::wait_if_ending_on_signal();
+            lab::wait_if_ending_on_signal();
             eprintln!("tcpstall: error: {err:#}");
             ExitCode::from(2)
         }

@@ -33,7 +33,7 @@ fn find_or_build() -> Result<PathBuf, String> {
     if unsafe { libc::geteuid() } != 0 && !Path::new("/usr/include/aarch64-linux-musl").is_dir() {
         return Err("musl-dev:arm64 is not installed and only root may install it".into());
     }
-    let has_target = support::rust_target_installed(AARCH64);
+    let has_target = support::has_rust_target(AARCH64);
     let has_rustup = Command::new("rustup").arg("--version").output().is_ok();
     if !has_target && !has_rustup {
         return Err(format!(

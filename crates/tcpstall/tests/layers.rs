@@ -8,12 +8,20 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 /// The verbs' modules: `analyze`, `lab`, `probe`, `watch`, `process` (`sockets`, `fix`,
-/// `trace`) and `route` (`fix --route`).
-const VERBS: &[&str] = &["analyze", "lab", "probe", "watch", "process", "route"];
+/// `trace`), `route` (`fix --route`) and `unsupported` (the verbs that need Linux, elsewhere).
+const VERBS: &[&str] = &[
+    "analyze",
+    "lab",
+    "probe",
+    "watch",
+    "process",
+    "route",
+    "unsupported",
+];
 
 /// The modules every verb may use, none of which may use a verb.
 const SHARED: &[&str] = &[
-    "capture", "exchange", "host", "latency", "peer", "report", "terminal",
+    "args", "capture", "exchange", "host", "latency", "peer", "report", "terminal",
 ];
 
 /// The arrows between verbs there are, each with its reason; any other fails.

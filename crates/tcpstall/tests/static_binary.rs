@@ -48,7 +48,7 @@ fn find_or_build() -> Result<PathBuf, String> {
     if unsafe { libc::geteuid() } != 0 {
         return Err("needs root (mount namespace, chroot, captures, ptrace)".into());
     }
-    let has_target = support::rust_target_installed(MUSL);
+    let has_target = support::has_rust_target(MUSL);
     if !has_target {
         return Err(format!(
             "the Rust target {MUSL} is not installed (scripts/install-deps, or `rustup target add {MUSL}`)"

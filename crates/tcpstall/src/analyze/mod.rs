@@ -251,10 +251,15 @@ fn spool_stdin() -> anyhow::Result<tempfile::NamedTempFile> {
 /// tcpdump then flushes and exits, which ends our input; ignoring the interrupt here lets the
 /// report of what was read come out instead of nothing.
 fn keep_reading_on_interrupt() {
-    use nix::sys::signal::{signal, SigHandler, Signal};
-    // SAFETY: SIG_IGN installs no handler code, so nothing runs in signal context.
-    if let Err(err) = unsafe { signal(Signal::SIGINT, SigHandler::SigIgn) } {
-        eprintln!("tcpstall: warning: cannot ignore Ctrl-C while reading standard input: {err}");
+    // signal(3) is both POSIX's and the C runtime's on Windows, where SIG_IGN for SIGINT
+    // ignores the console's Ctrl-C too. SAFETY: SIG_IGN installs no handler code, so nothing
+    // runs in signal context.
+    let previous = unsafe { libc::signal(libc::SIGINT, libc::SIG_IGN) };
+    if previous == libc::SIG_ERR as libc::sighandler_t {
+        eprintln!(
+            "tcpstall: warning: cannot ignore Ctrl-C while reading standard input: {}",
+            io::Error::last_os_error()
+        );
     }
 }
 

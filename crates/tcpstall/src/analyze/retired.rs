@@ -7,8 +7,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::fs::File;
-use std::io::{self, BufWriter, Write};
-use std::os::unix::fs::FileExt;
+use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::detect::FlowSummary;
@@ -302,7 +301,7 @@ impl Source<'_> {
     }
 }
 
-/// Reads one run's flows back, [`READ_AHEAD`] bytes at a time (positioned reads: the runs
+/// Reads one run's flows back, [`READ_AHEAD`] bytes at a time (each read seeks first: the runs
 /// of one file are read side by side).
 struct RunReader<'a> {
     file: &'a File,
@@ -336,8 +335,11 @@ impl<'a> RunReader<'a> {
         let want = want.min(left);
         let old = self.buf.len();
         self.buf.resize(old + want, 0);
-        self.file
-            .read_exact_at(&mut self.buf[old..], self.at)
+        // Seek, then read: the runs share the file but are read on one thread, one at a time
+        // (and Windows has no read that leaves the position alone).
+        let mut file = self.file;
+        file.seek(SeekFrom::Start(self.at))
+            .and_then(|_| file.read_exact(&mut self.buf[old..]))
             .map_err(|e| in_temp_dir("read back", e))?;
         self.at += want as u64;
         if self.buf.len() < n {

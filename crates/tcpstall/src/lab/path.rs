@@ -45,9 +45,6 @@ const TUN_MTU: u32 = 1500;
 /// limit).
 const QUEUE_PACKETS: usize = 4096;
 
-/// Shortest and longest `--rtt`, in milliseconds.
-pub const RTT_RANGE_MS: (u64, u64) = (1, 400);
-
 /// Shape of the emulated path.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PathShape {

@@ -102,9 +102,6 @@ impl Scenario {
     }
 }
 
-/// The largest `--size` any scenario accepts, for the command line's own check.
-pub(crate) const MAX_SIZE: usize = 1 << 20;
-
 /// Whether connections are reused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ConnectionMode {
@@ -645,7 +642,7 @@ mod tests {
     fn the_scenario_table_is_in_the_order_of_the_enum() {
         for (index, info) in SCENARIOS.iter().enumerate() {
             assert_eq!(info.scenario as usize, index, "{}", info.name);
-            assert!(info.sizes.0 <= info.sizes.1 && info.sizes.1 <= MAX_SIZE);
+            assert!(info.sizes.0 <= info.sizes.1 && info.sizes.1 <= crate::args::lab::MAX_SIZE);
         }
         // Every row has a name of its own within its scenario, and a size it accepts.
         for (index, v) in CATALOGUE.iter().enumerate() {

@@ -17,7 +17,6 @@ use std::fs::File;
 use std::net::{Ipv4Addr, SocketAddrV4};
 
 use anyhow::Context;
-use serde::Serialize;
 
 use self::client::{ClientRun, RequestJob, StreamJob};
 use self::profile::Profile;
@@ -26,15 +25,7 @@ use self::stack::PeerStack;
 use crate::host::netns::{NetNs, CLIENT_ADDR, SERVER_ADDR};
 pub use crate::report::model::lab::PeerReport;
 
-/// Which end of a row the peer plays.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum PeerSide {
-    /// The client (documents 000-003 had the other system on the client).
-    Client,
-    /// The server.
-    Server,
-}
+pub use crate::args::lab::PeerSide;
 
 /// A client job of any kind.
 #[derive(Debug, Clone)]

@@ -5,17 +5,7 @@ use std::time::Duration;
 
 use crate::tcp_rules;
 
-/// A TCP stack the emulated peer behaves like.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Profile {
-    /// Windows 10/11 and Server: 200 ms delayed-ACK timer, an ACK every second segment.
-    Windows,
-    /// macOS (XNU): delayed ACK with a 100 ms timer that fires 100-200 ms after the data.
-    Macos,
-    /// Linux, the control: 40 ms timer, quick-ACK at connection start, ping-pong mode.
-    Linux,
-}
+pub use crate::args::lab::Profile;
 
 /// Which test holds a sub-MSS segment back while data is unacknowledged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

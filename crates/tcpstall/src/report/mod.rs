@@ -1,21 +1,26 @@
 //! Rendering results: the renderers of [`tcpstall_core::report`] and those of the verbs that
 //! run on this host (lab, probe, sockets, trace, watch).
 
-pub(crate) mod call_sites;
-pub(crate) mod lab;
-pub(crate) mod model;
-mod pages;
-pub(crate) mod probe;
-pub(crate) mod sockets;
-pub(crate) mod trace;
-pub(crate) mod watch;
+// The renderers of the verbs that run on this host's kernel, which only Linux has.
+on_linux! {
+    pub(crate) mod call_sites;
+    pub(crate) mod lab;
+    pub(crate) mod model;
+    mod pages;
+    pub(crate) mod probe;
+    pub(crate) mod sockets;
+    pub(crate) mod trace;
+    pub(crate) mod watch;
+}
 
 pub use tcpstall_core::report::*;
 
 /// The HTML pages: the analysis page of the core and the pages of lab and probe.
 pub mod html {
-    pub(crate) use super::pages::lab_page;
-    pub use super::pages::probe_page;
+    on_linux! {
+        pub(crate) use super::pages::lab_page;
+        pub use super::pages::probe_page;
+    }
     pub use tcpstall_core::report::html::*;
 }
 
@@ -41,13 +46,8 @@ pub(crate) fn terminal_width() -> usize {
     {
         return columns;
     }
-    // SAFETY: TIOCGWINSZ writes one winsize into the struct given; fd 1 may be anything, and
-    // the call fails harmlessly on a non-terminal.
-    let mut size: libc::winsize = unsafe { std::mem::zeroed() };
-    let ok = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut size) } == 0;
-    if ok && size.ws_col >= 20 {
-        usize::from(size.ws_col)
-    } else {
-        100
+    match console::Term::stdout().size_checked() {
+        Some((_rows, columns)) if columns >= 20 => usize::from(columns),
+        _ => 100,
     }
 }

@@ -370,6 +370,26 @@ pub fn lab_row<'a>(
 /// Runs `scripts/NAME ARGS` with the tests' build directory as CARGO_TARGET_DIR (so that what
 /// it builds reuses this build), its progress on stderr; the path it prints on its last line.
 pub fn build_with_script(name: &str, args: &[&str]) -> std::path::PathBuf {
+    let out = script(name)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| panic!("scripts/{name} runs: {e}"));
+    assert!(
+        out.status.success(),
+        "scripts/{name} failed: {}",
+        out.status
+    );
+    let printed = String::from_utf8_lossy(&out.stdout);
+    let path = std::path::PathBuf::from(printed.lines().last().unwrap_or_default().trim());
+    assert!(path.is_file(), "scripts/{name} printed no file: {printed}");
+    path
+}
+
+/// `scripts/NAME`, to be given its arguments, with the tests' build directory as
+/// CARGO_TARGET_DIR (so that what it builds reuses this build).
+pub fn script(name: &str) -> std::process::Command {
     use std::path::Path;
     // The binary under test is TARGET_DIR/release/tcpstall.
     let target_dir = Path::new(env!("CARGO_BIN_EXE_tcpstall"))
@@ -388,22 +408,19 @@ pub fn build_with_script(name: &str, args: &[&str]) -> std::path::PathBuf {
             command.env_remove(key);
         }
     }
-    let out = command
-        .args(args)
-        .env("CARGO_TARGET_DIR", target_dir)
-        .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::inherit())
+    command.env("CARGO_TARGET_DIR", target_dir);
+    command
+}
+
+/// Whether the Rust standard library for `target` is installed (`rustup target add TARGET`).
+pub fn has_rust_target(target: &str) -> bool {
+    std::process::Command::new("rustc")
+        .args(["--print", "sysroot"])
         .output()
-        .unwrap_or_else(|e| panic!("scripts/{name} runs: {e}"));
-    assert!(
-        out.status.success(),
-        "scripts/{name} failed: {}",
-        out.status
-    );
-    let printed = String::from_utf8_lossy(&out.stdout);
-    let path = std::path::PathBuf::from(printed.lines().last().unwrap_or_default().trim());
-    assert!(path.is_file(), "scripts/{name} printed no file: {printed}");
-    path
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()))
+        .is_some_and(|sysroot| sysroot.join("lib/rustlib").join(target).is_dir())
 }
 
 /// A self-signed certificate for 127.0.0.1, made by openssl in `dir`.
@@ -802,17 +819,6 @@ pub fn scrape_until(addr: &str, limit: Duration, ready: impl Fn(&str) -> bool) -
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-}
-
-/// Whether the Rust standard library for `target` is installed (`rustup target add TARGET`).
-pub fn rust_target_installed(target: &str) -> bool {
-    Command::new("rustc")
-        .args(["--print", "sysroot"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()))
-        .is_some_and(|sysroot| sysroot.join("lib/rustlib").join(target).is_dir())
 }
 
 /// The repository's root (scripts/, bpf/, packaging/), two levels above this package.
