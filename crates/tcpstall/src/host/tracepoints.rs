@@ -71,16 +71,9 @@ pub(crate) fn chain(err: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// Loads a committed BPF object and attaches its programs, each a `tp_btf` program named as
-/// its tracepoint, in `hooks`' order. Dropping the result detaches them.
-pub(crate) fn load_btf_tracepoints(
-    object: &[u8],
-    hooks: &[&'static str],
-) -> Result<Ebpf, KernelError> {
-    load_btf_tracepoints_with(object, hooks, &[])
-}
-
-/// [`load_btf_tracepoints`], with `globals` (name, value) written into the object's
+/// its tracepoint, in `hooks`' order, with `globals` (name, value) written into the object's
 /// `const volatile` globals (its .rodata) before the programs load; each must exist.
+/// Dropping the result detaches them.
 pub(crate) fn load_btf_tracepoints_with(
     object: &[u8],
     hooks: &[&'static str],
