@@ -96,6 +96,10 @@ pub const STACK_TOP_WORDS: usize = 8;
 /// `--no-stacks`.
 pub const TAKE_STACKS_GLOBAL: &str = "take_stacks";
 
+/// The maps of `bpf/user_stack.h` that keep stacks between writes: a loader taking no stacks
+/// makes them with one entry, not the thousands preallocated.
+pub const STACK_MAPS: [&str; 2] = ["last_send", "holding"];
+
 /// Size of `struct user_stack` (`bpf/user_stack.h`).
 pub const USER_STACK_LEN: usize = 336;
 

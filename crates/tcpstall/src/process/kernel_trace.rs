@@ -33,7 +33,7 @@ use super::socket_model::{Inspector, Probe, SocketFacts, SocketModel};
 use super::tracee_memory::{poll_readable, select_readable};
 use super::tracer::{self, Mode, Traced};
 use crate::host::call_stack::{
-    CallSites, CallStack, RawSites, StackNamer, TAKE_STACKS_GLOBAL, USER_STACK_LEN,
+    CallSites, CallStack, RawSites, StackNamer, STACK_MAPS, TAKE_STACKS_GLOBAL, USER_STACK_LEN,
 };
 use crate::host::pidfd::PidFd;
 use crate::host::privilege;
@@ -319,6 +319,7 @@ impl KernelTracer {
             TRACE_BPF,
             &TRACEPOINTS,
             &[(TAKE_STACKS_GLOBAL, u64::from(stacks))],
+            if stacks { &[] } else { &STACK_MAPS },
         )?;
         let map = |bpf: &mut Ebpf, name: &str| {
             bpf.take_map(name)

@@ -73,7 +73,7 @@ pub const PREVIOUS_NOT_SEEN: &str = "not seen: the write before it was made befo
 /// what the stacks lack (`stack:`), each within `width` columns but the last, which is prose.
 pub fn text(sites: &CallSites, width: usize) -> String {
     let line = |label: &str, stack: &CallStack| match (&stack.missing, stack.frames.is_empty()) {
-        (Some(why), true) => format!("  {label}: none: {why}\n"),
+        (Some(why), true) => format!("  {label}: {why}\n"),
         _ => stack_line(label, stack, width),
     };
     let mut out = line("at", &sites.held);
@@ -231,7 +231,7 @@ mod tests {
             previous: Some(sites().held),
         };
         let text = text(&none, 200);
-        assert!(text.starts_with(&format!("  at: none: {why}\n")), "{text}");
+        assert!(text.starts_with(&format!("  at: {why}\n")), "{text}");
         assert!(text.contains("  after: send_body (client.c:14)"), "{text}");
         assert!(!text.contains("  stack:"), "{text}");
         let v = serde_json::to_value(&none).expect("JSON");

@@ -32,7 +32,9 @@ use super::printer::{self, KernelSaw, ToPrinter};
 use super::WatchArgs;
 use crate::detect::{hold_kind, Finding, HoldEnd, KindCounts, PeerStack, StallEvent, StallKind};
 use crate::flow::{Endpoint, Side, Span, Timestamp};
-use crate::host::call_stack::{RawSites, StackNamer, TAKE_STACKS_GLOBAL, USER_STACK_LEN};
+use crate::host::call_stack::{
+    RawSites, StackNamer, STACK_MAPS, TAKE_STACKS_GLOBAL, USER_STACK_LEN,
+};
 use crate::host::procfs::{self, TcpState};
 use crate::host::record::RecordBytes;
 pub use crate::host::tracepoints::KernelError;
@@ -67,6 +69,10 @@ const IDLE: Duration = Duration::from_secs(60);
 /// The object's global (`const volatile` in `bpf/nagle.bpf.c`): holds shorter than this many
 /// ns are not sent to user space.
 const MIN_EMIT_GLOBAL: &str = "min_emit_ns";
+
+/// The maps `--no-stacks` leaves unused: the writes' stacks (`STACK_MAPS`) and the holds'
+/// (`hold_stacks` in `bpf/nagle.bpf.c`).
+const UNUSED_WITHOUT_STACKS: [&str; 3] = [STACK_MAPS[0], STACK_MAPS[1], "hold_stacks"];
 
 /// The kernel's bound for a short hold (`SHORT_NS` in `bpf/nagle.bpf.c`): released by its ACK
 /// sooner, a hold is counted in `short`, also when it is sent.
@@ -339,6 +345,7 @@ impl KernelSource {
                 (MIN_EMIT_GLOBAL, min_emit_ns),
                 (TAKE_STACKS_GLOBAL, u64::from(stacks)),
             ],
+            if stacks { &[] } else { &UNUSED_WITHOUT_STACKS },
         )?;
         let ring = bpf
             .take_map("events")
