@@ -24,13 +24,12 @@
  * tcp:tcp_retransmit_skb marks a hold whose small segment the RTO or the loss probe resent:
  * its ACK came only after that timer.
  *
- * The call stacks: at a write whose small tail the next partial write would wait behind
- * (tail_may_hold_next), by a process that has had a hold (holding), its user stack is kept
- * per socket (last_send); at the write a hold starts with, its own stack, and the kept one
- * when its end is the small segment in flight: the write before. A process Nagle never holds
- * pays a lookup per write, not a stack walk; the cost is a process's first hold, which has no
- * write before it kept. Both go out with the hold's record and are symbolized in user space.
- * take_stacks (1 unless the loader sets it: `watch --kernel --no-stacks`) turns this off.
+ * The call stacks (user_stack.h): the held write's own, and the write before it, kept per
+ * socket at each write whose small tail the next write could wait behind: walked whole for a
+ * process that has had a hold, its calling line only for any other (no walk: a lookup, a read
+ * of the stack's top words), so that a process's first hold names the line before it too.
+ * Both go out with the hold's record and are symbolized in user space. take_stacks (1 unless
+ * the loader sets it: `watch --kernel --no-stacks`) turns this off.
  *
  * Holds shorter than min_emit_ns (1 ms unless the loader sets it: 0 for `watch --minor`) are
  * only counted. A write that empties the queue by itself (the held bytes reached a full
@@ -41,7 +40,6 @@
 #include "nagle.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
-#include "user_stack.h"
 
 /* Holds released by their ACK sooner than this are counted short (COUNT_SHORT), whatever
  * is sent to user space. */
@@ -50,9 +48,6 @@
 /* Holds shorter than this are not sent to user space. In .rodata: the loader sets it before
  * the programs load (0: every hold is sent), and the verifier sees it as a constant. */
 const volatile __u64 min_emit_ns = SHORT_NS;
-
-/* Whether call stacks are taken (user_stack.h); set by the loader like min_emit_ns. */
-const volatile __u64 take_stacks = 1;
 
 /* How a hold ended; the values are read by src/watch/kernel.rs. */
 #define RELEASE_ACK 1    /* the ACK of the small segment */
@@ -71,11 +66,20 @@ const volatile __u64 take_stacks = 1;
 #define ICSK_TIME_LOSS_PROBE 5
 #define TCP_CA_LOSS 4
 
-/* A hold's two call stacks: the write that was held and the write before it. */
-struct hold_stacks {
-	struct user_stack held;
-	struct user_stack previous;
+/* Counters, one slot each, per CPU. */
+enum {
+	COUNT_HOLDS = 0,      /* holds started */
+	COUNT_SHORT = 1,      /* released by their ACK in under SHORT_NS */
+	COUNT_RING_FULL = 2,  /* records lost: the ring was full */
+	COUNT_BY_WRITE = 3,   /* ended by a write that sent everything */
+	COUNT_BY_CLOSE = 4,   /* ended by close(): the FIN pushed the bytes */
+	COUNT_BY_RESET = 5,   /* ended by a reset or abort */
+	COUNT_SLOTS = 6,
 };
+
+#include "shared.h"
+#include "hold.h"
+#include "user_stack.h"
 
 /* A completed hold, as user space reads it (struct HoldRecord in src/watch/kernel.rs). */
 struct hold {
@@ -98,20 +102,6 @@ struct hold {
 	__u32 sent_ago; /* jiffies before end_ns that the bytes left (lsndtime), timer releases */
 	struct hold_stacks stacks; /* frames 0 in both when not taken */
 };
-
-/* Counters, one slot each, per CPU. */
-enum {
-	COUNT_HOLDS = 0,      /* holds started */
-	COUNT_SHORT = 1,      /* released by their ACK in under SHORT_NS */
-	COUNT_RING_FULL = 2,  /* records lost: the ring was full */
-	COUNT_BY_WRITE = 3,   /* ended by a write that sent everything */
-	COUNT_BY_CLOSE = 4,   /* ended by close(): the FIN pushed the bytes */
-	COUNT_BY_RESET = 5,   /* ended by a reset or abort */
-	COUNT_SLOTS = 6,
-};
-
-#include "shared.h"
-#include "hold.h"
 
 /* A hold in progress, per socket. */
 struct pending {
@@ -139,22 +129,6 @@ struct {
 	__type(value, struct pending);
 } holds SEC(".maps");
 
-/* The stack of each socket's latest write that tail_may_hold_next: the write a hold follows. */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u64);
-	__type(value, struct user_stack);
-} last_send SEC(".maps");
-
-/* The processes (tgid) that have had a hold: only their writes' stacks are kept. */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 4096);
-	__type(key, __u32);
-	__type(value, __u8);
-} holding SEC(".maps");
-
 /* The stacks of each hold in progress, beside holds: too large for the BPF stack. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -163,51 +137,19 @@ struct {
 	__type(value, struct hold_stacks);
 } hold_stacks SEC(".maps");
 
-/* Where a stack is put together before it goes into a map: one per CPU. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct hold_stacks);
-} stack_scratch SEC(".maps");
-
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 1 << 20);
 } events SEC(".maps");
 
-/* Keeps the stack of a write whose tail the next write may wait behind (last_send). */
-static __always_inline void remember_write(void *ctx, __u64 key, __u32 end_seq)
-{
-	struct user_stack *s = bpf_map_lookup_elem(&last_send, &key);
-	if (s) {
-		take_user_stack(ctx, s, end_seq);
-		return;
-	}
-	__u32 zero = 0;
-	struct hold_stacks *scratch = bpf_map_lookup_elem(&stack_scratch, &zero);
-	if (!scratch)
-		return;
-	take_user_stack(ctx, &scratch->held, end_seq);
-	bpf_map_update_elem(&last_send, &key, &scratch->held, BPF_ANY);
-}
-
-/* Keeps the stacks of a hold that starts with this write: its own, and the kept stack of the
- * write before when that write's end is the small segment the hold waits behind. */
+/* Keeps the stacks of a hold that starts with this write (take_hold_stacks) beside it. */
 static __always_inline void keep_hold_stacks(void *ctx, __u64 key, const struct send_queue *q)
 {
 	__u32 zero = 0;
 	struct hold_stacks *scratch = bpf_map_lookup_elem(&stack_scratch, &zero);
 	if (!scratch)
 		return;
-	take_user_stack(ctx, &scratch->held, q->at.end_seq);
-	struct user_stack *before = bpf_map_lookup_elem(&last_send, &key);
-	if (before && before->end_seq == q->at.sml) {
-		bpf_probe_read_kernel(&scratch->previous, sizeof(scratch->previous), before);
-	} else {
-		scratch->previous.frames = 0;
-		scratch->previous.tgid = 0;
-	}
+	take_hold_stacks(ctx, scratch, key, q);
 	bpf_map_update_elem(&hold_stacks, &key, scratch, BPF_ANY);
 }
 
@@ -233,10 +175,7 @@ int sock_send_length(__u64 *ctx)
 			bpf_map_delete_elem(&holds, &key);
 			count(COUNT_BY_WRITE);
 		}
-		__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-		if (take_stacks && tail_may_hold_next(&q, nonagle) &&
-		    bpf_map_lookup_elem(&holding, &tgid))
-			remember_write(ctx, key, q.at.end_seq);
+		remember_write(ctx, key, &q, nonagle);
 		return 0;
 	}
 	/* A hold already waiting for an ACK that has not come: more bytes joined it. A record
@@ -271,13 +210,8 @@ int sock_send_length(__u64 *ctx)
 		BPF_CORE_READ_INTO(&n.daddr, sk, __sk_common.skc_v6_daddr);
 	}
 	bpf_get_current_comm(n.comm, sizeof(n.comm));
-	if (take_stacks) {
+	if (take_stacks)
 		keep_hold_stacks(ctx, key, &q);
-		if (!bpf_map_lookup_elem(&holding, &n.tgid)) {
-			__u8 yes = 1;
-			bpf_map_update_elem(&holding, &n.tgid, &yes, BPF_ANY);
-		}
-	}
 	bpf_map_update_elem(&holds, &key, &n, BPF_ANY);
 	count(COUNT_HOLDS);
 	return 0;

@@ -79,13 +79,14 @@ struct inet_connection_sock {
 
 /* arch/x86/include/asm/ptrace.h: the registers a task entered the kernel with, as the entry
  * code saved them: a syscall's arguments and number (trace.bpf.c), the user stack pointer
- * (user_stack.h). */
+ * and instruction pointer (user_stack.h). */
 struct pt_regs {
 	unsigned long di;
 	unsigned long si;
 	unsigned long dx;
 	unsigned long r10;
 	unsigned long orig_ax;
+	unsigned long ip;
 	unsigned long sp;
 } __attribute__((preserve_access_index));
 

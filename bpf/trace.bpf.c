@@ -15,7 +15,9 @@
  *    the sender's context: one record per send (sendmmsg: per message) with its bytes,
  *    MSG_MORE, the socket's nonagle, MSS and addresses, and whether Nagle holds its tail
  *    right now (unsent bytes behind a small segment in flight: tcp_nagle_check). A held
- *    tail is remembered per socket until it leaves.
+ *    tail is remembered per socket until it leaves. A held send's record carries the call
+ *    stacks of it and of the write before it (user_stack.h: the writes before a hold kept per
+ *    socket, walked whole once the process has had a hold, else their calling line only).
  *  - tcp:tcp_probe, at the start of tcp_rcv_established for each segment a socket receives
  *    (softirq), only for sockets with a held tail: the ACK covering the small segment
  *    (snd_sml) releases it (tcp_data_snd_check sends it right after), or the tail had left
@@ -158,6 +160,14 @@ enum {
 
 #include "shared.h"
 #include "hold.h"
+#include "user_stack.h"
+
+/* A send Nagle holds as it returns, with the call stacks of it and of the write before it
+ * (user_stack.h), unless the loader turned them off (`trace --no-stacks`). */
+struct held_record {
+	struct record r;
+	struct hold_stacks stacks;
+};
 
 /* Thread-group ids followed; user space puts the target in, forks add their children. */
 struct {
@@ -233,10 +243,10 @@ static __always_inline int followed(__u32 tgid)
 	return bpf_map_lookup_elem(&targets, &tgid) != 0;
 }
 
-/* A zeroed record of `kind` for the current thread, or 0 when the ring is full. */
-static __always_inline struct record *new_record(__u8 kind)
+/* Zeroes the record `r` just reserved (0: the ring was full, counted) as one of `kind` for
+ * the current thread; returns it. */
+static __always_inline struct record *start_record(struct record *r, __u8 kind)
 {
-	struct record *r = bpf_ringbuf_reserve(&records, sizeof(*r), 0);
 	if (!r) {
 		count(COUNT_RING_FULL);
 		return 0;
@@ -248,6 +258,12 @@ static __always_inline struct record *new_record(__u8 kind)
 	r->tgid = id >> 32;
 	r->kind = kind;
 	return r;
+}
+
+/* A zeroed record of `kind` for the current thread, or 0 when the ring is full. */
+static __always_inline struct record *new_record(__u8 kind)
+{
+	return start_record(bpf_ringbuf_reserve(&records, sizeof(struct record), 0), kind);
 }
 
 static __always_inline void submit(struct record *r)
@@ -523,22 +539,34 @@ int sock_send_length(__u64 *ctx)
 	/* Only a send syscall's own socket: not a send the kernel makes on the thread's behalf. */
 	if (!f || f->call != CALL_SEND || f->sk != (__u64)sk || ret <= 0)
 		return 0;
-	struct record *r = new_record(REC_SENT);
-	if (!r)
-		return 0;
+	struct tcp_sock *tp = (struct tcp_sock *)sk;
+	__u32 nonagle = BPF_CORE_READ_BITFIELD_PROBED(tp, nonagle);
+	struct send_queue q = {};
+	int held = nagle_holds(sk, BPF_CORE_READ(tp, mss_cache), nonagle, &q);
+	__u64 key = (__u64)sk;
+	struct record *r;
+	if (held && take_stacks) {
+		struct held_record *hr = bpf_ringbuf_reserve(&records, sizeof(*hr), 0);
+		r = start_record(hr ? &hr->r : 0, REC_SENT);
+		if (!hr || !r)
+			return 0;
+		take_hold_stacks(ctx, &hr->stacks, key, &q);
+	} else {
+		r = new_record(REC_SENT);
+		if (!r)
+			return 0;
+		remember_write(ctx, key, &q, nonagle);
+	}
 	r->fd = f->fd;
 	r->ret = ret;
 	if (flags & MSG_MORE)
 		r->flags |= FLAG_MORE;
 	describe(r, sk, f->inode);
-	struct send_queue q = {};
-	int held = nagle_holds(sk, r->mss, r->nonagle, &q);
 	if (held)
 		r->flags |= FLAG_HELD;
 	r->value = q.unsent;
 	submit(r);
 	/* The socket's tail now: held until tcp_probe sees it leave, or nothing held. */
-	__u64 key = (__u64)sk;
 	if (held) {
 		struct held h = {};
 		h.tid = tid;

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use support::python_http::PythonServer;
-use support::{serial, spawn_printing_port, KillOnDrop};
+use support::{call_site, serial, spawn_printing_port, KillOnDrop};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tcpstall");
 
@@ -474,6 +474,84 @@ fn a_process_already_under_strace_is_followed_too() {
         Some(strace_pid),
         "strace still traces it"
     );
+}
+
+/// Requests the C client of support::call_site makes under `trace -p`.
+const CALL_SITE_REQUESTS: usize = 8;
+
+/// `trace -p` (with `extra` arguments) following the C client of support::call_site, started
+/// first and let go once followed, ended by SIGINT after the client's requests; its report
+/// (`--json` among `extra`) or text, and the client's pid.
+fn call_site_trace(extra: &[&str]) -> (String, u32) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let exe = call_site::build(dir.path());
+    let (_server, port) = call_site::request_server();
+    let mut client = call_site::Client::start(&exe, port, CALL_SITE_REQUESTS);
+    let pid = client.pid();
+    let mut args = vec!["--duration", "60"];
+    args.extend_from_slice(extra);
+    let (trace, stderr) = start_trace(pid, &args);
+    client.go();
+    // SAFETY: kill with a pid we own and a valid signal.
+    assert_eq!(unsafe { libc::kill(trace.0.id() as i32, libc::SIGINT) }, 0);
+    let (code, out, errors) = finish(trace, stderr, Duration::from_secs(20));
+    assert_eq!(code, Some(0), "{errors}");
+    drop(client);
+    (out, pid)
+}
+
+/// The client's socket in a `trace --json` report, its write-write-reads found.
+fn call_site_socket(out: &str, pid: u32) -> Value {
+    let report = report_of(out, "");
+    assert_eq!(report["method"], "tracepoints");
+    let socket = sockets(&report)
+        .iter()
+        .find(|s| s["pid"] == pid && s["write_write_read"].as_u64() > Some(0))
+        .unwrap_or_else(|| panic!("the client's socket is reported: {report:#}"))
+        .clone();
+    assert!(
+        socket["write_write_read"].as_u64() >= Some(CALL_SITE_REQUESTS as u64 - 2),
+        "{socket:#}"
+    );
+    assert!(socket["waits_over_30ms"].as_u64() >= Some(1), "{socket:#}");
+    socket
+}
+
+#[test]
+fn the_example_names_the_held_write_and_the_one_before_to_their_lines() {
+    require_tracepoints!();
+    let _serial = serial();
+    let (out, pid) = call_site_trace(&["--json"]);
+    let socket = call_site_socket(&out, pid);
+    let example = &socket["example"];
+    assert!(
+        example["hold_ms"].as_f64().is_some_and(|h| h >= 30.0),
+        "{example:#}"
+    );
+    call_site::assert_both_writes_named(example);
+    // The text names the same two lines.
+    let (text, _) = call_site_trace(&[]);
+    let (held, _) = call_site::held_lines();
+    let (first, _) = call_site::first_lines();
+    assert!(
+        text.contains(&format!("  at: send_body (client.c:{held})")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("  after: send_header (client.c:{first})")),
+        "{text}"
+    );
+}
+
+#[test]
+fn without_stacks_the_example_has_none() {
+    require_tracepoints!();
+    let _serial = serial();
+    let (out, pid) = call_site_trace(&["--json", "--no-stacks"]);
+    let socket = call_site_socket(&out, pid);
+    for key in ["stack", "previous_stack", "stack_missing"] {
+        assert!(socket["example"].get(key).is_none(), "{socket:#}");
+    }
 }
 
 #[test]

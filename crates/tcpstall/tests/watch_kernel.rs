@@ -16,7 +16,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{command_in, spawn_printing_port, KillOnDrop, Netns};
+use support::{call_site, command_in, spawn_printing_port, KillOnDrop, Netns};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tcpstall");
 
@@ -581,165 +581,37 @@ fn the_labs_stalls_are_the_kernels() {
     );
 }
 
-/// A client in C that writes a request in two small writes, each from a function of its
-/// own, and reads the answer: write-write-read, the second write held behind the first.
-/// Built with frame pointers and DWARF; after its requests it prints `done` and waits for its
-/// standard input to close, so its stacks are named while it runs.
-const CALL_SITE_CLIENT: &str = r#"#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-static void send_header(int fd)
-{
-	if (write(fd, "HEAD", 4) != 4) /* first write */
-		exit(1);
-}
-
-static void send_body(int fd)
-{
-	if (write(fd, "BODY", 4) != 4) /* held write */
-		exit(1);
-}
-
-int main(int argc, char **argv)
-{
-	if (argc != 3)
-		return 2;
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in addr = {0};
-	addr.sin_family = AF_INET;
-	addr.sin_port = htons(atoi(argv[1]));
-	addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0)
-		return 1;
-	for (int i = 0; i < atoi(argv[2]); i++) {
-		char reply[2];
-		send_header(fd);
-		send_body(fd);
-		if (recv(fd, reply, sizeof(reply), MSG_WAITALL) != sizeof(reply))
-			return 1;
-	}
-	puts("done");
-	fflush(stdout);
-	char c;
-	return read(0, &c, 1) < 0;
-}
-"#;
-
-/// The line of [`CALL_SITE_CLIENT`] holding `marker`, counted from 1.
-fn line_of(marker: &str) -> u64 {
-    let index = CALL_SITE_CLIENT
-        .lines()
-        .position(|l| l.contains(marker))
-        .unwrap_or_else(|| panic!("no {marker:?} in the client's source"));
-    index as u64 + 1
-}
-
-/// A server of 8-byte requests answering each with 2 bytes once the whole request is in: the
-/// kernel delays its ACK of the first write, having nothing to send with it.
-fn request_server() -> (KillOnDrop, u16) {
-    let script = r#"
-import socket
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-s.listen()
-print(s.getsockname()[1], flush=True)
-while True:
-    c, _ = s.accept()
-    while True:
-        got = b""
-        while len(got) < 8:
-            d = c.recv(8 - len(got))
-            if not d:
-                break
-            got += d
-        if len(got) < 8:
-            c.close()
-            break
-        c.sendall(b"ok")
-"#;
-    spawn_printing_port(
-        Command::new("python3").args(["-c", script]),
-        "python3 request server",
-    )
-}
-
-/// Builds the client with `cc -g -O0 -fno-omit-frame-pointer` in `dir`; its path.
-fn build_call_site_client(dir: &std::path::Path) -> PathBuf {
-    let source = dir.join("client.c");
-    std::fs::write(&source, CALL_SITE_CLIENT).expect("write the client's source");
-    let exe = dir.join("client");
-    let built = Command::new("cc")
-        .args(["-g", "-O0", "-fno-omit-frame-pointer", "-o"])
-        .arg(&exe)
-        .arg(&source)
-        .output()
-        .expect("cc runs (build-essential: scripts/install-deps)");
-    assert!(
-        built.status.success(),
-        "cc failed: {}",
-        String::from_utf8_lossy(&built.stderr)
-    );
-    exe
-}
-
-/// Runs the client's requests under `watch --kernel --json` with `extra` arguments; the
-/// client's delayed-ACK stalls and its pid.
-fn call_site_run(extra: &[&str], tag: &str) -> (Vec<Value>, u64) {
+/// Runs the C client's requests (support::call_site) under `watch --kernel --json` with
+/// `extra` arguments; the client's events (every kind).
+fn call_site_run(extra: &[&str], tag: &str) -> Vec<Value> {
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let exe = build_call_site_client(dir.path());
-    let (_server, port) = request_server();
+    let exe = call_site::build(dir.path());
+    let (_server, port) = call_site::request_server();
     let mut args = vec!["--kernel", "--json", "--duration", "3"];
     args.extend_from_slice(extra);
     let kernel = Background::start(&args, tag);
-    let (client, done) = support::spawn_printing_line(
-        Command::new(&exe)
-            .args([port.to_string(), REQUESTS.to_string()])
-            .stdin(Stdio::piped()),
-        "the C client",
-    );
-    assert_eq!(done, "done");
-    let pid = u64::from(client.0.id());
+    let mut client = call_site::Client::start(&exe, port, REQUESTS);
+    client.go();
+    let pid = u64::from(client.pid());
     let events = kernel.lines();
     drop(client);
+    events
+        .into_iter()
+        .filter(|e| e["pid"].as_u64() == Some(pid))
+        .collect()
+}
+
+/// The client's delayed-ACK stalls among `events`, enough of them.
+fn delayed_acks(events: Vec<Value>) -> Vec<Value> {
     let stalls: Vec<Value> = events
         .into_iter()
-        .filter(|e| e["kind"] == "nagle_delayed_ack" && e["pid"].as_u64() == Some(pid))
+        .filter(|e| e["kind"] == "nagle_delayed_ack")
         .collect();
     assert!(
         stalls.len() >= REQUESTS - 2,
-        "too few holds of the client ({pid}): {stalls:?}"
+        "too few holds of the client: {stalls:?}"
     );
-    (stalls, pid)
-}
-
-/// The index of the frame of `function` in `stack`, checked at `line` of client.c.
-fn frame_at(stack: &Value, function: &str, line: u64) -> usize {
-    let frames = stack
-        .as_array()
-        .unwrap_or_else(|| panic!("no frames: {stack}"));
-    let at = frames
-        .iter()
-        .position(|f| f["function"] == function)
-        .unwrap_or_else(|| panic!("no frame of {function}: {stack}"));
-    let frame = &frames[at];
-    assert_eq!(frame["line"].as_u64(), Some(line), "{function}: {frame}");
-    assert!(
-        frame["file"]
-            .as_str()
-            .is_some_and(|f| f.ends_with("client.c")),
-        "{frame}"
-    );
-    assert!(
-        frame["module"]
-            .as_str()
-            .is_some_and(|m| m.ends_with("/client")),
-        "{frame}"
-    );
-    at
+    stalls
 }
 
 #[test]
@@ -747,32 +619,38 @@ fn the_held_write_and_the_one_before_are_named_to_their_lines() {
     require_kernel!();
     // Host-wide: another test's holds would be this one's.
     let _serial = support::serial();
-    let (stalls, _pid) = call_site_run(&[], "stacks");
-    let (held, first) = (line_of("/* held write */"), line_of("/* first write */"));
-    let (held_call, first_call) = (line_of("send_body(fd);"), line_of("send_header(fd);"));
-    let mut with_previous = 0;
-    for (i, stall) in stalls.iter().enumerate() {
+    let stalls = delayed_acks(call_site_run(&[], "stacks"));
+    let mut whole = 0;
+    for stall in &stalls {
         assert!(
             stall["delay_ms"].as_f64().is_some_and(|d| d >= 30.0),
             "{stall}"
         );
-        // The frameless write() wrapper's caller, which the frame-pointer walk skips, is
-        // there, and the frames go on to its caller.
-        let at = frame_at(&stall["stack"], "send_body", held);
-        assert!(frame_at(&stall["stack"], "main", held_call) > at, "{stall}");
-        assert_eq!(stall["stack_missing"], Value::Null, "{stall}");
-        // A process's writes are followed from its first hold on: that one has none before.
-        if i == 0 && stall["previous_stack"].is_null() {
-            continue;
-        }
-        let before = frame_at(&stall["previous_stack"], "send_header", first);
-        assert!(
-            frame_at(&stall["previous_stack"], "main", first_call) > before,
-            "{stall}"
-        );
-        with_previous += 1;
+        whole += usize::from(call_site::assert_both_writes_named(stall));
     }
-    assert!(with_previous >= REQUESTS - 3, "{stalls:?}");
+    // Walked whole from the process's first hold on.
+    assert!(whole >= REQUESTS - 3, "{stalls:?}");
+}
+
+#[test]
+fn a_process_s_first_hold_names_the_line_before_it() {
+    require_kernel!();
+    let _serial = support::serial();
+    // Every hold, the first too, however short.
+    let events = call_site_run(&["--minor"], "first-hold");
+    let first = events
+        .iter()
+        .find(|e| e.get("stack").is_some())
+        .unwrap_or_else(|| panic!("no hold of the client: {events:?}"));
+    assert!(
+        !call_site::assert_both_writes_named(first),
+        "only the calling line of the write before the first hold: {first}"
+    );
+    let later = events.iter().filter(|e| e.get("stack").is_some()).skip(1);
+    assert!(
+        later.clone().all(|e| e["previous_stack_missing"].is_null()),
+        "whole stacks after the first hold: {events:?}"
+    );
 }
 
 #[test]
@@ -780,8 +658,7 @@ fn without_stacks_no_stack_is_taken() {
     require_kernel!();
     // Host-wide: another test's holds would be this one's.
     let _serial = support::serial();
-    let (stalls, _pid) = call_site_run(&["--no-stacks"], "no-stacks");
-    for stall in &stalls {
+    for stall in &delayed_acks(call_site_run(&["--no-stacks"], "no-stacks")) {
         assert!(stall.get("stack").is_none(), "{stall}");
         assert!(stall.get("previous_stack").is_none(), "{stall}");
     }

@@ -40,6 +40,11 @@ pub struct TraceArgs {
     /// Exit 1 when a write-write-read pattern is found.
     #[arg(long)]
     pub fail_on_stall: bool,
+    /// Take no call stacks: through the tracepoints, by default, the user-space stack of each
+    /// write Nagle holds and of the write before it are taken, and each socket's example
+    /// names the two lines of code (function, file:line where the program has DWARF).
+    #[arg(long)]
+    pub no_stacks: bool,
     /// The command to run and trace, after `--`.
     #[arg(last = true, value_name = "CMD", required_unless_present = "pid")]
     pub command: Vec<String>,

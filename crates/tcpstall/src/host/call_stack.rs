@@ -41,6 +41,36 @@ pub struct CallStack {
     pub missing: Option<String>,
 }
 
+/// Where a held write and the write before it were made (`watch --kernel`, `trace`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CallSites {
+    /// The call stack of the held write.
+    pub held: CallStack,
+    /// The call stack of the write before it, whose small segment the hold waited behind;
+    /// `None` when the kernel had not seen it.
+    pub previous: Option<CallStack>,
+}
+
+/// The stacks of a held write and of the write before it as the kernel took them
+/// (`struct hold_stacks`); `None`: not taken, or not seen.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RawSites {
+    /// The held write's.
+    pub held: Option<RawStack>,
+    /// The write before it's.
+    pub previous: Option<RawStack>,
+}
+
+impl RawSites {
+    /// The `struct hold_stacks` at `at` of a record.
+    pub(crate) fn parse(rec: &RecordBytes<'_>, at: usize) -> RawSites {
+        RawSites {
+            held: RawStack::parse(rec, at),
+            previous: RawStack::parse(rec, at + USER_STACK_LEN),
+        }
+    }
+}
+
 /// The stack as the kernel took it (`struct user_stack`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RawStack {
@@ -51,6 +81,9 @@ pub struct RawStack {
     /// The words at the top of the user stack at the syscall: among them the syscall
     /// wrapper's return address, its caller, which the frame-pointer walk skips.
     pub top: Vec<u64>,
+    /// Only the calling line was kept (`ips` is the instruction pointer alone, not walked):
+    /// a write of a process before its first hold.
+    pub line_only: bool,
 }
 
 /// Frames the kernel keeps of a stack (`STACK_FRAMES` in `bpf/user_stack.h`).
@@ -58,6 +91,14 @@ pub const STACK_FRAMES: usize = 32;
 
 /// Words kept of the top of the user stack (`STACK_TOP_WORDS`).
 pub const STACK_TOP_WORDS: usize = 8;
+
+/// The BPF objects' switch for the call stacks (`take_stacks` in `bpf/user_stack.h`): 0 is
+/// `--no-stacks`.
+pub const TAKE_STACKS_GLOBAL: &str = "take_stacks";
+
+/// The maps of `bpf/user_stack.h` that keep stacks between writes: a loader taking no stacks
+/// makes them with one entry, not the thousands preallocated.
+pub const STACK_MAPS: [&str; 2] = ["last_send", "holding"];
 
 /// Size of `struct user_stack` (`bpf/user_stack.h`).
 pub const USER_STACK_LEN: usize = 336;
@@ -69,6 +110,7 @@ pub mod user_stack_at {
     pub const TOP: usize = 256;
     pub const TGID: usize = 320;
     pub const FRAMES: usize = 324;
+    pub const LINE_ONLY: usize = 332;
 }
 
 impl RawStack {
@@ -92,6 +134,7 @@ impl RawStack {
             top: (0..STACK_TOP_WORDS)
                 .map(|i| rec.u64(at + user_stack_at::TOP + 8 * i))
                 .collect::<Option<Vec<u64>>>()?,
+            line_only: rec.u32(at + user_stack_at::LINE_ONLY)? != 0,
         })
     }
 }
@@ -125,6 +168,21 @@ impl Default for StackNamer {
 }
 
 impl StackNamer {
+    /// Names the stacks of a held write and of the write before it, as the kernel took them
+    /// (`None`: not taken, or not seen).
+    pub fn name_sites(&self, sites: &RawSites) -> CallSites {
+        CallSites {
+            held: self.name(
+                sites.held.as_ref().unwrap_or(&RawStack::default()),
+                STACK_FRAMES,
+            ),
+            previous: sites
+                .previous
+                .as_ref()
+                .map(|raw| self.name(raw, STACK_FRAMES)),
+        }
+    }
+
     /// Names `raw`, whose full depth was `depth` frames: a stack that fills it may go on.
     pub fn name(&self, raw: &RawStack, depth: usize) -> CallStack {
         if raw.ips.is_empty() {
@@ -186,7 +244,7 @@ impl StackNamer {
                 raw.pid
             ))
         } else {
-            missing(&frames, raw.ips.len() >= depth)
+            missing(&frames, raw.ips.len() >= depth, raw.line_only)
         };
         CallStack { frames, missing }
     }
@@ -244,8 +302,8 @@ fn executable_ranges(pid: u32) -> Vec<std::ops::Range<u64>> {
 }
 
 /// What the named frames lack, in words with the remedy; `full`: the stack filled the
-/// kernel's buffer, so it may go on beyond.
-fn missing(frames: &[Frame], full: bool) -> Option<String> {
+/// kernel's buffer, so it may go on beyond; `line_only`: only the calling line was kept.
+fn missing(frames: &[Frame], full: bool, line_only: bool) -> Option<String> {
     let mut said = Vec::new();
     if let Some(anon) = frames
         .iter()
@@ -280,7 +338,12 @@ fn missing(frames: &[Frame], full: bool) -> Option<String> {
     }
     let last = frames.last().and_then(|f| f.function.as_deref());
     let whole = last.is_some_and(|name| ENTRIES.contains(&name));
-    if full && !whole {
+    if line_only {
+        said.push(
+            "only the line that wrote was kept, not its callers: the write came before the              process's first hold, and whole stacks are taken from then on"
+                .to_string(),
+        );
+    } else if full && !whole {
         said.push(format!(
             "the stack goes on past the {} frames kept",
             frames.len()
@@ -330,7 +393,7 @@ mod tests {
                 Some("/usr/lib/libc.so.6"),
             ),
         ];
-        assert_eq!(missing(&frames, false), None);
+        assert_eq!(missing(&frames, false, false), None);
     }
 
     #[test]
@@ -339,7 +402,7 @@ mod tests {
             frame(Some("write"), None, Some("/usr/lib/libc.so.6")),
             frame(None, None, Some("/usr/bin/server")),
         ];
-        let said = missing(&stripped, false).expect("something is missing");
+        let said = missing(&stripped, false, false).expect("something is missing");
         assert!(said.contains("server has no symbols"), "{said}");
         assert!(said.contains("no file:line: server has no DWARF"), "{said}");
         assert!(said.contains("-fno-omit-frame-pointer"), "{said}");
@@ -347,11 +410,18 @@ mod tests {
             frame(Some("write"), None, Some("/usr/lib/libc.so.6")),
             frame(None, None, None),
         ];
-        let said = missing(&jit, false).expect("something is missing");
+        let said = missing(&jit, false, false).expect("something is missing");
         assert!(said.contains("--perf-basic-prof"), "{said}");
         let deep = vec![frame(Some("f"), Some(1), Some("/bin/x")); 3];
-        let said = missing(&deep, true).expect("something is missing");
+        let said = missing(&deep, true, false).expect("something is missing");
         assert!(said.contains("goes on past the 3 frames"), "{said}");
+        let line = [
+            frame(Some("write"), None, Some("/usr/lib/libc.so.6")),
+            frame(Some("send_header"), Some(10), Some("/tmp/client")),
+        ];
+        let said = missing(&line, false, true).expect("the callers are missing");
+        assert!(said.contains("only the line that wrote"), "{said}");
+        assert!(!said.contains("frame-pointer walk broke"), "{said}");
     }
 
     #[test]
@@ -382,6 +452,7 @@ mod tests {
             pid: std::process::id(),
             ips: vec![1, 2],
             top: vec![8, 0, 16],
+            line_only: false,
         };
         assert_eq!(addresses(&raw), vec![1, 2]);
     }

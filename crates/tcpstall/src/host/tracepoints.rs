@@ -71,20 +71,15 @@ pub(crate) fn chain(err: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// Loads a committed BPF object and attaches its programs, each a `tp_btf` program named as
-/// its tracepoint, in `hooks`' order. Dropping the result detaches them.
-pub(crate) fn load_btf_tracepoints(
-    object: &[u8],
-    hooks: &[&'static str],
-) -> Result<Ebpf, KernelError> {
-    load_btf_tracepoints_with(object, hooks, &[])
-}
-
-/// [`load_btf_tracepoints`], with `globals` (name, value) written into the object's
-/// `const volatile` globals (its .rodata) before the programs load; each must exist.
+/// its tracepoint, in `hooks`' order, with `globals` (name, value) written into the object's
+/// `const volatile` globals (its .rodata) before the programs load (each must exist), and the
+/// maps named in `one_entry` made with one entry (a map the run will not use; names the object
+/// lacks are passed over). Dropping the result detaches them.
 pub(crate) fn load_btf_tracepoints_with(
     object: &[u8],
     hooks: &[&'static str],
     globals: &[(&'static str, u64)],
+    one_entry: &[&'static str],
 ) -> Result<Ebpf, KernelError> {
     // Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK; later ones to the cgroup.
     // Raising it is harmless where it is not needed, and may fail unprivileged: ignored.
@@ -109,6 +104,9 @@ pub(crate) fn load_btf_tracepoints_with(
     loader.btf(Some(&btf));
     for (name, value) in globals {
         loader.set_global(name, value, true);
+    }
+    for name in one_entry {
+        loader.set_max_entries(name, 1);
     }
     let mut bpf = loader.load(object).map_err(|e| {
         let text = chain(&e);

@@ -32,11 +32,14 @@ use super::signals::{self, SignalGuard};
 use super::socket_model::{Inspector, Probe, SocketFacts, SocketModel};
 use super::tracee_memory::{poll_readable, select_readable};
 use super::tracer::{self, Mode, Traced};
+use crate::host::call_stack::{
+    CallSites, CallStack, RawSites, StackNamer, STACK_MAPS, TAKE_STACKS_GLOBAL, USER_STACK_LEN,
+};
 use crate::host::pidfd::PidFd;
 use crate::host::privilege;
 use crate::host::procfs;
 use crate::host::record::RecordBytes;
-use crate::host::tracepoints::{chain, clock_ns, load_btf_tracepoints, KernelError};
+use crate::host::tracepoints::{chain, clock_ns, load_btf_tracepoints_with, KernelError};
 
 /// The compiled BPF programs (`scripts/build-bpf` rebuilds it from `bpf/trace.bpf.c`),
 /// aligned for the ELF reader.
@@ -62,6 +65,15 @@ const ALIVE_CHECK: Duration = Duration::from_millis(100);
 
 /// Size of one record (`struct record` in `bpf/trace.bpf.c`).
 const RECORD_LEN: usize = 160;
+
+/// Size of a held send's record (`struct held_record`): the record, then the call stacks of
+/// the send and of the write before it (`struct hold_stacks`), which start at [`RECORD_LEN`].
+const HELD_RECORD_LEN: usize = RECORD_LEN + 2 * USER_STACK_LEN;
+
+/// What an example's stacks say when its last send was not held: the kernel takes stacks at
+/// held sends only.
+const NOT_HELD: &str = "none taken: the kernel saw this write sent at once, not held by \
+                        Nagle (stacks are taken at held writes only)";
 
 /// Where each field of `struct record` (`bpf/trace.bpf.c`) lies in a record: the parser reads
 /// these, and a test checks them against the C struct (`host::c_layout`).
@@ -140,11 +152,15 @@ struct Record {
     wait: u8,
     facts: Option<SocketFacts>,
     data: [u8; 64],
+    /// A held send's call stacks, when the kernel took them.
+    stacks: Option<RawSites>,
 }
 
 impl Record {
-    fn parse(rec: &[u8]) -> Option<Record> {
-        let rec = RecordBytes::new(rec, RECORD_LEN)?;
+    fn parse(bytes: &[u8]) -> Option<Record> {
+        let stacks =
+            RecordBytes::new(bytes, HELD_RECORD_LEN).map(|held| RawSites::parse(&held, RECORD_LEN));
+        let rec = RecordBytes::new(bytes, RECORD_LEN)?;
         let inode = rec.u64(record_at::INODE)?;
         let family = rec.u16(record_at::FAMILY)?;
         let ip = |at: usize| rec.ip(family, at);
@@ -179,6 +195,7 @@ impl Record {
             wait: rec.u8(record_at::WAIT)?,
             facts,
             data: rec.bytes(record_at::DATA, 64)?.try_into().ok()?,
+            stacks,
         })
     }
 
@@ -287,15 +304,23 @@ pub(crate) fn load_failure(err: &KernelError) -> String {
 /// The loaded programs and the maps user space reads and writes.
 pub(crate) struct KernelTracer {
     _bpf: Ebpf,
+    /// The programs take the call stacks of held sends.
+    stacks: bool,
     ring: RingBuf<MapData>,
     targets: BpfHashMap<MapData, u32, u8>,
     counts: PerCpuArray<MapData, u64>,
 }
 
 impl KernelTracer {
-    /// Loads the programs and attaches them, following no process yet ([`Self::follow`]).
-    pub fn open() -> Result<KernelTracer, KernelError> {
-        let mut bpf = load_btf_tracepoints(TRACE_BPF, &TRACEPOINTS)?;
+    /// Loads the programs and attaches them, following no process yet ([`Self::follow`]);
+    /// `stacks`: they take the call stacks of held sends.
+    pub fn open(stacks: bool) -> Result<KernelTracer, KernelError> {
+        let mut bpf = load_btf_tracepoints_with(
+            TRACE_BPF,
+            &TRACEPOINTS,
+            &[(TAKE_STACKS_GLOBAL, u64::from(stacks))],
+            if stacks { &[] } else { &STACK_MAPS },
+        )?;
         let map = |bpf: &mut Ebpf, name: &str| {
             bpf.take_map(name)
                 .ok_or_else(|| KernelError::Load(format!("the object has no map `{name}`")))
@@ -308,6 +333,7 @@ impl KernelTracer {
             .map_err(|e| KernelError::Load(chain(&e)))?;
         Ok(KernelTracer {
             _bpf: bpf,
+            stacks,
             ring,
             targets,
             counts,
@@ -361,6 +387,8 @@ struct Feeder {
     /// One jiffy (CONFIG_HZ), for a tail that left before the record told it; `None` when
     /// the kernel's config is unreadable.
     jiffy: Option<Duration>,
+    /// Names the examples' call stacks, when taken.
+    namer: Option<StackNamer>,
 }
 
 impl Feeder {
@@ -481,6 +509,31 @@ impl Feeder {
             self.syscalls += 1;
         }
         self.model.apply(actor, at, event);
+        if let Some(stacks) = r.stacks {
+            self.model.held_send_stacks(actor, r.fd, stacks);
+        }
+        // Named now, while the writer runs: its maps are read.
+        if let Some(namer) = &self.namer {
+            self.model.name_examples(|raw| call_sites(namer, raw));
+        }
+    }
+}
+
+/// The named call sites of an example's last send: its stacks as the kernel took them, or
+/// why there are none.
+fn call_sites(namer: &StackNamer, raw: Option<&RawSites>) -> CallSites {
+    match raw {
+        Some(raw) => namer.name_sites(raw),
+        None => {
+            let none = CallStack {
+                frames: Vec::new(),
+                missing: Some(NOT_HELD.into()),
+            };
+            CallSites {
+                held: none.clone(),
+                previous: Some(none),
+            }
+        }
     }
 }
 
@@ -515,10 +568,15 @@ pub(crate) fn trace_process(
 /// its process is put in their map, then execs. The trace ends when it and every process it
 /// started have ended, or at `limit` or Ctrl-C (then they are killed, as under ptrace). Where
 /// the kernel refuses the programs, the child goes on under ptrace instead, saying why.
-pub(crate) fn trace_command(command: &[String], limit: Option<Duration>) -> anyhow::Result<Traced> {
+/// `stacks`: the examples carry their writes' call stacks.
+pub(crate) fn trace_command(
+    command: &[String],
+    limit: Option<Duration>,
+    stacks: bool,
+) -> anyhow::Result<Traced> {
     let guard = SignalGuard::install()?;
     let held = launch::start_held(command, &guard)?;
-    let loaded = KernelTracer::open().and_then(|mut kernel| {
+    let loaded = KernelTracer::open(stacks).and_then(|mut kernel| {
         kernel.follow(held.pid())?;
         Ok(kernel)
     });
@@ -605,14 +663,19 @@ fn follow(
     limit: Option<Duration>,
 ) -> anyhow::Result<Traced> {
     let started = Instant::now();
+    let mut model = SocketModel::new(RecordedFacts::default());
+    if kernel.stacks {
+        model.keep_stacks();
+    }
     let mut feeder = Feeder {
-        model: SocketModel::new(RecordedFacts::default()),
+        model,
         threads: HashSet::new(),
         waits: HashMap::new(),
         processes: HashSet::from([pid]),
         syscalls: 0,
         base: (clock_ns(libc::CLOCK_MONOTONIC) as u64, Instant::now()),
         jiffy: crate::host::kernel::KernelFacts::read().jiffy(),
+        namer: kernel.stacks.then(StackNamer::default),
     };
     let mut last_check = Instant::now();
     let mut interrupted = false;
@@ -720,6 +783,46 @@ mod tests {
                 ("data", DATA),
             ],
         );
+    }
+
+    #[test]
+    fn a_held_record_carries_the_stacks_after_the_record() {
+        use crate::host::call_stack::user_stack_at;
+        let previous = RECORD_LEN + USER_STACK_LEN;
+        crate::host::c_layout::assert_layout(
+            "trace.bpf.c",
+            "held_record",
+            HELD_RECORD_LEN,
+            &[
+                ("r.ts_ns", record_at::TS_NS),
+                ("stacks.held.ips", RECORD_LEN + user_stack_at::IPS),
+                ("stacks.held.frames", RECORD_LEN + user_stack_at::FRAMES),
+                ("stacks.previous.ips", previous + user_stack_at::IPS),
+                ("stacks.previous.top", previous + user_stack_at::TOP),
+                ("stacks.previous.tgid", previous + user_stack_at::TGID),
+                ("stacks.previous.frames", previous + user_stack_at::FRAMES),
+                (
+                    "stacks.previous.line_only",
+                    previous + user_stack_at::LINE_ONLY,
+                ),
+            ],
+        );
+        let mut held = record(REC_SENT);
+        held.resize(HELD_RECORD_LEN, 0);
+        let frames = RECORD_LEN + user_stack_at::FRAMES;
+        held[frames..frames + 4].copy_from_slice(&2u32.to_ne_bytes());
+        held[RECORD_LEN..RECORD_LEN + 8].copy_from_slice(&0x5555_0000_1000u64.to_ne_bytes());
+        let stacks = Record::parse(&held)
+            .and_then(|r| r.stacks)
+            .expect("a held record's stacks");
+        assert_eq!(
+            stacks.held.map(|s| s.ips),
+            Some(vec![0x5555_0000_1000]),
+            "a walk ends at a null return address"
+        );
+        assert_eq!(stacks.previous, None, "the write before not seen");
+        let plain = Record::parse(&record(REC_SENT)).expect("parses");
+        assert_eq!(plain.stacks, None);
     }
 
     fn record(kind: u8) -> Vec<u8> {

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use super::events::{Actor, Event, TcpOption};
 use super::fd_table::{FdTable, Slot, SocketId};
 use super::pattern::WritesSinceRead;
+use crate::host::call_stack::{CallSites, RawSites};
 pub(crate) use crate::report::model::trace::{Hold, TracedSocket};
 use crate::tcp_rules;
 
@@ -132,6 +133,9 @@ struct OpenSends {
     last_send: Instant,
     /// What tells whether the last send's tail is kept back, and until when.
     clues: HoldClues,
+    /// The call stacks of the last send and of the write before it, when the kernel took
+    /// them (a held send).
+    stacks: Option<RawSites>,
 }
 
 /// What the sources say of the tail of a socket's last send: the kernel's records (the send
@@ -236,6 +240,11 @@ pub(crate) struct SocketModel<I> {
     sockets: Vec<Tracked>,
     /// Socket inode → socket, for sockets that have been looked at.
     by_inode: HashMap<u64, SocketId>,
+    /// Call stacks are taken: an example is given its writes' stacks ([`Self::name_examples`]).
+    keeps_stacks: bool,
+    /// Sockets whose example changed since [`Self::name_examples`], with its last send's raw
+    /// stacks.
+    new_examples: Vec<(SocketId, Option<RawSites>)>,
 }
 
 impl<I: Inspector> SocketModel<I> {
@@ -247,6 +256,36 @@ impl<I: Inspector> SocketModel<I> {
             threads: HashMap::new(),
             sockets: Vec::new(),
             by_inode: HashMap::new(),
+            keeps_stacks: false,
+            new_examples: Vec::new(),
+        }
+    }
+
+    /// Each socket's example is to carry the call stacks of its writes, told by
+    /// [`Self::held_send_stacks`] and named by [`Self::name_examples`].
+    pub fn keep_stacks(&mut self) {
+        self.keeps_stacks = true;
+    }
+
+    /// The call stacks of the send `actor` just made on `fd` ([`Event::Sent`]) and of the
+    /// write before it.
+    pub fn held_send_stacks(&mut self, actor: Actor, fd: i32, stacks: RawSites) {
+        let open = self
+            .socket_of(actor.tgid, fd)
+            .and_then(|idx| self.sockets[idx].open.as_mut());
+        if let Some(open) = open {
+            open.stacks = Some(stacks);
+        }
+    }
+
+    /// Gives the examples chosen since the last call their call sites, named by `name` from
+    /// the raw stacks of their last send (`None`: the kernel took none, the send not held),
+    /// while their process still runs.
+    pub fn name_examples(&mut self, mut name: impl FnMut(Option<&RawSites>) -> CallSites) {
+        for (idx, raw) in std::mem::take(&mut self.new_examples) {
+            if let Some(example) = self.sockets[idx].seen.example.as_mut() {
+                example.call_sites = Some(name(raw.as_ref()));
+            }
         }
     }
 
@@ -362,6 +401,7 @@ impl<I: Inspector> SocketModel<I> {
                             held_at_send: held,
                             ..HoldClues::default()
                         };
+                        open.stacks = None;
                     }
                 }
             }
@@ -565,6 +605,7 @@ impl<I: Inspector> SocketModel<I> {
             thread: tid,
             last_send: now,
             clues: HoldClues::default(),
+            stacks: None,
         });
         if joins && open.writes.sends > 0 {
             open.writes.extend_last(bytes);
@@ -600,7 +641,10 @@ impl<I: Inspector> SocketModel<I> {
         let hold = open
             .clues
             .verdict(socket.mss, open.last_send, now, queue.as_ref());
-        socket.count(open.writes.sizes, open.writes.sends, wait, hold);
+        let example = socket.count(open.writes.sizes, open.writes.sends, wait, hold);
+        if example && self.keeps_stacks {
+            self.new_examples.push((idx, open.stacks));
+        }
     }
 
     /// The socket is closed: sends without a read after them are no write-write-read.

@@ -48,8 +48,8 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<Outcome> {
         None => ReportTo::Stdout(report_stdout()?),
     };
     let traced = match (args.pid, limit) {
-        (Some(pid), Some(limit)) => trace_running(pid, limit, args.ptrace)?,
-        _ => trace_command(&args.command, limit, args.ptrace)?,
+        (Some(pid), Some(limit)) => trace_running(pid, limit, args)?,
+        _ => trace_command(&args.command, limit, args)?,
     };
     let tracepoints = traced.mode == Mode::Tracepoints;
     let mut runtimes = RuntimeCache::default();
@@ -116,9 +116,9 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<Outcome> {
 }
 
 /// Follows running process `pid`: through the kernel's tracepoints, which never stop it, unless
-/// `force_ptrace` or the kernel does not allow them (then says why on standard error), else
+/// `--ptrace` or the kernel does not allow them (then says why on standard error), else
 /// with ptrace.
-fn trace_running(pid: u32, limit: Duration, force_ptrace: bool) -> anyhow::Result<Traced> {
+fn trace_running(pid: u32, limit: Duration, args: &TraceArgs) -> anyhow::Result<Traced> {
     if !procfs::process_exists(pid) {
         return Err(AccessError::NoSuchProcess { pid }.into());
     }
@@ -130,10 +130,10 @@ fn trace_running(pid: u32, limit: Duration, force_ptrace: bool) -> anyhow::Resul
         let action = "follow the syscalls".to_string();
         return Err(AccessError::Refused { action, pid, cause }.into());
     }
-    if !force_ptrace {
+    if !args.ptrace {
         let why = match kernel_trace::unavailable().or_else(|| kernel_trace::unavailable_for(pid)) {
             Some(why) => why,
-            None => match kernel_trace::KernelTracer::open() {
+            None => match kernel_trace::KernelTracer::open(!args.no_stacks) {
                 Ok(kernel) => return kernel_trace::trace_process(kernel, pid, limit),
                 Err(err) => kernel_trace::load_failure(&err),
             },
@@ -148,16 +148,16 @@ fn trace_running(pid: u32, limit: Duration, force_ptrace: bool) -> anyhow::Resul
 }
 
 /// Runs `command` followed through the kernel's tracepoints from its first syscall, never
-/// stopped, unless `force_ptrace` or the kernel does not allow them (then says why on standard
+/// stopped, unless `--ptrace` or the kernel does not allow them (then says why on standard
 /// error), else under ptrace with the seccomp filter.
 fn trace_command(
     command: &[String],
     limit: Option<Duration>,
-    force_ptrace: bool,
+    args: &TraceArgs,
 ) -> anyhow::Result<Traced> {
     // A missing program is reported before anything is loaded or started.
     let path = launch::program_path(command)?;
-    if force_ptrace {
+    if args.ptrace {
         return tracer::trace_command(command, limit);
     }
     match kernel_trace::unavailable().or_else(|| kernel_trace::unavailable_for_program(&path)) {
@@ -165,7 +165,7 @@ fn trace_command(
             kernel_trace::note_ptrace_instead(&command[0], &why);
             tracer::trace_command(command, limit)
         }
-        None => kernel_trace::trace_command(command, limit),
+        None => kernel_trace::trace_command(command, limit, !args.no_stacks),
     }
 }
 

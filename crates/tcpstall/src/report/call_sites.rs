@@ -1,9 +1,10 @@
-//! The call stacks of a held write and of the write before it (`watch --kernel`), as text
-//! lines fitted to the terminal and as the JSON keys `stack`, `previous_stack`,
+//! The call stacks of a held write and of the write before it (`watch --kernel`, `trace`), as
+//! text lines fitted to the terminal and as the JSON keys `stack`, `previous_stack`,
 //! `stack_missing` and `previous_stack_missing`.
 
 use std::path::Path;
 
+use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Map, Value};
 
 use crate::report::model::watch::{CallSites, CallStack, Frame};
@@ -62,20 +63,29 @@ fn stack_line(label: &str, stack: &CallStack, width: usize) -> String {
     line
 }
 
+/// Why there is no stack of the write before a held one: the kernel keeps each socket's last
+/// small write (`last_send` in `bpf/user_stack.h`) from the moment tcpstall starts.
+pub const PREVIOUS_NOT_SEEN: &str = "not seen: the write before it was made before tcpstall \
+                                     started following, or its socket's entry was pushed out of \
+                                     the kernel's table (16 384 sockets) by newer writes";
+
 /// The text lines: where the held write was made (`at:`), the write before it (`after:`), and
 /// what the stacks lack (`stack:`), each within `width` columns but the last, which is prose.
 pub fn text(sites: &CallSites, width: usize) -> String {
-    let mut out = stack_line("at", &sites.held, width);
+    let line = |label: &str, stack: &CallStack| match (&stack.missing, stack.frames.is_empty()) {
+        (Some(why), true) => format!("  {label}: {why}\n"),
+        _ => stack_line(label, stack, width),
+    };
+    let mut out = line("at", &sites.held);
     match &sites.previous {
-        Some(previous) => out.push_str(&stack_line("after", previous, width)),
-        None => out.push_str(
-            "  after: not kept (the process's first hold: its writes' stacks are kept from \
-             then on; or a write before the watch began)\n",
-        ),
+        Some(previous) => out.push_str(&line("after", previous)),
+        None => out.push_str(&format!("  after: {PREVIOUS_NOT_SEEN}\n")),
     }
+    // What a stack with frames lacks; an empty one said why on its own line.
     let missing: Vec<&str> = [Some(&sites.held), sites.previous.as_ref()]
         .into_iter()
         .flatten()
+        .filter(|s| !s.frames.is_empty())
         .filter_map(|s| s.missing.as_deref())
         .collect();
     if let Some(first) = missing.first() {
@@ -84,32 +94,42 @@ pub fn text(sites: &CallSites, width: usize) -> String {
     out
 }
 
-/// The JSON keys of `sites`, to add to the event's object.
+/// The JSON keys of `sites`, to add to the event's object: a stack without frames is null,
+/// its `*_missing` saying why.
 pub fn json_keys(sites: &CallSites) -> Map<String, Value> {
-    let frames = |s: &CallStack| serde_json::to_value(&s.frames).unwrap_or(Value::Null);
+    let frames = |s: &CallStack| match s.frames.is_empty() {
+        true => Value::Null,
+        false => serde_json::to_value(&s.frames).unwrap_or(Value::Null),
+    };
+    let missing = |s: &CallStack| s.missing.clone().map_or(Value::Null, Value::String);
     let mut keys = Map::new();
     keys.insert("stack".into(), frames(&sites.held));
     keys.insert(
         "previous_stack".into(),
         sites.previous.as_ref().map_or(Value::Null, frames),
     );
-    keys.insert(
-        "stack_missing".into(),
-        sites
-            .held
-            .missing
-            .clone()
-            .map_or(Value::Null, Value::String),
-    );
+    keys.insert("stack_missing".into(), missing(&sites.held));
     keys.insert(
         "previous_stack_missing".into(),
         sites
             .previous
             .as_ref()
-            .and_then(|s| s.missing.clone())
-            .map_or(Value::Null, Value::String),
+            .map_or_else(|| Value::String(PREVIOUS_NOT_SEEN.into()), missing),
     );
     keys
+}
+
+/// The same keys as [`json_keys`], for a report that serializes `sites` within its own object
+/// (`#[serde(flatten)]`: `trace --json`'s example).
+impl Serialize for CallSites {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let keys = json_keys(self);
+        let mut map = serializer.serialize_map(Some(keys.len()))?;
+        for (key, value) in &keys {
+            map.serialize_entry(key, value)?;
+        }
+        map.end()
+    }
 }
 
 /// Adds `sites` to a rendered event in `buf` (without its final newline): the JSON keys
@@ -175,7 +195,7 @@ mod tests {
         );
         assert!(lines
             .next()
-            .is_some_and(|l| l.starts_with("  after: not kept")));
+            .is_some_and(|l| l.starts_with("  after: not seen: the write before it")));
         let narrow = super::text(&sites(), 60);
         let at = narrow.lines().next().expect("a line");
         assert_eq!(
@@ -196,6 +216,27 @@ mod tests {
         assert_eq!(v["stack"][0]["function"], "write");
         assert_eq!(v["stack"][0]["offset"], 0x11a9);
         assert_eq!(v["previous_stack"], Value::Null);
+        assert_eq!(v["previous_stack_missing"], PREVIOUS_NOT_SEEN);
         assert_eq!(v["stack_missing"], Value::Null);
+    }
+
+    #[test]
+    fn a_stack_without_frames_says_why_in_its_place() {
+        let why = "none taken: the kernel saw no hold at this write";
+        let none = CallSites {
+            held: CallStack {
+                frames: Vec::new(),
+                missing: Some(why.into()),
+            },
+            previous: Some(sites().held),
+        };
+        let text = text(&none, 200);
+        assert!(text.starts_with(&format!("  at: {why}\n")), "{text}");
+        assert!(text.contains("  after: send_body (client.c:14)"), "{text}");
+        assert!(!text.contains("  stack:"), "{text}");
+        let v = serde_json::to_value(&none).expect("JSON");
+        assert_eq!(v["stack"], Value::Null);
+        assert_eq!(v["stack_missing"], why);
+        assert_eq!(v["previous_stack"][1]["function"], "send_body");
     }
 }

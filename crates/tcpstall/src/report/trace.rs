@@ -176,6 +176,10 @@ pub(crate) fn write_text(report: &TraceReport, out: &mut impl Write) -> io::Resu
         }
         if let Some(example) = &s.example {
             writeln!(out, "  e.g. {}", example.describe())?;
+            if let Some(sites) = &example.call_sites {
+                let width = super::terminal_width();
+                out.write_all(super::call_sites::text(sites, width).as_bytes())?;
+            }
         }
         if let Some(holds) = r.kernel_holds.filter(|&h| h > 0) {
             writeln!(

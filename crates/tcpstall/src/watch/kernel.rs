@@ -32,12 +32,14 @@ use super::printer::{self, KernelSaw, ToPrinter};
 use super::WatchArgs;
 use crate::detect::{hold_kind, Finding, HoldEnd, KindCounts, PeerStack, StallEvent, StallKind};
 use crate::flow::{Endpoint, Side, Span, Timestamp};
-use crate::host::call_stack::{RawStack, StackNamer, STACK_FRAMES, USER_STACK_LEN};
+use crate::host::call_stack::{
+    RawSites, StackNamer, STACK_MAPS, TAKE_STACKS_GLOBAL, USER_STACK_LEN,
+};
 use crate::host::procfs::{self, TcpState};
 use crate::host::record::RecordBytes;
 pub use crate::host::tracepoints::KernelError;
 pub(crate) use crate::host::tracepoints::{chain, clock_ns, load_btf_tracepoints_with};
-use crate::report::model::watch::{CallSites, WatchSummary};
+use crate::report::model::watch::WatchSummary;
 use crate::tcp_rules;
 
 /// The compiled BPF programs (`scripts/build-bpf` rebuilds it from `bpf/nagle.bpf.c`),
@@ -68,8 +70,9 @@ const IDLE: Duration = Duration::from_secs(60);
 /// ns are not sent to user space.
 const MIN_EMIT_GLOBAL: &str = "min_emit_ns";
 
-/// The object's global that turns call stacks on (1) or off (0).
-const TAKE_STACKS_GLOBAL: &str = "take_stacks";
+/// The maps `--no-stacks` leaves unused: the writes' stacks (`STACK_MAPS`) and the holds'
+/// (`hold_stacks` in `bpf/nagle.bpf.c`).
+const UNUSED_WITHOUT_STACKS: [&str; 3] = [STACK_MAPS[0], STACK_MAPS[1], "hold_stacks"];
 
 /// The kernel's bound for a short hold (`SHORT_NS` in `bpf/nagle.bpf.c`): released by its ACK
 /// sooner, a hold is counted in `short`, also when it is sent.
@@ -100,7 +103,8 @@ mod hold_at {
     pub const SENT_AGO: usize = 100;
     /// `stacks.held`, a `struct user_stack` (`host::call_stack::user_stack_at`).
     pub const HELD_STACK: usize = 104;
-    /// `stacks.previous`.
+    /// `stacks.previous` (read through `RawSites::parse`).
+    #[cfg(test)]
     pub const PREVIOUS_STACK: usize = HELD_STACK + super::USER_STACK_LEN;
 }
 
@@ -195,11 +199,9 @@ pub struct Hold {
     /// Jiffies before `end_ns` (as recorded) that the bytes left: a timer release is seen at
     /// the next segment received, not when it fired. [`KernelSource::read`] applies it.
     pub sent_ago_jiffies: u32,
-    /// The user stack of the write the hold began with (`None`: not taken, or unreadable).
-    pub stack: Option<RawStack>,
-    /// The user stack of the write before it, whose small segment the hold waited behind
-    /// (`None`: not seen, such as a write before the watch began).
-    pub previous_stack: Option<RawStack>,
+    /// The user stacks of the write the hold began with and of the write before it, whose
+    /// small segment the hold waited behind (each `None`: not taken, or not seen).
+    pub stacks: RawSites,
 }
 
 impl Hold {
@@ -229,8 +231,7 @@ impl Hold {
             retransmits: rec.u8(hold_at::RETRANS)?,
             command: String::from_utf8_lossy(&comm[..comm_len]).into_owned(),
             sent_ago_jiffies: rec.u32(hold_at::SENT_AGO)?,
-            stack: RawStack::parse(&rec, hold_at::HELD_STACK),
-            previous_stack: RawStack::parse(&rec, hold_at::PREVIOUS_STACK),
+            stacks: RawSites::parse(&rec, hold_at::HELD_STACK),
         })
     }
 
@@ -344,6 +345,7 @@ impl KernelSource {
                 (MIN_EMIT_GLOBAL, min_emit_ns),
                 (TAKE_STACKS_GLOBAL, u64::from(stacks)),
             ],
+            if stacks { &[] } else { &UNUSED_WITHOUT_STACKS },
         )?;
         let ring = bpf
             .take_map("events")
@@ -451,17 +453,6 @@ impl Listening {
     }
 }
 
-/// The named call stacks of `hold`'s writes.
-fn call_sites(namer: &StackNamer, hold: &Hold) -> CallSites {
-    CallSites {
-        held: namer.name(&hold.stack.clone().unwrap_or_default(), STACK_FRAMES),
-        previous: hold
-            .previous_stack
-            .as_ref()
-            .map(|raw| namer.name(raw, STACK_FRAMES)),
-    }
-}
-
 /// Runs `watch --kernel` until a signal or the deadline; returns the summary.
 pub(super) fn watch(
     args: &WatchArgs,
@@ -542,7 +533,7 @@ pub(super) fn watch(
             let call_sites = namer
                 .as_ref()
                 .filter(|_| tx.backlog() < printer::QUEUE)
-                .map(|namer| call_sites(namer, &hold));
+                .map(|namer| namer.name_sites(&hold.stacks));
             // The writer is searched first among the processes holding the socket.
             let saw = KernelSaw {
                 pid: hold.pid,
@@ -720,6 +711,10 @@ mod tests {
                 (
                     "stacks.previous.frames",
                     PREVIOUS_STACK + user_stack_at::FRAMES,
+                ),
+                (
+                    "stacks.previous.line_only",
+                    PREVIOUS_STACK + user_stack_at::LINE_ONLY,
                 ),
             ],
         );

@@ -1,10 +1,12 @@
 //! Plumbing shared by the integration tests: child processes that never outlive a test, the
 //! first line a server prints (its port) read with a time bound, root required, the lab run,
 //! a self-signed certificate, a build script run in the tests' build directory, Python's
-//! http.server (python_http.rs), a container's cgroup (cgroup.rs), the process tests' fixtures and servers (process.rs).
+//! http.server (python_http.rs), a container's cgroup (cgroup.rs), the process tests' fixtures and servers (process.rs),
+//! a C client whose writes' call sites are known (call_site.rs).
 
 #![allow(dead_code)] // each test binary uses its own part of this module
 
+pub mod call_site;
 pub mod cgroup;
 pub mod process;
 pub mod python_http;

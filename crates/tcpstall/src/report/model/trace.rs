@@ -4,6 +4,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::report::model::watch::CallSites;
+
 /// A hold this long after a write-write-read is the delayed ACK at work
 /// ([`crate::tcp_rules::STALL_THRESHOLD`]).
 pub(crate) const LONG_WAIT: Duration = crate::tcp_rules::STALL_THRESHOLD;
@@ -99,8 +101,8 @@ pub(crate) struct TracedSocket {
 
 impl TracedSocket {
     /// Counts one write-write-read: `wait` from the end of its last send to the end of the
-    /// read, `hold` of its last write's tail.
-    pub fn count(&mut self, writes: Vec<u64>, sends: u64, wait: Duration, hold: Hold) {
+    /// read, `hold` of its last write's tail. True when it became the socket's example.
+    pub fn count(&mut self, writes: Vec<u64>, sends: u64, wait: Duration, hold: Hold) -> bool {
         self.write_write_read += 1;
         if hold.is_long() {
             self.waits_over_30ms += 1;
@@ -121,6 +123,7 @@ impl TracedSocket {
         if better {
             self.example = Some(Example::new(writes, sends, wait, hold));
         }
+        better
     }
 }
 
@@ -144,6 +147,10 @@ pub(crate) struct Example {
     pub hold_ms: Option<f64>,
     /// The tail's leaving was not seen: `hold_ms` is the read's wait, an upper bound.
     pub hold_is_upper_bound: bool,
+    /// Where the last write and the one before it were made (through the tracepoints, unless
+    /// `--no-stacks`): the keys `stack`, `previous_stack` and their `*_missing`.
+    #[serde(flatten)]
+    pub call_sites: Option<CallSites>,
     #[serde(skip)]
     hold: Hold,
     #[serde(skip)]
@@ -163,6 +170,7 @@ impl Example {
                 Hold::Proven(d) | Hold::AtMost(d) => Some(millis(d)),
             },
             hold_is_upper_bound: matches!(hold, Hold::AtMost(_)),
+            call_sites: None,
             hold,
             wait,
         }

@@ -4,7 +4,7 @@
 
 use rustc_hash::FxHashMap;
 
-pub use crate::host::call_stack::{CallStack, Frame};
+pub use crate::host::call_stack::{CallSites, CallStack, Frame};
 pub use crate::host::owner::{Container, NoOwner, Owner};
 use crate::report::model::Runtime;
 
@@ -14,16 +14,6 @@ use crate::flow::Side;
 /// Processes listed in the summary at most; a host with more stalling (pid, port) pairs is
 /// counted, not listed, so a run of days keeps a bounded table.
 pub const OWNERS_KEPT: usize = 1000;
-
-/// Where a held write and the write before it were made (`watch --kernel`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct CallSites {
-    /// The call stack of the write the hold began with.
-    pub held: CallStack,
-    /// The call stack of the write before it, whose small segment the hold waited behind;
-    /// `None` when it was not seen.
-    pub previous: Option<CallStack>,
-}
 
 /// Stalls of one local process on one port.
 #[derive(Debug, Clone, PartialEq, Eq)]
