@@ -414,11 +414,25 @@ struct FlowTally {
     spurious: Vec<u64>,
 }
 
+/// What a detector with a bound on its active flows did not follow
+/// ([`Detector::limit_active_flows`]): segments that would have started a flow while the
+/// table held its bound.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Untracked {
+    /// Connections refused: their client's SYN found the table full.
+    pub connections: u64,
+    /// Segments not followed, those SYNs included.
+    pub segments: u64,
+}
+
 /// The streaming stall detector.
 #[derive(Debug, Default)]
 pub struct Detector {
     config: DetectorConfig,
     table: FlowTable,
+    /// Most active flows followed at once; `None`: no bound.
+    max_active_flows: Option<usize>,
+    untracked: Untracked,
     tallies: FxHashMap<u64, FlowTally>,
     analysis: Analysis,
     last_sweep: Timestamp,
@@ -444,6 +458,18 @@ impl Detector {
     /// Active flows in the table.
     pub fn active_flows(&self) -> usize {
         self.table.len()
+    }
+
+    /// Follows at most `max` flows at once: while that many are active, a segment of any
+    /// other flow is counted in [`Detector::untracked`] and not followed, so memory stays
+    /// bounded whatever the number of connections (a live watcher's, a host's exporter).
+    pub fn limit_active_flows(&mut self, max: usize) {
+        self.max_active_flows = Some(max);
+    }
+
+    /// What the bound of [`Detector::limit_active_flows`] left unfollowed so far.
+    pub fn untracked(&self) -> Untracked {
+        self.untracked
     }
 
     /// Feeds one segment, in capture order.
@@ -472,6 +498,14 @@ impl Detector {
             Some((first, last)) => (first, last.max(seg.ts_ns)),
         });
 
+        if self
+            .max_active_flows
+            .is_some_and(|max| self.table.len() >= max && !self.table.contains(key))
+        {
+            self.untracked.segments += 1;
+            self.untracked.connections += u64::from(crate::flow::is_client_syn(seg));
+            return;
+        }
         let keep_turns = self.config.keep_turns;
         let (analysis, tallies) = (&mut self.analysis, &mut self.tallies);
         let lookup = self.table.lookup(seg, key, ordinal, |old| {

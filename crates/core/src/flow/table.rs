@@ -72,6 +72,17 @@ impl FlowTable {
         self.len() == 0
     }
 
+    /// An active flow has the 4-tuple `key`.
+    pub fn contains(&self, key: HashedKey) -> bool {
+        let slots = &self.slots;
+        self.index
+            .find(
+                key.hash,
+                |s| matches!(slots.get(s as usize), Some(Some((k, _))) if *k == key.key),
+            )
+            .is_some()
+    }
+
     fn remove_slot(&mut self, slot: u32) -> Option<Flow> {
         let (key, flow) = self.slots.get_mut(slot as usize)?.take()?;
         let hash = HashedKey::of_key(key).hash;

@@ -156,6 +156,8 @@ fn capture_loop(
         keep_turns: false,
         keep_socket_settled: true,
     });
+    detector.limit_active_flows(usize::try_from(args.max_flows).unwrap_or(usize::MAX));
+    let mut said_full = false;
     let mut summary = WatchSummary::default();
     let mut packets = PacketCounts::default();
     let mut segment = Segment::UNSET;
@@ -205,6 +207,14 @@ fn capture_loop(
             if !retired.is_empty() {
                 printer_gone |= tx.send(ToPrinter::Retired(retired)).is_err();
             }
+            if !said_full && detector.untracked().segments > 0 {
+                said_full = true;
+                eprintln!(
+                    "tcpstall: {} connections followed, the --max-flows bound: further ones \
+                     are counted in the summary, not followed",
+                    detector.active_flows()
+                );
+            }
             printer::say_backlog(&tx, unprinted);
             unprinted = tx.unprinted();
             metrics.printer(tx.backlog(), unprinted);
@@ -232,6 +242,7 @@ fn capture_loop(
     summary.drops = source.drops();
     summary.packets = packets;
     summary.active_flows = detector.active_flows() as u64;
+    summary.untracked = detector.untracked();
     let last = detector.finish();
     summary.flows += last.flows.iter().filter(|f| !f.continued).count() as u64;
     summary.counts = last.counts;
