@@ -467,6 +467,13 @@ impl Detector {
         self.max_active_flows = Some(max);
     }
 
+    /// Records no turn latencies: flow summaries then have no `latency_us`, and a flow's
+    /// memory is the same after a million turns as after one (a live watcher, which reports
+    /// stalls, not latencies).
+    pub fn forget_turn_latencies(&mut self) {
+        self.table.no_turn_latencies = true;
+    }
+
     /// What the bound of [`Detector::limit_active_flows`] left unfollowed so far.
     pub fn untracked(&self) -> Untracked {
         self.untracked
@@ -988,6 +995,29 @@ mod tests {
             seg.dst_port = seg.dst_port.wrapping_add(i as u16);
         }
         w.segments
+    }
+
+    /// A detector that forgets turn latencies still counts the turns, and keeps none of
+    /// their latencies however many there are.
+    #[test]
+    fn forgotten_turn_latencies_do_not_grow_with_the_turns() {
+        let mut w = Wire::handshake(30, 1448);
+        for turn in 0..1_000u64 {
+            w.data(true, 1_000 + turn * 1_000, 80)
+                .data(false, 1_100 + turn * 1_000, 148);
+        }
+        let run = |forget: bool| {
+            let mut d = Detector::new(DetectorConfig::default());
+            if forget {
+                d.forget_turn_latencies();
+            }
+            w.segments.iter().for_each(|seg| d.push(seg));
+            d.finish().flows.remove(0)
+        };
+        let (kept, forgotten) = (run(false), run(true));
+        assert_eq!((kept.requests, forgotten.requests), (1_000, 1_000));
+        assert!(kept.latency_us.is_some());
+        assert_eq!(forgotten.latency_us, None);
     }
 
     /// A long-running consumer takes events and retired flows as it goes: what it took and

@@ -157,6 +157,7 @@ fn capture_loop(
         keep_socket_settled: true,
     });
     detector.limit_active_flows(usize::try_from(args.max_flows).unwrap_or(usize::MAX));
+    detector.forget_turn_latencies();
     let mut said_full = false;
     let mut summary = WatchSummary::default();
     let mut packets = PacketCounts::default();
