@@ -926,8 +926,14 @@ fn connections_past_max_flows_are_counted_not_followed() {
         "--json",
         "--max-flows",
         &FOLLOWED.to_string(),
+        "--metrics",
+        "127.0.0.1:0",
         &format!("port {port}"),
     ]);
+    let addr = watch
+        .metrics
+        .clone()
+        .expect("the metrics address is announced");
     // All stay open, each after a small exchange, so the table stays at its bound.
     let mut open = Vec::new();
     for _ in 0..CONNECTIONS {
@@ -944,6 +950,19 @@ fn connections_past_max_flows_are_counted_not_followed() {
         "the --max-flows bound",
         Duration::from_secs(5),
         "watch's notice of its bound",
+    );
+    // An exporter's scraper sees them too.
+    let body = support::scrape_until(&addr, Duration::from_secs(5), |body| {
+        metric(body, "tcpstall_watch_untracked_packets_total") > 0
+    });
+    assert!(
+        metric(&body, "tcpstall_watch_untracked_packets_total") > 0,
+        "{body}"
+    );
+    assert_eq!(
+        metric(&body, "tcpstall_watch_active_flows"),
+        FOLLOWED,
+        "{body}"
     );
     watch.terminate();
     let (status, stdout, stderr) = watch.wait(Duration::from_secs(10));

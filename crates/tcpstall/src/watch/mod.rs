@@ -226,6 +226,7 @@ fn capture_loop(
                 kernel_dropped: drops.dropped,
                 interface_dropped: drops.if_dropped,
                 active_flows: detector.active_flows() as u64,
+                untracked_segments: detector.untracked().segments,
             });
         }
         if printer_gone {
