@@ -14,6 +14,12 @@
 //! starts one every millisecond and closes each with FINs, so about 2,000 are open at once
 //! (a closed flow leaves the table 2 s after its close).
 //!
+//! `--concurrent N OUT.pcap`: N connections open at once (`scripts/bench-analyze --concurrent`):
+//! one starts every microsecond, each with a handshake and three turns (a tenth of them split
+//! responses, so two planted stalls each), and none closes before the last has opened: all
+//! close with FINs, in the order they opened, from 200 ms after the last one's start. Written
+//! headers only (snap length 128 B, as `tcpdump -s 128`), so a million connections take 3 GB.
+//!
 //! Connection kinds (share of connections):
 //! - clean (70 %): request, quick ACK, response, ACK; 0.2-3 ms think time between turns;
 //! - split response (10 %): header and body written apart, the body waits for the client's
@@ -103,6 +109,8 @@ struct Shape {
     /// `None`: 20 to 60, drawn.
     turns: Option<u64>,
     close: bool,
+    /// The close waits until this time at least.
+    close_at: u64,
 }
 
 /// Builds one connection's packets: returns them and the stalls planted per kind.
@@ -211,7 +219,7 @@ fn connection(
         };
     }
     if shape.close {
-        both_ways(&mut p, FIN, (c, s, t), rtt);
+        both_ways(&mut p, FIN, (c, s, t.max(shape.close_at)), rtt);
     }
     Conn { id, packets: p }
 }
@@ -317,7 +325,7 @@ fn main() -> ExitCode {
         Some(at) => match args.get(at + 1).map(|n| n.parse::<u32>()) {
             Some(Ok(n)) if open != closed => {
                 args.drain(at..at + 2);
-                Some((n, open))
+                Some(Flows::OneTurn(n, open))
             }
             _ => {
                 eprintln!("gen-capture: --flows N takes a whole number and --open or --closed");
@@ -325,9 +333,23 @@ fn main() -> ExitCode {
             }
         },
     };
+    let flows = match args.iter().position(|a| a == "--concurrent") {
+        None => flows,
+        Some(at) => match args.get(at + 1).map(|n| n.parse::<u32>()) {
+            Some(Ok(n)) if flows.is_none() => {
+                args.drain(at..at + 2);
+                Some(Flows::Concurrent(n))
+            }
+            _ => {
+                eprintln!("gen-capture: --concurrent N takes a whole number, without --flows");
+                return ExitCode::from(2);
+            }
+        },
+    };
     let Some(out) = args.get(1) else {
         eprintln!("usage: gen-capture [--vxlan] OUT.pcap [PACKETS]");
         eprintln!("       gen-capture --flows N --open|--closed OUT.pcap");
+        eprintln!("       gen-capture --concurrent N OUT.pcap");
         return ExitCode::from(2);
     };
     let target: u64 = match args.get(2).map(|s| s.parse()) {
@@ -347,21 +369,49 @@ fn main() -> ExitCode {
     }
 }
 
-/// Writes the capture: connections of every kind up to `target` packets, or with `flows`
-/// (count, open) that many clean one-turn connections.
-fn generate(out: &str, target: u64, vxlan: bool, flows: Option<(u32, bool)>) -> Result<(), String> {
+/// Connections written instead of the default mix.
+#[derive(Clone, Copy)]
+enum Flows {
+    /// That many clean one-turn connections, left open (`true`) or closed as they go.
+    OneTurn(u32, bool),
+    /// That many connections open at once, closed after the last has opened.
+    Concurrent(u32),
+}
+
+/// Writes the capture: connections of every kind up to `target` packets, or the connections
+/// `flows` says.
+fn generate(out: &str, target: u64, vxlan: bool, flows: Option<Flows>) -> Result<(), String> {
     let mut rng = Rng(0x5eed_1234_abcd_9876);
     let mut planted = [0u64; 3];
     let mut conns = Vec::new();
     let mut total = 0u64;
     let base_ns = 1_700_000_000 * 1_000_000_000u64;
-    if let Some((count, open)) = flows {
+    let mut snaplen = 65535;
+    if let Some(Flows::Concurrent(count)) = flows {
+        snaplen = 128;
+        let last_start = base_ns + u64::from(count) * US;
+        for id in 0..count {
+            let start = base_ns + u64::from(id) * US;
+            let kind = match rng.range(0, 9) {
+                0 => Kind::SplitResponse,
+                _ => Kind::Clean,
+            };
+            let shape = Shape {
+                turns: Some(3),
+                close: true,
+                close_at: last_start + 200 * MS + u64::from(id) * US,
+            };
+            conns.push(connection(id, start, (kind, shape), &mut rng, &mut planted));
+        }
+    }
+    if let Some(Flows::OneTurn(count, open)) = flows {
         let (every, shape) = match open {
             true => (
                 10 * US,
                 Shape {
                     turns: Some(1),
                     close: false,
+                    close_at: 0,
                 },
             ),
             false => (
@@ -369,6 +419,7 @@ fn generate(out: &str, target: u64, vxlan: bool, flows: Option<(u32, bool)>) -> 
                 Shape {
                     turns: Some(1),
                     close: true,
+                    close_at: 0,
                 },
             ),
         };
@@ -398,6 +449,7 @@ fn generate(out: &str, target: u64, vxlan: bool, flows: Option<(u32, bool)>) -> 
         let shape = Shape {
             turns: None,
             close: true,
+            close_at: 0,
         };
         let c = connection(id, start, (kind, shape), &mut rng, &mut planted);
         total += c.packets.len() as u64;
@@ -412,7 +464,7 @@ fn generate(out: &str, target: u64, vxlan: bool, flows: Option<(u32, bool)>) -> 
     let mut writer = PcapWriter::new(
         BufWriter::with_capacity(1 << 20, file),
         LINKTYPE_ETHERNET,
-        65535,
+        snaplen,
     )
     .map_err(|e| format!("writing {out}: {e}"))?;
     let payload = vec![0x61u8; 1500];

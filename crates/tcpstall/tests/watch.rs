@@ -912,3 +912,74 @@ fn netfilters_log_is_watched_as_an_interface() {
         "{stalls} stalls from nflog:7:\n{stdout}\n{stderr}"
     );
 }
+
+#[test]
+fn connections_past_max_flows_are_counted_not_followed() {
+    require_root("live capture");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    const FOLLOWED: u64 = 5;
+    const CONNECTIONS: u64 = 20;
+    let watch = Watch::start(&[
+        "-i",
+        "lo",
+        "--json",
+        "--max-flows",
+        &FOLLOWED.to_string(),
+        "--metrics",
+        "127.0.0.1:0",
+        &format!("port {port}"),
+    ]);
+    let addr = watch
+        .metrics
+        .clone()
+        .expect("the metrics address is announced");
+    // All stay open, each after a small exchange, so the table stays at its bound.
+    let mut open = Vec::new();
+    for _ in 0..CONNECTIONS {
+        let mut client = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        let (mut server, _) = listener.accept().expect("accept");
+        client.write_all(b"ping").expect("request");
+        let mut got = [0u8; 4];
+        std::io::Read::read_exact(&mut server, &mut got).expect("request read");
+        server.write_all(b"pong").expect("answer");
+        std::io::Read::read_exact(&mut client, &mut got).expect("answer read");
+        open.push((client, server));
+    }
+    let said = watch.run.stderr_until(
+        "the --max-flows bound",
+        Duration::from_secs(5),
+        "watch's notice of its bound",
+    );
+    // An exporter's scraper sees them too.
+    let body = support::scrape_until(&addr, Duration::from_secs(5), |body| {
+        metric(body, "tcpstall_watch_untracked_packets_total") > 0
+    });
+    assert!(
+        metric(&body, "tcpstall_watch_untracked_packets_total") > 0,
+        "{body}"
+    );
+    assert_eq!(
+        metric(&body, "tcpstall_watch_active_flows"),
+        FOLLOWED,
+        "{body}"
+    );
+    watch.terminate();
+    let (status, stdout, stderr) = watch.wait(Duration::from_secs(10));
+    assert!(status.success(), "{stderr}");
+    drop(open);
+    let summary: Value = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find_map(|v| v.get("summary").cloned())
+        .unwrap_or_else(|| panic!("no summary line in {stdout}"));
+    assert_eq!(summary["active_flows"], FOLLOWED, "{summary}\n{said:?}");
+    assert_eq!(
+        summary["untracked_connections"],
+        CONNECTIONS - FOLLOWED,
+        "{summary}"
+    );
+    // Handshake, request and answer, and their ACKs: several packets a connection.
+    let segments = summary["untracked_segments"].as_u64().unwrap_or(0);
+    assert!(segments >= 4 * (CONNECTIONS - FOLLOWED), "{summary}");
+}

@@ -414,11 +414,25 @@ struct FlowTally {
     spurious: Vec<u64>,
 }
 
+/// What a detector with a bound on its active flows did not follow
+/// ([`Detector::limit_active_flows`]): segments that would have started a flow while the
+/// table held its bound.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Untracked {
+    /// Connections refused: their client's SYN found the table full.
+    pub connections: u64,
+    /// Segments not followed, those SYNs included.
+    pub segments: u64,
+}
+
 /// The streaming stall detector.
 #[derive(Debug, Default)]
 pub struct Detector {
     config: DetectorConfig,
     table: FlowTable,
+    /// Most active flows followed at once; `None`: no bound.
+    max_active_flows: Option<usize>,
+    untracked: Untracked,
     tallies: FxHashMap<u64, FlowTally>,
     analysis: Analysis,
     last_sweep: Timestamp,
@@ -444,6 +458,25 @@ impl Detector {
     /// Active flows in the table.
     pub fn active_flows(&self) -> usize {
         self.table.len()
+    }
+
+    /// Follows at most `max` flows at once: while that many are active, a segment of any
+    /// other flow is counted in [`Detector::untracked`] and not followed, so memory stays
+    /// bounded whatever the number of connections (a live watcher's, a host's exporter).
+    pub fn limit_active_flows(&mut self, max: usize) {
+        self.max_active_flows = Some(max);
+    }
+
+    /// Records no turn latencies: flow summaries then have no `latency_us`, and a flow's
+    /// memory is the same after a million turns as after one (a live watcher, which reports
+    /// stalls, not latencies).
+    pub fn forget_turn_latencies(&mut self) {
+        self.table.no_turn_latencies = true;
+    }
+
+    /// What the bound of [`Detector::limit_active_flows`] left unfollowed so far.
+    pub fn untracked(&self) -> Untracked {
+        self.untracked
     }
 
     /// Feeds one segment, in capture order.
@@ -472,6 +505,14 @@ impl Detector {
             Some((first, last)) => (first, last.max(seg.ts_ns)),
         });
 
+        if self
+            .max_active_flows
+            .is_some_and(|max| self.table.len() >= max && !self.table.contains(key))
+        {
+            self.untracked.segments += 1;
+            self.untracked.connections += u64::from(crate::flow::is_client_syn(seg));
+            return;
+        }
         let keep_turns = self.config.keep_turns;
         let (analysis, tallies) = (&mut self.analysis, &mut self.tallies);
         let lookup = self.table.lookup(seg, key, ordinal, |old| {
@@ -954,6 +995,29 @@ mod tests {
             seg.dst_port = seg.dst_port.wrapping_add(i as u16);
         }
         w.segments
+    }
+
+    /// A detector that forgets turn latencies still counts the turns, and keeps none of
+    /// their latencies however many there are.
+    #[test]
+    fn forgotten_turn_latencies_do_not_grow_with_the_turns() {
+        let mut w = Wire::handshake(30, 1448);
+        for turn in 0..1_000u64 {
+            w.data(true, 1_000 + turn * 1_000, 80)
+                .data(false, 1_100 + turn * 1_000, 148);
+        }
+        let run = |forget: bool| {
+            let mut d = Detector::new(DetectorConfig::default());
+            if forget {
+                d.forget_turn_latencies();
+            }
+            w.segments.iter().for_each(|seg| d.push(seg));
+            d.finish().flows.remove(0)
+        };
+        let (kept, forgotten) = (run(false), run(true));
+        assert_eq!((kept.requests, forgotten.requests), (1_000, 1_000));
+        assert!(kept.latency_us.is_some());
+        assert_eq!(forgotten.latency_us, None);
     }
 
     /// A long-running consumer takes events and retired flows as it goes: what it took and

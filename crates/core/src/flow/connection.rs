@@ -152,7 +152,7 @@ fn acknowledges(seg: &Segment) -> bool {
 
 /// The segment opens the connection from the client (SYN without ACK).
 #[inline]
-pub(super) fn is_client_syn(seg: &Segment) -> bool {
+pub fn is_client_syn(seg: &Segment) -> bool {
     seg.has(flags::SYN) && !seg.has(flags::ACK)
 }
 

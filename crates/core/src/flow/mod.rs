@@ -39,7 +39,7 @@ pub mod testing;
 mod tests;
 
 pub use cadence::Cadence;
-pub use connection::{Flow, IDLE_TIMEOUT};
+pub use connection::{is_client_syn, Flow, IDLE_TIMEOUT};
 pub use direction::PeerWindow;
 pub use endpoint::Endpoint;
 pub use guess::{ClientGuess, MssSource, PathSource};

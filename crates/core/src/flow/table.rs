@@ -24,6 +24,8 @@ pub struct FlowTable {
     free: Vec<u32>,
     /// New flows keep each turn's start time (for the HTML report's timelines).
     pub keep_turn_starts: bool,
+    /// New flows record no turn latencies ([`super::turns::Turns::no_latencies`]).
+    pub no_turn_latencies: bool,
     /// What is kept of each retired flow to rejoin it: a connection silent past the idle
     /// timeout, or one whose late retransmissions follow its close, stays one flow.
     tombstones: FxHashMap<FlowKey, Tombstone>,
@@ -70,6 +72,17 @@ impl FlowTable {
     /// No flow is active.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// An active flow has the 4-tuple `key`.
+    pub fn contains(&self, key: HashedKey) -> bool {
+        let slots = &self.slots;
+        self.index
+            .find(
+                key.hash,
+                |s| matches!(slots.get(s as usize), Some(Some((k, _))) if *k == key.key),
+            )
+            .is_some()
     }
 
     fn remove_slot(&mut self, slot: u32) -> Option<Flow> {
@@ -127,6 +140,7 @@ impl FlowTable {
                     .rejoin(&key.key, seg)
                     .unwrap_or_else(|| Flow::new(ordinal, seg));
                 flow.turns.keep_starts = self.keep_turn_starts;
+                flow.turns.no_latencies = self.no_turn_latencies;
                 let slot = match self.free.pop() {
                     Some(free) => free,
                     None => {

@@ -48,6 +48,9 @@ pub struct Turns {
     pub starts: Vec<Timestamp>,
     /// Record `starts` (only a report that draws timelines needs them).
     pub keep_starts: bool,
+    /// Record no latencies (a live watcher reports none): the flow's memory then does not
+    /// grow with its turns.
+    pub no_latencies: bool,
     /// Capture time of the current request's first byte.
     start: Timestamp,
     /// Capture time of the server's last data in the current turn, if it answered yet.
@@ -81,7 +84,7 @@ impl Turns {
     /// Closes the current turn, recording its latency when it was answered.
     pub fn finish(&mut self) {
         if let Some(end) = self.answered.take() {
-            if self.latencies_us.len() < MAX_TURNS_KEPT {
+            if !self.no_latencies && self.latencies_us.len() < MAX_TURNS_KEPT {
                 // Room for a keep-alive connection's turns at once, instead of growing from 4
                 // through five reallocations.
                 if self.latencies_us.is_empty() {

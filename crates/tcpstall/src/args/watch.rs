@@ -51,4 +51,10 @@ pub struct WatchArgs {
     /// file:line) for the holds printed.
     #[arg(long, requires = "kernel")]
     pub no_stacks: bool,
+    /// Follow at most this many connections at once (each costs about 1 KB): past it, the
+    /// packets of further connections are counted in the summary, not followed, until
+    /// followed ones close or go idle.
+    #[arg(long, value_name = "N", default_value_t = 1_000_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_flows: u64,
 }

@@ -477,6 +477,15 @@ pub fn summary_text(s: &WatchSummary) -> String {
         );
     }
     let _ = writeln!(out, "flows: {} ({} active)", s.flows, s.active_flows);
+    if s.untracked.segments > 0 {
+        let _ = writeln!(
+            out,
+            "not followed: {} and {} of connections past the --max-flows bound (stalls in them \
+             go unseen; a larger --max-flows or a narrower filter follows them)",
+            super::counted(s.untracked.connections, "new connection", "new connections"),
+            super::counted(s.untracked.segments, "packet", "packets"),
+        );
+    }
     let _ = write!(out, "stalls: {}", s.counts.reported_text());
     if s.counts.stalls() > 0 {
         let _ = write!(
@@ -566,6 +575,8 @@ pub fn summary_json(s: &WatchSummary) -> String {
         if_dropped: u64,
         flows: u64,
         active_flows: u64,
+        untracked_connections: u64,
+        untracked_segments: u64,
         stalls: KindCounts,
         held_side: Held,
         without_owner: u64,
@@ -587,6 +598,8 @@ pub fn summary_json(s: &WatchSummary) -> String {
             if_dropped: s.drops.if_dropped,
             flows: s.flows,
             active_flows: s.active_flows,
+            untracked_connections: s.untracked.connections,
+            untracked_segments: s.untracked.segments,
             stalls: s.counts,
             held_side: Held {
                 client: s.held[0],

@@ -568,6 +568,7 @@ pub(super) fn watch(
                 kernel_dropped: k.ring_full,
                 interface_dropped: 0,
                 active_flows: sockets.len() as u64,
+                untracked_segments: 0,
             });
             metrics.update_kernel(KernelTotals {
                 holds: k.holds,

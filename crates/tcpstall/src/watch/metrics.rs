@@ -66,6 +66,7 @@ pub struct Metrics {
     tcp_segments: IntCounter,
     kernel_dropped: IntCounter,
     interface_dropped: IntCounter,
+    untracked: IntCounter,
     active_flows: IntGauge,
     flows_ended: IntCounter,
     printer_backlog: IntGauge,
@@ -82,7 +83,7 @@ pub struct Metrics {
     /// What finding the owners cost, counted where they are found.
     owner_costs: OwnerCosts,
     /// Last totals seen, so the counters advance by the difference.
-    seen: [AtomicU64; 4],
+    seen: [AtomicU64; 5],
     /// The same for the kernel's hold counters, in [`KernelTotals`] order.
     seen_kernel: [AtomicU64; 6],
 }
@@ -119,6 +120,8 @@ pub struct Totals {
     pub interface_dropped: u64,
     /// Flows in the detector now.
     pub active_flows: u64,
+    /// Segments not followed: `--max-flows` flows were followed already.
+    pub untracked_segments: u64,
 }
 
 impl Metrics {
@@ -256,6 +259,10 @@ impl Metrics {
                 "interface_dropped_packets_total",
                 "Packets dropped by the interface or its driver (pcap_stats ps_ifdrop)",
             )?,
+            untracked: counter(
+                "untracked_packets_total",
+                "TCP segments of connections not followed: --max-flows were followed already",
+            )?,
             active_flows: IntGauge::new("active_flows", "TCP flows the detector follows now")?,
             flows_ended: counter(
                 "flows_ended_total",
@@ -293,6 +300,7 @@ impl Metrics {
             &metrics.tcp_segments,
             &metrics.kernel_dropped,
             &metrics.interface_dropped,
+            &metrics.untracked,
             &metrics.flows_ended,
             &metrics.unprinted,
         ] {
@@ -353,6 +361,7 @@ impl Metrics {
         advance(1, &self.tcp_segments, totals.tcp_segments);
         advance(2, &self.kernel_dropped, totals.kernel_dropped);
         advance(3, &self.interface_dropped, totals.interface_dropped);
+        advance(4, &self.untracked, totals.untracked_segments);
         self.active_flows
             .set(i64::try_from(totals.active_flows).unwrap_or(i64::MAX));
     }

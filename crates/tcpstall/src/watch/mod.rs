@@ -156,6 +156,9 @@ fn capture_loop(
         keep_turns: false,
         keep_socket_settled: true,
     });
+    detector.limit_active_flows(usize::try_from(args.max_flows).unwrap_or(usize::MAX));
+    detector.forget_turn_latencies();
+    let mut said_full = false;
     let mut summary = WatchSummary::default();
     let mut packets = PacketCounts::default();
     let mut segment = Segment::UNSET;
@@ -205,6 +208,14 @@ fn capture_loop(
             if !retired.is_empty() {
                 printer_gone |= tx.send(ToPrinter::Retired(retired)).is_err();
             }
+            if !said_full && detector.untracked().segments > 0 {
+                said_full = true;
+                eprintln!(
+                    "tcpstall: {} connections followed, the --max-flows bound: further ones \
+                     are counted in the summary, not followed",
+                    detector.active_flows()
+                );
+            }
             printer::say_backlog(&tx, unprinted);
             unprinted = tx.unprinted();
             metrics.printer(tx.backlog(), unprinted);
@@ -215,6 +226,7 @@ fn capture_loop(
                 kernel_dropped: drops.dropped,
                 interface_dropped: drops.if_dropped,
                 active_flows: detector.active_flows() as u64,
+                untracked_segments: detector.untracked().segments,
             });
         }
         if printer_gone {
@@ -232,6 +244,7 @@ fn capture_loop(
     summary.drops = source.drops();
     summary.packets = packets;
     summary.active_flows = detector.active_flows() as u64;
+    summary.untracked = detector.untracked();
     let last = detector.finish();
     summary.flows += last.flows.iter().filter(|f| !f.continued).count() as u64;
     summary.counts = last.counts;

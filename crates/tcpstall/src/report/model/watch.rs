@@ -8,7 +8,7 @@ pub use crate::host::call_stack::{CallSites, CallStack, Frame};
 pub use crate::host::owner::{Container, NoOwner, Owner};
 use crate::report::model::Runtime;
 
-use crate::detect::{KindCounts, StallEvent};
+use crate::detect::{KindCounts, StallEvent, Untracked};
 use crate::flow::Side;
 
 /// Processes listed in the summary at most; a host with more stalling (pid, port) pairs is
@@ -99,6 +99,8 @@ pub struct WatchSummary {
     pub flows: u64,
     /// Flows active at the end.
     pub active_flows: u64,
+    /// What was not followed because `--max-flows` connections were followed already.
+    pub untracked: Untracked,
     /// Stalls and minor holds by kind.
     pub counts: KindCounts,
     /// Stalls by the side whose data waited (client, server).
