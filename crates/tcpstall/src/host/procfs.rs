@@ -101,6 +101,38 @@ pub(crate) fn tcp_table(pid: u32) -> io::Result<HashMap<u64, TcpEntry>> {
     Ok(table)
 }
 
+/// The ports `pid`'s network namespace listens on (IPv4 and IPv6), read a line at a time:
+/// only the LISTEN rows (state `0A`, `TCP_LISTEN`) are parsed, so a host with hundreds of
+/// thousands of connections costs a pass over the text, not a table of them.
+pub(crate) fn listening_ports(pid: u32) -> io::Result<HashSet<u16>> {
+    use std::io::BufRead;
+    let mut ports = HashSet::new();
+    for name in ["tcp", "tcp6"] {
+        let path = format!("/proc/{pid}/net/{name}");
+        let file = match fs::File::open(&path) {
+            Ok(file) => file,
+            // A kernel without IPv6 has no tcp6.
+            Err(err) if err.kind() == io::ErrorKind::NotFound && name == "tcp6" => continue,
+            Err(err) => return Err(err),
+        };
+        let mut lines = io::BufReader::new(file).lines();
+        // The heading.
+        lines.next().transpose()?;
+        for line in lines {
+            let line = line?;
+            let mut fields = line.split_whitespace();
+            let local = fields.nth(1);
+            if fields.nth(1) != Some("0A") {
+                continue;
+            }
+            if let Some(local) = local.and_then(parse_hex_endpoint) {
+                ports.insert(local.port());
+            }
+        }
+    }
+    Ok(ports)
+}
+
 /// Parses one line of `/proc/net/tcp{,6}`:
 /// `sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode ...`.
 fn parse_tcp_line(line: &str) -> Option<TcpEntry> {
@@ -316,5 +348,16 @@ mod tests {
             .filter_map(|(_, inode)| table.get(inode))
             .any(|e| e.local.port() == port && e.state == TcpState::Listen);
         assert!(found, "own listener on port {port} not found in /proc");
+    }
+
+    #[test]
+    fn listening_ports_are_the_listeners_not_the_connections() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let client = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let client_port = client.local_addr().unwrap().port();
+        let ports = listening_ports(std::process::id()).unwrap();
+        assert!(ports.contains(&port), "{port} not among {ports:?}");
+        assert!(!ports.contains(&client_port), "{client_port} is a connection's");
     }
 }

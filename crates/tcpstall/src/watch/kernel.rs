@@ -35,7 +35,7 @@ use crate::flow::{Endpoint, Side, Span, Timestamp};
 use crate::host::call_stack::{
     RawSites, StackNamer, STACK_MAPS, TAKE_STACKS_GLOBAL, USER_STACK_LEN,
 };
-use crate::host::procfs::{self, TcpState};
+use crate::host::procfs;
 use crate::host::record::RecordBytes;
 pub use crate::host::tracepoints::KernelError;
 pub(crate) use crate::host::tracepoints::{chain, clock_ns, load_btf_tracepoints_with};
@@ -434,14 +434,8 @@ impl Listening {
                 self.by_pid.clear();
             }
             // The writer's own view; if it has gone, this process's namespace.
-            let table = procfs::tcp_table(pid).or_else(|_| procfs::tcp_table(std::process::id()));
-            let ports = table
-                .map(|t| {
-                    t.values()
-                        .filter(|e| e.state == TcpState::Listen)
-                        .map(|e| e.local.port())
-                        .collect()
-                })
+            let ports = procfs::listening_ports(pid)
+                .or_else(|_| procfs::listening_ports(std::process::id()))
                 .unwrap_or_default();
             self.by_pid.insert(pid, (ports, Instant::now()));
         }
