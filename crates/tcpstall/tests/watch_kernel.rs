@@ -3,8 +3,9 @@
 //! keep-alive, which writes header and body apart), a TCP_NODELAY server that never holds,
 //! and the lab's split-writing server; holds no ACK ends (the peer's segments dropped by a
 //! netfilter rule in a namespace of the test's own): released by the retransmission timer,
-//! ended by close or by reset; holds of a fraction of a millisecond, printed with `--minor`. The committed BPF objects (scripts/build-bpf's list) are
-//! checked against their sources.
+//! ended by close or by reset; holds of a fraction of a millisecond, printed with `--minor`;
+//! the held write's call site, to its line in C (DWARF) and in JavaScript (Node's perf map).
+//! The committed BPF objects (scripts/build-bpf's list) are checked against their sources.
 //!
 //! The live tests need root (CAP_BPF + CAP_PERFMON) and a kernel that lets BPF programs on
 //! its BTF tracepoints load; where it does not they say why and pass without checking.
@@ -691,4 +692,57 @@ fn the_committed_objects_are_built_from_their_source() {
     for (name, _) in &objects {
         support::assert_bpf_object_fresh(name);
     }
+}
+
+#[test]
+fn a_node_servers_held_write_is_named_to_its_javascript_line_by_the_perf_map() {
+    require_kernel!();
+    // Host-wide: another test's holds would be this one's.
+    let _serial = support::serial();
+    if Command::new("node").arg("--version").output().is_err() {
+        return support::skip("node is not installed (nodejs)");
+    }
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/runtimes/http_server.js");
+    let text = std::fs::read_to_string(fixture)
+        .expect("fixture")
+        .replace("CREATE", "http.createServer({ noDelay: false }, handler)");
+    // The JIT names the arrow function that ends each answer by its file, line and column.
+    let line = 1 + text
+        .lines()
+        .position(|l| l.contains("setImmediate("))
+        .expect("the fixture's setImmediate line");
+    let dir = support::Scratch::new("watch-kernel-node");
+    let script = dir.path("held_answer.js");
+    std::fs::write(&script, &text).expect("write the server");
+    // --perf-basic-prof: V8 writes /tmp/perf-PID.map, the symbols of its JIT code;
+    // --interpreted-frames-native-stack: interpreted functions get frames of their own there.
+    let (server, port) = spawn_printing_port(
+        Command::new("node")
+            .args(["--perf-basic-prof", "--interpreted-frames-native-stack"])
+            .arg(&script),
+        "node",
+    );
+    let perf_map = PathBuf::from(format!("/tmp/perf-{}.map", server.0.id()));
+    let kernel = Background::start(&["--kernel", "--json", "--duration", "4"], "node");
+    requests(port, REQUESTS);
+    let events = kernel.lines();
+    drop(server);
+    let _ = std::fs::remove_file(&perf_map);
+    let held = stalls_on(&events, port);
+    assert!(!held.is_empty(), "no hold of the node server: {events:?}");
+    let wanted = format!("held_answer.js:{line}:");
+    let named = |e: &&&Value| {
+        e["stack"].as_array().is_some_and(|frames| {
+            frames.iter().any(|f| {
+                f["function"]
+                    .as_str()
+                    .is_some_and(|name| name.starts_with("JS:") && name.contains(&wanted))
+            })
+        })
+    };
+    assert!(
+        held.iter().any(|e| named(&e)),
+        "no frame of the held write names {wanted}: {held:#?}"
+    );
 }
