@@ -169,8 +169,23 @@ impl Wine {
         command
     }
 
-    /// `EXE ARGS` under Wine in `dir`, `stdin` as its standard input.
+    /// `EXE ARGS` under Wine in `dir`, `stdin` as its standard input. A run that ends with
+    /// status 1 and prints nothing at all is Wine's own failure to start the program (seen once
+    /// in about a hundred runs; analyze itself exits 1 only with --fail-on-stall, and always
+    /// prints): it is run again, at most twice.
     fn run(&self, exe: &Path, dir: &Path, args: &[&str], stdin: Option<&Path>) -> Output {
+        let mut out = self.run_once(exe, dir, args, stdin);
+        for _ in 0..2 {
+            if out.status.code() != Some(1) || !out.stdout.is_empty() || !out.stderr.is_empty() {
+                break;
+            }
+            eprintln!("wine ended {args:?} with status 1 and no output: run again");
+            out = self.run_once(exe, dir, args, stdin);
+        }
+        out
+    }
+
+    fn run_once(&self, exe: &Path, dir: &Path, args: &[&str], stdin: Option<&Path>) -> Output {
         let mut command = Command::new(&self.loader);
         command
             .arg(exe)
