@@ -81,13 +81,16 @@ impl Watch {
 
     /// Starts `watch` on loopback's `port` with metrics on a free port; the metrics' address.
     fn with_metrics(port: u16) -> (Watch, String) {
-        let watch = Watch::start(&[
-            "-i",
-            "lo",
-            "--metrics",
-            "127.0.0.1:0",
-            &format!("port {port}"),
-        ]);
+        Watch::with_metrics_and(port, &[])
+    }
+
+    /// [`Watch::with_metrics`], with `options` added before the filter.
+    fn with_metrics_and(port: u16, options: &[&str]) -> (Watch, String) {
+        let filter = format!("port {port}");
+        let mut args = vec!["-i", "lo", "--metrics", "127.0.0.1:0"];
+        args.extend_from_slice(options);
+        args.push(&filter);
+        let watch = Watch::start(&args);
         let addr = watch
             .metrics
             .clone()
@@ -920,20 +923,8 @@ fn connections_past_max_flows_are_counted_not_followed() {
     let port = listener.local_addr().expect("addr").port();
     const FOLLOWED: u64 = 5;
     const CONNECTIONS: u64 = 20;
-    let watch = Watch::start(&[
-        "-i",
-        "lo",
-        "--json",
-        "--max-flows",
-        &FOLLOWED.to_string(),
-        "--metrics",
-        "127.0.0.1:0",
-        &format!("port {port}"),
-    ]);
-    let addr = watch
-        .metrics
-        .clone()
-        .expect("the metrics address is announced");
+    let followed = FOLLOWED.to_string();
+    let (watch, addr) = Watch::with_metrics_and(port, &["--json", "--max-flows", &followed]);
     // All stay open, each after a small exchange, so the table stays at its bound.
     let mut open = Vec::new();
     for _ in 0..CONNECTIONS {
