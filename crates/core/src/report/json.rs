@@ -407,11 +407,14 @@ pub fn write_flow(
     Ok(())
 }
 
-/// Events or flows rendered per thread and round: bounds the text held in memory (about
-/// 350 bytes each) while keeping the threads' start-up cost negligible.
-const ITEMS_PER_THREAD: usize = 8192;
-/// Fewest lines worth handing to a helper thread.
-const MIN_ITEMS_PER_THREAD: usize = 1024;
+/// Events or flows rendered as one piece of text (about 350 bytes each): small enough that the
+/// pieces rendered ahead of the writer stay small, large enough that handing one over costs
+/// nothing next to rendering it.
+const ITEMS_PER_CHUNK: usize = 1024;
+/// Pieces each renderer may have finished ahead of the writer: bounds the text held in memory
+/// (threads × this × [`ITEMS_PER_CHUNK`] lines) while the writer never waits for a renderer
+/// that could have run.
+const CHUNKS_AHEAD: usize = 2;
 
 /// Writes the whole analysis as one JSON document, one event and one flow per line, without
 /// building the whole document in memory (a large capture has tens of thousands of events, a
@@ -518,8 +521,10 @@ fn undecided_claim(c: &crate::detect::evidence::Claim) -> serde_json::Value {
 }
 
 /// Writes `items` as lines of a JSON array body (`\n` before the array's first, `,\n` before
-/// the others; `opens` when `items` starts the array), each rendered by `render`; rounds of up
-/// to `threads` × [`ITEMS_PER_THREAD`] items are rendered in parallel.
+/// the others; `opens` when `items` starts the array), each rendered by `render`. With several
+/// CPUs, `threads` renderers take the pieces of [`ITEMS_PER_CHUNK`] lines in turn while this
+/// thread writes the finished ones in order: writing overlaps rendering, and the document is
+/// the same for any number of CPUs.
 fn write_lines<T: Sync>(
     out: &mut impl Write,
     items: &[T],
@@ -527,40 +532,102 @@ fn write_lines<T: Sync>(
     opens: bool,
     render: impl Fn(&mut Vec<u8>, &T) -> serde_json::Result<()> + Sync,
 ) -> io::Result<()> {
-    let render_chunk = |chunk: &[T], first: bool| -> serde_json::Result<Vec<u8>> {
+    let render_chunk = |index: usize, chunk: &[T]| -> serde_json::Result<Vec<u8>> {
         let mut buf = Vec::with_capacity(chunk.len() * 384);
         for (i, item) in chunk.iter().enumerate() {
-            buf.extend_from_slice(if first && i == 0 { b"\n" } else { b",\n" });
+            let first = opens && index == 0 && i == 0;
+            buf.extend_from_slice(if first { b"\n" } else { b",\n" });
             render(&mut buf, item)?;
         }
         Ok(buf)
     };
-    for (round_no, round) in items.chunks(threads * ITEMS_PER_THREAD).enumerate() {
-        // Small outputs stay on this thread: a helper costs more than a few lines.
-        let per_thread = round.len().div_ceil(threads).max(MIN_ITEMS_PER_THREAD);
-        let rendered: Vec<serde_json::Result<Vec<u8>>> = std::thread::scope(|scope| {
-            let mut chunks = round.chunks(per_thread);
-            // This thread renders the first chunk; the others go to helpers.
-            let first = chunks.next();
-            let helpers: Vec<_> = chunks
-                .map(|chunk| scope.spawn(move || render_chunk(chunk, false)))
-                .collect();
-            let mut rendered: Vec<_> = first
-                .map(|chunk| render_chunk(chunk, opens && round_no == 0))
-                .into_iter()
-                .collect();
-            for helper in helpers {
-                rendered.push(
-                    helper
-                        .join()
-                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-                );
-            }
-            rendered
-        });
-        for buf in rendered {
+    let chunks: Vec<&[T]> = items.chunks(ITEMS_PER_CHUNK).collect();
+    // One piece, or one CPU (WebAssembly has no threads): a helper would only cost.
+    if threads <= 1 || chunks.len() <= 1 {
+        for (index, chunk) in chunks.into_iter().enumerate() {
+            out.write_all(&render_chunk(index, chunk)?)?;
+        }
+        return Ok(());
+    }
+    let renderers = threads.min(chunks.len());
+    std::thread::scope(|scope| {
+        let rendered: Vec<_> = (0..renderers)
+            .map(|first| {
+                let (done, finished) = std::sync::mpsc::sync_channel(CHUNKS_AHEAD);
+                let (chunks, render_chunk) = (&chunks, &render_chunk);
+                scope.spawn(move || {
+                    for index in (first..chunks.len()).step_by(renderers) {
+                        // The writer stopped on an error: nothing more is wanted.
+                        if done.send(render_chunk(index, chunks[index])).is_err() {
+                            break;
+                        }
+                    }
+                });
+                finished
+            })
+            .collect();
+        for index in 0..chunks.len() {
+            // A renderer that ended without its piece panicked; the scope re-raises that.
+            let Ok(buf) = rendered[index % renderers].recv() else {
+                break;
+            };
             out.write_all(&buf?)?;
         }
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Renders `count` numbers as lines through [`write_lines`] on `threads` renderers.
+    fn lines(count: usize, threads: usize, opens: bool) -> io::Result<Vec<u8>> {
+        let items: Vec<usize> = (0..count).collect();
+        let mut out = Vec::new();
+        write_lines(&mut out, &items, threads, opens, |buf, n| {
+            serde_json::to_writer(buf, &json!({ "n": n }))
+        })?;
+        Ok(out)
     }
-    Ok(())
+
+    /// The document does not depend on the CPUs rendering it: the same bytes, in order, from
+    /// one thread and from several, for a piece, a few pieces and a part-filled last piece.
+    #[test]
+    fn lines_are_the_same_on_any_number_of_threads() {
+        for count in [0, 1, ITEMS_PER_CHUNK, 3 * ITEMS_PER_CHUNK + 17] {
+            for opens in [true, false] {
+                let one = lines(count, 1, opens).expect("rendered");
+                for threads in [2, 3, 8] {
+                    assert_eq!(lines(count, threads, opens).expect("rendered"), one);
+                }
+                let text = String::from_utf8(one).expect("UTF-8");
+                assert_eq!(text.lines().filter(|l| l.starts_with('{')).count(), count);
+                if count > 0 {
+                    let expected_start = if opens { "\n{\"n\":0}" } else { ",\n{\"n\":0}" };
+                    assert!(text.starts_with(expected_start), "{text:.40}");
+                }
+            }
+        }
+    }
+
+    /// A line that cannot be rendered ends the writing with its error, whichever renderer met
+    /// it, and nothing after it is written.
+    #[test]
+    fn a_render_error_ends_the_lines() {
+        let items: Vec<usize> = (0..4 * ITEMS_PER_CHUNK).collect();
+        let bad = 2 * ITEMS_PER_CHUNK + 5;
+        for threads in [1, 2, 3] {
+            let mut out = Vec::new();
+            let result = write_lines(&mut out, &items, threads, true, |buf, &n| {
+                if n == bad {
+                    return Err(serde_json::Error::io(io::Error::other("unrenderable")));
+                }
+                serde_json::to_writer(buf, &n)
+            });
+            assert!(result.is_err(), "{threads} threads");
+            let written = String::from_utf8(out).expect("UTF-8");
+            assert_eq!(written.matches(",\n").count() + 1, 2 * ITEMS_PER_CHUNK);
+        }
+    }
 }
