@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use super::capture::Captured;
+use super::captured::Captured;
 use super::client::RunLog;
 use crate::flow::Side;
 pub(crate) use crate::report::model::probe::{AckPaced, NoDelayRun, PacedSide};
