@@ -7,8 +7,8 @@
 //! report and the annotated capture); `probe` must judge real servers on 127.0.0.1 from its
 //! own socket (Wine's sockets are this host's, so the delayed ACK is Linux's 40 ms): the split
 //! server's stall found and blamed on the server, the same server writing once clean, its JSON
-//! with the keys of Linux's socket-only report; and a verb that needs Linux must exit 2 saying
-//! so. macOS: `scripts/check-macos` type-checks both targets; nothing can be linked without
+//! with the keys of Linux's socket-only report, a hold of its own request's body not blamed on
+//! the server and owned up to; and a verb that needs Linux must exit 2 saying so. macOS: `scripts/check-macos` type-checks both targets; nothing can be linked without
 //! Apple's SDK.
 //!
 //! Without the Rust target (and no rustup) or MinGW-w64 (and no root to install it), the
@@ -347,6 +347,27 @@ fn probe_from_its_own_socket(wine: &Wine, exe: &Path, dir: &Path) {
     assert!(
         clean["p50_ms"].as_f64() < Some(support::NO_STALL_MAX_MS),
         "{clean}"
+    );
+
+    // A request written in two parts whose body Nagle holds: without TCP_INFO the socket cannot
+    // see its own hold; the report must not blame the server, and must say what it cannot see.
+    let split_request = [
+        "probe",
+        "--json",
+        "--method",
+        "POST",
+        "--body-size",
+        "2000",
+        "--split-request",
+        single_url.as_str(),
+    ];
+    let own = probe_report(&wine.run(exe, dir, &split_request, None), "split request");
+    assert_ne!(own["culprit"], "server", "{own}");
+    assert!(
+        own["notes"]
+            .to_string()
+            .contains("does not tell whether the kernel held the later ones"),
+        "{own}"
     );
     eprintln!(
         "probe under Wine: split server p50 {} ms (Linux, socket only: {} ms), single write p50 {} ms",

@@ -14,6 +14,13 @@ use super::captured::{Captured, NoCapture, WireSegment};
 use crate::decode::Segment;
 use crate::detect::{Detector, DetectorConfig};
 
+/// What capturing takes, in the report's words.
+pub const NEEDS: &str = "CAP_NET_RAW";
+
+/// How to let the probe place a hold its socket saw, in the report's words.
+pub const TO_PLACE_THE_HOLD: &str =
+    "run it with CAP_NET_RAW to compare the hold with the path's round trip";
+
 /// Most segments kept for evidence (a bounded run makes far fewer).
 const MAX_LOGGED: usize = 1 << 20;
 /// Whole segments kept for the ladder: the latest ones, where the example stall is.

@@ -113,11 +113,11 @@ pub fn diagnose(
     };
     let hop = match (&example, captured) {
         (Some(stall), Some(cap)) => hop_from_capture(stall, &cap.segments, log, server),
-        (Some(_), None) => Some(
+        (Some(_), None) => Some(format!(
             "without a capture the probe cannot see ACKs, so it cannot place the held write; \
-             run it with CAP_NET_RAW to compare the hold with the path's round trip"
-                .to_string(),
-        ),
+             {}",
+            super::capture::TO_PLACE_THE_HOLD
+        )),
         (None, Some(cap)) => upstream_pauses(&cap.segments),
         (None, None) => None,
     };

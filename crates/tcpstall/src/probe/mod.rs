@@ -137,6 +137,16 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
         report.notes.insert(0, note);
     }
     report.notes.extend(remarks);
+    if stalls::own_holds_unknown(&log) {
+        report.notes.push(
+            if args.pipeline > 1 {
+                paced::HELD_UNKNOWN_NOTE
+            } else {
+                stalls::OWN_HOLDS_UNKNOWN_NOTE
+            }
+            .to_string(),
+        );
+    }
     report.notes.extend(queue_note);
     report.connect_times = connect_times;
     print_report(args, &report, ladder.as_ref(), captured.is_some())?;
@@ -230,7 +240,8 @@ fn ack_pacing(
 ) -> paced::AckPaced {
     let pipeline = usize::from(args.pipeline);
     let mut ack_paced = paced::of(log, captured, pipeline);
-    if ack_paced.own_writes_held() && !interrupted() {
+    let held_unknown = pipeline > 1 && stalls::own_holds_unknown(log);
+    if (ack_paced.own_writes_held() || held_unknown) && !interrupted() {
         // The same run with TCP_NODELAY on the probe's sockets: the throughput it gains (or
         // loses: on a short path the holds also gather requests into fewer segments).
         let nodelay = Plan {
@@ -292,7 +303,8 @@ fn print_report(
             }
             None if !captured => writeln!(
                 out,
-                "\nno ladder: drawing it needs the capture of the probe's own traffic (CAP_NET_RAW)"
+                "\nno ladder: drawing it needs the capture of the probe's own traffic ({})",
+                capture::NEEDS
             )?,
             None => {}
         }

@@ -10,6 +10,14 @@ use crate::probe::captured::{Captured, NoCapture};
 const NO_PACKET_RING: &str = "this system has no packet ring the probe captures with \
                               (Linux's AF_PACKET)";
 
+/// What capturing takes, in the report's words.
+pub const NEEDS: &str = "Linux's packet capture";
+
+/// How to let the probe place a hold its socket saw, in the report's words.
+pub const TO_PLACE_THE_HOLD: &str = "a capture compares the hold with the path's round trip: \
+                                     take one (Wireshark, tcpdump) and read it with `tcpstall \
+                                     analyze`, or run the probe on Linux";
+
 /// No capture runs here: the type has no value.
 pub enum OwnCapture {}
 

@@ -28,8 +28,8 @@ pub(crate) const FULLER_VIEW: &str = "For the packets, capture them (Wireshark, 
 /// Why `mode` cannot be applied here, when it cannot.
 pub(crate) fn cannot_apply(mode: SocketMode) -> Option<&'static str> {
     mode.quickack.then_some(
-        "the re-run that confirms a server's hold sends the probe's ACKs at once with \
-         TCP_QUICKACK, which only Linux has",
+        "the re-run that tests whether the answers wait for our delayed ACK sends the probe's \
+         ACKs at once with TCP_QUICKACK, which only Linux has",
     )
 }
 
