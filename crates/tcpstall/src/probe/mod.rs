@@ -7,6 +7,10 @@
 //! receive timestamps on its own socket and TCP_INFO ([`socket`], [`stalls::from_turn`]), a
 //! weaker view the report owns up to. A stall it can blame on Nagle × delayed ACK is then
 //! re-run with the client-side remedy ([`confirm`]): it must vanish.
+//!
+//! On Windows and macOS the probe has only its socket's view, weaker still (the time a read
+//! returns, no TCP_INFO), and nothing of the server's host; a re-run that needs TCP_QUICKACK
+//! is not made. The report's notes say what it did not see.
 
 pub(crate) mod captured;
 pub(crate) mod client;
