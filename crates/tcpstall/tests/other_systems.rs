@@ -326,8 +326,16 @@ fn probe_from_its_own_socket(wine: &Wine, exe: &Path, dir: &Path) {
     assert_eq!(on_linux["evidence_source"], "socket", "{on_linux}");
     assert_same_keys(&stalled, &on_linux, "the report");
 
-    // The text report says the same.
-    let text_args = ["probe", "--requests", "8", split_url.as_str()];
+    // The text report says the same, and the page is written.
+    let page = "probe.html";
+    let text_args = [
+        "probe",
+        "--requests",
+        "8",
+        "--html",
+        page,
+        split_url.as_str(),
+    ];
     let text = wine.run(exe, dir, &text_args, None);
     let said = String::from_utf8_lossy(&text.stdout);
     assert!(
@@ -336,6 +344,8 @@ fn probe_from_its_own_socket(wine: &Wine, exe: &Path, dir: &Path) {
     );
     assert!(said.contains("note: confirmation not run"), "{said}");
     assert!(!said.contains("this stall is another kind"), "{said}");
+    let html = std::fs::read_to_string(dir.join(page)).expect("the probe's page is written");
+    assert!(html.contains("the server holds"), "{html}");
 
     let (_single, single_url) = split_server(&["--single-write"]);
     let args = ["probe", "--json", single_url.as_str()];

@@ -252,6 +252,18 @@ mod tests {
     }
 
     #[test]
+    fn on_windows_a_reply_two_hundred_ms_apart_is_the_servers_hold() {
+        // A Windows host's own delayed ACK is 200 ms, and its socket tells no held bytes.
+        let s = from_turn(&turn(&[(0, None)], &[MS / 10, 200 * MS], 200), 7).unwrap();
+        assert_eq!((s.kind, s.held), (StallKind::NagleDelayedAck, Side::Server));
+        assert!(s.delay_ns >= 199 * MS);
+        // Our later write of unknown held bytes, answered at once after 200 ms: no claim that
+        // Nagle held it.
+        let unknown = turn(&[(0, None), (MS / 100, None)], &[200 * MS], 200);
+        assert!(from_turn(&unknown, 7).is_none());
+    }
+
+    #[test]
     fn our_later_write_left_unsent_is_our_hold() {
         let t = turn(&[(0, Some(0)), (MS / 100, Some(2000))], &[45 * MS], 45);
         let s = from_turn(&t, 7).unwrap();
