@@ -8,7 +8,8 @@
 //! own socket (Wine's sockets are this host's, so the delayed ACK is Linux's 40 ms): the split
 //! server's stall found and blamed on the server, the same server writing once clean, its JSON
 //! with the keys of Linux's socket-only report, a hold of its own request's body not blamed on
-//! the server and owned up to; and a verb that needs Linux must exit 2 saying so. macOS: `scripts/check-macos` type-checks both targets; nothing can be linked without
+//! the server and owned up to, Ctrl-C ending it with what was answered; and a verb that needs
+//! Linux must exit 2 saying so. macOS: `scripts/check-macos` type-checks both targets; nothing can be linked without
 //! Apple's SDK.
 //!
 //! Without the Rust target (and no rustup) or MinGW-w64 (and no root to install it), the
@@ -192,7 +193,8 @@ impl Wine {
         out
     }
 
-    fn run_once(&self, exe: &Path, dir: &Path, args: &[&str], stdin: Option<&Path>) -> Output {
+    /// `EXE ARGS` under Wine in `dir`, its output piped, to be started.
+    fn command(&self, exe: &Path, dir: &Path, args: &[&str]) -> Command {
         let mut command = Command::new(&self.loader);
         command
             .arg(exe)
@@ -205,6 +207,11 @@ impl Wine {
             .env("WINEDLLOVERRIDES", "mscoree,mshtml=")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        command
+    }
+
+    fn run_once(&self, exe: &Path, dir: &Path, args: &[&str], stdin: Option<&Path>) -> Output {
+        let mut command = self.command(exe, dir, args);
         match stdin {
             Some(file) => command.stdin(std::fs::File::open(file).expect("stdin file")),
             None => command.stdin(Stdio::null()),
@@ -232,15 +239,15 @@ fn linux(dir: &Path, args: &[&str], stdin: Option<&Path>) -> Output {
 }
 
 /// The split server of tests/fixtures/process (header and body in two writes, Nagle on; one
-/// write with `--single-write`), on 127.0.0.1, and its URL.
-fn split_server(args: &[&str]) -> (support::KillOnDrop, String) {
+/// write with `--single-write`), on 127.0.0.1: it, its URL and its port.
+fn split_server(args: &[&str]) -> (support::KillOnDrop, String, u16) {
     let script =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/process/split_server.py");
     let (child, port) = support::spawn_printing_port(
         Command::new("python3").arg(script).args(args),
         "split_server.py",
     );
-    (child, format!("http://127.0.0.1:{port}/"))
+    (child, format!("http://127.0.0.1:{port}/"), port)
 }
 
 /// The report of a `probe --json` run, which must have ended with 0.
@@ -285,7 +292,7 @@ fn assert_same_keys(a: &Value, b: &Value, at: &str) {
 /// socket's own view, and clean once the server writes its answer at once; the p50s go to the
 /// log beside Linux's from its socket alone.
 fn probe_from_its_own_socket(wine: &Wine, exe: &Path, dir: &Path) {
-    let (_split, split_url) = split_server(&[]);
+    let (_split, split_url, split_port) = split_server(&[]);
     let args = ["probe", "--json", split_url.as_str()];
     let stalled = probe_report(&wine.run(exe, dir, &args, None), "split server");
     assert_eq!(stalled["verdict"], "stall", "{stalled}");
@@ -347,7 +354,36 @@ fn probe_from_its_own_socket(wine: &Wine, exe: &Path, dir: &Path) {
     let html = std::fs::read_to_string(dir.join(page)).expect("the probe's page is written");
     assert!(html.contains("the server holds"), "{html}");
 
-    let (_single, single_url) = split_server(&["--single-write"]);
+    // Ctrl-C (Wine hands SIGINT to the program as the console's Ctrl-C) once the server has
+    // answered some (about 93 bytes each): what was answered, exit 130.
+    let child = wine
+        .command(
+            exe,
+            dir,
+            &["probe", "--json", "--requests", "200", split_url.as_str()],
+        )
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("wine runs");
+    support::wait_for_bytes_sent(split_port, 500, "the split server");
+    let pid = libc::pid_t::try_from(child.id()).expect("a pid");
+    // SAFETY: signals our own child, still running (it is reaped below).
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    let stopped = child.wait_with_output().expect("wait for the probe");
+    assert_eq!(
+        stopped.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&stopped.stderr)
+    );
+    let cut: Value = serde_json::from_slice(&stopped.stdout).expect("JSON after Ctrl-C");
+    assert_eq!(cut["interrupted"], true, "{cut}");
+    assert!(
+        (1..200).contains(&cut["requests"].as_u64().unwrap_or(0)),
+        "{cut}"
+    );
+
+    let (_single, single_url, _) = split_server(&["--single-write"]);
     let args = ["probe", "--json", single_url.as_str()];
     let clean = probe_report(&wine.run(exe, dir, &args, None), "single-write server");
     assert_eq!(clean["verdict"], "clean", "{clean}");

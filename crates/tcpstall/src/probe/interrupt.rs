@@ -1,13 +1,11 @@
 //! Ctrl-C during a probe: no new request starts, the requests in flight end, and the report
 //! shows what was answered so far.
 
-#[cfg(unix)]
 use std::io::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 #[cfg(unix)]
 use std::time::{Duration, Instant};
 
-#[cfg(unix)]
 use anyhow::Context;
 
 /// Set by Ctrl-C (SIGINT) or SIGTERM: no new request starts, the requests in flight end, and
@@ -55,23 +53,16 @@ pub(super) fn catch() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Catches Ctrl-C (SIGINT, as the C runtime delivers a console's Ctrl-C) and SIGTERM for the
-/// run: the first sets [`INTERRUPTED`]; a later one ends the process at once with the status
-/// of an interrupted run, for a user who will not wait for the report.
+/// Catches Ctrl-C and Ctrl-Break (the console's control handler, through ctrlc) for the run:
+/// the first sets [`INTERRUPTED`]; a later one ends the process at once with the status of an
+/// interrupted run, for a user who will not wait for the report.
 #[cfg(windows)]
 pub(super) fn catch() -> anyhow::Result<()> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    for signal in [SIGINT, SIGTERM] {
-        // SAFETY: the action only swaps an atomic flag and may call `_exit`, both safe in a
-        // signal handler (signal-hook's `low_level::register` contract).
-        unsafe {
-            signal_hook::low_level::register(signal, || {
-                if INTERRUPTED.swap(true, Ordering::SeqCst) {
-                    signal_hook::low_level::exit(super::EXIT_INTERRUPTED);
-                }
-            })
+    ctrlc::set_handler(|| {
+        if INTERRUPTED.swap(true, Ordering::SeqCst) {
+            let _ = std::io::stdout().flush();
+            std::process::exit(super::EXIT_INTERRUPTED);
         }
-        .map_err(|err| anyhow::anyhow!("cannot install the Ctrl-C handler: {err}"))?;
-    }
-    Ok(())
+    })
+    .context("cannot install the Ctrl-C handler")
 }
