@@ -366,9 +366,7 @@ fn probe_from_its_own_socket(wine: &Wine, exe: &Path, dir: &Path) {
         .spawn()
         .expect("wine runs");
     support::wait_for_bytes_sent(split_port, 500, "the split server");
-    let pid = libc::pid_t::try_from(child.id()).expect("a pid");
-    // SAFETY: signals our own child, still running (it is reaped below).
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    support::interrupt(&child);
     let stopped = child.wait_with_output().expect("wait for the probe");
     assert_eq!(
         stopped.status.code(),

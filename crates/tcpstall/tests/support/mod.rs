@@ -783,6 +783,13 @@ pub fn bytes_sent_from(port: u16) -> u64 {
         .sum()
 }
 
+/// Sends SIGINT (a terminal's Ctrl-C) to `child`, which the caller has not reaped yet.
+pub fn interrupt(child: &Child) {
+    let pid = libc::pid_t::try_from(child.id()).expect("a pid");
+    // SAFETY: signals the caller's own child, not reaped yet, so its pid is still its own.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+}
+
 /// Waits up to 20 s until the connections on local port `port` have sent at least `bytes`
 /// ([`bytes_sent_from`]): a server has answered that much.
 pub fn wait_for_bytes_sent(port: u16, bytes: u64, what: &str) {
