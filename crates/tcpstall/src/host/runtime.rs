@@ -1,7 +1,7 @@
 //! The language runtime and server framework of a process, and the switch that stops its
 //! writes waiting on Nagle in that program's own terms: a JVM flag, a handler attribute, the
 //! line of code to add. The finding is plain data every report shows; reading it from a
-//! process ([`discover`]) needs Linux's /proc.
+//! process (`discover`) needs Linux's /proc.
 
 use serde::Serialize;
 

@@ -11,7 +11,7 @@
 //!   ([`tcp_rules::timer_spread`]), that wait matching a delayed-ACK timer
 //!   ([`tcp_rules::delack_timers`]), is a timer, not a server's work: a server's own time
 //!   spreads wider, and one slow request is not a pattern.
-//! - [`super::hops`]: a capture of every TCP segment on `lo` and the other interfaces while the
+//! - `hops.rs` (Linux): a capture of every TCP segment on `lo` and the other interfaces while the
 //!   probe runs, fed to the detector `analyze` uses, keeping the holds on connections of the
 //!   process that owns the listening socket (the proxy); a hold released within a slow
 //!   request's time names the backend (its process, as `watch` finds it, when it is on this
