@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
-pub use crate::report::model::lab::LatencySummary;
+pub use crate::report::model::latency::LatencySummary;
 use crate::tcp_rules;
 
 /// A row is stalled when its median is at least this many milliseconds
@@ -17,6 +17,8 @@ pub(crate) const STALL_THRESHOLD_MS: f64 = tcp_rules::STALL_THRESHOLD.as_millis(
 /// `round_trips` round trips without any timer: those round trips plus
 /// [`STALL_THRESHOLD_MS`]. A stall is the delayed-ACK timer on top of what the path costs
 /// anyway; on loopback (`rtt` zero) this is [`STALL_THRESHOLD_MS`].
+// The lab, its user, runs only on Linux.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub(crate) fn stall_threshold_ms(round_trips: u32, rtt: Duration) -> f64 {
     f64::from(round_trips) * rtt.as_secs_f64() * 1000.0 + STALL_THRESHOLD_MS
 }

@@ -8,7 +8,7 @@
 
 /// Declares items that exist only on Linux: the verbs that run on this host's kernel (sockets,
 /// BPF, netlink, ptrace, namespaces) and what only they use. Elsewhere `unsupported` stands
-/// in for those verbs.
+/// in for those verbs, and `probe` runs with what its own socket shows.
 macro_rules! on_linux {
     ($($item:item)*) => { $( #[cfg(target_os = "linux")] $item )* };
 }
@@ -16,20 +16,20 @@ macro_rules! on_linux {
 pub mod analyze;
 pub mod args;
 pub mod capture;
+pub mod host;
+pub mod latency;
+pub mod probe;
 pub mod report;
+pub(crate) mod terminal;
 #[cfg(not(target_os = "linux"))]
 pub mod unsupported;
 
 on_linux! {
     pub(crate) mod exchange;
-    pub mod host;
     pub mod lab;
-    pub mod latency;
     pub(crate) mod peer;
-    pub mod probe;
     pub mod process;
     pub(crate) mod route;
-    pub(crate) mod terminal;
     pub mod watch;
 }
 

@@ -11,13 +11,14 @@ use clap::{CommandFactory, Parser, Subcommand};
 use clap_complete::Shell;
 use tcpstall::args::{fix::FixArgs, lab::LabArgs, probe::ProbeArgs};
 use tcpstall::args::{sockets::SocketsArgs, trace::TraceArgs, watch::WatchArgs};
+use tcpstall::probe;
 use tcpstall::report::style::{set_color_choice, ColorChoice};
 use tcpstall::Outcome;
 // The verbs that need Linux; elsewhere, stand-ins that say so (tcpstall::unsupported).
 #[cfg(not(target_os = "linux"))]
-use tcpstall::unsupported::{fix, lab, probe, sockets, trace, watch};
+use tcpstall::unsupported::{fix, lab, sockets, trace, watch};
 #[cfg(target_os = "linux")]
-use tcpstall::{lab, probe, process::fix, process::sockets, process::trace, watch};
+use tcpstall::{lab, process::fix, process::sockets, process::trace, watch};
 
 /// The static (musl) build's allocator: musl's own is much slower under analyze's and
 /// watch's allocation patterns (figures in docs/PERFORMANCE.md).

@@ -11,6 +11,8 @@ pub(crate) const ASKS_FIRST: &str =
     "it asks before changing anything: add --yes when not at a terminal";
 
 /// Asks `question` on the terminal; refuses without one, naming `target`, which stays as it is.
+// `fix`, the verb that asks, runs only on Linux.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub(crate) fn confirm(target: &str, question: &str) -> anyhow::Result<bool> {
     let stdin = std::io::stdin();
     if !stdin.is_terminal() {

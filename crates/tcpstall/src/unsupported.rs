@@ -1,6 +1,7 @@
 //! The verbs that need Linux, on the systems without it (Windows, macOS): their command lines
 //! parse as on Linux ([`crate::args`]), so `--help`, completions and manual pages are the same,
-//! and each one then says what it needs and what works here instead: `analyze`.
+//! and each one then says what it needs and what works here instead: `analyze` (and `probe`,
+//! which runs everywhere from its own socket).
 //!
 //! `main` takes the verbs from here instead of their modules where `target_os` is not Linux;
 //! this is the one place that decides which verbs run on which system.
@@ -32,21 +33,6 @@ pub mod lab {
 
     /// No lab runs here, so none is ending on a signal.
     pub fn wait_if_ending_on_signal() {}
-}
-
-/// `tcpstall probe` where it cannot run.
-pub mod probe {
-    use crate::args::probe::ProbeArgs;
-    use crate::Outcome;
-
-    /// Says that the probe needs Linux.
-    pub fn run(_args: &ProbeArgs) -> anyhow::Result<Outcome> {
-        super::needs_linux(
-            "probe",
-            "Linux's TCP_INFO, its sockets' receive timestamps and sock_diag to judge its own \
-             connections, and a packet ring to capture them",
-        )
-    }
 }
 
 /// `tcpstall sockets` where it cannot run.

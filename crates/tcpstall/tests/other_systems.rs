@@ -4,8 +4,13 @@
 //! `scripts/test`, TCPSTALL_WINDOWS_OPT_LEVEL), which must be a 64-bit x86 console program
 //! (PE32+). Where Wine runs it, `analyze` must answer byte for byte as the Linux binary does on
 //! the fixture captures (text, JSON, several files, gzip and zstd, standard input, the HTML
-//! report and the annotated capture), and a verb that needs Linux must exit 2 saying so. macOS:
-//! `scripts/check-macos` type-checks both targets; nothing can be linked without Apple's SDK.
+//! report and the annotated capture); `probe` must judge real servers on 127.0.0.1 from its
+//! own socket (Wine's sockets are this host's, so the delayed ACK is Linux's 40 ms): the split
+//! server's stall found and blamed on the server, the same server writing once clean, its JSON
+//! with the keys of Linux's socket-only report, a hold of its own request's body not blamed on
+//! the server and owned up to, Ctrl-C ending it with what was answered; and a verb that needs
+//! Linux must exit 2 saying so. macOS: `scripts/check-macos` type-checks both targets; nothing can be linked without
+//! Apple's SDK.
 //!
 //! Without the Rust target (and no rustup) or MinGW-w64 (and no root to install it), the
 //! Windows test says why and is counted skipped; without Wine, or with a Wine too old for the
@@ -13,9 +18,12 @@
 
 mod support;
 
+use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
 
 const WINDOWS: &str = "x86_64-pc-windows-gnu";
 const MINGW_GCC: &str = "x86_64-w64-mingw32-gcc";
@@ -171,8 +179,8 @@ impl Wine {
 
     /// `EXE ARGS` under Wine in `dir`, `stdin` as its standard input. A run that ends with
     /// status 1 and prints nothing at all is Wine's own failure to start the program (seen once
-    /// in about a hundred runs; analyze itself exits 1 only with --fail-on-stall, and always
-    /// prints): it is run again, at most twice.
+    /// in about a hundred runs; analyze and probe exit 1 only with --fail-on-stall, and always
+    /// print): it is run again, at most twice.
     fn run(&self, exe: &Path, dir: &Path, args: &[&str], stdin: Option<&Path>) -> Output {
         let mut out = self.run_once(exe, dir, args, stdin);
         for _ in 0..2 {
@@ -185,7 +193,8 @@ impl Wine {
         out
     }
 
-    fn run_once(&self, exe: &Path, dir: &Path, args: &[&str], stdin: Option<&Path>) -> Output {
+    /// `EXE ARGS` under Wine in `dir`, its output piped, to be started.
+    fn command(&self, exe: &Path, dir: &Path, args: &[&str]) -> Command {
         let mut command = Command::new(&self.loader);
         command
             .arg(exe)
@@ -198,6 +207,11 @@ impl Wine {
             .env("WINEDLLOVERRIDES", "mscoree,mshtml=")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        command
+    }
+
+    fn run_once(&self, exe: &Path, dir: &Path, args: &[&str], stdin: Option<&Path>) -> Output {
+        let mut command = self.command(exe, dir, args);
         match stdin {
             Some(file) => command.stdin(std::fs::File::open(file).expect("stdin file")),
             None => command.stdin(Stdio::null()),
@@ -224,8 +238,189 @@ fn linux(dir: &Path, args: &[&str], stdin: Option<&Path>) -> Output {
     command.output().expect("tcpstall runs")
 }
 
+/// The split server of tests/fixtures/process (header and body in two writes, Nagle on; one
+/// write with `--single-write`), on 127.0.0.1: it, its URL and its port.
+fn split_server(args: &[&str]) -> (support::KillOnDrop, String, u16) {
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/process/split_server.py");
+    let (child, port) = support::spawn_printing_port(
+        Command::new("python3").arg(script).args(args),
+        "split_server.py",
+    );
+    (child, format!("http://127.0.0.1:{port}/"), port)
+}
+
+/// The report of a `probe --json` run, which must have ended with 0.
+fn probe_report(out: &Output, what: &str) -> Value {
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|err| {
+        panic!(
+            "{what}: probe --json prints JSON ({err}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+/// Asserts that `a` and `b` have the same keys wherever both hold an object at the same
+/// place (`at`), arrays compared by their first elements: one system's null for what it does
+/// not look at (the server's runtime on this host) stands beside the other's object.
+fn assert_same_keys(a: &Value, b: &Value, at: &str) {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let keys =
+                |m: &serde_json::Map<String, Value>| m.keys().cloned().collect::<BTreeSet<_>>();
+            assert_eq!(keys(x), keys(y), "keys of {at}");
+            for (key, inner) in x {
+                assert_same_keys(inner, &y[key], &format!("{at}.{key}"));
+            }
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            if let (Some(p), Some(q)) = (x.first(), y.first()) {
+                assert_same_keys(p, q, &format!("{at}[]"));
+            }
+        }
+        _ => {}
+    }
+}
+
+/// `tcpstall.exe probe` under Wine against the split server: the server's stall from the
+/// socket's own view, and clean once the server writes its answer at once; the p50s go to the
+/// log beside Linux's from its socket alone.
+fn probe_from_its_own_socket(wine: &Wine, exe: &Path, dir: &Path) {
+    let (_split, split_url, split_port) = split_server(&[]);
+    let args = ["probe", "--json", split_url.as_str()];
+    let stalled = probe_report(&wine.run(exe, dir, &args, None), "split server");
+    assert_eq!(stalled["verdict"], "stall", "{stalled}");
+    assert_eq!(stalled["culprit"], "server", "{stalled}");
+    assert_eq!(stalled["evidence_source"], "socket", "{stalled}");
+    assert_eq!(stalled["evidence"]["held_side"], "server", "{stalled}");
+    assert!(
+        stalled["stalls"]["nagle_delayed_ack"].as_u64() >= Some(1),
+        "{stalled}"
+    );
+    assert!(
+        stalled["p50_ms"].as_f64() >= Some(support::STALL_MIN_MS),
+        "{stalled}"
+    );
+    assert_eq!(stalled["requests"], 20, "{stalled}");
+    // No TCP_QUICKACK on Windows: the confirming re-run is not made, and the report says why.
+    assert_eq!(stalled["confirmed"], Value::Null, "{stalled}");
+    assert_eq!(stalled["confirmation"], Value::Null, "{stalled}");
+    assert_eq!(stalled["retransmissions"], Value::Null, "{stalled}");
+    let notes = stalled["notes"].to_string();
+    assert!(
+        notes.contains("weaker diagnosis") && notes.contains("times taken in user space"),
+        "{stalled}"
+    );
+    assert!(
+        notes.contains("confirmation not run") && notes.contains("TCP_QUICKACK"),
+        "{stalled}"
+    );
+
+    // The same keys as Linux's report from its socket alone, against the same server.
+    let linux = support::without_net_raw(env!("CARGO_BIN_EXE_tcpstall"))
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .output()
+        .expect("tcpstall runs");
+    let on_linux = probe_report(&linux, "split server, Linux");
+    assert_eq!(on_linux["evidence_source"], "socket", "{on_linux}");
+    assert_same_keys(&stalled, &on_linux, "the report");
+
+    // The text report says the same, and the page is written.
+    let page = "probe.html";
+    let text_args = [
+        "probe",
+        "--requests",
+        "8",
+        "--html",
+        page,
+        split_url.as_str(),
+    ];
+    let text = wine.run(exe, dir, &text_args, None);
+    let said = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        said.contains("verdict: stall") && said.contains("culprit: server"),
+        "{said}"
+    );
+    assert!(said.contains("note: confirmation not run"), "{said}");
+    assert!(!said.contains("this stall is another kind"), "{said}");
+    let html = std::fs::read_to_string(dir.join(page)).expect("the probe's page is written");
+    assert!(html.contains("the server holds"), "{html}");
+
+    // Ctrl-C (Wine hands SIGINT to the program as the console's Ctrl-C) once the server has
+    // answered some (about 93 bytes each): what was answered, exit 130.
+    let child = wine
+        .command(
+            exe,
+            dir,
+            &["probe", "--json", "--requests", "200", split_url.as_str()],
+        )
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("wine runs");
+    support::wait_for_bytes_sent(split_port, 500, "the split server");
+    support::interrupt(&child);
+    let stopped = child.wait_with_output().expect("wait for the probe");
+    assert_eq!(
+        stopped.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&stopped.stderr)
+    );
+    let cut: Value = serde_json::from_slice(&stopped.stdout).expect("JSON after Ctrl-C");
+    assert_eq!(cut["interrupted"], true, "{cut}");
+    assert!(
+        (1..200).contains(&cut["requests"].as_u64().unwrap_or(0)),
+        "{cut}"
+    );
+
+    let (_single, single_url, _) = split_server(&["--single-write"]);
+    let args = ["probe", "--json", single_url.as_str()];
+    let clean = probe_report(&wine.run(exe, dir, &args, None), "single-write server");
+    assert_eq!(clean["verdict"], "clean", "{clean}");
+    assert_eq!(clean["culprit"], Value::Null, "{clean}");
+    assert_eq!(clean["stalls"]["nagle_delayed_ack"], 0, "{clean}");
+    assert_eq!(clean["requests"], 20, "{clean}");
+    assert!(
+        clean["p50_ms"].as_f64() < Some(support::NO_STALL_MAX_MS),
+        "{clean}"
+    );
+
+    // A request written in two parts whose body Nagle holds: without TCP_INFO the socket cannot
+    // see its own hold; the report must not blame the server, and must say what it cannot see.
+    let split_request = [
+        "probe",
+        "--json",
+        "--method",
+        "POST",
+        "--body-size",
+        "2000",
+        "--split-request",
+        single_url.as_str(),
+    ];
+    let own = probe_report(&wine.run(exe, dir, &split_request, None), "split request");
+    assert_ne!(own["culprit"], "server", "{own}");
+    assert!(
+        own["notes"]
+            .to_string()
+            .contains("does not tell whether the kernel held the later ones"),
+        "{own}"
+    );
+    eprintln!(
+        "probe under Wine: split server p50 {} ms (Linux, socket only: {} ms), single write p50 {} ms",
+        stalled["p50_ms"], on_linux["p50_ms"], clean["p50_ms"]
+    );
+}
+
 #[test]
-fn windows_exe_is_a_console_program_and_analyzes_as_linux_does() {
+fn windows_exe_is_a_console_program_analyzes_and_probes_as_linux_does() {
     if let Some(why) = windows_toolchain_missing() {
         support::skip(format!("no Windows build: {why}"));
         return;
@@ -326,6 +521,8 @@ fn windows_exe_is_a_console_program_and_analyzes_as_linux_does() {
             assert!(windows_file == linux_file, "{args:?}: {f} differs");
         }
     }
+
+    probe_from_its_own_socket(&wine, &exe, &scratch.0);
 
     // Every verb's options and help are Linux's; one that needs Linux parses its options, then
     // says so and exits 2.

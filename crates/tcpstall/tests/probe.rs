@@ -114,15 +114,8 @@ enum Privilege {
 
 fn run_probe(privilege: Privilege, args: &[&str]) -> Output {
     let mut command = match privilege {
-        // A user other than root has no CAP_NET_RAW to drop (and may not call setpriv's
-        // --bounding-set).
         Privilege::AsIs => Command::new(BIN),
-        Privilege::NoNetRaw if !is_root() => Command::new(BIN),
-        Privilege::NoNetRaw => {
-            let mut c = Command::new("setpriv");
-            c.args(["--inh-caps=-net_raw", "--bounding-set=-net_raw", BIN]);
-            c
-        }
+        Privilege::NoNetRaw => support::without_net_raw(BIN),
     };
     command
         .arg("probe")

@@ -136,9 +136,7 @@ fn ctrl_c_prints_what_was_answered_and_exits_130() {
             .spawn()
             .expect("tcpstall runs");
         support::wait_for_bytes_sent(port, 500, "the server");
-        let pid = libc::pid_t::try_from(child.id()).expect("a pid");
-        // SAFETY: signals our own child, still running (it is reaped below).
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+        support::interrupt(&child);
         let started = std::time::Instant::now();
         let out = child.wait_with_output().expect("wait for the probe");
         assert!(started.elapsed() < std::time::Duration::from_secs(10));

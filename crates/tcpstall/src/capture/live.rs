@@ -693,13 +693,7 @@ impl<C: SegmentConsumer> Tap<C> {
     }
 }
 
-/// Realtime clock now, ns since the Unix epoch: the clock of the kernel's packet timestamps.
-pub(crate) fn now_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0)
-}
+pub(crate) use super::now_ns;
 
 /// Asks the kernel to stamp each message `fd` receives with its receive time: SO_TIMESTAMPNS
 /// (nanoseconds), else SO_TIMESTAMP (microseconds) where the first is refused with ENOPROTOOPT,

@@ -11,3 +11,11 @@ on_linux! {
 }
 
 pub use tcpstall_core::capture::*;
+
+/// Realtime clock now, ns since the Unix epoch: the clock of the kernel's packet timestamps.
+pub(crate) fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}

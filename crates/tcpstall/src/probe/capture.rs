@@ -10,28 +10,21 @@ use std::sync::{Arc, Mutex};
 use crate::capture::live::{
     CaptureOptions, Finished, LiveCapture, OpenError, PacketSocket, PortFilter, SegmentConsumer,
 };
+use super::captured::{Captured, NoCapture, WireSegment};
 use crate::decode::Segment;
-use crate::detect::{Analysis, Detector, DetectorConfig};
+use crate::detect::{Detector, DetectorConfig};
+
+/// What capturing takes, in the report's words.
+pub const NEEDS: &str = "CAP_NET_RAW";
+
+/// How to let the probe place a hold its socket saw, in the report's words.
+pub const TO_PLACE_THE_HOLD: &str =
+    "run it with CAP_NET_RAW to compare the hold with the path's round trip";
 
 /// Most segments kept for evidence (a bounded run makes far fewer).
 const MAX_LOGGED: usize = 1 << 20;
 /// Whole segments kept for the ladder: the latest ones, where the example stall is.
 const MAX_RAW: usize = 1 << 16;
-
-/// One segment of the probe's connections, as the capture saw it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WireSegment {
-    /// Capture time, ns since the Unix epoch.
-    pub ts_ns: u64,
-    /// The probe's local port (names the connection).
-    pub local_port: u16,
-    /// Sent by the probe (client → server).
-    pub outgoing: bool,
-    /// Payload bytes.
-    pub payload: u32,
-    /// TCP flags ([`crate::decode::flags`]).
-    pub flags: u8,
-}
 
 /// The capture's consumer: the detector and the log.
 struct Recorder {
@@ -70,30 +63,6 @@ pub struct OwnCapture {
     capture: LiveCapture<Recorder>,
     ports: Arc<Mutex<HashSet<u16>>>,
     interface: String,
-}
-
-/// What the capture saw.
-#[derive(Debug, Clone)]
-pub struct Captured {
-    /// The detector's findings.
-    pub analysis: Analysis,
-    /// Every segment of the probe's connections, in capture order.
-    pub segments: Vec<WireSegment>,
-    /// The latest segments whole (at most 65,536), in capture order, for the ladder.
-    pub raw: Vec<Segment>,
-    /// The interface captured on.
-    pub interface: String,
-    /// Packets the kernel dropped from the capture's buffer.
-    pub dropped: u64,
-}
-
-/// Why the probe cannot capture.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NoCapture {
-    /// No CAP_NET_RAW: the usual case for an unprivileged user.
-    NoPermission,
-    /// Anything else, in words.
-    Failed(String),
 }
 
 impl OwnCapture {

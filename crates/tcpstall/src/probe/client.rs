@@ -8,14 +8,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rustls::ClientConfig;
-
 use super::dialogue::{Dialogue, Exchange};
 use super::http;
 use super::reply::{excerpt, Parsed, Reply};
-use super::socket::{now_ns, Arrival, ProbeSocket, Sent, SocketMode};
-use super::tls::{self, TlsStream};
-use crate::host::sockopt::TcpInfo;
+use super::socket::{now_ns, Arrival, ProbeSocket, Sent, SocketFigures, SocketMode};
+use super::tls::{self, ClientConfig, TlsStream};
 
 /// Read buffer per call.
 const READ_CHUNK: usize = 64 * 1024;
@@ -74,7 +71,7 @@ pub struct Connection {
     /// Time of the TCP handshake (connect call), the first round trip measured.
     pub connect: Duration,
     /// TCP_INFO at the end (RTT, delayed-ACK timeout, retransmissions).
-    pub info_at_end: Option<TcpInfo>,
+    pub info_at_end: Option<SocketFigures>,
 }
 
 /// What a run measured.
@@ -223,7 +220,7 @@ fn worker(
                 }
             }
         }
-        let info = stream.socket().tcp_info().ok();
+        let info = stream.socket().figures();
         log.connections[index].info_at_end = info;
         stream.close();
         if failed || (!closed && done < share) || super::interrupted() {
@@ -449,7 +446,7 @@ impl Stream {
     fn socket(&mut self) -> &mut ProbeSocket {
         match self {
             Stream::Plain(socket) => socket,
-            Stream::Tls(tls) => &mut tls.sock,
+            Stream::Tls(tls) => tls::socket(tls),
         }
     }
 
@@ -457,8 +454,7 @@ impl Stream {
     /// it closed.
     fn close(mut self) {
         if let Stream::Tls(tls) = &mut self {
-            tls.conn.send_close_notify();
-            let _ = tls.conn.complete_io(&mut tls.sock);
+            tls::close(tls);
         }
         let _ = self.socket().shutdown();
     }

@@ -7,7 +7,7 @@ use crate::flow::Side;
 use crate::tcp_rules;
 use crate::terminal::ASKS_FIRST;
 
-use super::capture::{Captured, WireSegment};
+use super::captured::{Captured, WireSegment};
 use super::client::RunLog;
 use super::stalls::Stall;
 use super::upstream::{Process, Upstream};
@@ -113,11 +113,11 @@ pub fn diagnose(
     };
     let hop = match (&example, captured) {
         (Some(stall), Some(cap)) => hop_from_capture(stall, &cap.segments, log, server),
-        (Some(_), None) => Some(
+        (Some(_), None) => Some(format!(
             "without a capture the probe cannot see ACKs, so it cannot place the held write; \
-             run it with CAP_NET_RAW to compare the hold with the path's round trip"
-                .to_string(),
-        ),
+             {}",
+            super::capture::TO_PLACE_THE_HOLD
+        )),
         (None, Some(cap)) => upstream_pauses(&cap.segments),
         (None, None) => None,
     };
@@ -197,6 +197,7 @@ pub fn diagnose(
         causes: Vec::new(),
         lost_ms,
         runtime: server.and_then(|p| p.runtime.clone()),
+        confirmation_not_run: false,
     }
 }
 
@@ -343,7 +344,7 @@ fn socket_evidence(stall: &Stall, log: &RunLog) -> Vec<EvidenceLine> {
                 a.ts_ns,
                 Side::Server,
                 a.bytes,
-                "read (kernel receive time)".to_string(),
+                super::socket::READ_STAMP.to_string(),
             )
         }))
         .map(|(ts, from, bytes, what)| {

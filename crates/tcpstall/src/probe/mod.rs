@@ -7,14 +7,18 @@
 //! receive timestamps on its own socket and TCP_INFO ([`socket`], [`stalls::from_turn`]), a
 //! weaker view the report owns up to. A stall it can blame on Nagle × delayed ACK is then
 //! re-run with the client-side remedy ([`confirm`]): it must vanish.
+//!
+//! On Windows and macOS the probe has only its socket's view, weaker still (the time a read
+//! returns, no TCP_INFO), and nothing of the server's host; a re-run that needs TCP_QUICKACK
+//! is not made. The report's notes say what it did not see.
 
-pub(crate) mod behind;
-pub(crate) mod capture;
+pub(crate) mod captured;
 pub(crate) mod client;
 pub(crate) mod confirm;
 pub(crate) mod diagnosis;
 pub(crate) mod dialogue;
 pub(crate) mod http;
+mod interrupt;
 pub(crate) mod line;
 pub(crate) mod listen_queue;
 pub(crate) mod memcached;
@@ -24,8 +28,30 @@ pub(crate) mod reply;
 pub(crate) mod socket;
 pub(crate) mod stalls;
 pub(crate) mod target;
-pub(crate) mod tls;
 pub(crate) mod upstream;
+
+// What needs Linux (a packet ring, /proc, sock_diag); elsewhere, in `elsewhere/`, what stands
+// in for it: the probe then has its own socket's view only, and its report says so.
+on_linux! {
+    pub(crate) mod behind;
+    pub(crate) mod capture;
+    pub(crate) mod hops;
+    pub(crate) mod this_host;
+}
+#[cfg(not(target_os = "linux"))]
+#[path = "elsewhere/capture.rs"]
+pub(crate) mod capture;
+#[cfg(not(target_os = "linux"))]
+#[path = "elsewhere/this_host.rs"]
+pub(crate) mod this_host;
+
+// TLS (rustls over ring) wherever ring's C part builds with the system's compiler: Linux and
+// Windows; a macOS build is checked without Apple's SDK, so TLS stands aside there.
+#[cfg(not(target_os = "macos"))]
+pub(crate) mod tls;
+#[cfg(target_os = "macos")]
+#[path = "elsewhere/tls.rs"]
+pub(crate) mod tls;
 
 use std::io::Write as _;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -33,7 +59,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context};
 
-use self::capture::{Captured, NoCapture, OwnCapture};
+use self::capture::OwnCapture;
+use self::captured::{Captured, NoCapture};
 use self::client::{Plan, RunLog};
 use self::confirm::{Confirmation, Remedy};
 use self::diagnosis::{Diagnosis, Source};
@@ -49,51 +76,10 @@ use crate::Outcome;
 
 pub use crate::args::probe::{ProbeArgs, MAX_REQUESTS};
 
-/// Set by Ctrl-C (SIGINT) or SIGTERM: no new request starts, the requests in flight end, and
-/// the report shows what was answered so far.
-static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Ctrl-C arrived: stop starting requests.
-pub(crate) fn interrupted() -> bool {
-    INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst)
-}
-
 /// Exit status of a run cut short by Ctrl-C, as a shell reports SIGINT.
 const EXIT_INTERRUPTED: i32 = 130;
 
-/// A signal this soon after the first is the same interruption: coreutils' `timeout -s INT`
-/// sends it to its child and then to the child's whole process group, and a terminal's Ctrl-C
-/// reaches every process of the foreground group, a probe under a shell script twice.
-const REPEAT_WINDOW: Duration = Duration::from_secs(1);
-
-/// Catches SIGINT and SIGTERM for the run: the first sets [`INTERRUPTED`]; a repeat within
-/// [`REPEAT_WINDOW`] is the same interruption and is ignored; a later one ends the process at
-/// once (the signal's default action), for a user who will not wait for the report.
-fn catch_interrupt() -> anyhow::Result<()> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
-        .context("cannot install the Ctrl-C handler")?;
-    std::thread::Builder::new()
-        .name("interrupt".into())
-        .spawn(move || {
-            let mut first: Option<Instant> = None;
-            for signal in signals.forever() {
-                match first {
-                    None => {
-                        first = Some(Instant::now());
-                        INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
-                    }
-                    Some(at) if at.elapsed() < REPEAT_WINDOW => {}
-                    Some(_) => {
-                        let _ = std::io::stdout().flush();
-                        let _ = signal_hook::low_level::emulate_default_handler(signal);
-                    }
-                }
-            }
-        })
-        .context("cannot start the Ctrl-C watcher")?;
-    Ok(())
-}
+pub(crate) use self::interrupt::interrupted;
 
 /// Runs the probe and prints its report; errors after some requests were answered are
 /// reported with the results, then returned (exit 2).
@@ -101,11 +87,11 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
     let target = target::parse(&args.url)?;
     let dialogue = dialogue::build(&target, &shape_of(args)?)?;
     let addrs = resolve(&target)?;
-    catch_interrupt()?;
+    interrupt::catch()?;
     let max_time = Duration::from_secs_f64(args.max_time);
     let plan = plan_of(args, &target, addrs, max_time)?;
     let requests = args.requests as usize;
-    let watch = ServerWatch::start(plan.addrs[0]);
+    let watch = this_host::ServerWatch::start(plan.addrs[0]);
     let Observed {
         log,
         stalls,
@@ -116,6 +102,7 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
     let ServerSeen {
         proxy,
         queue,
+        held,
         hops,
         connections_behind,
     } = watch.finish(&log);
@@ -126,13 +113,14 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
     let queue_note = queue
         .and_then(|q| listen_queue::judge(&mut diagnosis, q, &outside, connect_times.as_ref()));
     let ack_paced = ack_pacing(args, &plan, &dialogue, &log, captured.as_ref(), max_time);
-    let jiffy = upstream::jiffy();
+    let jiffy = this_host::jiffy();
     let (confirmation, remarks) = confirm_and_place(
         &plan,
         &dialogue,
         &log,
         Behind {
             proxy,
+            held,
             hops,
             jiffy,
             connections_behind,
@@ -153,6 +141,16 @@ pub fn run(args: &ProbeArgs) -> anyhow::Result<Outcome> {
         report.notes.insert(0, note);
     }
     report.notes.extend(remarks);
+    if stalls::own_holds_unknown(&log) {
+        report.notes.push(
+            if args.pipeline > 1 {
+                paced::HELD_UNKNOWN_NOTE
+            } else {
+                stalls::OWN_HOLDS_UNKNOWN_NOTE
+            }
+            .to_string(),
+        );
+    }
     report.notes.extend(queue_note);
     report.connect_times = connect_times;
     print_report(args, &report, ladder.as_ref(), captured.is_some())?;
@@ -198,63 +196,18 @@ fn plan_of(
     })
 }
 
-/// What is watched of a server on this host while the requests run.
-struct ServerWatch {
-    /// The owner of the target's listening socket, or why it is not known.
-    proxy: Result<upstream::Process, String>,
-    hops: Result<upstream::HopWatch, String>,
-    queue: Option<listen_queue::Watch>,
-    lister: Option<behind::Lister>,
-}
-
-/// What was seen of a server on this host once the requests ran.
-struct ServerSeen {
+/// What was seen of a server on this host once the requests ran ([`this_host`]).
+pub(crate) struct ServerSeen {
     /// The owner of the target's listening socket, when it is on this host.
     proxy: Option<upstream::Process>,
     /// The server's accept queue before and after the requests.
     queue: Option<listen_queue::ListenQueue>,
-    /// The capture of the proxy's connections, or why there is none.
-    hops: Result<upstream::HopCapture, String>,
+    /// A hold seen on the proxy's connections upstream within the slow requests.
+    held: Option<upstream::HeldUpstream>,
+    /// Whether the proxy's connections behind it were captured, or why not.
+    hops: Result<(), String>,
     /// The server's connections other than the probe's.
     connections_behind: Option<Vec<SocketAddr>>,
-}
-
-impl ServerWatch {
-    /// Starts watching the server listening on `target`, when it is on this host.
-    fn start(target: SocketAddr) -> ServerWatch {
-        // The hops behind a server on this host are watched while the requests run.
-        let proxy = upstream::listener_owner(target);
-        let hops = proxy
-            .as_ref()
-            .map_err(Clone::clone)
-            .and_then(upstream::HopWatch::start);
-        // The server's accept queue, read before and after the requests (server on this host).
-        let queue = proxy
-            .as_ref()
-            .ok()
-            .and_then(|p| listen_queue::Watch::start(target, p).ok());
-        // The server's own connections: whether there is any hop behind it at all.
-        let lister = proxy.as_ref().ok().and_then(behind::Lister::start);
-        ServerWatch {
-            proxy,
-            hops,
-            queue,
-            lister,
-        }
-    }
-
-    /// Stops watching once the requests of `log` ran.
-    fn finish(self, log: &RunLog) -> ServerSeen {
-        let queue = self.queue.map(listen_queue::Watch::finish);
-        let hops = self.hops.and_then(|watch| watch.finish(log));
-        let connections_behind = self.lister.map(|l| l.finish(log));
-        ServerSeen {
-            proxy: self.proxy.ok(),
-            queue,
-            hops,
-            connections_behind,
-        }
-    }
 }
 
 /// Ends the run when no request was answered: exit 130 after Ctrl-C, else the first error.
@@ -291,7 +244,8 @@ fn ack_pacing(
 ) -> paced::AckPaced {
     let pipeline = usize::from(args.pipeline);
     let mut ack_paced = paced::of(log, captured, pipeline);
-    if ack_paced.own_writes_held() && !interrupted() {
+    let held_unknown = pipeline > 1 && stalls::own_holds_unknown(log);
+    if (ack_paced.own_writes_held() || held_unknown) && !interrupted() {
         // The same run with TCP_NODELAY on the probe's sockets: the throughput it gains (or
         // loses: on a short path the holds also gather requests into fewer segments).
         let nodelay = Plan {
@@ -353,7 +307,8 @@ fn print_report(
             }
             None if !captured => writeln!(
                 out,
-                "\nno ladder: drawing it needs the capture of the probe's own traffic (CAP_NET_RAW)"
+                "\nno ladder: drawing it needs the capture of the probe's own traffic ({})",
+                capture::NEEDS
             )?,
             None => {}
         }
@@ -437,8 +392,10 @@ fn tls_port_hint(target: &Target, log: &RunLog) -> String {
 struct Behind {
     /// The owner of the target's listening socket, when it is on this host.
     proxy: Option<upstream::Process>,
-    /// The capture of the proxy's connections, or why there is none.
-    hops: Result<upstream::HopCapture, String>,
+    /// A hold seen on the proxy's connections upstream within the slow requests.
+    held: Option<upstream::HeldUpstream>,
+    /// Whether the proxy's connections behind it were captured, or why not.
+    hops: Result<(), String>,
     /// The running kernel's tick.
     jiffy: Duration,
     /// The server's connections other than the probe's, when it is on this host and its
@@ -466,10 +423,7 @@ fn confirm_and_place(
     let hops = seen.hops;
     let behind = Upstream {
         timer: upstream::timer_mode(&latencies, upstream::round_trip(log), seen.jiffy),
-        held: hops
-            .as_ref()
-            .ok()
-            .and_then(|h| upstream::held_behind(h, log)),
+        held: seen.held,
         proxy: seen.proxy,
         unwatched: match &hops {
             Ok(_) => Some(
@@ -490,23 +444,31 @@ fn confirm_and_place(
         ts_ns: 0,
         event: None,
     };
-    let mut confirmation = match &diagnosis.example {
-        Some(example) => Remedy::for_stall(example)
-            .map(|remedy| confirm_with(plan, dialogue, log, example, remedy, max_time)),
-        None if suspect_upstream => Some(confirm_with(
-            plan,
-            dialogue,
-            log,
-            &upstream_example(),
-            Remedy::QuickAck,
-            max_time,
-        )),
+    let remedy = match &diagnosis.example {
+        Some(example) => Remedy::for_stall(example).map(|remedy| (example.clone(), remedy)),
+        None if suspect_upstream => Some((upstream_example(), Remedy::QuickAck)),
+        None => None,
+    };
+    let mut remarks = Vec::new();
+    let mut confirmation = match remedy {
+        Some((example, remedy)) => match socket::cannot_apply(remedy.mode()) {
+            Some(why) => {
+                diagnosis.confirmation_not_run = true;
+                remarks.push(format!(
+                    "confirmation not run: {why}; to confirm, apply the advice and probe \
+                     again, or probe from Linux"
+                ));
+                None
+            }
+            None => Some(confirm_with(
+                plan, dialogue, log, &example, remedy, max_time,
+            )),
+        },
         None => None,
     };
     let stayed = confirmation
         .as_ref()
         .is_some_and(|c| c.confirmed == Some(false));
-    let mut remarks = Vec::new();
     if suspect_upstream && stayed && behind.held.is_none() {
         // No hold seen: a timer's shape alone proves nothing.
         let no_hop = seen.connections_behind.as_ref().is_some_and(Vec::is_empty);
@@ -565,10 +527,7 @@ fn confirm_and_place(
 }
 
 /// What would settle a timer-shaped wait behind a server the probe cannot see into.
-fn settle_text(
-    server: Option<&upstream::Process>,
-    hops: &Result<upstream::HopCapture, String>,
-) -> String {
+fn settle_text(server: Option<&upstream::Process>, hops: &Result<(), String>) -> String {
     match (server, hops) {
         (Some(p), Err(why)) => format!(
             "to settle it, let the probe see the connections of {} (pid {}) behind it ({why}): \
@@ -826,12 +785,12 @@ fn assemble(
     let mut notes = Vec::new();
     if let Source::Socket { reason } = &diagnosis.source {
         notes.push(format!(
-            "weaker diagnosis ({reason}): the probe saw only when bytes reached its own socket \
-             (kernel receive timestamps) and TCP_INFO, not the packets: no ACKs, no segment \
-             sizes, no retransmissions or window updates. A reply arriving in parts 40 ms apart \
-             is taken for a Nagle hold released by our delayed ACK, though a server pausing \
-             between writes looks the same. Run as root, or grant the capability once: sudo \
-             setcap cap_net_raw+ep $(command -v tcpstall)"
+            "weaker diagnosis ({reason}): the probe saw only {}, not the packets: no ACKs, no \
+             segment sizes, no retransmissions or window updates. A reply arriving in parts 40 \
+             ms apart is taken for a Nagle hold released by our delayed ACK, though a server \
+             pausing between writes looks the same. {}",
+            socket::VIEW,
+            socket::FULLER_VIEW
         ));
     }
     if let Source::Capture { dropped, .. } = &diagnosis.source {
@@ -847,7 +806,7 @@ fn assemble(
     if diagnosis.verdict() == "clean" && latency.p50_ms >= crate::latency::STALL_THRESHOLD_MS {
         let seen = match &diagnosis.source {
             Source::Capture { .. } => "this connection's packets (captured)",
-            Source::Socket { .. } => "this connection's socket (receive times, TCP_INFO)",
+            Source::Socket { .. } => socket::LOOKED,
         };
         let behind = if diagnosis.hop.is_some() {
             "; the time is spent at or behind the server (see where)"
@@ -942,7 +901,8 @@ fn assemble(
             .first()
             .map(|c| c.connect.as_secs_f64() * 1e3),
         min_rtt_ms: infos.first().map(|i| f64::from(i.min_rtt) / 1e3),
-        retransmissions: infos.iter().map(|i| u64::from(i.total_retrans)).sum(),
+        retransmissions: (!infos.is_empty())
+            .then(|| infos.iter().map(|i| u64::from(i.total_retrans)).sum()),
         notes,
         errors: log.errors.clone(),
         ack_paced: paced::of(log, None, 1),

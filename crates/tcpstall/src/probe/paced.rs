@@ -6,8 +6,9 @@
 
 use std::time::Duration;
 
-use super::capture::Captured;
+use super::captured::Captured;
 use super::client::RunLog;
+use super::stalls::later_writes;
 use crate::flow::Side;
 pub(crate) use crate::report::model::probe::{AckPaced, NoDelayRun, PacedSide};
 
@@ -64,13 +65,18 @@ pub fn from_capture(captured: &Captured, log: &RunLog) -> Vec<PacedSide> {
 }
 
 /// Writes after a batch's first that the kernel kept back (`tcpi_notsent_bytes` > 0 right after
-/// the write), and all of them, over the timed requests.
+/// the write), and all of those whose held bytes the socket told, over the timed requests.
 pub fn held_writes(log: &RunLog) -> (u64, u64) {
-    let later = log.requests().flat_map(|t| t.sent.iter().skip(1));
-    later.fold((0, 0), |(held, all), s| {
-        (held + u64::from(s.held.unwrap_or(0) > 0), all + 1)
-    })
+    later_writes(log)
+        .filter_map(|s| s.held)
+        .fold((0, 0), |(held, all), h| (held + u64::from(h > 0), all + 1))
 }
+
+/// The note of a pipelined run whose later writes' held bytes are unknown
+/// ([`super::stalls::own_holds_unknown`]).
+pub const HELD_UNKNOWN_NOTE: &str = "this system's socket does not tell which of the probe's \
+                                     pipelined writes the kernel kept back (no TCP_INFO): the \
+                                     TCP_NODELAY re-run measures what Nagle cost them";
 
 /// The pacing of a run: `captured` when the probe captured its traffic.
 pub fn of(log: &RunLog, captured: Option<&Captured>, pipeline: usize) -> AckPaced {

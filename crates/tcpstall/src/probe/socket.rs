@@ -1,23 +1,30 @@
-//! The probe's own TCP socket, as a typical client keeps it (Nagle on, the kernel's delayed
-//! ACK, one connection kept alive), instrumented from inside: every read carries the kernel's
-//! receive timestamp (SO_TIMESTAMPNS, the time the first byte read reached the socket), every
-//! write is followed by a TCP_INFO look at bytes the kernel is still holding.
+//! The probe's own TCP socket, as a typical client keeps it (Nagle on, the system's delayed
+//! ACK, one connection kept alive), instrumented from inside: every read carries the time its
+//! bytes reached the socket, every write what the kernel is still holding of it, as far as the
+//! system tells ([`system`]: on Linux the kernel's receive timestamps and TCP_INFO; elsewhere
+//! the time each read returns, and no held bytes).
 
-use std::io::{self, IoSliceMut, Read, Write};
+use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::os::fd::{AsFd, AsRawFd};
 use std::time::{Duration, Instant};
 
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use nix::sys::socket::{self, MsgFlags};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
-use crate::host::sockopt as tcp;
+// The socket's clock and held bytes, from what each system offers.
+#[cfg(target_os = "linux")]
+#[path = "socket/linux.rs"]
+mod system;
+#[cfg(not(target_os = "linux"))]
+#[path = "socket/elsewhere.rs"]
+mod system;
+
+pub(crate) use self::system::{cannot_apply, FULLER_VIEW, LOOKED, READ_STAMP, VIEW};
 
 /// Bytes that reached the socket, as one read returned them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Arrival {
-    /// Kernel receive time of the first byte read (CLOCK_REALTIME, ns since the Unix epoch).
+    /// When the first byte read reached the socket, ns since the Unix epoch: the kernel's
+    /// receive time (CLOCK_REALTIME) on Linux, the read's return elsewhere.
     pub ts_ns: u64,
     /// Bytes the read returned.
     pub bytes: usize,
@@ -46,6 +53,15 @@ pub struct SocketMode {
     pub nodelay: bool,
 }
 
+/// What the socket's kernel told of the connection at its end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SocketFigures {
+    /// Smallest round trip seen, µs (`tcpi_min_rtt`).
+    pub min_rtt: u32,
+    /// Segments retransmitted (`tcpi_total_retrans`).
+    pub total_retrans: u32,
+}
+
 /// A connected, instrumented TCP socket.
 #[derive(Debug)]
 pub struct ProbeSocket {
@@ -59,8 +75,7 @@ pub struct ProbeSocket {
     deadline: Option<Instant>,
 }
 
-pub(crate) use crate::capture::live::now_ns;
-use crate::capture::live::{kernel_timestamp_ns, receive_timestamps};
+pub(crate) use crate::capture::now_ns;
 
 impl ProbeSocket {
     /// Binds a socket for `addr`'s family to an ephemeral local port, tells `on_bound` the
@@ -84,10 +99,10 @@ impl ProbeSocket {
         on_bound(port);
         socket.connect_timeout(&SockAddr::from(addr), timeout)?;
         let stream: TcpStream = socket.into();
-        receive_timestamps(&stream)?;
+        system::stamp_receives(&stream)?;
         stream.set_write_timeout(Some(timeout))?;
         if mode.nodelay {
-            tcp::set_nodelay(stream.as_fd(), true)?;
+            stream.set_nodelay(true)?;
         }
         Ok(ProbeSocket {
             stream,
@@ -108,9 +123,9 @@ impl ProbeSocket {
         self.stream.local_addr().map_or(0, |a| a.port())
     }
 
-    /// The kernel's TCP_INFO for the connection now.
-    pub fn tcp_info(&self) -> io::Result<tcp::TcpInfo> {
-        tcp::tcp_info(self.stream.as_fd())
+    /// What the kernel tells of the connection now, where it tells it.
+    pub fn figures(&self) -> Option<SocketFigures> {
+        system::figures(&self.stream)
     }
 
     /// Sends our FIN: the connection ends politely and a capture sees it closed.
@@ -139,33 +154,10 @@ impl ProbeSocket {
         // A zero timeout would mean "wait for ever".
         Ok(Some(left.max(Duration::from_millis(1))))
     }
-
-    /// Waits until the socket has something to read (data, its end, an error), until the
-    /// deadline at most. poll(2) rather than SO_RCVTIMEO: the kernel keeps the socket's
-    /// timeout on its timer wheel, which ends a 5 s wait as much as 64 jiffies (256 ms at
-    /// HZ=250) late, while poll's high-resolution timer ends it on time.
-    fn wait_readable(&self) -> io::Result<()> {
-        while let Some(left) = self.time_left()? {
-            let ms = i32::try_from(left.as_micros().div_ceil(1000)).unwrap_or(i32::MAX);
-            let timeout = PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX);
-            let mut fds = [PollFd::new(self.stream.as_fd(), PollFlags::POLLIN)];
-            match poll(&mut fds, timeout) {
-                Ok(0) => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        "no data before the deadline",
-                    ))
-                }
-                Ok(_) => return Ok(()),
-                Err(nix::errno::Errno::EINTR) => continue,
-                Err(err) => return Err(err.into()),
-            }
-        }
-        Ok(())
-    }
 }
 
-/// Timeouts of SO_SNDTIMEO come back as EAGAIN: call them what they are.
+/// Timeouts of SO_RCVTIMEO and SO_SNDTIMEO come back as EAGAIN (WSAETIMEDOUT on Windows):
+/// call them what they are.
 fn timed_out(err: io::Error) -> io::Error {
     if err.kind() == io::ErrorKind::WouldBlock {
         io::Error::new(io::ErrorKind::TimedOut, "no data before the deadline")
@@ -176,29 +168,13 @@ fn timed_out(err: io::Error) -> io::Error {
 
 impl Read for ProbeSocket {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.wait_readable()?;
-        let mut cmsg = nix::cmsg_space!(nix::sys::time::TimeSpec);
-        let mut iov = [IoSliceMut::new(buf)];
-        let msg = loop {
-            match socket::recvmsg::<()>(
-                self.stream.as_raw_fd(),
-                &mut iov,
-                Some(&mut cmsg),
-                MsgFlags::empty(),
-            ) {
-                Ok(msg) => break msg,
-                Err(nix::errno::Errno::EINTR) => continue,
-                Err(err) => return Err(timed_out(err.into())),
-            }
-        };
-        let bytes = msg.bytes;
-        let ts_ns = kernel_timestamp_ns(&msg).unwrap_or_else(now_ns);
+        let (bytes, ts_ns) = system::read_stamped(&self.stream, buf, &|| self.time_left())?;
         if bytes > 0 {
             self.arrivals.push(Arrival { ts_ns, bytes });
             if self.mode.quickack {
                 // Sends the ACK the kernel was delaying now, and leaves ping-pong mode for
                 // this turn (`do_tcp_setsockopt` TCP_QUICKACK → `tcp_cleanup_rbuf`).
-                tcp::set_quickack(self.stream.as_fd(), true)?;
+                system::quick_ack(&self.stream)?;
             }
         }
         Ok(bytes)
@@ -214,9 +190,7 @@ impl ProbeSocket {
         let held = if self.sent.is_empty() {
             None
         } else {
-            tcp::tcp_info(self.stream.as_fd())
-                .ok()
-                .map(|info| info.notsent_bytes)
+            system::held_bytes(&self.stream)
         };
         self.sent.push(Sent {
             ts_ns: now_ns(),

@@ -7,6 +7,7 @@ use crate::flow::Side;
 use crate::units::Span;
 
 use super::client::{RunLog, Turn};
+use super::socket::Sent;
 
 pub use crate::report::model::probe::Stall;
 
@@ -82,6 +83,25 @@ pub fn position(stall: &Stall, log: &RunLog) -> Position {
         _ => Position::AfterRequests,
     }
 }
+
+/// Writes of a timed request after its first (a request written in parts, a pipelined
+/// batch): those Nagle may hold.
+pub fn later_writes(log: &RunLog) -> impl Iterator<Item = &Sent> {
+    log.requests().flat_map(|t| t.sent.iter().skip(1))
+}
+
+/// Whether the socket told nothing of what the kernel kept back of the probe's own later
+/// writes (no TCP_INFO: Windows, macOS), when there were any.
+pub fn own_holds_unknown(log: &RunLog) -> bool {
+    later_writes(log).next().is_some() && later_writes(log).all(|s| s.held.is_none())
+}
+
+/// The note of a run that wrote its requests in parts and [`own_holds_unknown`] is true of.
+pub const OWN_HOLDS_UNKNOWN_NOTE: &str = "the probe wrote each request in parts, and this \
+                                          system's socket does not tell whether the kernel held \
+                                          the later ones (no TCP_INFO): a Nagle hold of its own \
+                                          write, released by the server's delayed ACK, looks \
+                                          here like time the server took";
 
 /// What the socket alone shows, turn by turn (see [`from_turn`]).
 pub fn from_socket(log: &RunLog) -> Vec<Stall> {
@@ -229,6 +249,18 @@ mod tests {
         assert!(s.delay_ns >= 43 * MS);
         // The same parts a millisecond apart: no stall.
         assert!(from_turn(&turn(&[(0, Some(0))], &[MS / 10, MS], 1), 7).is_none());
+    }
+
+    #[test]
+    fn on_windows_a_reply_two_hundred_ms_apart_is_the_servers_hold() {
+        // A Windows host's own delayed ACK is 200 ms, and its socket tells no held bytes.
+        let s = from_turn(&turn(&[(0, None)], &[MS / 10, 200 * MS], 200), 7).unwrap();
+        assert_eq!((s.kind, s.held), (StallKind::NagleDelayedAck, Side::Server));
+        assert!(s.delay_ns >= 199 * MS);
+        // Our later write of unknown held bytes, answered at once after 200 ms: no claim that
+        // Nagle held it.
+        let unknown = turn(&[(0, None), (MS / 100, None)], &[200 * MS], 200);
+        assert!(from_turn(&unknown, 7).is_none());
     }
 
     #[test]

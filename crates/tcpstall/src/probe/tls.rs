@@ -12,7 +12,8 @@ use std::sync::Arc;
 use anyhow::{anyhow, bail};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
-use rustls::{ClientConfig, ClientConnection, DigitallySignedStruct, SignatureScheme};
+pub use rustls::ClientConfig;
+use rustls::{ClientConnection, DigitallySignedStruct, SignatureScheme};
 use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
 
 use super::socket::ProbeSocket;
@@ -102,6 +103,17 @@ pub fn write_carrying_handshake(tls: &mut TlsStream, buf: &[u8]) -> io::Result<u
         tls.conn.write_tls(&mut tls.sock)?;
     }
     Ok(n)
+}
+
+/// The probe's socket under the TLS connection.
+pub fn socket(tls: &mut TlsStream) -> &mut ProbeSocket {
+    &mut tls.sock
+}
+
+/// Sends TLS close_notify, so that the server sees the session end politely.
+pub fn close(tls: &mut TlsStream) {
+    tls.conn.send_close_notify();
+    let _ = tls.conn.complete_io(&mut tls.sock);
 }
 
 /// What went wrong in the handshake, with what to do about a certificate.

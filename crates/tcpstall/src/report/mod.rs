@@ -1,13 +1,14 @@
 //! Rendering results: the renderers of [`tcpstall_core::report`] and those of the verbs that
 //! run on this host (lab, probe, sockets, trace, watch).
 
+pub(crate) mod model;
+mod pages;
+pub(crate) mod probe;
+
 // The renderers of the verbs that run on this host's kernel, which only Linux has.
 on_linux! {
     pub(crate) mod call_sites;
     pub(crate) mod lab;
-    pub(crate) mod model;
-    mod pages;
-    pub(crate) mod probe;
     pub(crate) mod sockets;
     pub(crate) mod trace;
     pub(crate) mod watch;
@@ -19,8 +20,8 @@ pub use tcpstall_core::report::*;
 pub mod html {
     on_linux! {
         pub(crate) use super::pages::lab_page;
-        pub use super::pages::probe_page;
     }
+    pub use super::pages::probe_page;
     pub use tcpstall_core::report::html::*;
 }
 

@@ -147,8 +147,8 @@ pub fn text(r: &ProbeReport) -> String {
     if let Some(ms) = r.min_rtt_ms {
         link.push(format!("min RTT {ms:.3} ms"));
     }
-    if r.retransmissions > 0 {
-        link.push(format!("{} retransmissions", r.retransmissions));
+    if let Some(n) = r.retransmissions.filter(|n| *n > 0) {
+        link.push(format!("{n} retransmissions"));
     }
     let _ = writeln!(
         out,
@@ -299,7 +299,7 @@ pub fn text(r: &ProbeReport) -> String {
             out,
             "confirmation: not run (interrupted by Ctrl-C before the re-run)"
         );
-    } else if r.confirmation.is_none() && d.verdict() == "stall" {
+    } else if r.confirmation.is_none() && d.verdict() == "stall" && !d.confirmation_not_run {
         let _ = writeln!(
             out,
             "confirmation: none (the client-side re-run tests a Nagle hold released by a delayed \

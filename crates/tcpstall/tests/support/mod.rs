@@ -651,6 +651,19 @@ pub fn bpf_unavailable(bin: &str, args: &[&str]) -> Option<String> {
     })
 }
 
+/// `bin` without CAP_NET_RAW, so that it cannot capture: as root, run through setpriv with
+/// the capability dropped from its inheritable and bounding sets; as any other user, as is
+/// (it has none to drop, and may not change its bounding set).
+pub fn without_net_raw(bin: &str) -> Command {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return Command::new(bin);
+    }
+    let mut command = Command::new("setpriv");
+    command.args(["--inh-caps=-net_raw", "--bounding-set=-net_raw", bin]);
+    command
+}
+
 /// `bin ARGS` run as user nobody (setpriv), to its end; `None` (said on stderr) when the
 /// tests do not run as root and cannot drop to another user.
 pub fn as_nobody(bin: &str, args: &[&str]) -> Option<std::process::Output> {
@@ -768,6 +781,13 @@ pub fn bytes_sent_from(port: u16) -> u64 {
         .split_whitespace()
         .filter_map(|w| w.strip_prefix("bytes_sent:")?.parse::<u64>().ok())
         .sum()
+}
+
+/// Sends SIGINT (a terminal's Ctrl-C) to `child`, which the caller has not reaped yet.
+pub fn interrupt(child: &Child) {
+    let pid = libc::pid_t::try_from(child.id()).expect("a pid");
+    // SAFETY: signals the caller's own child, not reaped yet, so its pid is still its own.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
 }
 
 /// Waits up to 20 s until the connections on local port `port` have sent at least `bytes`

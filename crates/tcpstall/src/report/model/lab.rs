@@ -246,17 +246,6 @@ impl Serialize for DetectorVerdict {
     }
 }
 
-/// Median, 99th percentile and maximum of a set of latencies, in milliseconds.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct LatencySummary {
-    /// Median.
-    pub p50_ms: f64,
-    /// 99th percentile.
-    pub p99_ms: f64,
-    /// Largest.
-    pub max_ms: f64,
-}
-
 /// The peer as `lab --json` reports it (under `path`).
 #[derive(Debug, Clone, Serialize)]
 pub struct PeerReport {

@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 
-use super::lab::LatencySummary;
+use super::latency::LatencySummary;
 pub use super::Runtime;
 use crate::detect::{KindCounts, StallEvent, StallKind};
 use crate::flow::Side;
@@ -38,8 +38,9 @@ pub struct ProbeReport {
     pub connect_ms: Option<f64>,
     /// The first connection's lowest RTT (TCP_INFO `tcpi_min_rtt`), ms: the path without timers.
     pub min_rtt_ms: Option<f64>,
-    /// Retransmissions over all connections (TCP_INFO).
-    pub retransmissions: u64,
+    /// Retransmissions over all connections (TCP_INFO); `None` where the system gives no
+    /// TCP_INFO.
+    pub retransmissions: Option<u64>,
     /// Remarks that qualify the result.
     pub notes: Vec<String>,
     /// What went wrong; the results above are what was measured before.
@@ -255,6 +256,8 @@ pub struct Diagnosis {
     pub lost_ms: f64,
     /// The runtime of the server's process on this host, when tcpstall knows its fix.
     pub runtime: Option<Runtime>,
+    /// The confirming re-run needs what this system lacks (a note says what), so none ran.
+    pub confirmation_not_run: bool,
 }
 
 /// A slow answer with no hold seen: the server's own time, with the figures.

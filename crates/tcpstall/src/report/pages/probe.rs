@@ -1,85 +1,14 @@
-//! The HTML pages of the verbs that run on this host (lab, probe), built on the page of
-//! [`tcpstall_core::report::html`].
+//! The page of a probe.
 
-use tcpstall_core::report::charts::{self, LabBar};
+use tcpstall_core::report::charts;
 use tcpstall_core::report::html::{stall_cells, stall_columns, Cell, FlowCharts, Page, Row};
 
 use crate::report::model::probe::Culprit;
 
-/// The page of a lab run: the catalogue as a chart (each row's p50 and p99, stalled rows
-/// against their fixes), the table of rows, the ladders of the stalled rows.
-pub(crate) fn lab_page(report: &super::model::lab::LabReport) -> anyhow::Result<Page> {
-    let rows = &report.rows;
-    let stalled = rows.iter().filter(|r| r.stalled).count();
-    let unexpected = rows
-        .iter()
-        .filter(|r| r.stalled != r.expected_stall)
-        .count();
-    let mut page = Page {
-        title: "tcpstall lab".to_string(),
-        clean: stalled == 0,
-        table_title: "Rows".to_string(),
-        version: env!("CARGO_PKG_VERSION"),
-        ..Page::default()
-    };
-    page.headline = format!(
-        "{stalled} of {} stalled{}",
-        super::counted(rows.len() as u64, "row", "rows"),
-        match unexpected {
-            0 => ", each as the kernel's rules predict".to_string(),
-            1 => "; 1 row did not do what the kernel's rules predict".to_string(),
-            n => format!("; {n} rows did not do what the kernel's rules predict"),
-        }
-    );
-    page.facts.push(report.kernel_summary.clone());
-    if let Some(path) = &report.path {
-        page.facts.push(format!(
-            "over an emulated path: RTT {} ms between two network namespaces",
-            path.rtt_ms
-        ));
-    }
-    let bars: Vec<LabBar> = rows
-        .iter()
-        .map(|r| LabBar {
-            label: format!("{}/{}", r.scenario, r.variant),
-            p50_ms: r.p50_ms,
-            p99_ms: r.p99_ms,
-            stalled: r.stalled,
-        })
-        .collect();
-    page.lab_chart = Some(charts::lab_chart(&bars)?);
-    page.headers = [
-        "scenario", "variant", "requests", "p50 (ms)", "p99 (ms)", "max (ms)", "seg/req",
-        "stalled", "expected", "why",
-    ]
-    .map(String::from)
-    .to_vec();
-    let yes_no = |b: bool| Cell::text(if b { "yes" } else { "no" });
-    for r in rows {
-        let number = |v: f64| Cell::number(format!("{v:.2}"), v);
-        page.rows.push(Row {
-            stalled: r.stalled,
-            cells: vec![
-                Cell::text(r.scenario),
-                Cell::text(r.variant.clone()),
-                Cell::number(r.requests.to_string(), r.requests as f64),
-                number(r.p50_ms),
-                number(r.p99_ms),
-                number(r.max_ms),
-                number(r.segments_per_request),
-                yes_no(r.stalled),
-                yes_no(r.expected_stall),
-                Cell::wide(r.explanation.clone()),
-            ],
-        });
-    }
-    Ok(page)
-}
-
 /// The page of a probe: the verdict, the culprit and what to change, the confirmation, the
 /// latency histogram of the requests (`latencies_ms`) with the delayed-ACK modes marked.
 pub fn probe_page(
-    report: &super::model::probe::ProbeReport,
+    report: &crate::report::model::probe::ProbeReport,
     latencies_ms: &[f64],
 ) -> anyhow::Result<Page> {
     let d = &report.diagnosis;
@@ -138,7 +67,7 @@ pub fn probe_page(
             .push(format!("the server's runtime: {}", runtime.describe()));
     }
     page.facts.extend(report.notes.iter().cloned());
-    page.pacing = super::probe::describe_paced(&report.ack_paced);
+    page.pacing = crate::report::probe::describe_paced(&report.ack_paced);
     page.pacing_title = format!(
         "Writes paced by ACKs (batches of {})",
         report.pipeline.max(1)
