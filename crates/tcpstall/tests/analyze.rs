@@ -602,6 +602,12 @@ fn the_delack_cap_is_offered_only_for_a_linux_delayed_ack() {
         assert!(report.contains("fix: 1."), "{fixture}: {report}");
         assert!(!report.contains("TCP_DELACK_MAX_US"), "{fixture}: {report}");
     }
+    // The server ACKs like Windows: its own switches, not Linux's TCP_QUICKACK.
+    let windows = text("windows_peer.pcap");
+    assert!(
+        windows.contains("SIO_TCP_SET_ACK_FREQUENCY") && !windows.contains("TCP_QUICKACK"),
+        "{windows}"
+    );
 }
 
 /// The committed fixture `name`.pcap rewritten as pcapng by editcap, in `dir`.

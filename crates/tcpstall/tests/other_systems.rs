@@ -321,6 +321,17 @@ fn probe_from_its_own_socket(wine: &Wine, exe: &Path, dir: &Path) {
         notes.contains("confirmation not run") && notes.contains("TCP_QUICKACK"),
         "{stalled}"
     );
+    // The server's hold waits for this host's delayed ACK: the client's fixes are Windows's
+    // (its per-socket ACK frequency, the interface's registry value), never Linux's options.
+    let advice = stalled["advice"].to_string();
+    assert!(
+        advice.contains("SIO_TCP_SET_ACK_FREQUENCY") && advice.contains("TcpAckFrequency"),
+        "{stalled}"
+    );
+    assert!(
+        !advice.contains("TCP_QUICKACK") && !advice.contains("TCP_DELACK_MAX_US"),
+        "{stalled}"
+    );
 
     // The same keys as Linux's report from its socket alone, against the same server.
     let linux = support::without_net_raw(env!("CARGO_BIN_EXE_tcpstall"))

@@ -109,6 +109,20 @@ pub(super) fn explain_hold(event: &StallEvent, ack: &str) -> String {
 /// The fixes of a Nagle hold of the `held` side; `delayed` when a delayed ACK released it.
 pub(super) fn hold_fixes(held: Side, example: Option<&StallEvent>, delayed: bool) -> Vec<String> {
     let peer = example.and_then(|e| e.peer_stack);
+    hold_fixes_for(held, peer, example.map(held_address), delayed)
+}
+
+/// The fixes of a Nagle hold of `held`, whose peer runs `peer` (None: not known, its fixes are
+/// Linux's, the common server), `held_addr` the held side's address when known: the held
+/// side's own fixes, then the peer's switches for ACKing at once, each as that peer's system
+/// offers it (`delayed`: the hold waited for a delayed ACK, which a cap on it shortens). The
+/// probe, which knows its own system, gives it for the holds of the server it talks to.
+pub fn hold_fixes_for(
+    held: Side,
+    peer: Option<PeerStack>,
+    held_addr: Option<std::net::IpAddr>,
+    delayed: bool,
+) -> Vec<String> {
     let h = held.name();
     let p = held.peer().name();
     let mut fixes = vec![
@@ -117,14 +131,27 @@ pub(super) fn hold_fixes(held: Side, example: Option<&StallEvent>, delayed: bool
             message(held)
         ),
         format!("set TCP_NODELAY on the {h}'s socket"),
-        format!("set TCP_QUICKACK on the {p}'s socket, again after every read"),
     ];
-    // A minor hold waited for an ordinary ACK: a cap on the delayed ACK changes nothing; nor
-    // is a Linux option any use to a peer whose delay names another stack.
+    // Linux's options are of no use to a peer whose delay names another stack: Windows and
+    // macOS have no TCP_QUICKACK and no per-route cap.
     let linux_peer = matches!(
         peer,
         None | Some(PeerStack::Linux | PeerStack::Unknown | PeerStack::Ambiguous)
     );
+    if linux_peer {
+        fixes.push(format!(
+            "set TCP_QUICKACK on the {p}'s socket, again after every read"
+        ));
+    }
+    if peer == Some(PeerStack::Windows) {
+        // mstcpip.h's per-socket control code (Windows 10 and later): an ACK for every
+        // segment, on that socket only.
+        fixes.push(format!(
+            "set SIO_TCP_SET_ACK_FREQUENCY to 1 on the {p}'s socket (WSAIoctl; that socket \
+             then ACKs every segment at once)"
+        ));
+    }
+    // A minor hold waited for an ordinary ACK: a cap on the delayed ACK changes nothing.
     let ambiguous = peer == Some(PeerStack::Ambiguous);
     let if_linux = if ambiguous { " and the peer runs Linux" } else { "" };
     if delayed && linux_peer {
@@ -132,13 +159,20 @@ pub(super) fn hold_fixes(held: Side, example: Option<&StallEvent>, delayed: bool
             "if the {h} cannot be changed{if_linux}, {}",
             delack_cap_fix(p)
         ));
-        fixes.extend(route_fix(p, h, example.map(held_address)));
+        fixes.extend(route_fix(p, h, held_addr));
     }
     if delayed && matches!(peer, Some(PeerStack::Windows | PeerStack::Ambiguous)) {
         fixes.push(format!(
             "if the {p} runs Windows: TcpAckFrequency = 1 on its interface (registry, \
              Tcpip\\Parameters\\Interfaces\\{{GUID}}; every connection of the interface ACKs \
              at once)"
+        ));
+    }
+    if delayed && peer == Some(PeerStack::MacOsBsd) {
+        // XNU's and FreeBSD's switch for the whole host (`tcp_delack_enabled`).
+        fixes.push(format!(
+            "if the {p} runs macOS or BSD: sysctl net.inet.tcp.delayed_ack=0 (every connection \
+             of the host ACKs at once)"
         ));
     }
     fixes
@@ -583,6 +617,32 @@ mod tests {
         let fixes = super::hold_fixes(Side::Server, Some(e), true);
         assert!(fixes.iter().any(|f| f.contains("TcpAckFrequency")), "{fixes:?}");
         assert!(fixes.iter().any(|f| f.contains("TCP_DELACK_MAX_US")), "{fixes:?}");
+    }
+
+    /// Each peer's stack gets its own switches for ACKing at once, and no other system's:
+    /// Linux's TCP_QUICKACK and delayed-ACK cap, Windows's per-socket ACK frequency and
+    /// registry value, macOS's and BSD's sysctl.
+    #[test]
+    fn the_peer_s_fixes_are_its_own_system_s() {
+        let fixes = |peer| super::hold_fixes_for(Side::Server, peer, None, true).join("\n");
+        for linux in [None, Some(PeerStack::Linux), Some(PeerStack::Unknown)] {
+            let f = fixes(linux);
+            assert!(f.contains("TCP_QUICKACK") && f.contains("TCP_DELACK_MAX_US"), "{f}");
+            assert!(!f.contains("SIO_TCP_SET_ACK_FREQUENCY") && !f.contains("sysctl"), "{f}");
+        }
+        let windows = fixes(Some(PeerStack::Windows));
+        assert!(windows.contains("SIO_TCP_SET_ACK_FREQUENCY to 1 on the client's socket"), "{windows}");
+        assert!(windows.contains("TcpAckFrequency"), "{windows}");
+        assert!(!windows.contains("TCP_QUICKACK") && !windows.contains("TCP_DELACK_MAX_US"), "{windows}");
+        let mac = fixes(Some(PeerStack::MacOsBsd));
+        assert!(mac.contains("net.inet.tcp.delayed_ack=0"), "{mac}");
+        assert!(!mac.contains("TCP_QUICKACK") && !mac.contains("TcpAckFrequency"), "{mac}");
+        // Either system: the fixes of both.
+        let either = fixes(Some(PeerStack::Ambiguous));
+        assert!(either.contains("TCP_QUICKACK") && either.contains("TcpAckFrequency"), "{either}");
+        // A minor hold waited for no delayed ACK: no cap, no registry value, no sysctl.
+        let minor = super::hold_fixes_for(Side::Server, Some(PeerStack::MacOsBsd), None, false);
+        assert_eq!(minor.len(), 2, "{minor:?}");
     }
 
     /// A generated trace, every packet 1.000 ms after the one before: its holds are the

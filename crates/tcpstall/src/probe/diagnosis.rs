@@ -1,8 +1,8 @@
 //! From the stalls of a run to what the user needs: the verdict, who holds the write (the
 //! culprit), one stalled turn as evidence, at which hop the held write sits, and what to change.
 
-use crate::detect::verdict::{explain, fixes};
-use crate::detect::{Holder, KindCounts, StallKind};
+use crate::detect::verdict::{explain, fixes, held_address};
+use crate::detect::{hold_fixes_for, Holder, KindCounts, PeerStack, StallKind};
 use crate::flow::Side;
 use crate::tcp_rules;
 use crate::terminal::ASKS_FIRST;
@@ -121,10 +121,7 @@ pub fn diagnose(
         (None, Some(cap)) => upstream_pauses(&cap.segments),
         (None, None) => None,
     };
-    let mut advice = example
-        .as_ref()
-        .map(|s| fixes(s.kind, s.held, s.event.as_ref()))
-        .unwrap_or_default();
+    let mut advice = example.as_ref().map(stall_fixes).unwrap_or_default();
     // The server's process on this host: the fixes meant for the server's host name its pid,
     // the words about it after the whole command so that the command pastes as it stands.
     if let Some(p) = server {
@@ -482,6 +479,26 @@ fn upstream_pauses(segments: &[WireSegment]) -> Option<String> {
             tcp_rules::STALL_THRESHOLD.as_millis()
         )
     })
+}
+
+/// The fixes of `stall`. A server's Nagle hold waits for the probe's own delayed ACK, so the
+/// client's switches for ACKing at once are those of the system the probe runs on.
+fn stall_fixes(stall: &Stall) -> Vec<String> {
+    let nagle = matches!(
+        stall.kind,
+        StallKind::NagleDelayedAck | StallKind::NagleMinor
+    );
+    if stall.held == Side::Server && nagle && super::this_host::STACK != PeerStack::Linux {
+        let delayed = stall.kind == StallKind::NagleDelayedAck;
+        let address = stall.event.as_ref().map(held_address);
+        return hold_fixes_for(
+            Side::Server,
+            Some(super::this_host::STACK),
+            address,
+            delayed,
+        );
+    }
+    fixes(stall.kind, stall.held, stall.event.as_ref())
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::client::RunLog;
 use super::{behind, hops, listen_queue, upstream, ServerSeen};
+use crate::detect::PeerStack;
 use crate::tcp_rules;
 
 /// What is watched of a server on this host while the requests run.
@@ -66,3 +67,6 @@ pub(crate) fn jiffy() -> Duration {
         .jiffy()
         .unwrap_or(tcp_rules::JIFFY_UNKNOWN_HZ)
 }
+
+/// This host's TCP stack: the client's of every connection the probe makes.
+pub(crate) const STACK: PeerStack = PeerStack::Linux;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::client::RunLog;
 use super::ServerSeen;
+use crate::detect::PeerStack;
 use crate::tcp_rules;
 
 /// Why the server's side of this host is not looked at.
@@ -39,3 +40,11 @@ impl ServerWatch {
 pub(crate) fn jiffy() -> Duration {
     tcp_rules::JIFFY_UNKNOWN_HZ
 }
+
+/// This host's TCP stack: the client's of every connection the probe makes, whose delayed ACK
+/// a server's Nagle hold waits for (Windows's 200 ms; macOS's 100-200 ms).
+pub(crate) const STACK: PeerStack = if cfg!(windows) {
+    PeerStack::Windows
+} else {
+    PeerStack::MacOsBsd
+};
