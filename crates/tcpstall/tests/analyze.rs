@@ -1527,8 +1527,13 @@ s.close()
         });
         let flows = flows_to(&v, port);
         assert_eq!(flows.len(), 1, "{}", v["summary"]);
+        // The capture holds the transfer. A loaded machine has lost a few of its segments
+        // (the flow then counts a capture gap, and the resends as retransmissions): the
+        // detector must claim nothing all the same.
+        let seen = flows[0]["bytes_client_to_server"].as_u64().unwrap_or(0);
+        let gaps = flows[0]["capture_gaps"].as_u64().unwrap_or(0);
         assert!(
-            flows[0]["bytes_client_to_server"].as_u64() >= Some(total),
+            seen >= total || (gaps > 0 && seen >= total / 10 * 9),
             "{}",
             flows[0]
         );
