@@ -492,8 +492,7 @@ impl Detector {
         self.push_keyed(seg, HashedKey::of(seg), ordinal);
     }
 
-    /// [`Detector::push_at`] with the segment's flow key already hashed (`HashedKey::of(seg)`),
-    /// as the thread that decodes does it for the thread that runs the detector.
+    /// [`Detector::push_at`] with the segment's flow key already hashed (`HashedKey::of(seg)`).
     pub fn push_keyed(&mut self, seg: &Segment, key: HashedKey, ordinal: u64) {
         self.resolution.observe(seg.ts_ns);
         let a = &mut self.analysis;

@@ -42,8 +42,23 @@ impl FlowKey {
     }
 }
 
-/// A flow key with its hash: computed where a segment is decoded, so that the thread that
-/// follows the flows does not hash it again (and several workers are chosen by it).
+/// A cheap hash of `seg`'s flow, the same both ways and for an IPv4 address however it is
+/// written (as [`FlowKey`] maps it): enough to choose which detector owns the flow, on the
+/// thread that decodes, which leaves the flow table's own hash ([`HashedKey`]) to the
+/// detector's thread.
+#[inline]
+pub fn owner_hash(seg: &Segment) -> u64 {
+    let fold = |addr: IpAddr| {
+        let bits = addr_bits(addr);
+        (bits as u64) ^ ((bits >> 64) as u64)
+    };
+    let ports = u64::from(seg.src_port ^ seg.dst_port);
+    // XOR is symmetric in the two ends; the multiply (Fibonacci hashing) spreads it to the
+    // top bits, which the owner's choice reads.
+    (fold(seg.src) ^ fold(seg.dst) ^ (ports << 48)).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
+/// A flow key with its hash, for the flow table's lookup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HashedKey {
     /// The key.

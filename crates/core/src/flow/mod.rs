@@ -43,7 +43,7 @@ pub use connection::{is_client_syn, Flow, IDLE_TIMEOUT};
 pub use direction::PeerWindow;
 pub use endpoint::Endpoint;
 pub use guess::{ClientGuess, MssSource, PathSource};
-pub use key::{FlowKey, HashedKey};
+pub use key::{owner_hash, FlowKey, HashedKey};
 pub use side::Side;
 pub use table::FlowTable;
 // The values live below the decoder; re-exported where the flow table's users look for them.

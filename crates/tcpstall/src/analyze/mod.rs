@@ -2,19 +2,23 @@
 //!
 //! The files are read in order as one input (so a capture rotated with `tcpdump -C` keeps its
 //! flows), streaming: memory follows the number of active flows, not the file size. One thread
-//! reads and decodes; [`Detector`]s on `--workers` threads each take a share of the flows, and
-//! their analyses merge into what a single detector would have found. The flows they retire
+//! reads and decodes; [`Detector`]s on `--workers` threads each take a share of the flows (and
+//! the reading thread one of its own when they fall behind: [`router`]), and their analyses
+//! merge into what a single detector would have found. The flows they retire
 //! are kept apart ([`retired`]): past a bound, in a temporary file. `--annotate` writes the
 //! captures back with a comment on each event's packets ([`annotate`]).
 
 mod annotate;
 mod retired;
+mod router;
 
 use retired::RetiredFlows;
 pub use retired::{MergedFlows, IN_MEMORY, IN_MEMORY_VAR};
+use router::{Batch, ReaderShare, Router, BATCHES_IN_FLIGHT};
 
 use std::io::{self, IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -22,12 +26,9 @@ use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::capture::{
-    decompressed, open_input, open_raw, stream_segments_decap, CaptureStats, SegmentSink,
-};
-use crate::decode::{Decap, DecapConfig, Outer, OuterByFlow, Segment};
+use crate::capture::{decompressed, open_input, open_raw, stream_segments_decap, CaptureStats};
+use crate::decode::{Decap, DecapConfig};
 use crate::detect::{Analysis, Detector, DetectorConfig};
-use crate::flow::HashedKey;
 use crate::ladder;
 use crate::report::flows::AllFlows;
 use crate::report::json::{InputFacts, Source, Unreadable};
@@ -35,12 +36,8 @@ use crate::report::style::Style;
 use crate::report::{self, html, json, text};
 use crate::Outcome;
 
-/// Segments handed to a detector thread at a time.
-const BATCH: usize = 4096;
 /// Most detector threads.
 const MAX_WORKERS: usize = 64;
-/// Batches queued for each detector thread before the reader waits.
-const BATCHES_IN_FLIGHT: usize = 8;
 
 /// Warnings printed one by one; later ones are only counted.
 const WARNINGS_SHOWN: u64 = 20;
@@ -66,7 +63,7 @@ pub struct AnalyzeArgs {
     pub minor: bool,
     /// Detector threads [default: one less than the CPUs, at least 1]; flows are split between
     /// them by 4-tuple and the output is the same for any number (reading and decoding run on
-    /// one more thread).
+    /// one more thread, which takes new flows itself while the others fall behind).
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub workers: Option<u16>,
     /// Draw the ladder diagram of one example of each kind of stall found (the capture is read
@@ -280,23 +277,26 @@ pub fn analyse_files_decap(
     // Reading and decoding on this thread; each worker runs its own detector on the segments
     // of its flows, fed in batches in capture order, each segment with its position in the
     // whole input so that merging gives one detector's result.
-    let per_worker = (flows_in_memory / workers).max(1);
+    // The reading thread's own detector is one more share of the flows.
+    let per_detector = (flows_in_memory / (workers + 1)).max(1);
+    let finished: Vec<AtomicU64> = (0..workers).map(|_| AtomicU64::new(0)).collect();
     let parts = std::thread::scope(|scope| -> anyhow::Result<Vec<(Analysis, RetiredFlows)>> {
         let (recycle, recycled) = mpsc::channel::<Batch>();
         let mut handles = Vec::with_capacity(workers);
         let mut queues = Vec::with_capacity(workers);
-        for _ in 0..workers {
+        for finished in &finished {
             let (queue, batches) = mpsc::sync_channel::<Batch>(BATCHES_IN_FLIGHT);
             let recycle = recycle.clone();
             let mut detector = Detector::new(config.clone());
-            let mut retired = RetiredFlows::new(per_worker);
+            let mut retired = RetiredFlows::new(per_detector);
             handles.push(scope.spawn(move || -> (Analysis, RetiredFlows) {
                 for mut batch in batches {
-                    for ((ordinal, seg), key) in batch.filled() {
-                        detector.push_keyed(seg, *key, *ordinal);
+                    for (ordinal, seg) in batch.filled() {
+                        detector.push_at(seg, *ordinal);
                     }
                     batch.len = 0;
                     let _ = recycle.send(batch);
+                    finished.fetch_add(1, Ordering::Relaxed);
                     // Memory follows the open flows: the retired ones leave the detector.
                     retired.push(detector.take_flows());
                 }
@@ -306,14 +306,11 @@ pub fn analyse_files_decap(
             }));
             queues.push(queue);
         }
-        let mut router = Router {
-            batches: (0..workers).map(|_| Batch::new()).collect(),
-            queues,
-            recycled,
-            ordinal: 0,
-            staging: Segment::UNSET,
-            outers: OuterByFlow::default(),
-        };
+        let reader = ReaderShare::new(
+            Detector::new(config.clone()),
+            RetiredFlows::new(per_detector),
+        );
+        let mut router = Router::new(queues, recycled, &finished, Some(reader));
         let mut decap = Decap::new(decap);
         let mut seen_files = std::collections::HashSet::new();
         for path in files {
@@ -348,14 +345,16 @@ pub fn analyse_files_decap(
             }
         }
         facts.outers = std::mem::take(&mut router.outers);
-        router.flush();
-        handles
+        let own = router.finish();
+        let mut parts = handles
             .into_iter()
             .map(|h| {
                 h.join()
                     .map_err(|_| anyhow::anyhow!("a detector thread stopped unexpectedly"))
             })
-            .collect()
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        parts.extend(own);
+        Ok(parts)
     })?;
     if facts.warnings > WARNINGS_SHOWN {
         eprintln!(
@@ -384,107 +383,6 @@ pub fn analyse_files_decap(
     })?;
     analysis.flows = named;
     Ok((analysis, flows, facts))
-}
-
-/// Segments on their way to a detector thread, each with its position in the input. The
-/// items stay allocated and initialised from one use to the next: the reader decodes straight
-/// into `items[len]`.
-struct Batch {
-    items: Vec<(u64, Segment)>,
-    /// Each item's flow key, hashed by the decoding thread (the detector's thread is the
-    /// busier of the two).
-    keys: Vec<HashedKey>,
-    len: usize,
-}
-
-impl Batch {
-    fn new() -> Batch {
-        let unset = Segment::UNSET;
-        Batch {
-            items: vec![(0, unset); BATCH],
-            keys: vec![HashedKey::of(&unset); BATCH],
-            len: 0,
-        }
-    }
-
-    fn filled(&self) -> impl Iterator<Item = (&(u64, Segment), &HashedKey)> {
-        self.items[..self.len].iter().zip(&self.keys[..self.len])
-    }
-
-    fn is_full(&self) -> bool {
-        self.len == self.items.len()
-    }
-}
-
-/// Sends each segment, numbered in input order, to the worker that owns its flow.
-struct Router {
-    batches: Vec<Batch>,
-    queues: Vec<mpsc::SyncSender<Batch>>,
-    recycled: mpsc::Receiver<Batch>,
-    ordinal: u64,
-    /// Where segments are decoded when several workers share them: the flow, hence the
-    /// batch, is known only once decoded.
-    staging: Segment,
-    /// The outer tunnel of each tunnelled connection.
-    outers: OuterByFlow,
-}
-
-impl Router {
-    /// Sends the worker's batch when full, and takes an empty one back.
-    fn send_if_full(&mut self, worker: usize) {
-        if self.batches[worker].is_full() {
-            let empty = self.recycled.try_recv().unwrap_or_else(|_| Batch::new());
-            let full = std::mem::replace(&mut self.batches[worker], empty);
-            // A send fails only when the worker is gone; its join reports why.
-            let _ = self.queues[worker].send(full);
-        }
-    }
-
-    /// Sends what is left; the workers then end with their queues.
-    fn flush(self) {
-        for (batch, queue) in self.batches.into_iter().zip(&self.queues) {
-            if batch.len > 0 {
-                let _ = queue.send(batch);
-            }
-        }
-    }
-}
-
-impl SegmentSink for Router {
-    fn slot(&mut self) -> &mut Segment {
-        if self.batches.len() == 1 {
-            // One worker: straight into its batch (never full here: sent as it fills).
-            let batch = &mut self.batches[0];
-            &mut batch.items[batch.len].1
-        } else {
-            &mut self.staging
-        }
-    }
-
-    fn outer(&mut self, outer: Outer) {
-        let segment = *self.slot();
-        self.outers.record(&segment, outer);
-    }
-
-    fn commit(&mut self) {
-        let (worker, key) = if self.batches.len() == 1 {
-            let batch = &self.batches[0];
-            (0, HashedKey::of(&batch.items[batch.len].1))
-        } else {
-            // Both directions of a flow share the key, hence the worker.
-            let key = HashedKey::of(&self.staging);
-            let worker = (key.hash() % self.batches.len() as u64) as usize;
-            let batch = &mut self.batches[worker];
-            batch.items[batch.len].1 = self.staging;
-            (worker, key)
-        };
-        let batch = &mut self.batches[worker];
-        batch.keys[batch.len] = key;
-        batch.items[batch.len].0 = self.ordinal;
-        batch.len += 1;
-        self.ordinal += 1;
-        self.send_if_full(worker);
-    }
 }
 
 fn display(path: &Path) -> String {
