@@ -467,6 +467,13 @@ impl Detector {
         self.max_active_flows = Some(max);
     }
 
+    /// Keeps a `parts`-th of the usual bound on what rejoins a retired flow (its tombstone: a
+    /// connection silent past the idle timeout, a late retransmission after the close): for a
+    /// detector helping others, whose memory must not count as much as theirs.
+    pub fn keep_tombstones_share(&mut self, parts: usize) {
+        self.table.keep_tombstones_share(parts);
+    }
+
     /// Records no turn latencies: flow summaries then have no `latency_us`, and a flow's
     /// memory is the same after a million turns as after one (a live watcher, which reports
     /// stalls, not latencies).

@@ -31,6 +31,8 @@ pub struct FlowTable {
     tombstones: FxHashMap<FlowKey, Tombstone>,
     /// Tombstones in order of retirement, for their expiry.
     tombstone_order: VecDeque<(FlowKey, Timestamp)>,
+    /// At most this many tombstones; `None`: [`TOMBSTONES_MAX`].
+    tombstones_max: Option<usize>,
 }
 
 /// What rejoins a retired flow: its id and which end is the client (a FIN/ACK retransmitted
@@ -194,6 +196,12 @@ impl FlowTable {
         Some(flow)
     }
 
+    /// Keeps at most a `parts`-th of the tombstones a table keeps (at least one): for a table
+    /// beside others in one run, whose memory the run's bound counts once.
+    pub fn keep_tombstones_share(&mut self, parts: usize) {
+        self.tombstones_max = Some((TOMBSTONES_MAX / parts.max(1)).max(1));
+    }
+
     /// Keeps what rejoins `flow` later, and forgets tombstones past their time or beyond
     /// [`TOMBSTONES_MAX`].
     fn bury(&mut self, key: FlowKey, flow: &Flow, now: Timestamp) {
@@ -211,7 +219,7 @@ impl FlowTable {
         );
         self.tombstone_order.push_back((key, at));
         while let Some(&(old_key, at)) = self.tombstone_order.front() {
-            let full = self.tombstone_order.len() > TOMBSTONES_MAX;
+            let full = self.tombstone_order.len() > self.tombstones_max.unwrap_or(TOMBSTONES_MAX);
             if !full && now.since(at) <= IDLE_TOMBSTONE_TTL {
                 break;
             }

@@ -277,8 +277,12 @@ pub fn analyse_files_decap(
     // Reading and decoding on this thread; each worker runs its own detector on the segments
     // of its flows, fed in batches in capture order, each segment with its position in the
     // whole input so that merging gives one detector's result.
-    // The reading thread's own detector is one more share of the flows.
-    let per_detector = (flows_in_memory / (workers + 1)).max(1);
+    // The workers and the reading thread's detector share the bound; the reader's, a helper
+    // whose flows come only while the workers lag, keeps a sixteenth of a worker's share in
+    // memory and writes the rest out sooner (as it keeps fewer tombstones:
+    // `router::READER_TOMBSTONES`): the run's memory is no more than the workers'.
+    let per_worker = (flows_in_memory / (workers + 1)).max(1);
+    let per_reader = (per_worker / 16).max(1);
     let finished: Vec<AtomicU64> = (0..workers).map(|_| AtomicU64::new(0)).collect();
     let parts = std::thread::scope(|scope| -> anyhow::Result<Vec<(Analysis, RetiredFlows)>> {
         let (recycle, recycled) = mpsc::channel::<Batch>();
@@ -288,7 +292,7 @@ pub fn analyse_files_decap(
             let (queue, batches) = mpsc::sync_channel::<Batch>(BATCHES_IN_FLIGHT);
             let recycle = recycle.clone();
             let mut detector = Detector::new(config.clone());
-            let mut retired = RetiredFlows::new(per_detector);
+            let mut retired = RetiredFlows::new(per_worker);
             handles.push(scope.spawn(move || -> (Analysis, RetiredFlows) {
                 for mut batch in batches {
                     for (ordinal, seg) in batch.filled() {
@@ -306,10 +310,7 @@ pub fn analyse_files_decap(
             }));
             queues.push(queue);
         }
-        let reader = ReaderShare::new(
-            Detector::new(config.clone()),
-            RetiredFlows::new(per_detector),
-        );
+        let reader = ReaderShare::new(Detector::new(config.clone()), RetiredFlows::new(per_reader));
         let mut router = Router::new(queues, recycled, &finished, Some(reader));
         let mut decap = Decap::new(decap);
         let mut seen_files = std::collections::HashSet::new();

@@ -35,6 +35,11 @@ pub(super) const BATCHES_IN_FLIGHT: usize = 8;
 /// reader where it is the busier thread (the payload copied in from the file).
 const BEHIND: u64 = BATCHES_IN_FLIGHT as u64 - 2;
 
+/// The reading thread's detector keeps this share of a worker's bound on tombstones (what
+/// rejoins a retired flow): under heavy churn, a detector's largest memory, which the run's
+/// bound counts for one detector. A quarter keeps some 16,000 retired flows rejoinable.
+const READER_TOMBSTONES: usize = 4;
+
 /// Segments on their way to a detector thread, each with its position in the input. The
 /// items stay allocated and initialised from one use to the next: the reader decodes straight
 /// into `items[len]`.
@@ -70,8 +75,10 @@ pub(super) struct ReaderShare {
 }
 
 impl ReaderShare {
-    /// A share whose detector is `detector`, keeping `retired`'s flows.
-    pub(super) fn new(detector: Detector, retired: RetiredFlows) -> ReaderShare {
+    /// A share whose detector is `detector`, keeping `retired`'s flows. The detector keeps a
+    /// quarter of the tombstones a worker's keeps ([`READER_TOMBSTONES`]).
+    pub(super) fn new(mut detector: Detector, retired: RetiredFlows) -> ReaderShare {
+        detector.keep_tombstones_share(READER_TOMBSTONES);
         ReaderShare {
             detector,
             retired,
