@@ -35,18 +35,18 @@ pub(crate) fn process_tree(pid: u32) -> Vec<u32> {
 }
 
 /// The children of `pid` from `/proc/PID/task/TID/children` (each thread's own children,
-/// CONFIG_PROC_CHILDREN); `None` when the kernel has no such files.
+/// CONFIG_PROC_CHILDREN); `None` when the kernel has no such files, or when a thread exited
+/// while they were read: its children went to another thread of the process (the kernel's
+/// `forget_original_parent`), maybe one already read, so only every process's parent field
+/// tells them all then.
 fn children_files(pid: u32) -> Option<Vec<u32>> {
     let mut kids = Vec::new();
     for tid in super::procfs::thread_ids(pid).ok()? {
-        match fs::read_to_string(format!("/proc/{pid}/task/{tid}/children")) {
-            Ok(text) => kids.extend(
-                text.split_whitespace()
-                    .filter_map(|k| k.parse::<u32>().ok()),
-            ),
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound && tid == pid => return None,
-            Err(_) => {} // a thread that exited meanwhile
-        }
+        let text = fs::read_to_string(format!("/proc/{pid}/task/{tid}/children")).ok()?;
+        kids.extend(
+            text.split_whitespace()
+                .filter_map(|k| k.parse::<u32>().ok()),
+        );
     }
     Some(kids)
 }
@@ -126,7 +126,14 @@ mod tests {
         let _ = child.kill();
         let _ = child.wait();
         assert_eq!(tree[0], std::process::id());
-        assert!(tree.contains(&sh), "{tree:?}");
+        assert!(
+            tree.contains(&sh),
+            "sh {sh} not in {tree:?}; its parent {:?}; this process's children by their parent \
+             fields {:?}, by the children files {:?}",
+            parent_of(sh),
+            by_stat.get(&std::process::id()),
+            children_files(std::process::id())
+        );
         assert_eq!(grandchildren.len(), 1, "sleep under sh: {tree:?}");
         if from_files.is_some() {
             assert_eq!(
