@@ -40,6 +40,12 @@ const BEHIND: u64 = BATCHES_IN_FLIGHT as u64 - 2;
 /// bound counts for one detector. A quarter keeps some 16,000 retired flows rejoinable.
 const READER_TOMBSTONES: usize = 4;
 
+/// The bucket of an [`owner_hash`]: its top bits, the well mixed ones of a multiplicative
+/// hash (its low bits are zero for a flow whose two ends share an address, as on loopback).
+fn bucket_of(hash: u64) -> usize {
+    (hash >> 48) as usize % OWNER_BUCKETS
+}
+
 /// Segments on their way to a detector thread, each with its position in the input. The
 /// items stay allocated and initialised from one use to the next: the reader decodes straight
 /// into `items[len]`.
@@ -190,7 +196,7 @@ impl<'a> Router<'a> {
     /// first segment, the reading thread when the workers are behind, else the worker the
     /// hash names.
     fn owner(&mut self, hash: u64) -> u8 {
-        let bucket = (hash >> 48) as usize % OWNER_BUCKETS;
+        let bucket = bucket_of(hash);
         let owner = self.owners[bucket];
         if owner != UNOWNED {
             return owner;
@@ -199,7 +205,7 @@ impl<'a> Router<'a> {
             READER
         } else {
             // At most `MAX_WORKERS` (64) workers: the index fits below READER.
-            (hash % self.batches.len() as u64) as u8
+            (bucket % self.batches.len()) as u8
         };
         self.owners[bucket] = owner;
         owner
@@ -356,6 +362,28 @@ mod tests {
         assert_eq!(worker + reader, alone);
         assert_eq!(shared_events, events);
         assert_eq!(shared_flows, flows);
+    }
+
+    /// Flows between two ports of one address (loopback) are spread over every worker.
+    #[test]
+    fn loopback_flows_spread_over_the_workers() {
+        for workers in [2, 3, 4, 8] {
+            let mut taken = vec![0; workers];
+            for port in 40_000..40_256 {
+                let seg = Segment {
+                    src: "127.0.0.1".parse().expect("an address"),
+                    dst: "127.0.0.1".parse().expect("an address"),
+                    src_port: port,
+                    dst_port: 8080,
+                    ..Segment::UNSET
+                };
+                taken[bucket_of(owner_hash(&seg)) % workers] += 1;
+            }
+            assert!(
+                taken.iter().all(|&n| n > 256 / workers / 2),
+                "{workers}: {taken:?}"
+            );
+        }
     }
 
     /// A worker that keeps up keeps every flow: the reader takes none while the mark is not
