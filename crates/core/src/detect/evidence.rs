@@ -151,15 +151,24 @@ impl Undecided {
             }
         }
         self.claims.extend(other.claims);
-        self.claims.sort_by_key(|c| c.ordinal);
+        self.sort();
     }
 
-    /// Puts the claims in input order (claims set apart late, as a flow retires, come last).
+    /// Puts the claims in input order (claims set apart late, as a flow retires, come last),
+    /// and the counts in the order of their first claims: the same however the input's flows
+    /// were shared among detectors.
     pub(crate) fn sort(&mut self) {
         self.claims.sort_by_key(|c| c.ordinal);
+        let claims = &self.claims;
+        self.counts.sort_by_cached_key(|&(kind, reason, _)| {
+            claims
+                .iter()
+                .position(|c| c.kind == kind && c.reason == reason)
+                .unwrap_or(usize::MAX)
+        });
     }
 
-    /// Every (kind, reason, count), in order of first appearance.
+    /// Every (kind, reason, count), in order of first appearance in the input.
     pub fn entries(&self) -> &[(StallKind, Reason, u64)] {
         &self.counts
     }
