@@ -202,8 +202,8 @@ impl FlowTable {
         self.tombstones_max = Some((TOMBSTONES_MAX / parts.max(1)).max(1));
     }
 
-    /// Keeps what rejoins `flow` later, and forgets tombstones past their time or beyond
-    /// [`TOMBSTONES_MAX`].
+    /// Keeps what rejoins `flow` later, and forgets tombstones past their time or beyond the
+    /// table's bound ([`TOMBSTONES_MAX`], or its share of it).
     fn bury(&mut self, key: FlowKey, flow: &Flow, now: Timestamp) {
         let closed = matches!(flow.state, FlowState::Closed { .. });
         let at = flow.last_seen();

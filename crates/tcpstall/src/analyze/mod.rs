@@ -304,9 +304,7 @@ pub fn analyse_files_decap(
                     // Memory follows the open flows: the retired ones leave the detector.
                     retired.push(detector.take_flows());
                 }
-                let mut analysis = detector.finish();
-                retired.push(std::mem::take(&mut analysis.flows));
-                (analysis, retired)
+                retired.close(detector)
             }));
             queues.push(queue);
         }

@@ -10,7 +10,7 @@ use std::fs::File;
 use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::detect::FlowSummary;
+use crate::detect::{Analysis, Detector, FlowSummary};
 use crate::report::flows::{AllFlows, FlowTotals, CHUNK};
 
 /// Flows kept in memory by all detector threads together before they go to the temporary
@@ -72,6 +72,14 @@ impl RetiredFlows {
             bound: bound.max(1),
             spill: None,
         }
+    }
+
+    /// Ends `detector`'s run, whose retired flows these are: the flows still open join them,
+    /// and its analysis comes back beside them.
+    pub fn close(mut self, detector: Detector) -> (Analysis, RetiredFlows) {
+        let mut analysis = detector.finish();
+        self.push(std::mem::take(&mut analysis.flows));
+        (analysis, self)
     }
 
     /// Adds flows retired after those added before. When the temporary file cannot be

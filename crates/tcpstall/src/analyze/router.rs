@@ -102,10 +102,8 @@ impl ReaderShare {
         }
     }
 
-    fn finish(mut self) -> (Analysis, RetiredFlows) {
-        let mut analysis = self.detector.finish();
-        self.retired.push(std::mem::take(&mut analysis.flows));
-        (analysis, self.retired)
+    fn finish(self) -> (Analysis, RetiredFlows) {
+        self.retired.close(self.detector)
     }
 }
 

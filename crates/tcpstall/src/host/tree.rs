@@ -114,6 +114,9 @@ mod tests {
             kids.sort_unstable();
             kids
         });
+        // What each source says of this process's children, before they are killed below.
+        let sh_parent = parent_of(sh);
+        let my_children_files = children_files(std::process::id());
         let grandchildren: Vec<u32> = tree
             .iter()
             .copied()
@@ -130,9 +133,9 @@ mod tests {
             tree.contains(&sh),
             "sh {sh} not in {tree:?}; its parent {:?}; this process's children by their parent \
              fields {:?}, by the children files {:?}",
-            parent_of(sh),
+            sh_parent,
             by_stat.get(&std::process::id()),
-            children_files(std::process::id())
+            my_children_files
         );
         assert_eq!(grandchildren.len(), 1, "sleep under sh: {tree:?}");
         if from_files.is_some() {
