@@ -6,6 +6,7 @@ use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tcpstall::capture::for_each_segment;
 use tcpstall::capture::live::{CaptureOptions, LiveCapture, OpenError, PacketSocket, PortFilter};
@@ -125,6 +126,116 @@ fn assert_captures_once_and_only_the_watched_port(address: &str, file: &str) {
     let _ = std::fs::remove_file(&pcap);
     assert_eq!(stats.packets, live.len() as u64);
     assert_eq!(from_file, live);
+}
+
+/// An unwatched port's connection already kept is kept to its end, a new one to the port is
+/// not (once its user is done with a port the kernel may give it to another program), and
+/// watched again the port's new connections are kept again.
+#[test]
+fn an_unwatched_port_keeps_its_open_connection_and_no_new_one() {
+    require_root();
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().unwrap();
+    let seen: Arc<Mutex<Vec<Segment>>> = Arc::default();
+    let sink = seen.clone();
+    let capture = LiveCapture::start(
+        PacketSocket::open("lo").expect("a packet socket on lo"),
+        CaptureOptions {
+            ports: PortFilter::Only(vec![addr.port()]),
+            pcap: None,
+        },
+        move |segment: &Segment| sink.lock().unwrap().push(*segment),
+    )
+    .expect("capture starts");
+    let connect = || {
+        let client = TcpStream::connect(addr).expect("connect on loopback");
+        let (server, _) = listener.accept().expect("accept");
+        (client, server)
+    };
+    // Sends `bytes` from the client, reads them at the server.
+    let send = |client: &mut TcpStream, server: &mut TcpStream, bytes: &[u8]| {
+        client.write_all(bytes).expect("client write");
+        let mut got = vec![0u8; bytes.len()];
+        server.read_exact(&mut got).expect("server read");
+    };
+    let close = |client: TcpStream, mut server: TcpStream| {
+        client.shutdown(Shutdown::Write).expect("client FIN");
+        let _ = server.read(&mut [0u8; 1]);
+        drop(server);
+        let mut client = client;
+        let _ = client.read(&mut [0u8; 1]);
+    };
+    // Until the reader has handed over a segment of `bytes` (bounded): the kernel switches its
+    // receive timestamps on through deferred work (`net_enable_timestamp`), and until then a
+    // segment is stamped when it is read, which may be long after it came.
+    let wait_for = |bytes: u32| {
+        let until = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < until && !seen.lock().unwrap().iter().any(|s| s.payload_len == bytes)
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    };
+    let (mut kept_client, mut kept_server) = connect();
+    send(&mut kept_client, &mut kept_server, b"before ");
+    wait_for(7);
+    capture.unwatch_port(addr.port());
+    let (mut new_client, mut new_server) = connect();
+    send(&mut new_client, &mut new_server, b"not kept");
+    close(new_client, new_server);
+    send(&mut kept_client, &mut kept_server, b"after");
+    // Read after the new connection's packets: those are judged before the port is watched
+    // again.
+    wait_for(5);
+    close(kept_client, kept_server);
+    capture.watch_port(addr.port());
+    let (mut again_client, mut again_server) = connect();
+    send(&mut again_client, &mut again_server, b"watched again");
+    let again_port = again_client.local_addr().unwrap().port();
+    close(again_client, again_server);
+    wait_for(13);
+    let finished = capture.finish().expect("capture finishes");
+    let live = seen.lock().unwrap().clone();
+
+    let listing: Vec<String> = live
+        .iter()
+        .map(|s| format!("{} > {} {} B", s.src_port, s.dst_port, s.payload_len))
+        .collect();
+    assert_eq!(
+        finished.summary.flows, 2,
+        "the kept and the watched-again one: {listing:#?}"
+    );
+    assert_eq!(finished.summary.unclosed_flows, 0);
+    let client_ports: std::collections::BTreeSet<u16> = live
+        .iter()
+        .map(|s| {
+            if s.src_port == addr.port() {
+                s.dst_port
+            } else {
+                s.src_port
+            }
+        })
+        .collect();
+    assert_eq!(client_ports.len(), 2, "{client_ports:?}");
+    assert!(client_ports.contains(&again_port));
+    let sent = |port: u16| -> u32 {
+        live.iter()
+            .filter(|s| s.src_port == port)
+            .map(|s| s.payload_len)
+            .sum()
+    };
+    let kept_port = *client_ports.iter().find(|p| **p != again_port).unwrap();
+    assert_eq!(sent(kept_port), 12, "\"before \" and \"after\"");
+    assert_eq!(sent(again_port), 13);
+    let fins = |port: u16| {
+        live.iter()
+            .filter(|s| s.has(flags::FIN) && (s.src_port == port || s.dst_port == port))
+            .count()
+    };
+    assert_eq!(
+        (fins(kept_port), fins(again_port)),
+        (2, 2),
+        "both close, both ways"
+    );
 }
 
 #[test]

@@ -27,6 +27,7 @@
 //! TUN device) each packet is seen once, leaving or arriving, and both are kept.
 
 use std::collections::{HashMap, HashSet};
+use std::ops::Range;
 use std::fs::File;
 use std::io::{self, BufWriter, IoSliceMut};
 use std::net::IpAddr;
@@ -272,7 +273,8 @@ pub(super) fn hardware_type(fd: &OwnedFd) -> Result<u16, Errno> {
 pub enum PortFilter {
     /// Every TCP packet on the interface.
     All,
-    /// Packets to or from these ports; [`LiveCapture::watch_port`] adds more while it runs.
+    /// Packets to or from these ports; [`LiveCapture::watch_port`] adds more while it runs,
+    /// [`LiveCapture::unwatch_port`] ends one's new connections.
     Only(Vec<u16>),
 }
 
@@ -361,7 +363,7 @@ pub struct LiveCapture<C: SegmentConsumer> {
     description: String,
     /// The socket's kernel filter is narrowed to `ports` through this handle.
     filter: PacketSocket,
-    ports: Arc<Mutex<Option<HashSet<u16>>>>,
+    ports: Arc<Mutex<Option<WatchedPorts>>>,
     stop: Arc<AtomicU8>,
     reader: Option<JoinHandle<io::Result<Finished<C>>>>,
 }
@@ -391,12 +393,12 @@ impl<C: SegmentConsumer> LiveCapture<C> {
             Some(path) => format!("capture on {} to {}", socket.interface, path.display()),
             None => format!("capture on {}", socket.interface),
         };
-        let ports: Option<HashSet<u16>> = match options.ports {
+        let ports = match options.ports {
             PortFilter::All => None,
-            PortFilter::Only(ports) => Some(ports.into_iter().collect()),
+            PortFilter::Only(ports) => Some(WatchedPorts::from_start(ports)),
         };
         socket
-            .filter_ports(ports.as_ref())
+            .filter_ports(ports.as_ref().map(|p| &p.kernel))
             .with_context(|| format!("cannot filter the {description} by port"))?;
         let filter = socket.handle();
         let ports = Arc::new(Mutex::new(ports));
@@ -431,7 +433,8 @@ impl<C: SegmentConsumer> LiveCapture<C> {
             return;
         };
         if let Some(ports) = ports.as_mut() {
-            if ports.insert(port) && self.filter.filter_ports(Some(ports)).is_err() {
+            if ports.watch(port, now_ns()) && self.filter.filter_ports(Some(&ports.kernel)).is_err()
+            {
                 // The old program would drop the new port: let everything through to the
                 // reader, which filters by port itself.
                 let _ = bpf::detach(self.filter.fd.as_fd());
@@ -439,8 +442,20 @@ impl<C: SegmentConsumer> LiveCapture<C> {
         }
     }
 
-    /// Stops after the last FIN of the watched flows has been seen (bounded by a grace
-    /// period of 2 s), flushes the file and returns the summary and the consumer.
+    /// Keeps no new connection to or from `port` from now on; the connections already kept go
+    /// on being kept until they close (their last ACKs may come later). Another program may be
+    /// given the port once its user is done with it: its traffic is not ours to record.
+    pub fn unwatch_port(&self, port: u16) {
+        if let Ok(mut ports) = self.ports.lock() {
+            if let Some(ports) = ports.as_mut() {
+                ports.unwatch(port, now_ns());
+            }
+        }
+    }
+
+    /// Stops after the last FIN of the kept connections has been seen (bounded by a grace
+    /// period of 2 s; no new connection of a watched port is kept meanwhile), flushes the file
+    /// and returns the summary and the consumer.
     pub fn finish(self) -> anyhow::Result<Finished<C>> {
         self.end(StopMode::WhenClosed)
     }
@@ -452,6 +467,15 @@ impl<C: SegmentConsumer> LiveCapture<C> {
     }
 
     fn end(mut self, mode: StopMode) -> anyhow::Result<Finished<C>> {
+        // What is waited for is the connections already kept; a new one is somebody else's.
+        if let Ok(mut ports) = self.ports.lock() {
+            if let Some(ports) = ports.as_mut() {
+                let now = now_ns();
+                for port in ports.kernel.clone() {
+                    ports.unwatch(port, now);
+                }
+            }
+        }
         self.stop.store(mode as u8, Ordering::SeqCst);
         let reader = self
             .reader
@@ -473,8 +497,72 @@ impl<C: SegmentConsumer> Drop for LiveCapture<C> {
     }
 }
 
+/// The ports a capture keeps, when not every one, and when.
+#[derive(Debug)]
+struct WatchedPorts {
+    /// Ports the kernel's filter lets through: every port ever watched (the filter only grows,
+    /// so the last packets of a connection of an unwatched port still come).
+    kernel: HashSet<u16>,
+    /// Each port's watched spans (ns since the Unix epoch, the clock of the kernel's packet
+    /// timestamps; the last one open while watched). The packet's stamp decides, not when it
+    /// is read: the reader may lag behind.
+    spans: HashMap<u16, Vec<Range<u64>>>,
+}
+
+impl WatchedPorts {
+    /// `ports`, watched from the start.
+    fn from_start(ports: Vec<u16>) -> WatchedPorts {
+        WatchedPorts {
+            kernel: ports.iter().copied().collect(),
+            spans: ports
+                .into_iter()
+                .map(|p| (p, std::iter::once(0..u64::MAX).collect()))
+                .collect(),
+        }
+    }
+
+    /// Watches `port` from `now`; whether the kernel's filter must let it through anew.
+    fn watch(&mut self, port: u16, now: u64) -> bool {
+        let spans = self.spans.entry(port).or_default();
+        if !spans.last().is_some_and(|s| s.end == u64::MAX) {
+            spans.push(now..u64::MAX);
+        }
+        self.kernel.insert(port)
+    }
+
+    /// Ends `port`'s watched span at `now`.
+    fn unwatch(&mut self, port: u16, now: u64) {
+        if let Some(last) = self.spans.get_mut(&port).and_then(|s| s.last_mut()) {
+            last.end = last.end.min(now);
+        }
+    }
+
+    /// Whether `segment` is kept: stamped while one of its ports was watched, or, to or from a
+    /// port watched before, of a connection kept then (`kept_before`).
+    fn keep(&self, segment: &Segment, kept_before: impl FnOnce() -> bool) -> bool {
+        let at = segment.ts_ns.as_nanos();
+        let watched_then = |port: u16| {
+            self.spans
+                .get(&port)
+                .is_some_and(|spans| spans.iter().rev().any(|s| s.contains(&at)))
+        };
+        let watched_ever = |port: u16| self.kernel.contains(&port);
+        watched_then(segment.src_port)
+            || watched_then(segment.dst_port)
+            || ((watched_ever(segment.src_port) || watched_ever(segment.dst_port)) && kept_before())
+    }
+}
+
 /// A connection by its two endpoints, the lower first: both directions map to one key.
 type ConnectionKey = ((IpAddr, u16), (IpAddr, u16));
+
+fn connection_key(segment: &Segment) -> ConnectionKey {
+    let (a, b) = (
+        (segment.src, segment.src_port),
+        (segment.dst, segment.dst_port),
+    );
+    (a.min(b), a.max(b))
+}
 
 /// A closed connection is forgotten this long after it closed: Linux's TIME_WAIT
 /// (`TCP_TIMEWAIT_LEN`, 60 s), after which no packet of it can come. Keeps a long capture's
@@ -503,16 +591,14 @@ struct Connections {
 
 impl Connections {
     fn note(&mut self, segment: &Segment, now: Instant) {
-        let (a, b) = (
-            (segment.src, segment.src_port),
-            (segment.dst, segment.dst_port),
-        );
+        let key = connection_key(segment);
         let seen = &mut self.seen;
-        let closing = self.state.entry((a.min(b), a.max(b))).or_insert_with(|| {
+        let closing = self.state.entry(key).or_insert_with(|| {
             *seen += 1;
             Closing::default()
         });
-        closing.fin_from[usize::from(a < b)] |= segment.has(flags::FIN);
+        let from_lower = key.0 == (segment.src, segment.src_port);
+        closing.fin_from[usize::from(from_lower)] |= segment.has(flags::FIN);
         closing.reset |= segment.has(flags::RST);
         if closing.closed_at.is_none() && (closing.reset || closing.fin_from == [true, true]) {
             closing.closed_at = Some(now);
@@ -558,7 +644,7 @@ struct Tap<C> {
     link: LinkType,
     writer: Option<PcapWriter<BufWriter<File>>>,
     consumer: C,
-    ports: Arc<Mutex<Option<HashSet<u16>>>>,
+    ports: Arc<Mutex<Option<WatchedPorts>>>,
     stop: Arc<AtomicU8>,
 }
 
@@ -609,7 +695,7 @@ impl<C: SegmentConsumer> Tap<C> {
             {
                 continue;
             }
-            if !self.watched(&segment) {
+            if !self.watched(&segment, &connections) {
                 continue;
             }
             packets += 1;
@@ -685,10 +771,13 @@ impl<C: SegmentConsumer> Tap<C> {
         })
     }
 
-    fn watched(&self, segment: &Segment) -> bool {
+    /// Whether `segment` is kept ([`WatchedPorts::keep`]; everything without a port filter).
+    fn watched(&self, segment: &Segment, connections: &Connections) -> bool {
         self.ports.lock().is_ok_and(|ports| match ports.as_ref() {
             None => true,
-            Some(ports) => ports.contains(&segment.src_port) || ports.contains(&segment.dst_port),
+            Some(ports) => ports.keep(segment, || {
+                connections.state.contains_key(&connection_key(segment))
+            }),
         })
     }
 }

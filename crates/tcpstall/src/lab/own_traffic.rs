@@ -77,9 +77,13 @@ impl OwnTraffic {
     }
 
     /// A row starts with its server on `port`; call before its first connect. The row lasts
-    /// until the next one starts: rows run one after the other.
+    /// until the next one starts: rows run one after the other, so the previous row's port
+    /// gets no new connection kept (the kernel may give it to another program on `lo`).
     pub fn row_started(&self, port: u16) {
         if let Ok(mut rows) = self.rows.lock() {
+            if let Some(&(previous, _)) = rows.last() {
+                self.capture.unwatch_port(previous);
+            }
             rows.push((port, crate::capture::live::now_ns()));
         }
         self.capture.watch_port(port);
