@@ -410,8 +410,7 @@ fn namespaces_are_deleted_after_a_failed_run_and_after_ctrl_c() {
         3,
         "the run created its namespaces (client, server, the middle of the path)"
     );
-    // SAFETY: kill only sends a signal to the child started above, not yet reaped.
-    unsafe { libc::kill(pid as libc::pid_t, libc::SIGINT) };
+    let _ = support::signal(pid, libc::SIGINT);
     let start = Instant::now();
     let status = loop {
         if let Some(status) = child.0.try_wait().expect("try_wait") {

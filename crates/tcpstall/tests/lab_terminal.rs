@@ -25,8 +25,7 @@ fn interrupted_lab(args: &[&str], after: Duration) -> (Option<i32>, String, Vec<
     let pid = child.id();
     let run = Collected::new(child);
     std::thread::sleep(after);
-    // SAFETY: kill(2) on our own child's pid, which has not been reaped yet.
-    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGINT) }, 0);
+    support::signal(pid, libc::SIGINT).expect("SIGINT sent to our child");
     let (status, stdout, stderr) = run.finish(Duration::from_secs(30), "the interrupted lab");
     assert_eq!(
         support::namespaces_of(pid),

@@ -284,9 +284,7 @@ fn exit_within(child: &mut KillOnDrop, limit: Duration) -> Option<i32> {
 #[test]
 fn serve_stops_on_sigterm_and_at_its_row_timeout() {
     let mut served = serve("http", "split", &["--row-timeout", "60"]);
-    let pid = served.child.0.id() as libc::pid_t;
-    // SAFETY: kill has no memory preconditions; the pid is our own live child's.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    support::signal(served.child.0.id(), libc::SIGTERM).expect("SIGTERM sent to our child");
     assert_eq!(
         exit_within(&mut served.child, Duration::from_secs(5)),
         Some(0)

@@ -333,7 +333,7 @@ fn a_run_that_ends_in_an_error_never_prints_a_plain_clean_verdict() {
 
 /// Whether `signal` is still pending for process `pid` (not yet delivered to a handler):
 /// SigPnd (its threads) or ShdPnd (the process) in /proc/PID/status.
-fn signal_pending(pid: libc::pid_t, signal: libc::c_int) -> bool {
+fn signal_pending(pid: u32, signal: libc::c_int) -> bool {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let bit = 1u64 << (signal - 1);
     status
@@ -361,18 +361,18 @@ fn a_repeated_sigint_is_one_interruption_and_the_report_still_prints() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("tcpstall runs");
-    let pid = libc::pid_t::try_from(child.id()).expect("a pid");
+    let pid = child.id();
     // Some stalled requests first (each waits ~40 ms for the delayed ACK; an answer is about
     // 200 bytes).
     support::wait_for_bytes_sent(port, 1000, "the server");
-    // SAFETY: signals our own child, still running (it is reaped below).
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    // Our own child, still running (it is reaped below).
+    support::signal(pid, libc::SIGINT).expect("SIGINT sent");
     let sent = std::time::Instant::now();
     while signal_pending(pid, libc::SIGINT) && sent.elapsed() < Duration::from_secs(5) {
         std::thread::yield_now();
     }
-    // SAFETY: as above; the child is not reaped until wait_with_output.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    // The child is not reaped until wait_with_output.
+    support::signal(pid, libc::SIGINT).expect("SIGINT sent");
     let out = child.wait_with_output().expect("wait for the probe");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);

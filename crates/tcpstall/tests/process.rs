@@ -840,8 +840,7 @@ fn trace_leaves_a_job_control_stopped_process_stopped() {
     let _serial = serial();
     let target = KillOnDrop(Command::new("sleep").arg("20").spawn().expect("sleep runs"));
     let pid = target.0.id();
-    // SAFETY: kill with a pid we own and a valid signal.
-    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGSTOP) }, 0);
+    support::signal(pid, libc::SIGSTOP).expect("SIGSTOP sent");
     let state = || thread_states(pid).first().map(|(s, _)| *s);
     let deadline = Instant::now() + Duration::from_secs(10);
     while state() != Some('T') {
@@ -861,8 +860,7 @@ fn trace_leaves_a_job_control_stopped_process_stopped() {
         vec![('T', "0".to_string())],
         "still stopped, untraced"
     );
-    // SAFETY: as above.
-    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGCONT) }, 0);
+    support::signal(pid, libc::SIGCONT).expect("SIGCONT sent");
     let deadline = Instant::now() + Duration::from_secs(10);
     while state() != Some('S') {
         assert!(
@@ -921,8 +919,8 @@ fn a_traced_command_obeys_job_control() {
             std::thread::sleep(Duration::from_millis(10));
         }
     };
-    // SAFETY: kill with a pid of our tracer's child and a valid signal.
-    assert_eq!(unsafe { libc::kill(child as i32, libc::SIGSTOP) }, 0);
+    // Our tracer's child.
+    support::signal(child, libc::SIGSTOP).expect("SIGSTOP sent");
     wait_for(&['t', 'T'], "SIGSTOP did not stop the traced command");
     std::thread::sleep(Duration::from_millis(200));
     assert!(
@@ -930,8 +928,7 @@ fn a_traced_command_obeys_job_control() {
         "the tracer resumed a stopped command: {:?}",
         state()
     );
-    // SAFETY: as above.
-    assert_eq!(unsafe { libc::kill(child as i32, libc::SIGCONT) }, 0);
+    support::signal(child, libc::SIGCONT).expect("SIGCONT sent");
     wait_for(&['S', 'R'], "SIGCONT did not resume the traced command");
 }
 
@@ -1048,8 +1045,7 @@ fn attach_ptrace(pid: u32) -> KillOnDrop {
 /// Sends SIGINT to a running `trace` and waits (at most 10 s) for it to end; its exit code
 /// and stdout.
 fn interrupt(mut tracer: KillOnDrop) -> (Option<i32>, String) {
-    // SAFETY: kill with a pid we own and a valid signal.
-    assert_eq!(unsafe { libc::kill(tracer.0.id() as i32, libc::SIGINT) }, 0);
+    support::interrupt(&tracer.0);
     let started = Instant::now();
     let status = loop {
         if let Some(status) = tracer.0.try_wait().expect("wait tracer") {

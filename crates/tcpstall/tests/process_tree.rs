@@ -70,11 +70,6 @@ fn children_of(pid: u32) -> Vec<u32> {
     children
 }
 
-fn signal(pid: u32, sig: libc::c_int) {
-    // SAFETY: kill with a pid this test started (or its server's worker) and a valid signal.
-    unsafe { libc::kill(pid as libc::pid_t, sig) };
-}
-
 /// nginx as a master and two workers with `tcp_nodelay off`, on 127.0.0.1, configured in a
 /// temporary directory. Dropping it stops the master (fast shutdown, which ends the workers),
 /// then kills whatever is left, then removes the directory.
@@ -149,14 +144,14 @@ impl Nginx {
 
 impl Drop for Nginx {
     fn drop(&mut self) {
-        signal(self.master.id(), libc::SIGTERM);
+        let _ = support::signal(self.master.id(), libc::SIGTERM);
         let deadline = Instant::now() + Duration::from_secs(5);
         while matches!(self.master.try_wait(), Ok(None)) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
         }
         for &worker in &self.workers {
             if std::fs::metadata(format!("/proc/{worker}")).is_ok() {
-                signal(worker, libc::SIGKILL);
+                let _ = support::signal(worker, libc::SIGKILL);
             }
         }
         let _ = self.master.kill();

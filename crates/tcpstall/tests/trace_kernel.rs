@@ -244,8 +244,7 @@ fn the_hold_is_timed_by_the_kernel_not_by_the_idle_after_it() {
     let server = support::process::SplitServer::start(&[]);
     let (trace, stderr) = start_trace(server.pid(), &["--duration", "30", "--json"]);
     let clients = support::process::idle_clients(server.addr(), 6);
-    // SAFETY: kill with a pid we own and a valid signal.
-    assert_eq!(unsafe { libc::kill(trace.0.id() as i32, libc::SIGINT) }, 0);
+    support::interrupt(&trace.0);
     let (code, out, errors) = finish(trace, stderr, Duration::from_secs(20));
     assert_eq!(code, Some(0), "{errors}");
     let report = report_of(&out, &errors);
@@ -406,8 +405,7 @@ fn sigint_ends_the_trace_and_the_target_runs_on() {
         }
     });
     client.join().expect("client thread");
-    // SAFETY: kill with a pid we own and a valid signal.
-    assert_eq!(unsafe { libc::kill(trace.0.id() as i32, libc::SIGINT) }, 0);
+    support::interrupt(&trace.0);
     let (code, out, errors) = finish(trace, stderr, Duration::from_secs(10));
     assert_eq!(code, Some(0), "{errors}");
     assert!(
@@ -492,8 +490,7 @@ fn call_site_trace(extra: &[&str]) -> (String, u32) {
     args.extend_from_slice(extra);
     let (trace, stderr) = start_trace(pid, &args);
     client.go();
-    // SAFETY: kill with a pid we own and a valid signal.
-    assert_eq!(unsafe { libc::kill(trace.0.id() as i32, libc::SIGINT) }, 0);
+    support::interrupt(&trace.0);
     let (code, out, errors) = finish(trace, stderr, Duration::from_secs(20));
     assert_eq!(code, Some(0), "{errors}");
     drop(client);

@@ -111,9 +111,7 @@ impl Watch {
 
     /// Sends `signal` (SIGINT: Ctrl-C).
     fn signal(&self, signal: libc::c_int) {
-        let pid = libc::pid_t::try_from(self.run.child.0.id()).expect("pid fits");
-        // SAFETY: kill has no memory preconditions; the child has not been reaped yet.
-        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+        support::signal(self.run.child.0.id(), signal).expect("signal sent to our child");
     }
 }
 

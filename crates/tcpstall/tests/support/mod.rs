@@ -785,9 +785,19 @@ pub fn bytes_sent_from(port: u16) -> u64 {
 
 /// Sends SIGINT (a terminal's Ctrl-C) to `child`, which the caller has not reaped yet.
 pub fn interrupt(child: &Child) {
-    let pid = libc::pid_t::try_from(child.id()).expect("a pid");
-    // SAFETY: signals the caller's own child, not reaped yet, so its pid is still its own.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    signal(child.id(), libc::SIGINT).expect("SIGINT sent to the child");
+}
+
+/// Sends `signal` to process `pid`: one the test started and has not reaped (so the pid is
+/// still its own), or a process of the test's own server. An error when it has gone.
+pub fn signal(pid: u32, signal: libc::c_int) -> std::io::Result<()> {
+    let pid = libc::pid_t::try_from(pid).map_err(std::io::Error::other)?;
+    // SAFETY: kill(2) has no memory preconditions; the pid is the caller's, as said above.
+    if unsafe { libc::kill(pid, signal) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
 
 /// Waits up to 20 s until the connections on local port `port` have sent at least `bytes`
