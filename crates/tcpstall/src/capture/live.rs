@@ -41,11 +41,12 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Context};
 use nix::errno::Errno;
 use nix::sys::socket::{
-    self, sockopt, AddressFamily, ControlMessageOwned, LinkAddr, MsgFlags, SockFlag, SockType,
+    self, sockopt, AddressFamily, LinkAddr, MsgFlags, SockFlag, SockType,
 };
 use nix::sys::time::{TimeVal, TimeValLike};
 
 use super::bpf;
+pub(crate) use super::stamps::{kernel_timestamp_ns, receive_timestamps};
 use super::pcap_writer::{PcapWriter, LINKTYPE_ETHERNET};
 use crate::decode::link::LinkType;
 use crate::decode::{flags, Decap, Decoded, PacketMeta, Segment};
@@ -387,6 +388,8 @@ impl<C: SegmentConsumer> LiveCapture<C> {
             }
             None => None,
         };
+        // Before any packet of the capture: stamped as they arrive, from the first.
+        super::stamps::keep_arrival_stamps();
         let link = LinkType::from_code(socket.linktype)
             .ok_or_else(|| anyhow!("internal error: link type {} not decoded", socket.linktype))?;
         let description = match &options.pcap {
@@ -784,28 +787,3 @@ impl<C: SegmentConsumer> Tap<C> {
 
 pub(crate) use super::now_ns;
 
-/// Asks the kernel to stamp each message `fd` receives with its receive time: SO_TIMESTAMPNS
-/// (nanoseconds), else SO_TIMESTAMP (microseconds) where the first is refused with ENOPROTOOPT,
-/// as qemu-user does (it translates only the second; `sock_setsockopt` has both).
-pub(crate) fn receive_timestamps<F: AsFd>(fd: &F) -> Result<(), Errno> {
-    match socket::setsockopt(fd, sockopt::ReceiveTimestampns, &true) {
-        Err(Errno::ENOPROTOOPT) => socket::setsockopt(fd, sockopt::ReceiveTimestamp, &true),
-        done => done,
-    }
-}
-
-/// The kernel's receive time of a message read with [`receive_timestamps`] on
-/// (`SCM_TIMESTAMPNS` or `SCM_TIMESTAMP`, ns since the Unix epoch), if it came with one.
-pub(crate) fn kernel_timestamp_ns<S>(msg: &nix::sys::socket::RecvMsg<'_, '_, S>) -> Option<u64> {
-    msg.cmsgs().ok().and_then(|mut cmsgs| {
-        cmsgs.find_map(|c| match c {
-            ControlMessageOwned::ScmTimestampns(ts) => {
-                Some(ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64)
-            }
-            ControlMessageOwned::ScmTimestamp(tv) => {
-                Some(tv.tv_sec() as u64 * 1_000_000_000 + tv.tv_usec() as u64 * 1_000)
-            }
-            _ => None,
-        })
-    })
-}

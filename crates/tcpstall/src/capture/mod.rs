@@ -8,6 +8,7 @@ on_linux! {
     pub mod live;
     pub(crate) mod nflog;
     pub(crate) mod ring;
+    pub(crate) mod stamps;
 }
 
 pub use tcpstall_core::capture::*;

@@ -35,7 +35,9 @@ pub(crate) fn cannot_apply(_mode: SocketMode) -> Option<&'static str> {
 
 /// Asks the kernel to stamp each read with its receive time.
 pub(super) fn stamp_receives(stream: &TcpStream) -> io::Result<()> {
-    Ok(receive_timestamps(stream)?)
+    receive_timestamps(stream)?;
+    crate::capture::stamps::keep_arrival_stamps();
+    Ok(())
 }
 
 /// Waits until the socket has something to read (data, its end, an error), until the
