@@ -64,6 +64,9 @@ impl NflogSocket {
             what,
             error,
         };
+        // NFULA_TIMESTAMP comes only with a packet the kernel stamped (`__build_packet_message`
+        // reads skb->tstamp): on arrival, while something keeps receive timestamps on.
+        super::stamps::keep_arrival_stamps();
         let netlink =
             Socket::new(NETLINK_NETFILTER).map_err(|e| system("socket(AF_NETLINK)", e))?;
         netlink
