@@ -205,11 +205,11 @@ pub fn hold(
         // hold there. On a longer path a sender not held does not wait for ACKs.
         // The ACK came at once: one delayed, even capped to a few ms (`TCP_DELACK_MAX_US`),
         // released a hold that waited for its timer, not for the round trip.
-        Some(f) if f.kind == StallKind::NagleMinor => (f
-            .ack_delay_ns
-            .is_some_and(|d| d <= QUICK_ACK_MAX)
-            && (seg.payload_len > in_flight || round_trip(flow) >= ON_HOST_LEG))
-            .then_some(Seen::Hold(f.delay_ns)),
+        Some(f) if f.kind == StallKind::NagleMinor => {
+            (f.ack_delay_ns.is_some_and(|d| d <= QUICK_ACK_MAX)
+                && (seg.payload_len > in_flight || round_trip(flow) >= ON_HOST_LEG))
+                .then_some(Seen::Hold(f.delay_ns))
+        }
         Some(_) => None,
         None => released_by_data(flow, side, seg, in_flight).map(Seen::Hold),
     }
@@ -314,7 +314,9 @@ pub fn record(
     let counts = [&mut sink.analysis.counts, &mut sink.tally.counts];
     let events = &mut sink.analysis.events;
     let minor_here = |e: &StallEvent| {
-        e.flow_id == flow.id && e.finding.kind == StallKind::NagleMinor && e.finding.held_side == side
+        e.flow_id == flow.id
+            && e.finding.kind == StallKind::NagleMinor
+            && e.finding.held_side == side
     };
     if pacing.paced[i] {
         // The direction is paced: its holds are the pacing, not minor holds (the one just
@@ -559,7 +561,10 @@ mod tests {
         assert_eq!(many.counts.get(StallKind::NagleAckPaced), 1);
         assert_eq!(many.counts.get(StallKind::NagleMinor), 0);
         assert_eq!(many.flows[0].counts.get(StallKind::NagleMinor), 0);
-        assert_eq!(many.flows[0].paced()[0].map(|p| p.holds), Some(MIN_HOLDS + 5));
+        assert_eq!(
+            many.flows[0].paced()[0].map(|p| p.holds),
+            Some(MIN_HOLDS + 5)
+        );
         // The kept minor events go with their counts: the holds are the pacing's.
         let minor_events = |a: &super::super::Analysis| {
             a.events
@@ -645,7 +650,9 @@ mod tests {
         let mut w = Wire::handshake(30, 1448);
         for i in 0..MIN_HOLDS + 5 {
             let t = 100_000 + i * 20_000;
-            w.data(true, t, 6).ack(false, t + 12_000).data(true, t + 12_004, 7);
+            w.data(true, t, 6)
+                .ack(false, t + 12_000)
+                .data(true, t + 12_004, 7);
             w.data(false, t + 12_200, 10);
         }
         let a = w.analyse();
@@ -659,7 +666,9 @@ mod tests {
         let mut w = Wire::handshake(1_000, 1448);
         for i in 0..MIN_HOLDS + 5 {
             let t = 100_000 + i * 13_000;
-            w.data(true, t, 6).ack(false, t + 1_000).data(true, t + 2_000, 7);
+            w.data(true, t, 6)
+                .ack(false, t + 1_000)
+                .data(true, t + 2_000, 7);
         }
         assert_eq!(w.analyse().counts.get(StallKind::NagleAckPaced), 0);
     }

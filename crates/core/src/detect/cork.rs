@@ -3,7 +3,7 @@
 //! (`tcp_check_probe_timer`, `max(RTO, TCP_RTO_MIN)`: 200 ms-class, measured 204-212 ms on
 //! loopback) finally sends them.
 
-use super::{Obligation, Finding, Holder, KindInfo, Proof, Release, Rule, StallEvent, StallKind};
+use super::{Finding, Holder, KindInfo, Obligation, Proof, Release, Rule, StallEvent, StallKind};
 use crate::decode::Segment;
 use crate::flow::{Flow, Side, Span};
 use crate::tcp_rules;
@@ -24,18 +24,21 @@ pub const KIND: KindInfo = KindInfo {
         judges: Rule::DATA,
         check,
     }),
-    obligations: &[Obligation {
-        name: NOT_A_TAIL,
-        text: "the data must be the partial tail of a write whose full segments left at once: \
+    obligations: &[
+        Obligation {
+            name: NOT_A_TAIL,
+            text: "the data must be the partial tail of a write whose full segments left at once: \
                a whole answer ~200 ms after the request may be as long spent by its writer \
                (`tcpstall sockets PID` shows TCP_CORK, `tcpstall trace` the writes)",
-        holds: |flow, side, _, _| tail_of_write(flow, side),
-    }, Obligation {
-        name: "sender_not_linux",
-        text: "the sender must be able to cork: its IP TTL (hop limit) is of a Windows host \
+            holds: |flow, side, _, _| tail_of_write(flow, side),
+        },
+        Obligation {
+            name: "sender_not_linux",
+            text: "the sender must be able to cork: its IP TTL (hop limit) is of a Windows host \
                (initial 128), and Windows has neither TCP_CORK nor MSG_MORE",
-        holds: |_, _, seg, _| !windows_ttl(seg.ttl),
-    }],
+            holds: |_, _, seg, _| !windows_ttl(seg.ttl),
+        },
+    ],
     margin: Some(|flow, side, seg, _| margin(flow, side, seg)),
     timer_episode: false,
     aside: None,

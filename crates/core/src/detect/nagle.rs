@@ -7,7 +7,9 @@
 //! 200 ms on Linux, ~200 ms on Windows) decides between a real stall and a one-RTT hold.
 
 use super::verdict::{delack_cap_fix, held_address, message, route_fix, sizes};
-use super::{Obligation, Finding, Holder, KindInfo, PeerStack, Proof, Release, Rule, StallEvent, StallKind};
+use super::{
+    Finding, Holder, KindInfo, Obligation, PeerStack, Proof, Release, Rule, StallEvent, StallKind,
+};
 use crate::decode::Segment;
 use crate::flow::{Flow, Side, Span};
 use crate::tcp_rules;
@@ -74,10 +76,7 @@ const PEER_LEG: Obligation = Obligation {
     name: "ack_delay_unmeasured",
     text: "the round trip to the ACKing side must be timed, so that the ACK's delay is not the \
            path's",
-    holds: |flow, side, _, _| {
-        flow.dir(side.peer()).ack_leg().is_some()
-            || flow.on_loopback()
-    },
+    holds: |flow, side, _, _| flow.dir(side.peer()).ack_leg().is_some() || flow.on_loopback(),
 };
 
 /// The sentence of a Nagle hold; `ack` qualifies the peer's ACK that released it.
@@ -152,7 +151,11 @@ pub(super) fn hold_fixes_for(
     }
     // A minor hold waited for an ordinary ACK: a cap on the delayed ACK changes nothing.
     let ambiguous = peer == Some(PeerStack::Ambiguous);
-    let if_linux = if ambiguous { " and the peer runs Linux" } else { "" };
+    let if_linux = if ambiguous {
+        " and the peer runs Linux"
+    } else {
+        ""
+    };
     if delayed && linux_peer {
         fixes.push(format!(
             "if the {h} cannot be changed{if_linux}, {}",
@@ -339,7 +342,10 @@ mod tests {
             hold_kind(DELAYED_ACK_MIN, HoldEnd::PeerAck),
             StallKind::NagleDelayedAck
         );
-        assert_eq!(hold_kind(DELAYED_ACK_MIN, HoldEnd::LossTimer), StallKind::Rto);
+        assert_eq!(
+            hold_kind(DELAYED_ACK_MIN, HoldEnd::LossTimer),
+            StallKind::Rto
+        );
     }
 
     /// Keep-alive request/response where the server writes header then body: the body waits
@@ -614,8 +620,14 @@ mod tests {
         let e = &a.events[0];
         assert_eq!(e.peer_stack, Some(PeerStack::Ambiguous));
         let fixes = super::hold_fixes(Side::Server, Some(e), true);
-        assert!(fixes.iter().any(|f| f.contains("TcpAckFrequency")), "{fixes:?}");
-        assert!(fixes.iter().any(|f| f.contains("TCP_DELACK_MAX_US")), "{fixes:?}");
+        assert!(
+            fixes.iter().any(|f| f.contains("TcpAckFrequency")),
+            "{fixes:?}"
+        );
+        assert!(
+            fixes.iter().any(|f| f.contains("TCP_DELACK_MAX_US")),
+            "{fixes:?}"
+        );
     }
 
     /// Each peer's stack gets its own switches for ACKing at once, and no other system's:
@@ -626,19 +638,37 @@ mod tests {
         let fixes = |peer| super::hold_fixes_for(Side::Server, peer, None, true).join("\n");
         for linux in [None, Some(PeerStack::Linux), Some(PeerStack::Unknown)] {
             let f = fixes(linux);
-            assert!(f.contains("TCP_QUICKACK") && f.contains("TCP_DELACK_MAX_US"), "{f}");
-            assert!(!f.contains("SIO_TCP_SET_ACK_FREQUENCY") && !f.contains("sysctl"), "{f}");
+            assert!(
+                f.contains("TCP_QUICKACK") && f.contains("TCP_DELACK_MAX_US"),
+                "{f}"
+            );
+            assert!(
+                !f.contains("SIO_TCP_SET_ACK_FREQUENCY") && !f.contains("sysctl"),
+                "{f}"
+            );
         }
         let windows = fixes(Some(PeerStack::Windows));
-        assert!(windows.contains("SIO_TCP_SET_ACK_FREQUENCY to 1 on the client's socket"), "{windows}");
+        assert!(
+            windows.contains("SIO_TCP_SET_ACK_FREQUENCY to 1 on the client's socket"),
+            "{windows}"
+        );
         assert!(windows.contains("TcpAckFrequency"), "{windows}");
-        assert!(!windows.contains("TCP_QUICKACK") && !windows.contains("TCP_DELACK_MAX_US"), "{windows}");
+        assert!(
+            !windows.contains("TCP_QUICKACK") && !windows.contains("TCP_DELACK_MAX_US"),
+            "{windows}"
+        );
         let mac = fixes(Some(PeerStack::MacOsBsd));
         assert!(mac.contains("net.inet.tcp.delayed_ack=0"), "{mac}");
-        assert!(!mac.contains("TCP_QUICKACK") && !mac.contains("TcpAckFrequency"), "{mac}");
+        assert!(
+            !mac.contains("TCP_QUICKACK") && !mac.contains("TcpAckFrequency"),
+            "{mac}"
+        );
         // Either system: the fixes of both.
         let either = fixes(Some(PeerStack::Ambiguous));
-        assert!(either.contains("TCP_QUICKACK") && either.contains("TcpAckFrequency"), "{either}");
+        assert!(
+            either.contains("TCP_QUICKACK") && either.contains("TcpAckFrequency"),
+            "{either}"
+        );
         // A minor hold waited for no delayed ACK: no cap, no registry value, no sysctl.
         let minor = super::hold_fixes_for(Side::Server, Some(PeerStack::MacOsBsd), None, false);
         assert_eq!(minor.len(), 2, "{minor:?}");
@@ -694,7 +724,9 @@ mod tests {
     fn without_the_syn_a_repeat_of_the_largest_size_may_be_full() {
         let run = |size: u32, syn: bool| {
             let mut w = Wire::handshake(30, 1460);
-            w.data(true, 1_000, 50).data(false, 1_100, size).ack(true, 1_200);
+            w.data(true, 1_000, 50)
+                .data(false, 1_100, size)
+                .ack(true, 1_200);
             w.data(false, 1_250, size).ack(true, 1_350);
             w.data(false, 1_400, size);
             if !syn {
@@ -728,7 +760,10 @@ mod tests {
             .data(false, 240_130, 127);
         let a = w.analyse();
         assert_single(&a, StallKind::NagleDelayedAck, Side::Server);
-        assert_eq!(a.events[0].packet_number, 7, "the hold before Nagle went off");
+        assert_eq!(
+            a.events[0].packet_number, 7,
+            "the hold before Nagle went off"
+        );
         assert_eq!(undecided_reason(&a), Some("held_side_nagle_off"));
     }
 }

@@ -15,7 +15,9 @@
 //! server did not take the ACK when it resent its SYN-ACK after the ACK passed; it proves the
 //! listener dropped it when taken on the server's host, where the ACK is seen to arrive.
 
-use super::{Obligation, Finding, Holder, KindInfo, Proof, Release, Rule, StallEvent, StallKind, MIN_STALL};
+use super::{
+    Finding, Holder, KindInfo, Obligation, Proof, Release, Rule, StallEvent, StallKind, MIN_STALL,
+};
 use crate::decode::Segment;
 use crate::flow::{Flow, Side, Span};
 use crate::tcp_rules;
@@ -100,50 +102,57 @@ pub const KIND: KindInfo = KindInfo {
         judges: Rule::DATA,
         check,
     }),
-    obligations: &[Obligation {
-        name: "not_sent_before",
-        text: "the resent bytes must have been sent before in this capture (data at a \
+    obligations: &[
+        Obligation {
+            name: "not_sent_before",
+            text: "the resent bytes must have been sent before in this capture (data at a \
                sequence number a pure ACK or the SYN ran ahead to is a first transmission; a \
                resend of bytes the capture never saw cannot be timed from their send)",
-        holds: |flow, side, seg, _| flow.dir(side).sent_before(seg),
-    }, Obligation {
-        name: "capture_rewound",
-        text: "the flow's packets must come in time order: its capture time went back (the \
+            holds: |flow, side, seg, _| flow.dir(side).sent_before(seg),
+        },
+        Obligation {
+            name: "capture_rewound",
+            text: "the flow's packets must come in time order: its capture time went back (the \
                same traffic in two files, or a clock stepped back), so a repeat may be the \
                packet's own copy",
-        holds: |flow, _, _, _| !flow.rewound,
-    }, Obligation {
-        name: "in_loss_recovery",
-        text: "a resend in loss recovery (after three duplicate ACKs or a SACK of the peer, \
+            holds: |flow, _, _, _| !flow.rewound,
+        },
+        Obligation {
+            name: "in_loss_recovery",
+            text: "a resend in loss recovery (after three duplicate ACKs or a SACK of the peer, \
                until the data sent then is acknowledged) must come at least the shortest \
                retransmission timeout (200 ms) after both the side's previous send and the \
                peer's latest ACK: recovery resends on the peer's ACKs and its own timers \
                (RFC 5681 §3.2, RFC 6582, RFC 6675, RACK RFC 8985), and a sooner resend the \
                capture cannot tell from them",
-        holds: |flow, side, seg, finding| {
-            let me = flow.dir(side);
-            let since_ack = seg.ts_ns.since(me.recovery_ack_at);
-            me.recovery_until.is_none()
-                || (finding.delay_ns >= RECOVERY_TIMEOUT && since_ack >= RECOVERY_TIMEOUT)
+            holds: |flow, side, seg, finding| {
+                let me = flow.dir(side);
+                let since_ack = seg.ts_ns.since(me.recovery_ack_at);
+                me.recovery_until.is_none()
+                    || (finding.delay_ns >= RECOVERY_TIMEOUT && since_ack >= RECOVERY_TIMEOUT)
+            },
         },
-    }, Obligation {
-        name: "packet_captured_twice",
-        text: "the resend must be a new packet: it carries the IPv4 identification of one \
+        Obligation {
+            name: "packet_captured_twice",
+            text: "the resend must be a new packet: it carries the IPv4 identification of one \
                already seen (a new transmission numbers upward), so it is the same packet \
                captured twice (several VLANs or interfaces) or replayed",
-        holds: |flow, side, seg, _| !flow.dir(side).copy_of_earlier(seg),
-    }, Obligation {
-        name: "timer_backed_off",
-        text: "a timeout in the loss recovery that follows a timeout must take at least half \
+            holds: |flow, side, seg, _| !flow.dir(side).copy_of_earlier(seg),
+        },
+        Obligation {
+            name: "timer_backed_off",
+            text: "a timeout in the loss recovery that follows a timeout must take at least half \
                as long as that one when the flow has no TCP timestamps: the timer doubled as \
                it expired (RFC 6298 §5.5) and stays so until data never resent is \
                acknowledged (Karn's algorithm, RFC 6298 §3); a sooner resend follows the \
                peer's ACKs",
-        holds: |flow, side, seg, finding| {
-            let before = flow.dir(side).timeout_before;
-            seg.timestamps.is_some() || before.map_or(true, |t| finding.delay_ns >= t / 2)
+            holds: |flow, side, seg, finding| {
+                let before = flow.dir(side).timeout_before;
+                seg.timestamps.is_some() || before.map_or(true, |t| finding.delay_ns >= t / 2)
+            },
         },
-    }, SPURIOUS],
+        SPURIOUS,
+    ],
     margin: Some(margin),
     timer_episode: true,
     aside: None,
@@ -233,11 +242,7 @@ pub fn check(flow: &Flow, side: Side, seg: &Segment) -> Option<Finding> {
 
 /// Whether the timeout resend `seg` of `side` is the client's first data, which the server
 /// never took with the handshake, as far as the capture shows (see [`HandshakeNotTaken`]).
-pub fn handshake_not_taken(
-    flow: &Flow,
-    side: Side,
-    seg: &Segment,
-) -> Option<HandshakeNotTaken> {
+pub fn handshake_not_taken(flow: &Flow, side: Side, seg: &Segment) -> Option<HandshakeNotTaken> {
     let h = flow.handshake;
     let client = flow.dir(Side::Client);
     // The client's first data, the handshake seen, and nothing from the server since but
@@ -482,7 +487,9 @@ mod tests {
         w.ack(false, 240_150).data(false, 241_000, 184);
         let a = w.analyse();
         assert_single(&a, StallKind::Rto, Side::Client);
-        let h = a.events[0].handshake_not_taken.expect("the listener dropped it");
+        let h = a.events[0]
+            .handshake_not_taken
+            .expect("the listener dropped it");
         assert!(h.at_server && !h.syn_ack_resent);
         let text = super::explain(&a.events[0]);
         assert!(text.contains("accept queue"), "{text}");
@@ -508,15 +515,26 @@ mod tests {
         let a = near_client(true);
         assert_single(&a, StallKind::Rto, Side::Client);
         assert_eq!(a.events[0].backoffs, 1);
-        let h = a.events[0].handshake_not_taken.expect("the SYN-ACK came again");
+        let h = a.events[0]
+            .handshake_not_taken
+            .expect("the SYN-ACK came again");
         assert!(!h.at_server && h.syn_ack_resent);
         assert!(super::explain(&a.events[0]).contains("did not take the handshake"));
-        assert_eq!(a.flows[0].near_rtt_ns[1], Some(MS * 30), "a resent SYN-ACK times nothing");
-        assert!(a.events.iter().all(|e| e.finding.kind != StallKind::SynRetry));
+        assert_eq!(
+            a.flows[0].near_rtt_ns[1],
+            Some(MS * 30),
+            "a resent SYN-ACK times nothing"
+        );
+        assert!(a
+            .events
+            .iter()
+            .all(|e| e.finding.kind != StallKind::SynRetry));
 
         // The server acknowledged part of the data: it had taken the handshake.
         let mut w = Wire::handshake_between(30_000, 10, 1448);
-        w.data(true, 30_100, 121).ack(false, 30_120).data(true, 30_200, 100);
+        w.data(true, 30_100, 121)
+            .ack(false, 30_120)
+            .data(true, 30_200, 100);
         w.retransmit(true, 240_200, 100);
         let a = w.analyse();
         assert_single(&a, StallKind::Rto, Side::Client);
@@ -617,7 +635,10 @@ mod tests {
         };
         let a = run(0x4a9a);
         assert_eq!(a.stall_count(), 0, "{:?}", a.counts);
-        assert_eq!(a.undecided.claims()[0].reason.name(), "packet_captured_twice");
+        assert_eq!(
+            a.undecided.claims()[0].reason.name(),
+            "packet_captured_twice"
+        );
         assert_single(&run(0x4a9b), StallKind::Rto, Side::Server);
         // The ID 0 (Linux before a socket has its peer) says nothing.
         let mut w = Wire::handshake(30, 1448);
@@ -631,15 +652,22 @@ mod tests {
     #[test]
     fn numbers_out_of_every_window_prove_no_resend() {
         let mut w = Wire::handshake(30, 1448);
-        w.data(true, 1_000, 50).data(false, 1_100, 300).ack(true, 1_200);
+        w.data(true, 1_000, 50)
+            .data(false, 1_100, 300)
+            .ack(true, 1_200);
         w.last().ack = w.last().ack + 0x6000_0000;
         w.retransmit(false, 215_000, 300);
         let a = w.analyse();
         assert_eq!(a.stall_count(), 0, "{:?}", a.counts);
-        assert_eq!(a.undecided.claims()[0].reason.name(), "numbers_out_of_window");
+        assert_eq!(
+            a.undecided.claims()[0].reason.name(),
+            "numbers_out_of_window"
+        );
         // Within a window (capture loss ahead of the ACK) the timeout stands.
         let mut w = Wire::handshake(30, 1448);
-        w.data(true, 1_000, 50).data(false, 1_100, 300).data(false, 1_110, 300);
+        w.data(true, 1_000, 50)
+            .data(false, 1_100, 300)
+            .data(false, 1_110, 300);
         w.ack(true, 1_200);
         w.last().ack = w.last().ack - 300 + 0x10_0000;
         w.retransmit(false, 215_000, 300);
@@ -667,12 +695,22 @@ mod tests {
             w.analyse()
         };
         let claims = |a: &crate::detect::Analysis| -> Vec<&'static str> {
-            a.undecided.claims().iter().map(|c| c.reason.name()).collect()
+            a.undecided
+                .claims()
+                .iter()
+                .map(|c| c.reason.name())
+                .collect()
         };
         let a = run(1_121_200, false);
-        assert_eq!((a.counts.get(StallKind::Rto), claims(&a)), (1, vec!["in_loss_recovery"]));
+        assert_eq!(
+            (a.counts.get(StallKind::Rto), claims(&a)),
+            (1, vec!["in_loss_recovery"])
+        );
         let a = run(1_401_200, false);
-        assert_eq!((a.counts.get(StallKind::Rto), claims(&a)), (1, vec!["timer_backed_off"]));
+        assert_eq!(
+            (a.counts.get(StallKind::Rto), claims(&a)),
+            (1, vec!["timer_backed_off"])
+        );
         let a = run(1_401_200, true);
         assert_eq!((a.counts.get(StallKind::Rto), claims(&a)), (2, vec![]));
     }
@@ -689,6 +727,10 @@ mod tests {
         let e = &a.events[0];
         assert_eq!(e.packet_number, a.packets);
         assert_eq!(e.ts_ns.since(w.segments[4].ts_ns), e.finding.delay_ns);
-        assert!(super::explain(e).contains("after 200.0 ms of silence"), "{}", super::explain(e));
+        assert!(
+            super::explain(e).contains("after 200.0 ms of silence"),
+            "{}",
+            super::explain(e)
+        );
     }
 }

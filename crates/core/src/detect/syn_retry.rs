@@ -11,7 +11,9 @@
 //! it existed), its timer starts at 1 s rather than the RTO's 200 ms floor, and its fix is the
 //! server's listen queue as often as the path.
 
-use super::{Obligation, Finding, Holder, KindInfo, Proof, Release, Rule, StallEvent, StallKind, MIN_STALL};
+use super::{
+    Finding, Holder, KindInfo, Obligation, Proof, Release, Rule, StallEvent, StallKind, MIN_STALL,
+};
 use crate::decode::{flags, Segment};
 use crate::flow::{Flow, Side, Span};
 use crate::tcp_rules;
@@ -30,18 +32,23 @@ pub const KIND: KindInfo = KindInfo {
         judges: Rule::SYN,
         check,
     }),
-    obligations: &[Obligation {
-        name: "syn_refused",
-        text: "nothing may have refused the SYN: a new SYN after the server's RST is the client \
+    obligations: &[
+        Obligation {
+            name: "syn_refused",
+            text:
+                "nothing may have refused the SYN: a new SYN after the server's RST is the client \
                retrying a refused connect, not its SYN timer",
-        holds: |flow, _, _, _| !flow.syn_refused,
-    }, Obligation {
-        name: "packet_captured_twice",
-        text: "the SYN must be a new packet: it carries the IPv4 identification of one already \
+            holds: |flow, _, _, _| !flow.syn_refused,
+        },
+        Obligation {
+            name: "packet_captured_twice",
+            text:
+                "the SYN must be a new packet: it carries the IPv4 identification of one already \
                seen (a new transmission numbers upward), so it is the same SYN captured twice \
                or replayed",
-        holds: |flow, side, seg, _| !flow.dir(side).copy_of_earlier(seg),
-    }],
+            holds: |flow, side, seg, _| !flow.dir(side).copy_of_earlier(seg),
+        },
+    ],
     margin: Some(|_, _, _, finding| margin(finding)),
     timer_episode: true,
     aside: None,

@@ -2,9 +2,7 @@
 //! when the receive buffer is full) and the sender waited: zero-window probes
 //! (`tcp_send_probe0`) until a window update let the data go.
 
-use super::{
-    Finding, Holder, KindInfo, Proof, Release, Rule, StallEvent, StallKind, MIN_STALL,
-};
+use super::{Finding, Holder, KindInfo, Proof, Release, Rule, StallEvent, StallKind, MIN_STALL};
 use crate::decode::Segment;
 use crate::flow::{Flow, PeerWindow, Side, Span};
 

@@ -27,10 +27,10 @@
 //! TUN device) each packet is seen once, leaving or arriving, and both are kept.
 
 use std::collections::{HashMap, HashSet};
-use std::ops::Range;
 use std::fs::File;
 use std::io::{self, BufWriter, IoSliceMut};
 use std::net::IpAddr;
+use std::ops::Range;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -40,13 +40,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context};
 use nix::errno::Errno;
-use nix::sys::socket::{
-    self, sockopt, AddressFamily, LinkAddr, MsgFlags, SockFlag, SockType,
-};
+use nix::sys::socket::{self, sockopt, AddressFamily, LinkAddr, MsgFlags, SockFlag, SockType};
 use nix::sys::time::{TimeVal, TimeValLike};
 
 use super::bpf;
-pub(crate) use super::stamps::{kernel_timestamp_ns, receive_timestamps};
 use super::pcap_writer::{PcapWriter, LINKTYPE_ETHERNET};
 use crate::decode::link::LinkType;
 use crate::decode::{flags, Decap, Decoded, PacketMeta, Segment};
@@ -786,4 +783,4 @@ impl<C: SegmentConsumer> Tap<C> {
 }
 
 pub(crate) use super::now_ns;
-
+pub(crate) use super::stamps::{kernel_timestamp_ns, receive_timestamps};

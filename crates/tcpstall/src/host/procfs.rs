@@ -358,6 +358,9 @@ mod tests {
         let client_port = client.local_addr().unwrap().port();
         let ports = listening_ports(std::process::id()).unwrap();
         assert!(ports.contains(&port), "{port} not among {ports:?}");
-        assert!(!ports.contains(&client_port), "{client_port} is a connection's");
+        assert!(
+            !ports.contains(&client_port),
+            "{client_port} is a connection's"
+        );
     }
 }

@@ -7,10 +7,10 @@ use std::collections::{HashSet, VecDeque};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::{Arc, Mutex};
 
+use super::captured::{Captured, NoCapture, WireSegment};
 use crate::capture::live::{
     CaptureOptions, Finished, LiveCapture, OpenError, PacketSocket, PortFilter, SegmentConsumer,
 };
-use super::captured::{Captured, NoCapture, WireSegment};
 use crate::decode::Segment;
 use crate::detect::{Detector, DetectorConfig};
 

@@ -51,10 +51,7 @@ impl ServerWatch {
         ServerSeen {
             proxy: self.proxy.ok(),
             queue,
-            held: hops
-                .as_ref()
-                .ok()
-                .and_then(|h| hops::held_behind(h, log)),
+            held: hops.as_ref().ok().and_then(|h| hops::held_behind(h, log)),
             hops: hops.map(|_| ()),
             connections_behind,
         }

@@ -9,9 +9,9 @@ use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use rustc_hash::FxHashMap;
 use super::Runtime;
 use crate::host::procfs;
+use rustc_hash::FxHashMap;
 
 /// A language runtime tcpstall knows the TCP_NODELAY switch of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
