@@ -31,7 +31,7 @@ pub use ack_paced::MIN_HOLDS as PACED_HOLDS;
 pub use cork::NOT_A_TAIL as CORK_NOT_A_TAIL;
 pub use kind::Obligation;
 pub use kind::{Holder, KindInfo, Proof, Release, Rule};
-pub use nagle::{hold_kind, HoldEnd};
+pub use nagle::{hold_fixes_for, hold_kind, HoldEnd};
 pub use rto::HandshakeNotTaken;
 pub use syn_retry::waited_for_syn_resend;
 pub use verdict::{FlowSummary, PeerStack};

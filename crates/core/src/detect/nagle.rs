@@ -114,8 +114,9 @@ pub(super) fn hold_fixes(held: Side, example: Option<&StallEvent>, delayed: bool
 /// The fixes of a Nagle hold of `held`, whose peer runs `peer` (None: not known, its fixes are
 /// Linux's, the common server), `held_addr` the held side's address when known: the held
 /// side's own fixes, then the peer's switches for ACKing at once, each as that peer's system
-/// offers it (`delayed`: the hold waited for a delayed ACK, which a cap on it shortens).
-pub(super) fn hold_fixes_for(
+/// offers it (`delayed`: the hold waited for a delayed ACK, which a cap on it shortens). The
+/// probe, which knows its own system, gives it for the holds of the server it talks to.
+pub fn hold_fixes_for(
     held: Side,
     peer: Option<PeerStack>,
     held_addr: Option<std::net::IpAddr>,

@@ -1,8 +1,8 @@
 //! From the stalls of a run to what the user needs: the verdict, who holds the write (the
 //! culprit), one stalled turn as evidence, at which hop the held write sits, and what to change.
 
-use crate::detect::verdict::{explain, fixes};
-use crate::detect::{Holder, KindCounts, StallKind};
+use crate::detect::verdict::{explain, fixes, held_address};
+use crate::detect::{hold_fixes_for, Holder, KindCounts, PeerStack, StallKind};
 use crate::flow::Side;
 use crate::tcp_rules;
 use crate::terminal::ASKS_FIRST;
@@ -481,16 +481,26 @@ fn upstream_pauses(segments: &[WireSegment]) -> Option<String> {
     })
 }
 
-/// The fixes of `stall`. A server's hold waits for the probe's own ACKs, so the ACKing stack
-/// is the one the probe runs on, whatever the ACK's delay looked like.
+/// The fixes of `stall`. A server's Nagle hold waits for the probe's own delayed ACK, so the
+/// client's switches for ACKing at once are those of the system the probe runs on. Named
+/// directly, not through the event's ACKing stack: where the probe cannot capture (Windows,
+/// macOS) its evidence is its socket's, and there is no event.
 fn stall_fixes(stall: &Stall) -> Vec<String> {
-    let mut example = stall.event.clone();
-    if stall.held == Side::Server {
-        if let Some(event) = example.as_mut() {
-            event.peer_stack = Some(super::this_host::STACK);
-        }
+    let nagle = matches!(
+        stall.kind,
+        StallKind::NagleDelayedAck | StallKind::NagleMinor
+    );
+    if stall.held == Side::Server && nagle && super::this_host::STACK != PeerStack::Linux {
+        let delayed = stall.kind == StallKind::NagleDelayedAck;
+        let address = stall.event.as_ref().map(held_address);
+        return hold_fixes_for(
+            Side::Server,
+            Some(super::this_host::STACK),
+            address,
+            delayed,
+        );
     }
-    fixes(stall.kind, stall.held, example.as_ref())
+    fixes(stall.kind, stall.held, stall.event.as_ref())
 }
 
 #[cfg(test)]
