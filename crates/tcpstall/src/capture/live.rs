@@ -45,6 +45,7 @@ use nix::sys::time::{TimeVal, TimeValLike};
 
 use super::bpf;
 use super::pcap_writer::{PcapWriter, LINKTYPE_ETHERNET};
+use super::stamps::{kernel_timestamp_ns, receive_timestamps};
 use crate::decode::link::LinkType;
 use crate::decode::{flags, Decap, Decoded, PacketMeta, Segment};
 use crate::detect::Detector;
@@ -398,7 +399,7 @@ impl<C: SegmentConsumer> LiveCapture<C> {
             PortFilter::Only(ports) => Some(WatchedPorts::from_start(ports)),
         };
         socket
-            .filter_ports(ports.as_ref().map(|p| &p.kernel))
+            .filter_ports(ports.as_ref().map(WatchedPorts::ports).as_ref())
             .with_context(|| format!("cannot filter the {description} by port"))?;
         let filter = socket.handle();
         let ports = Arc::new(Mutex::new(ports));
@@ -433,7 +434,8 @@ impl<C: SegmentConsumer> LiveCapture<C> {
             return;
         };
         if let Some(ports) = ports.as_mut() {
-            if ports.watch(port, now_ns()) && self.filter.filter_ports(Some(&ports.kernel)).is_err()
+            if ports.watch(port, now_ns())
+                && self.filter.filter_ports(Some(&ports.ports())).is_err()
             {
                 // The old program would drop the new port: let everything through to the
                 // reader, which filters by port itself.
@@ -470,10 +472,7 @@ impl<C: SegmentConsumer> LiveCapture<C> {
         // What is waited for is the connections already kept; a new one is somebody else's.
         if let Ok(mut ports) = self.ports.lock() {
             if let Some(ports) = ports.as_mut() {
-                let now = now_ns();
-                for port in ports.kernel.clone() {
-                    ports.unwatch(port, now);
-                }
+                ports.unwatch_all(now_ns());
             }
         }
         self.stop.store(mode as u8, Ordering::SeqCst);
@@ -500,12 +499,11 @@ impl<C: SegmentConsumer> Drop for LiveCapture<C> {
 /// The ports a capture keeps, when not every one, and when.
 #[derive(Debug)]
 struct WatchedPorts {
-    /// Ports the kernel's filter lets through: every port ever watched (the filter only grows,
-    /// so the last packets of a connection of an unwatched port still come).
-    kernel: HashSet<u16>,
-    /// Each port's watched spans (ns since the Unix epoch, the clock of the kernel's packet
-    /// timestamps; the last one open while watched). The packet's stamp decides, not when it
-    /// is read: the reader may lag behind.
+    /// Each port ever watched, with its watched spans (ns since the Unix epoch, the clock of
+    /// the kernel's packet timestamps; the last one open while watched). The kernel's filter
+    /// lets every one of these ports through, so the last packets of a connection of an
+    /// unwatched port still come; the packet's stamp decides, not when it is read: the reader
+    /// may lag behind.
     spans: HashMap<u16, Vec<Range<u64>>>,
 }
 
@@ -513,7 +511,6 @@ impl WatchedPorts {
     /// `ports`, watched from the start.
     fn from_start(ports: Vec<u16>) -> WatchedPorts {
         WatchedPorts {
-            kernel: ports.iter().copied().collect(),
             spans: ports
                 .into_iter()
                 .map(|p| (p, std::iter::once(0..u64::MAX).collect()))
@@ -521,18 +518,31 @@ impl WatchedPorts {
         }
     }
 
-    /// Watches `port` from `now`; whether the kernel's filter must let it through anew.
+    /// The ports the kernel's filter lets through: every one ever watched.
+    fn ports(&self) -> HashSet<u16> {
+        self.spans.keys().copied().collect()
+    }
+
+    /// Watches `port` from `now`; whether it is new to the kernel's filter.
     fn watch(&mut self, port: u16, now: u64) -> bool {
+        let new = !self.spans.contains_key(&port);
         let spans = self.spans.entry(port).or_default();
         if !spans.last().is_some_and(|s| s.end == u64::MAX) {
             spans.push(now..u64::MAX);
         }
-        self.kernel.insert(port)
+        new
     }
 
     /// Ends `port`'s watched span at `now`.
     fn unwatch(&mut self, port: u16, now: u64) {
         if let Some(last) = self.spans.get_mut(&port).and_then(|s| s.last_mut()) {
+            last.end = last.end.min(now);
+        }
+    }
+
+    /// Ends every port's watched span at `now`.
+    fn unwatch_all(&mut self, now: u64) {
+        for last in self.spans.values_mut().filter_map(|s| s.last_mut()) {
             last.end = last.end.min(now);
         }
     }
@@ -546,7 +556,7 @@ impl WatchedPorts {
                 .get(&port)
                 .is_some_and(|spans| spans.iter().rev().any(|s| s.contains(&at)))
         };
-        let watched_ever = |port: u16| self.kernel.contains(&port);
+        let watched_ever = |port: u16| self.spans.contains_key(&port);
         watched_then(segment.src_port)
             || watched_then(segment.dst_port)
             || ((watched_ever(segment.src_port) || watched_ever(segment.dst_port)) && kept_before())
@@ -783,4 +793,3 @@ impl<C: SegmentConsumer> Tap<C> {
 }
 
 pub(crate) use super::now_ns;
-pub(crate) use super::stamps::{kernel_timestamp_ns, receive_timestamps};

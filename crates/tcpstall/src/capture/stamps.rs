@@ -80,23 +80,23 @@ fn wait_until_stamped_on_arrival(socket: &UdpSocket) {
             return;
         }
         std::thread::sleep(READ_AFTER);
-        let mut byte = [0u8; 1];
-        let mut iov = [std::io::IoSliceMut::new(&mut byte)];
-        let mut cmsg = nix::cmsg_space!(nix::sys::time::TimeSpec);
-        let Ok(msg) = socket::recvmsg::<SockaddrIn>(
-            socket.as_raw_fd(),
-            &mut iov,
-            Some(&mut cmsg),
-            MsgFlags::MSG_DONTWAIT,
-        ) else {
-            continue;
-        };
-        let stamped_on_arrival = kernel_timestamp_ns(&msg)
+        let stamped_on_arrival = datagram_stamp(socket, MsgFlags::MSG_DONTWAIT)
             .is_some_and(|at| at.saturating_sub(sent) < READ_AFTER.as_nanos() as u64 / 2);
         if stamped_on_arrival {
             return;
         }
     }
+}
+
+/// Reads one datagram of `socket` (receive timestamps on) and gives the kernel's stamp of it;
+/// `None` when nothing could be read or it came unstamped.
+fn datagram_stamp(socket: &UdpSocket, flags: MsgFlags) -> Option<u64> {
+    let mut byte = [0u8; 1];
+    let mut iov = [std::io::IoSliceMut::new(&mut byte)];
+    let mut cmsg = nix::cmsg_space!(nix::sys::time::TimeSpec);
+    let msg =
+        socket::recvmsg::<SockaddrIn>(socket.as_raw_fd(), &mut iov, Some(&mut cmsg), flags).ok()?;
+    kernel_timestamp_ns(&msg)
 }
 
 #[cfg(test)]
@@ -116,17 +116,8 @@ mod tests {
         // On loopback the datagram has arrived when the send returns.
         let sent = now_ns();
         std::thread::sleep(Duration::from_millis(20));
-        let mut byte = [0u8; 1];
-        let mut iov = [std::io::IoSliceMut::new(&mut byte)];
-        let mut cmsg = nix::cmsg_space!(nix::sys::time::TimeSpec);
-        let msg = socket::recvmsg::<SockaddrIn>(
-            socket.as_raw_fd(),
-            &mut iov,
-            Some(&mut cmsg),
-            MsgFlags::empty(),
-        )
-        .expect("the datagram");
-        let stamped = kernel_timestamp_ns(&msg).expect("a receive timestamp");
+        let stamped =
+            datagram_stamp(&socket, MsgFlags::empty()).expect("the datagram, with a timestamp");
         let late_ms = stamped.saturating_sub(sent) as f64 / 1e6;
         assert!(late_ms < 10.0, "stamped {late_ms:.3} ms after it was sent");
     }

@@ -11,7 +11,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{self, MsgFlags};
 
 use super::{now_ns, timed_out, SocketFigures, SocketMode};
-use crate::capture::live::{kernel_timestamp_ns, receive_timestamps};
+use crate::capture::stamps::{kernel_timestamp_ns, receive_timestamps};
 use crate::host::sockopt as tcp;
 
 /// What the socket-only view sees, in the report's words.
