@@ -101,12 +101,17 @@ pub(crate) fn load_btf_tracepoints_with(
     // thread. Where a thread cannot be started, its work is done here, in turn.
     let (btf, mut loader) = std::thread::scope(|scope| {
         let parsing = std::thread::Builder::new().spawn_scoped(scope, Btf::from_sys_fs);
-        let _ = std::thread::Builder::new().spawn_scoped(scope, aya::features);
+        let probing = std::thread::Builder::new().spawn_scoped(scope, aya::features);
         let loader = EbpfLoader::new();
         let btf = match parsing {
             Ok(parsing) => parsing.join(),
             Err(_) => Ok(Btf::from_sys_fs()),
         };
+        // Joined here rather than by the scope, which would raise that thread's panic as its
+        // own.
+        if let Ok(probing) = probing {
+            let _ = probing.join();
+        }
         (btf, loader)
     });
     let btf = btf
