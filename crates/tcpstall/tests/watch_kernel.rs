@@ -715,12 +715,14 @@ fn a_node_servers_held_write_is_named_to_its_javascript_line_by_the_perf_map() {
     let dir = support::Scratch::new("watch-kernel-node");
     let script = dir.path("held_answer.js");
     std::fs::write(&script, &text).expect("write the server");
-    // --perf-basic-prof: V8 writes /tmp/perf-PID.map, the symbols of its JIT code;
+    // --perf-basic-prof: V8 writes /tmp/perf-PID.map, the symbols of its JIT code, and an
+    // isolate-*-v8.log in its working directory (the scratch one, not the source tree);
     // --interpreted-frames-native-stack: interpreted functions get frames of their own there.
     let (server, port) = spawn_printing_port(
         Command::new("node")
             .args(["--perf-basic-prof", "--interpreted-frames-native-stack"])
-            .arg(&script),
+            .arg(&script)
+            .current_dir(&dir.0),
         "node",
     );
     let perf_map = PathBuf::from(format!("/tmp/perf-{}.map", server.0.id()));
