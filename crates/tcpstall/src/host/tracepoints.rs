@@ -2,10 +2,10 @@
 //! every verb that reads the kernel's own hooks (`watch --kernel`, `trace`): the loader, why
 //! a kernel refuses it (capability, BTF, a missing hook), and the clock the records carry.
 
-use aya::programs::BtfTracePoint;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use aya::programs::{BtfTracePoint, Program};
 use aya::{Btf, Ebpf, EbpfLoader};
 
 /// Why the kernel source cannot run, with what to do.
@@ -139,16 +139,16 @@ pub(crate) fn load_btf_tracepoints_with(
 
 /// Loads each of `hooks`' programs (named as its tracepoint) into the kernel and attaches it,
 /// on two threads taking the programs from one queue: the kernel verifies programs side by
-/// side (`bpf_check` serialises only unprivileged loads), which halves the wait. `spent` (the
-/// loader, its parse no longer needed) is freed on the second thread meanwhile. Of several
+/// side (`bpf_check` serialises only unprivileged loads), which halves the wait. The spent
+/// `loader` (its BTF parse no longer needed) is freed on the second thread meanwhile. Of several
 /// failures, the first hook's is returned, as a load in `hooks`' order would.
-fn attach_all<T: Send>(
+fn attach_all(
     bpf: &mut Ebpf,
     hooks: &[&'static str],
     btf: &Btf,
-    spent: T,
+    loader: EbpfLoader<'_>,
 ) -> Result<(), KernelError> {
-    let mut by_name: HashMap<&str, &mut aya::programs::Program> = bpf.programs_mut().collect();
+    let mut by_name: HashMap<&str, &mut Program> = bpf.programs_mut().collect();
     let mut queue = Vec::with_capacity(hooks.len());
     for (order, &hook) in hooks.iter().enumerate() {
         let program = by_name
@@ -173,9 +173,9 @@ fn attach_all<T: Send>(
             }
         }
     };
-    let mut failures = std::thread::scope(|scope| {
+    let failures = std::thread::scope(|scope| {
         let other = std::thread::Builder::new().spawn_scoped(scope, || {
-            drop(spent);
+            drop(loader);
             work()
         });
         let mut failures = work();
@@ -190,8 +190,7 @@ fn attach_all<T: Send>(
         }
         failures
     });
-    failures.sort_by_key(|(order, _)| *order);
-    match failures.into_iter().next() {
+    match failures.into_iter().min_by_key(|(order, _)| *order) {
         Some((_, err)) => Err(err),
         None => Ok(()),
     }
