@@ -14,6 +14,7 @@ on_linux! {
     pub(crate) mod c_layout;
     pub(crate) mod call_stack;
     pub(crate) mod kernel;
+    pub(crate) mod kernel_btf;
     pub(crate) mod netns;
     pub(crate) mod owner;
     pub(crate) mod pidfd;
