@@ -169,6 +169,11 @@ struct held_record {
 	struct hold_stacks stacks;
 };
 
+/* The per-thread and per-socket maps below hold one process tree's threads and sockets, not
+ * a host's: 4096 entries each (past that many at once, the least recently used entry goes).
+ * An LRU map is made whole as it is created, before the traced command may start: 16384
+ * entries took 0.45 ms a map. */
+
 /* Thread-group ids followed; user space puts the target in, forks add their children. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -179,7 +184,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
+	__uint(max_entries, 4096);
 	__type(key, __u32);
 	__type(value, struct inflight);
 } inflight SEC(".maps");
@@ -188,7 +193,7 @@ struct {
  * sends (a wait of any other thread is not recorded, which saves two records a wait). */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
+	__uint(max_entries, 4096);
 	__type(key, __u32);
 	__type(value, __u8);
 } senders SEC(".maps");
@@ -205,7 +210,7 @@ struct held {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
+	__uint(max_entries, 4096);
 	__type(key, __u64);
 	__type(value, struct held);
 } holds SEC(".maps");
@@ -293,8 +298,10 @@ static __always_inline void describe(struct record *r, struct sock *sk, __u64 in
 	}
 }
 
-/* Remembers a syscall on TCP fd `fd` until it returns; false when fd is no TCP socket. */
-static __always_inline int begin(__u32 tid, __u8 call, __s32 fd, __u32 arg, __u32 value)
+/* Remembers a syscall on TCP fd `fd` until it returns; false when fd is no TCP socket.
+ * A global function: the verifier checks it once (its scalar arguments assumed any value)
+ * rather than at each of sys_enter's eight calls, a third of that program's verification. */
+__attribute__((noinline)) int begin(__u32 tid, __u8 call, __s32 fd, __u32 arg, __u32 value)
 {
 	struct inflight f = {};
 	__u64 inode = 0;

@@ -78,13 +78,13 @@ pub(crate) fn chain(err: &(dyn std::error::Error + 'static)) -> String {
 /// Loads a committed BPF object and attaches its programs, each a `tp_btf` program named as
 /// its tracepoint, in `hooks`' order, with `globals` (name, value) written into the object's
 /// `const volatile` globals (its .rodata) before the programs load (each must exist), and the
-/// maps named in `one_entry` made with one entry (a map the run will not use; names the object
-/// lacks are passed over). Dropping the result detaches them.
+/// maps named in `sizes` made with the entries given instead of the object's (one for a map the
+/// run will not use; names the object lacks are passed over). Dropping the result detaches them.
 pub(crate) fn load_btf_tracepoints_with(
     object: &[u8],
     hooks: &[&'static str],
     globals: &[(&'static str, u64)],
-    one_entry: &[&'static str],
+    sizes: &[(&'static str, u32)],
 ) -> Result<Ebpf, KernelError> {
     // Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK; later ones to the cgroup.
     // Raising it is harmless where it is not needed, and may fail unprivileged: ignored.
@@ -127,8 +127,8 @@ pub(crate) fn load_btf_tracepoints_with(
     for (name, value) in globals {
         loader.set_global(name, value, true);
     }
-    for name in one_entry {
-        loader.set_max_entries(name, 1);
+    for (name, entries) in sizes {
+        loader.set_max_entries(name, *entries);
     }
     let mut bpf = loader.load(object).map_err(|e| {
         let text = chain(&e);

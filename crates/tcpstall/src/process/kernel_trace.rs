@@ -41,6 +41,13 @@ use crate::host::procfs;
 use crate::host::record::RecordBytes;
 use crate::host::tracepoints::{chain, clock_ns, load_btf_tracepoints_with, KernelError};
 
+/// The writes' stacks kept per socket (`last_send`, bpf/user_stack.h: 16384 entries for
+/// `watch --kernel`'s whole host) when one process tree is followed: 4096, as trace.bpf.c's own
+/// per-socket maps (an LRU map is made whole as it is created, before the command may start).
+const STACK_SIZES: [(&str, u32); 1] = [(STACK_MAPS[0], 4096)];
+/// `--no-stacks`: the stack maps are not used, and made with one entry.
+const NO_STACK_SIZES: [(&str, u32); 2] = [(STACK_MAPS[0], 1), (STACK_MAPS[1], 1)];
+
 /// The compiled BPF programs (`scripts/build-bpf` rebuilds it from `bpf/trace.bpf.c`),
 /// aligned for the ELF reader.
 pub static TRACE_BPF: &[u8] = aya::include_bytes_aligned!("../../../../bpf/trace.bpf.o");
@@ -319,7 +326,11 @@ impl KernelTracer {
             TRACE_BPF,
             &TRACEPOINTS,
             &[(TAKE_STACKS_GLOBAL, u64::from(stacks))],
-            if stacks { &[] } else { &STACK_MAPS },
+            if stacks {
+                &STACK_SIZES
+            } else {
+                &NO_STACK_SIZES
+            },
         )?;
         let map = |bpf: &mut Ebpf, name: &str| {
             bpf.take_map(name)

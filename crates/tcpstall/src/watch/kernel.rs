@@ -70,9 +70,10 @@ const IDLE: Duration = Duration::from_secs(60);
 /// ns are not sent to user space.
 const MIN_EMIT_GLOBAL: &str = "min_emit_ns";
 
-/// The maps `--no-stacks` leaves unused: the writes' stacks (`STACK_MAPS`) and the holds'
-/// (`hold_stacks` in `bpf/nagle.bpf.c`).
-const UNUSED_WITHOUT_STACKS: [&str; 3] = [STACK_MAPS[0], STACK_MAPS[1], "hold_stacks"];
+/// The maps `--no-stacks` leaves unused, made with one entry: the writes' stacks
+/// (`STACK_MAPS`) and the holds' (`hold_stacks` in `bpf/nagle.bpf.c`).
+const UNUSED_WITHOUT_STACKS: [(&str, u32); 3] =
+    [(STACK_MAPS[0], 1), (STACK_MAPS[1], 1), ("hold_stacks", 1)];
 
 /// The kernel's bound for a short hold (`SHORT_NS` in `bpf/nagle.bpf.c`): released by its ACK
 /// sooner, a hold is counted in `short`, also when it is sent.
