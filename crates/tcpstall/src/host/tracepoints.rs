@@ -155,14 +155,18 @@ struct KernelTypes {
 
 impl KernelTypes {
     /// Maps the kernel's BTF once and makes both from it; where it cannot be mapped or read
-    /// here, aya reads it, and says why it cannot.
+    /// here, or what was mapped does not parse, aya reads it as it does by default, and says
+    /// why it cannot.
     fn read(object: &[u8]) -> Result<KernelTypes, aya::BtfError> {
-        match VmlinuxBtf::read() {
-            Ok(bytes) => Ok(KernelTypes {
-                subset: relocation_subset(&bytes, object),
-                whole: bytes.parse()?,
-            }),
-            Err(_) => Ok(KernelTypes {
+        let mapped = VmlinuxBtf::read().ok().and_then(|bytes| {
+            // The subset first: the loader needs it before the programs need the whole.
+            let subset = relocation_subset(&bytes, object);
+            let whole = bytes.parse().ok()?;
+            Some(KernelTypes { subset, whole })
+        });
+        match mapped {
+            Some(types) => Ok(types),
+            None => Ok(KernelTypes {
                 whole: Btf::from_sys_fs()?,
                 subset: None,
             }),
