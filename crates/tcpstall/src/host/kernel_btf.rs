@@ -10,8 +10,9 @@
 //! `void`. That is all the relocation reads of a candidate: field relocations accept any
 //! pointer as compatible with a pointer and any struct with a struct (libbpf's
 //! `bpf_core_fields_are_compat`, aya-obj's `fields_are_compatible`), and walk members by value
-//! only. Type-id relocations would see the renumbering; the committed objects have none, and
-//! the tests relocate each of them against the subset and the whole BTF and compare the code.
+//! only. Type relocations (a type's id, existence or size) would see the renumbering and the
+//! pointers' lost targets; the committed objects have none, and the tests relocate each of them
+//! against the subset and against the whole BTF and compare the code.
 //! Like `bpftool gen min_core_btf`, which keeps only the members read, this keeps the types.
 
 use std::io;
@@ -253,10 +254,63 @@ fn flavorless(name: &[u8]) -> &[u8] {
         .map_or(name, |at| &name[..at])
 }
 
-/// The flavourless names of the named types of a BPF object's BTF (its `.BTF` section).
+/// `enum bpf_core_relo_kind` (include/uapi/linux/bpf.h): the relocations of a field
+/// (BPF_CORE_FIELD_BYTE_OFFSET to BPF_CORE_FIELD_RSHIFT_U64), of the object's own type id
+/// (BPF_CORE_TYPE_ID_LOCAL) and of an enumerator (BPF_CORE_ENUMVAL_EXISTS, _VALUE). The others
+/// (a kernel type's id, existence, size or match) read what the subset renumbers or cuts.
+fn relocation_kind_allowed(kind: u32) -> bool {
+    matches!(kind, 0..=6 | 10 | 11)
+}
+
+/// Whether every CO-RE relocation of the object (`.BTF.ext`'s core_relo records, as libbpf's
+/// `btf_ext__new` reads them) is of a kind the subset answers as the whole BTF would; `None`
+/// when they cannot be read.
+fn relocations_allowed(btf_ext: &[u8]) -> Option<bool> {
+    let magic = btf_ext.get(0..2)?;
+    if u16::from_ne_bytes([magic[0], magic[1]]) != BTF_MAGIC {
+        return None;
+    }
+    // struct btf_ext_header: magic, version, flags, hdr_len, then func_info, line_info and
+    // (from 32 bytes on) core_relo offset and length, each from the header's end.
+    let hdr_len = word(btf_ext, 4)? as usize;
+    if hdr_len < 32 {
+        return Some(true); // no CO-RE relocations
+    }
+    let start = hdr_len.checked_add(word(btf_ext, 24)? as usize)?;
+    let relos = btf_ext.get(start..start.checked_add(word(btf_ext, 28)? as usize)?)?;
+    if relos.is_empty() {
+        return Some(true);
+    }
+    // The record size, then per section: its name, its count, its records
+    // (struct bpf_core_relo: insn_off, type_id, access_str_off, kind).
+    let record = word(relos, 0)? as usize;
+    if record < 16 {
+        return None;
+    }
+    let mut at = 4;
+    while at < relos.len() {
+        let count = word(relos, at + 4)? as usize;
+        at += 8;
+        for _ in 0..count {
+            if !relocation_kind_allowed(word(relos, at + 12)?) {
+                return Some(false);
+            }
+            at += record;
+        }
+    }
+    Some(true)
+}
+
+/// The flavourless names of the named types of a BPF object's BTF (its `.BTF` section); `None`
+/// when it has none, or relocations the subset cannot answer.
 fn object_type_names(object: &[u8]) -> Option<FxHashSet<Vec<u8>>> {
     use object::{Object, ObjectSection};
     let elf = object::File::parse(object).ok()?;
+    if let Some(ext) = elf.section_by_name(".BTF.ext") {
+        if !relocations_allowed(ext.data().ok()?)? {
+            return None;
+        }
+    }
     let section = elf.section_by_name(".BTF")?.data().ok()?;
     let btf = RawBtf::read(section)?;
     let mut names = FxHashSet::default();
@@ -485,6 +539,62 @@ mod tests {
             );
         }
         assert_eq!(function_id(&kernel, "no_such_function_here"), None);
+    }
+
+    /// An object compiled from `body`, the C body of a `tp_btf` program reading `t`, a
+    /// `struct task_struct *` (clang with the BPF target, as scripts/build-bpf uses).
+    fn compiled(body: &str) -> Vec<u8> {
+        let clang = std::env::var("CLANG").unwrap_or_else(|_| {
+            ["clang-14", "clang"]
+                .into_iter()
+                .find(|c| {
+                    std::process::Command::new(c)
+                        .arg("--version")
+                        .output()
+                        .is_ok()
+                })
+                .unwrap_or("clang-14")
+                .to_string()
+        });
+        let dir = tempfile::tempdir().expect("a scratch directory");
+        let source = dir.path().join("probe.bpf.c");
+        let object = dir.path().join("probe.bpf.o");
+        std::fs::write(
+            &source,
+            format!(
+                "struct task_struct {{ int pid; }} __attribute__((preserve_access_index));\n\
+                 __attribute__((section(\"tp_btf/sched_process_exit\"), used))\n\
+                 int probe(unsigned long long *ctx) {{\n\
+                 struct task_struct *t = (struct task_struct *)ctx[0];\n{body}\n}}\n\
+                 char LICENSE[] __attribute__((section(\"license\"), used)) = \"GPL\";\n"
+            ),
+        )
+        .expect("the source is written");
+        let status = std::process::Command::new(&clang)
+            .args(["-target", "bpf", "-O2", "-g", "-c"])
+            .arg(&source)
+            .arg("-o")
+            .arg(&object)
+            .status()
+            .unwrap_or_else(|e| {
+                panic!("{clang} runs (scripts/install-deps installs clang-14): {e}")
+            });
+        assert!(status.success(), "{clang} compiles the probe");
+        std::fs::read(&object).expect("the object is read")
+    }
+
+    #[test]
+    fn only_relocations_the_subset_answers_get_it() {
+        let kernel = kernel();
+        // A field's offset: answered by the subset.
+        let field = compiled("return __builtin_preserve_field_info(t->pid, 0);");
+        assert!(relocation_subset(&kernel, &field).is_some());
+        // A kernel type's existence and size (BPF_CORE_TYPE_EXISTS, _SIZE): the whole BTF.
+        for flag in [0, 1] {
+            let body = format!("return __builtin_preserve_type_info(*t, {flag}) + t->pid;");
+            let object = compiled(&body);
+            assert!(relocation_subset(&kernel, &object).is_none(), "{body}");
+        }
     }
 
     #[test]
