@@ -125,14 +125,21 @@ impl Drop for VmlinuxBtf {
     }
 }
 
-/// A BTF blob's type section walked once: where each type id starts. Ids count from 1 (0 is
-/// `void`). `None` from any reader: the blob is not BTF of this machine's byte order, or holds
-/// a kind this reader does not know (a newer kernel's), or runs past its end.
-struct RawBtf<'a> {
+/// A BTF blob's type section walked once: where each type id starts, for the lookups and the
+/// subset below to share. Ids count from 1 (0 is `void`). `None` from any reader: the blob is
+/// not BTF of this machine's byte order, or holds a kind this reader does not know (a newer
+/// kernel's), or runs past its end.
+pub(crate) struct RawBtf<'a> {
     types: &'a [u8],
     strings: &'a [u8],
     /// Byte offset in `types` of each id; `starts[0]` stands for `void`.
     starts: Vec<u32>,
+}
+
+/// Whether `blob` starts with `BTF_MAGIC` (.BTF and .BTF.ext alike) in this machine's order.
+fn has_btf_magic(blob: &[u8]) -> bool {
+    blob.get(0..2)
+        .is_some_and(|m| u16::from_ne_bytes([m[0], m[1]]) == BTF_MAGIC)
 }
 
 fn word(bytes: &[u8], at: usize) -> Option<u32> {
@@ -167,9 +174,9 @@ fn kind_vlen(info: u32) -> (u32, usize) {
 }
 
 impl<'a> RawBtf<'a> {
-    fn read(blob: &'a [u8]) -> Option<RawBtf<'a>> {
-        let magic = blob.get(0..2)?;
-        if u16::from_ne_bytes([magic[0], magic[1]]) != BTF_MAGIC {
+    /// Walks `blob` (the bytes of [`VMLINUX_BTF`], or any BTF of this machine's byte order).
+    pub(crate) fn read(blob: &'a [u8]) -> Option<RawBtf<'a>> {
+        if !has_btf_magic(blob) {
             return None;
         }
         let section = |off: usize, len: usize| -> Option<&'a [u8]> {
@@ -200,6 +207,12 @@ impl<'a> RawBtf<'a> {
         &rest[..rest.iter().position(|&c| c == 0).unwrap_or(rest.len())]
     }
 
+    /// Type `id`'s name (empty for an anonymous one).
+    fn name(&self, id: usize) -> Option<&'a [u8]> {
+        let (at, _, _) = self.header(id)?;
+        Some(self.string(word(self.types, at)?))
+    }
+
     /// Type `id`'s offset, kind and vlen.
     fn header(&self, id: usize) -> Option<(usize, u32, usize)> {
         let at = *self.starts.get(id)? as usize;
@@ -207,14 +220,13 @@ impl<'a> RawBtf<'a> {
         Some((at, kind, vlen))
     }
 
-    /// The id of the type of `kind` named `name`, as aya's `id_by_type_name_kind` finds it.
-    fn id_of(&self, kind: u32, name: &str) -> Option<u32> {
+    /// The id of the function `name`, as aya's `id_by_type_name_kind` finds it; `None` when
+    /// there is none.
+    pub(crate) fn function_id(&self, name: &str) -> Option<u32> {
         (1..self.starts.len())
             .find(|&id| {
-                self.header(id).is_some_and(|(at, k, _)| {
-                    k == kind
-                        && word(self.types, at).map(|o| self.string(o)) == Some(name.as_bytes())
-                })
+                self.header(id).is_some_and(|(_, k, _)| k == kind::FUNC)
+                    && self.name(id) == Some(name.as_bytes())
             })
             .and_then(|id| u32::try_from(id).ok())
     }
@@ -266,8 +278,7 @@ fn relocation_kind_allowed(kind: u32) -> bool {
 /// `btf_ext__new` reads them) is of a kind the subset answers as the whole BTF would; `None`
 /// when they cannot be read.
 fn relocations_allowed(btf_ext: &[u8]) -> Option<bool> {
-    let magic = btf_ext.get(0..2)?;
-    if u16::from_ne_bytes([magic[0], magic[1]]) != BTF_MAGIC {
+    if !has_btf_magic(btf_ext) {
         return None;
     }
     // struct btf_ext_header: magic, version, flags, hdr_len, then func_info, line_info and
@@ -301,8 +312,9 @@ fn relocations_allowed(btf_ext: &[u8]) -> Option<bool> {
     Some(true)
 }
 
-/// The flavourless names of the named types of a BPF object's BTF (its `.BTF` section); `None`
-/// when it has none, or relocations the subset cannot answer.
+/// The flavourless names of the named types of a BPF object's BTF (its `.BTF` section), when
+/// every CO-RE relocation of the object (its `.BTF.ext`) is one the subset answers; `None` when
+/// it has no BTF, or another relocation.
 fn object_type_names(object: &[u8]) -> Option<FxHashSet<Vec<u8>>> {
     use object::{Object, ObjectSection};
     let elf = object::File::parse(object).ok()?;
@@ -311,12 +323,10 @@ fn object_type_names(object: &[u8]) -> Option<FxHashSet<Vec<u8>>> {
             return None;
         }
     }
-    let section = elf.section_by_name(".BTF")?.data().ok()?;
-    let btf = RawBtf::read(section)?;
+    let btf = RawBtf::read(elf.section_by_name(".BTF")?.data().ok()?)?;
     let mut names = FxHashSet::default();
     for id in 1..btf.starts.len() {
-        let (at, _, _) = btf.header(id)?;
-        let name = btf.string(word(btf.types, at)?);
+        let name = btf.name(id)?;
         if !name.is_empty() {
             names.insert(flavorless(name).to_vec());
         }
@@ -324,32 +334,30 @@ fn object_type_names(object: &[u8]) -> Option<FxHashSet<Vec<u8>>> {
     Some(names)
 }
 
-/// The id of the kernel function `name` in the kernel's BTF (`kernel`, the bytes of
-/// [`VMLINUX_BTF`]), as aya's `id_by_type_name_kind` finds it; `None` when not found or not
-/// readable here.
-pub(crate) fn function_id(kernel: &[u8], name: &str) -> Option<u32> {
-    RawBtf::read(kernel)?.id_of(kind::FUNC, name)
+impl RawBtf<'_> {
+    /// The subset of this BTF (the kernel's) that `object`'s CO-RE relocations can match,
+    /// parsed; `None` when the object's cannot be read here or are not all of fields and
+    /// enumerators (the caller relocates against the whole BTF, as before).
+    pub(crate) fn relocation_subset(&self, object: &[u8]) -> Option<Btf> {
+        subset_of(self, &object_type_names(object)?)
+    }
 }
 
-/// The subset of the kernel's BTF (`kernel`, the bytes of [`VMLINUX_BTF`]) that `object`'s
-/// CO-RE relocations can match, parsed; `None` when either cannot be read here (the caller
-/// relocates against the whole BTF, as before).
-pub(crate) fn relocation_subset(kernel: &[u8], object: &[u8]) -> Option<Btf> {
-    let names = object_type_names(object)?;
-    let btf = RawBtf::read(kernel)?;
+/// The kernel types of `btf` named in `names` and what they hold by value, renumbered, parsed.
+fn subset_of(btf: &RawBtf, names: &FxHashSet<Vec<u8>>) -> Option<Btf> {
     let count = btf.starts.len();
     // The candidates: kernel types named as a type of the object, of a kind a relocation can
     // start from (functions, variables, sections and tags are none).
     let mut pending: Vec<u32> = Vec::new();
     for id in 1..count {
-        let (at, kind, _) = btf.header(id)?;
+        let (_, kind, _) = btf.header(id)?;
         if matches!(
             kind,
             kind::FUNC | kind::VAR | kind::DATASEC | kind::DECL_TAG
         ) {
             continue;
         }
-        let name = btf.string(word(btf.types, at)?);
+        let name = btf.name(id)?;
         if !name.is_empty() && names.contains(flavorless(name)) {
             pending.push(u32::try_from(id).ok()?);
         }
@@ -369,7 +377,7 @@ pub(crate) fn relocation_subset(kernel: &[u8], object: &[u8]) -> Option<Btf> {
     for (new_id, id) in (1u32..).zip(kept_ids) {
         renumbered[id] = new_id;
     }
-    let blob = subset_blob(&btf, &kept, &renumbered)?;
+    let blob = subset_blob(btf, &kept, &renumbered)?;
     Btf::parse(&blob, object::Endianness::default()).ok()
 }
 
@@ -495,6 +503,11 @@ mod tests {
         code
     }
 
+    /// The subset of the BTF `kernel` for `object`, as the loaders make it.
+    fn subset(kernel: &[u8], object: &[u8]) -> Option<Btf> {
+        RawBtf::read(kernel)?.relocation_subset(object)
+    }
+
     fn kernel() -> VmlinuxBtf {
         VmlinuxBtf::read().expect("this kernel publishes its BTF at /sys/kernel/btf/vmlinux")
     }
@@ -504,7 +517,7 @@ mod tests {
         let kernel = kernel();
         let whole = kernel.parse().expect("aya reads the kernel's BTF");
         for (name, object) in OBJECTS {
-            let subset = relocation_subset(&kernel, object).expect("the subset is made");
+            let subset = subset(&kernel, object).expect("the subset is made");
             let expected = relocated(object, &whole);
             assert!(!expected.is_empty(), "{name} has code");
             assert_eq!(relocated(object, &subset), expected, "{name}");
@@ -515,7 +528,7 @@ mod tests {
     fn the_subset_holds_a_small_part_of_the_kernels_types() {
         let kernel = kernel();
         let whole = RawBtf::read(&kernel).expect("the kernel's BTF is read");
-        let subset = relocation_subset(&kernel, OBJECTS[0].1).expect("the subset is made");
+        let subset = subset(&kernel, OBJECTS[0].1).expect("the subset is made");
         let in_subset = subset.to_bytes();
         let subset = RawBtf::read(&in_subset).expect("the subset reads back");
         assert!(subset.starts.len() > 10, "{} types", subset.starts.len());
@@ -533,12 +546,13 @@ mod tests {
         let whole = kernel.parse().expect("aya reads the kernel's BTF");
         for name in ["bpf_iter_tcp", "tcp_sendmsg", "tcp_rcv_established"] {
             assert_eq!(
-                function_id(&kernel, name),
+                RawBtf::read(&kernel).and_then(|btf| btf.function_id(name)),
                 whole.id_by_type_name_kind(name, BtfKind::Func).ok(),
                 "{name}"
             );
         }
-        assert_eq!(function_id(&kernel, "no_such_function_here"), None);
+        let btf = RawBtf::read(&kernel).expect("the kernel's BTF is read");
+        assert_eq!(btf.function_id("no_such_function_here"), None);
     }
 
     /// An object compiled from `body`, the C body of a `tp_btf` program reading `t`, a
@@ -588,12 +602,12 @@ mod tests {
         let kernel = kernel();
         // A field's offset: answered by the subset.
         let field = compiled("return __builtin_preserve_field_info(t->pid, 0);");
-        assert!(relocation_subset(&kernel, &field).is_some());
+        assert!(subset(&kernel, &field).is_some());
         // A kernel type's existence and size (BPF_CORE_TYPE_EXISTS, _SIZE): the whole BTF.
         for flag in [0, 1] {
             let body = format!("return __builtin_preserve_type_info(*t, {flag}) + t->pid;");
             let object = compiled(&body);
-            assert!(relocation_subset(&kernel, &object).is_none(), "{body}");
+            assert!(subset(&kernel, &object).is_none(), "{body}");
         }
     }
 
@@ -604,19 +618,16 @@ mod tests {
         let mut cut_points = vec![0, 3, HEADER_LEN - 1, HEADER_LEN + 5, kernel.len() / 2];
         cut_points.push(kernel.len() - 1);
         for cut in cut_points {
-            assert!(
-                relocation_subset(&kernel[..cut], object).is_none(),
-                "cut at {cut}"
-            );
+            assert!(subset(&kernel[..cut], object).is_none(), "cut at {cut}");
         }
         // A kind no kernel has (31) in the first type.
         let mut unknown = kernel.to_vec();
         let hdr_len = word(&unknown, 4).expect("header") as usize;
         let first = hdr_len + word(&unknown, 8).expect("header") as usize;
         unknown[first + 7] = 0x1f;
-        assert!(relocation_subset(&unknown, object).is_none());
+        assert!(subset(&unknown, object).is_none());
         // Not an object, or not BTF at all.
-        assert!(relocation_subset(&kernel, b"not an ELF object").is_none());
-        assert!(relocation_subset(object, object).is_none());
+        assert!(subset(&kernel, b"not an ELF object").is_none());
+        assert!(subset(object, object).is_none());
     }
 }

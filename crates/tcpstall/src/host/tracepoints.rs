@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use aya::programs::{BtfTracePoint, Program};
 use aya::{Btf, Ebpf, EbpfLoader};
 
-use super::kernel_btf::{relocation_subset, VmlinuxBtf};
+use super::kernel_btf::{RawBtf, VmlinuxBtf};
 
 /// Why the kernel source cannot run, with what to do.
 #[derive(Debug, thiserror::Error)]
@@ -160,7 +160,7 @@ impl KernelTypes {
     fn read(object: &[u8]) -> Result<KernelTypes, aya::BtfError> {
         let mapped = VmlinuxBtf::read().ok().and_then(|bytes| {
             // The subset first: the loader needs it before the programs need the whole.
-            let subset = relocation_subset(&bytes, object);
+            let subset = RawBtf::read(&bytes).and_then(|btf| btf.relocation_subset(object));
             let whole = bytes.parse().ok()?;
             Some(KernelTypes { subset, whole })
         });
