@@ -11,7 +11,6 @@ use std::time::Duration;
 use tcpstall::capture::{for_each_segment, open_input};
 use tcpstall::decode::Segment;
 use tcpstall::detect::{Detector, DetectorConfig};
-use tcpstall_core::flow::HashedKey;
 
 /// Segments per batch, as `analyze` hands them to its detector thread.
 const BATCH: usize = 4096;
@@ -40,15 +39,15 @@ fn main() -> anyhow::Result<()> {
         |s| items.push((items.len() as u64, *s)),
         |_| {},
     )?;
-    let keys: Vec<HashedKey> = items.iter().map(|(_, s)| HashedKey::of(s)).collect();
     let mut best = Duration::MAX;
     let mut events = 0;
     for _ in 0..rounds {
         let mut detector = Detector::new(DetectorConfig::default());
         let start = thread_cpu();
-        for (segments, keys) in items.chunks(BATCH).zip(keys.chunks(BATCH)) {
-            for ((ordinal, segment), key) in segments.iter().zip(keys) {
-                detector.push_keyed(segment, *key, *ordinal);
+        for segments in items.chunks(BATCH) {
+            // As analyze's workers do: the flow key is hashed on the detector's thread.
+            for (ordinal, segment) in segments {
+                detector.push_at(segment, *ordinal);
             }
             // As analyze does after each batch: memory follows the open flows.
             drop(detector.take_flows());

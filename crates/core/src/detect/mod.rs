@@ -500,7 +500,7 @@ impl Detector {
     }
 
     /// [`Detector::push_at`] with the segment's flow key already hashed (`HashedKey::of(seg)`).
-    pub fn push_keyed(&mut self, seg: &Segment, key: HashedKey, ordinal: u64) {
+    fn push_keyed(&mut self, seg: &Segment, key: HashedKey, ordinal: u64) {
         self.resolution.observe(seg.ts_ns);
         let a = &mut self.analysis;
         a.packets += 1;

@@ -5,6 +5,7 @@ use super::cadence::Cadence;
 use super::direction::Direction;
 use super::endpoint::Endpoint;
 use super::guess::{client_by_ports, ClientGuess, MssSource, PathSource};
+use super::key::sorts_before;
 use super::side::Side;
 use super::turns::{Burst, Turns};
 use crate::decode::{flags, Segment};
@@ -98,6 +99,9 @@ pub struct Flow {
     pub client: Endpoint,
     /// The acceptor.
     pub server: Endpoint,
+    /// `client` sorts first of the flow key's two ends: with a segment's own bit
+    /// ([`super::HashedKey`]), which side sent it, without comparing addresses.
+    client_first: bool,
     /// How `client` was identified.
     pub client_guess: ClientGuess,
     /// Life state.
@@ -186,6 +190,7 @@ impl Flow {
         let dir = Direction::assuming_mss(v6, loopback);
         Flow {
             id,
+            client_first: sorts_before(&client, &server),
             client,
             server,
             client_guess: guess,
@@ -234,6 +239,7 @@ impl Flow {
     /// Swaps client and server, with everything kept per side.
     pub(super) fn swap_roles(&mut self) {
         std::mem::swap(&mut self.client, &mut self.server);
+        self.client_first = sorts_before(&self.client, &self.server);
         self.dirs.swap(0, 1);
         if let Some(prev) = &mut self.prev {
             prev.side = prev.side.peer();
@@ -243,6 +249,17 @@ impl Flow {
     /// Which side sent `seg` (the segment must belong to this flow).
     pub fn side_of(&self, seg: &Segment) -> Side {
         if seg.src == self.client.addr && seg.src_port == self.client.port {
+            Side::Client
+        } else {
+            Side::Server
+        }
+    }
+
+    /// Which side sent a segment of this flow whose source is its key's first end when
+    /// `source_first` (the table's lookup: [`Flow::side_of`] without comparing addresses).
+    #[inline]
+    pub(super) fn side_of_source(&self, source_first: bool) -> Side {
+        if source_first == self.client_first {
             Side::Client
         } else {
             Side::Server

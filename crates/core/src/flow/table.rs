@@ -89,7 +89,7 @@ impl FlowTable {
 
     fn remove_slot(&mut self, slot: u32) -> Option<Flow> {
         let (key, flow) = self.slots.get_mut(slot as usize)?.take()?;
-        let hash = HashedKey::of_key(key).hash;
+        let hash = HashedKey::hash_of(&key);
         if let Some((pos, _)) = self.index.find(hash, |s| s == slot) {
             self.index.remove_at(pos);
         }
@@ -122,11 +122,12 @@ impl FlowTable {
             .map(|(_, slot)| slot);
         if let Some(old) = slot {
             if let Some(Some((_, flow))) = self.slots.get(old as usize) {
-                let dir = flow.dir(flow.side_of(seg));
                 // Only a new SYN starts a new connection on the 4-tuple: any other segment,
                 // however long after, belongs to the connection (tshark's `tcp.stream`).
-                let reused = is_client_syn(seg)
-                    && ((dir.seen && dir.isn != seg.seq) || flow.retirable(seg.ts_ns));
+                let reused = is_client_syn(seg) && {
+                    let dir = flow.dir(flow.side_of_source(key.source_first));
+                    (dir.seen && dir.isn != seg.seq) || flow.retirable(seg.ts_ns)
+                };
                 if reused {
                     if let Some(old_flow) = self.remove_slot(old) {
                         retire(old_flow);
@@ -161,7 +162,7 @@ impl FlowTable {
         if flow.guess_open {
             flow.settle_guess(seg);
         }
-        let side = flow.side_of(seg);
+        let side = flow.side_of_source(key.source_first);
         Lookup { flow, side }
     }
 
