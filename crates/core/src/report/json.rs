@@ -24,7 +24,7 @@ use serde_json::ser::{CompactFormatter, Formatter};
 
 use super::flows::AllFlows;
 use crate::detect::verdict::{events_by_flow, explain, fixes, patterns, FlowSummary};
-use crate::detect::{Analysis, Pacing, StallEvent};
+use crate::detect::{Analysis, KindCounts, Pacing, StallEvent, StallKind};
 use crate::flow::Span;
 
 /// Extra facts about the input, beside the analysis.
@@ -114,6 +114,52 @@ fn ms(span: Span) -> f64 {
     (span.as_nanos() as f64 / 1e3).round() / 1e3
 }
 
+/// Microseconds below this are written by [`write_ms_of_us`] as decimals: a number of at most
+/// 15 significant digits is the shortest text that reads back as its `f64` (`DBL_DIG`), so
+/// the decimal is what serde_json's shortest round trip writes.
+const DECIMAL_US_BELOW: f64 = 1e15;
+/// Spans below this many nanoseconds are rounded to the microsecond in integers (11.6 days).
+const DECIMAL_NS_BELOW: u64 = 1_000_000_000_000_000;
+
+/// Writes `span` in milliseconds rounded to the microsecond: the text serde_json writes for
+/// [`ms`]`(span)`, without the float formatting (the most of a large report's cost).
+fn write_ms(buf: &mut Vec<u8>, span: Span) -> io::Result<()> {
+    let ns = span.as_nanos();
+    if ns < DECIMAL_NS_BELOW {
+        // Rounded half up as `f64::round` rounds the quotient: below this, the quotient's
+        // own rounding error (at most 2^-53 of it) is far below its distance to a half.
+        write_ms_of_us(buf, ((ns + 500) / 1000) as f64)
+    } else {
+        write_ms_of_us(buf, (ns as f64 / 1e3).round())
+    }
+}
+
+/// Writes `us` microseconds (a whole number) in milliseconds, as serde_json writes `us / 1e3`:
+/// integer digits, a point, the thousandths without their trailing zeros (`.0` for none).
+fn write_ms_of_us(buf: &mut Vec<u8>, us: f64) -> io::Result<()> {
+    if !(0.0..DECIMAL_US_BELOW).contains(&us) {
+        return CompactFormatter.write_f64(buf, us / 1e3);
+    }
+    // Whole and below 10^15: exact as an integer.
+    let us = us as u64;
+    let mut digits = itoa::Buffer::new();
+    buf.extend_from_slice(digits.format(us / 1000).as_bytes());
+    let fraction = (us % 1000) as u32;
+    let text = [
+        b'.',
+        b'0' + (fraction / 100) as u8,
+        b'0' + (fraction / 10 % 10) as u8,
+        b'0' + (fraction % 10) as u8,
+    ];
+    let len = match fraction {
+        f if f % 100 == 0 => 2,
+        f if f % 10 == 0 => 3,
+        _ => 4,
+    };
+    buf.extend_from_slice(&text[..len]);
+    Ok(())
+}
+
 /// Writes one event of `events[]` as a JSON object; `flow` is the flow's label
 /// (`client-server`). The sentence naming the pattern and the fixes are given once per flow and
 /// pattern (`flows[].patterns`), not repeated per event.
@@ -123,12 +169,22 @@ fn ms(span: Span) -> f64 {
 /// most of the cost. Keys and names are fixed ASCII that needs no escaping; the label and the
 /// numbers go through serde_json, so the text is what serde_json would write.
 pub fn write_event(buf: &mut Vec<u8>, e: &StallEvent, flow: &str) -> io::Result<()> {
+    write_event_quoted(buf, e, |buf| write_str(buf, flow))
+}
+
+/// [`write_event`], the label written by `write_label` (a flow's [`FlowLabel::quoted`] text,
+/// escaped once for all its events).
+fn write_event_quoted(
+    buf: &mut Vec<u8>,
+    e: &StallEvent,
+    write_label: impl FnOnce(&mut Vec<u8>) -> io::Result<()>,
+) -> io::Result<()> {
     let f = &e.finding;
     let mut number = CompactFormatter;
     buf.extend_from_slice(b"{\"kind\":\"");
     buf.extend_from_slice(f.kind.name().as_bytes());
     buf.extend_from_slice(b"\",\"flow\":");
-    write_str(buf, flow)?;
+    write_label(buf)?;
     buf.extend_from_slice(b",\"flow_id\":");
     number.write_u64(buf, e.flow_id)?;
     buf.extend_from_slice(b",\"server_port\":");
@@ -144,10 +200,10 @@ pub fn write_event(buf: &mut Vec<u8>, e: &StallEvent, flow: &str) -> io::Result<
         None => buf.extend_from_slice(b"null"),
     }
     buf.extend_from_slice(b",\"delay_ms\":");
-    number.write_f64(buf, ms(f.delay_ns))?;
+    write_ms(buf, f.delay_ns)?;
     buf.extend_from_slice(b",\"ack_delay_ms\":");
     match f.ack_delay_ns {
-        Some(ns) => number.write_f64(buf, ms(ns))?,
+        Some(ns) => write_ms(buf, ns)?,
         None => buf.extend_from_slice(b"null"),
     }
     if e.backoffs > 0 {
@@ -202,7 +258,7 @@ fn write_pacing(buf: &mut Vec<u8>, held: crate::flow::Side, p: &Pacing) -> io::R
         (b",\"span_ms\":", p.span_ns),
     ] {
         buf.extend_from_slice(key);
-        number.write_f64(buf, ms(span))?;
+        write_ms(buf, span)?;
     }
     buf.extend_from_slice(b",\"bytes\":");
     number.write_u64(buf, p.bytes)?;
@@ -235,6 +291,20 @@ fn write_name(buf: &mut Vec<u8>, name: Option<&'static str>) {
     }
 }
 
+/// Counts per kind as `KindCounts`' `Serialize` writes them (one key per kind, in report
+/// order), the keys being fixed ASCII names.
+fn write_counts(buf: &mut Vec<u8>, counts: &KindCounts) -> io::Result<()> {
+    let mut number = CompactFormatter;
+    for (i, kind) in StallKind::ALL.into_iter().enumerate() {
+        buf.extend_from_slice(if i == 0 { b"{\"" } else { b",\"" });
+        buf.extend_from_slice(kind.name().as_bytes());
+        buf.extend_from_slice(b"\":");
+        number.write_u64(buf, counts.get(kind))?;
+    }
+    buf.push(b'}');
+    Ok(())
+}
+
 /// A string, escaped as JSON requires.
 fn write_str(buf: &mut Vec<u8>, s: &str) -> io::Result<()> {
     serde_json::to_writer(buf, s).map_err(io::Error::from)
@@ -244,6 +314,8 @@ fn write_str(buf: &mut Vec<u8>, s: &str) -> io::Result<()> {
 pub struct FlowLabel {
     text: String,
     client_len: usize,
+    /// `text` as a JSON string, quoted and escaped.
+    quoted: Vec<u8>,
 }
 
 impl FlowLabel {
@@ -253,12 +325,24 @@ impl FlowLabel {
         let text = f.label();
         // Neither an IPv4 nor a bracketed IPv6 endpoint contains '-'.
         let client_len = text.find('-').unwrap_or(text.len());
-        FlowLabel { text, client_len }
+        let mut quoted = Vec::with_capacity(text.len() + 2);
+        // Writing to a Vec cannot fail.
+        let _ = write_str(&mut quoted, &text);
+        FlowLabel {
+            text,
+            client_len,
+            quoted,
+        }
     }
 
     /// `client-server`.
     pub fn as_str(&self) -> &str {
         &self.text
+    }
+
+    /// The label as a JSON string.
+    fn quoted(&self) -> &[u8] {
+        &self.quoted
     }
 
     fn client(&self) -> &str {
@@ -268,12 +352,26 @@ impl FlowLabel {
     fn server(&self) -> &str {
         self.text.get(self.client_len + 1..).unwrap_or_default()
     }
+
+    /// Writes `part` of the label (its client or server) as a JSON string: copied between
+    /// quotes when the label needed no escaping (its quoted text only added the quotes), as
+    /// addresses and ports never do.
+    fn write_part(&self, buf: &mut Vec<u8>, part: &str) -> io::Result<()> {
+        if self.quoted.len() == self.text.len() + 2 {
+            buf.push(b'"');
+            buf.extend_from_slice(part.as_bytes());
+            buf.push(b'"');
+            Ok(())
+        } else {
+            write_str(buf, part)
+        }
+    }
 }
 
 /// Writes a span in milliseconds, or null when unknown.
 fn write_opt_ms(buf: &mut Vec<u8>, span: Option<Span>) -> io::Result<()> {
     match span {
-        Some(span) => CompactFormatter.write_f64(buf, ms(span)),
+        Some(span) => write_ms(buf, span),
         None => {
             buf.extend_from_slice(b"null");
             Ok(())
@@ -292,13 +390,13 @@ pub fn write_flow(
 ) -> io::Result<()> {
     let mut number = CompactFormatter;
     buf.extend_from_slice(b"{\"flow\":");
-    write_str(buf, label.as_str())?;
+    buf.extend_from_slice(label.quoted());
     buf.extend_from_slice(b",\"flow_id\":");
     number.write_u64(buf, f.id)?;
     buf.extend_from_slice(b",\"client\":");
-    write_str(buf, label.client())?;
+    label.write_part(buf, label.client())?;
     buf.extend_from_slice(b",\"server\":");
-    write_str(buf, label.server())?;
+    label.write_part(buf, label.server())?;
     buf.extend_from_slice(b",\"server_port\":");
     number.write_u16(buf, f.server.port)?;
     buf.extend_from_slice(b",\"client_guess\":");
@@ -318,11 +416,11 @@ pub fn write_flow(
         number.write_u64(buf, value)?;
     }
     buf.extend_from_slice(b",\"stalls\":");
-    serde_json::to_writer(&mut *buf, &f.counts)?;
+    write_counts(buf, &f.counts)?;
     buf.extend_from_slice(b",\"time_lost_ms\":");
-    number.write_f64(buf, ms(f.time_lost_ns))?;
+    write_ms(buf, f.time_lost_ns)?;
     buf.extend_from_slice(b",\"worst_stall_ms\":");
-    number.write_f64(buf, ms(f.worst_stall_ns))?;
+    write_ms(buf, f.worst_stall_ns)?;
     let (p50, p99, max) = match f.latency_us {
         Some((p50, p99, max)) => (Some(p50), Some(p99), Some(max)),
         None => (None, None, None),
@@ -334,7 +432,7 @@ pub fn write_flow(
     ] {
         buf.extend_from_slice(key);
         match value {
-            Some(us) => number.write_f64(buf, f64::from(us) / 1e3)?,
+            Some(us) => write_ms_of_us(buf, f64::from(us))?,
             None => buf.extend_from_slice(b"null"),
         }
     }
@@ -349,7 +447,7 @@ pub fn write_flow(
     // The flow's span and the two legs of its path as the capture shows them: what every
     // claim about the flow is bounded by.
     buf.extend_from_slice(b"],\"span_ms\":");
-    number.write_f64(buf, ms(f.span_ns.1.since(f.span_ns.0)))?;
+    write_ms(buf, f.span_ns.1.since(f.span_ns.0))?;
     buf.extend_from_slice(b",\"start\":");
     number.write_f64(buf, f.span_ns.0.as_secs_f64())?;
     buf.extend_from_slice(b",\"path\":{\"client_rtt_ms\":");
@@ -458,9 +556,12 @@ pub fn write(
     write_lines(out, &a.events, threads, true, |buf, e| {
         let label = labels
             .get(&e.flow_id)
-            .map(FlowLabel::as_str)
-            .unwrap_or_default();
-        write_event(buf, e, label).map_err(serde_json::Error::io)?;
+            .map_or(&b"\"\""[..], FlowLabel::quoted);
+        write_event_quoted(buf, e, |buf| {
+            buf.extend_from_slice(label);
+            Ok(())
+        })
+        .map_err(serde_json::Error::io)?;
         if let Some(file) = input.file_of(e.ordinal) {
             // Several files: the one whose packet numbers `packet` counts in, and the one of
             // `release_packet` when that is another (a capture rotated between the two).
@@ -589,6 +690,76 @@ mod tests {
             serde_json::to_writer(buf, &json!({ "n": n }))
         })?;
         Ok(out)
+    }
+
+    /// Milliseconds written as decimals are the text serde_json writes for the same value as a
+    /// float: every microsecond up to 2 s, every power of ten and its neighbours, the ends of
+    /// the decimal range, and a spread of spans in nanoseconds up to years.
+    #[test]
+    fn milliseconds_are_written_as_serde_json_writes_them() {
+        let float = |value: f64| {
+            let mut buf = Vec::new();
+            CompactFormatter
+                .write_f64(&mut buf, value)
+                .expect("written");
+            String::from_utf8(buf).expect("ASCII")
+        };
+        let fast = |us: f64| {
+            let mut buf = Vec::new();
+            write_ms_of_us(&mut buf, us).expect("written");
+            String::from_utf8(buf).expect("ASCII")
+        };
+        let mut cases: Vec<f64> = (0..2_000_000u32).map(f64::from).collect();
+        for exp in 0..=16 {
+            let p = 10f64.powi(exp);
+            cases.extend([p - 1.0, p, p + 1.0, 7.0 * p + 3.0]);
+        }
+        cases.extend([
+            DECIMAL_US_BELOW - 1.0,
+            999_999_999_999_999.0,
+            f64::from(u32::MAX),
+        ]);
+        for us in cases.into_iter().filter(|us| *us >= 0.0) {
+            assert_eq!(fast(us), float(us / 1e3), "{us} us");
+        }
+        let by_span = |ns: u64| {
+            let mut buf = Vec::new();
+            write_ms(&mut buf, Span::from_nanos(ns)).expect("written");
+            assert_eq!(
+                String::from_utf8(buf).expect("ASCII"),
+                float(ms(Span::from_nanos(ns))),
+                "{ns} ns"
+            );
+        };
+        // Halves and their neighbours, where the two roundings could part, to the integer
+        // path's end and past it.
+        for us in (0..20u64).chain([999_999, 1 << 40, DECIMAL_NS_BELOW / 1000 - 1, 1 << 52]) {
+            for rest in [0, 1, 499, 500, 501, 999] {
+                by_span(us * 1000 + rest);
+            }
+        }
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        for _ in 0..200_000 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            // Up to about 3.6 years of nanoseconds, spread over every magnitude.
+            by_span(state >> (state % 57 + 7));
+        }
+    }
+
+    /// A flow's counts per kind, written key by key, are the text of their `Serialize`.
+    #[test]
+    fn counts_are_written_as_serde_json_writes_them() {
+        let mut counts = KindCounts::default();
+        for (i, kind) in StallKind::ALL.into_iter().enumerate() {
+            for _ in 0..i * 7 {
+                counts.add(kind);
+            }
+            let mut buf = Vec::new();
+            write_counts(&mut buf, &counts).expect("written");
+            assert_eq!(buf, serde_json::to_vec(&counts).expect("serialised"));
+        }
     }
 
     /// The document does not depend on the CPUs rendering it: the same bytes, in order, from
