@@ -21,8 +21,8 @@ impl SlotIndex {
     }
 
     fn hash32(hash: u64) -> u64 {
-        // Both halves: FxHash is as wide as `usize`, so on a 32-bit target (WebAssembly) the
-        // high half is zero, and every key would probe from one slot.
+        // Both halves: a hash whose bits sit in one half (as a `usize`-wide hash's do on a
+        // 32-bit target) still spreads the keys over the slots.
         ((hash >> 32) ^ hash) & 0xffff_ffff
     }
 
@@ -105,8 +105,8 @@ impl SlotIndex {
 mod tests {
     use super::*;
 
-    /// A hash as wide as a 32-bit `usize` (FxHash on WebAssembly) still spreads keys over the
-    /// index: their tags differ, as 64-bit hashes' do.
+    /// A hash only 32 bits wide still spreads keys over the index: their tags differ, as
+    /// 64-bit hashes' do.
     #[test]
     fn hashes_of_a_32_bit_target_get_distinct_tags() {
         let tags: std::collections::HashSet<u64> = (1..=1000u64)

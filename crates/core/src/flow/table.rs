@@ -13,8 +13,8 @@ use super::side::Side;
 use crate::decode::Segment;
 use crate::units::{Span, Timestamp};
 
-/// All active flows, keyed by normalised 4-tuple (FxHash: the key is not attacker-chosen in a
-/// way that matters for an offline analysis, and the hash is cheap).
+/// All active flows, keyed by normalised 4-tuple (an unseeded folded multiply: the key is not
+/// attacker-chosen in a way that matters for an offline analysis, and the hash is cheap).
 #[derive(Debug, Default)]
 pub struct FlowTable {
     /// 4-tuple hash → index into `slots`.
