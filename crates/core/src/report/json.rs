@@ -122,7 +122,7 @@ const DECIMAL_US_BELOW: f64 = 1e15;
 const DECIMAL_NS_BELOW: u64 = 1_000_000_000_000_000;
 
 /// Writes `span` in milliseconds rounded to the microsecond: the text serde_json writes for
-/// [`ms`]`(span)`, without the float formatting (the most of a large report's cost).
+/// [`ms`]`(span)`, without formatting a float.
 fn write_ms(buf: &mut Vec<u8>, span: Span) -> io::Result<()> {
     let ns = span.as_nanos();
     if ns < DECIMAL_NS_BELOW {
