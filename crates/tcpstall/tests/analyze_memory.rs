@@ -177,16 +177,20 @@ fn memory_follows_the_open_connections_not_all_of_them() {
         200_000,
         "every flow listed once, its parts joined"
     );
-    // Ten times the connections, about the same memory: 180,000 more flows kept whole would
-    // take some 126 MB more (0.7 KB each).
+    // Ten times the connections, not ten times the memory. Kept whole in memory (with
+    // TCPSTALL_FLOWS_IN_MEMORY past them), 180,000 more flows take some 75 MB more. What does
+    // grow is bounded (the tombstones that rejoin retired flows, up to 65,536 a detector, and
+    // the retired flows held before they go to the file): 33-41 MB here, depending on how the
+    // reading thread and the worker shared the flows. The mark lies between the two.
+    const GROWTH_KIB: u64 = 56 * 1024;
     eprintln!("peak RSS: {few_rss} KiB for 20,000 connections, {many_rss} KiB for 200,000");
     assert!(
-        many_rss < few_rss + 40 * 1024,
+        many_rss < few_rss + GROWTH_KIB,
         "peak RSS {many_rss} KiB for 200,000 connections against {few_rss} KiB for 20,000"
     );
     let (_, text_rss) = analyze(&[many], None);
     assert!(
-        text_rss < few_rss + 40 * 1024,
+        text_rss < few_rss + GROWTH_KIB,
         "the text report: peak RSS {text_rss} KiB for 200,000 connections"
     );
 }
