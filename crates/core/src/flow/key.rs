@@ -26,6 +26,13 @@ fn addr_bits(addr: IpAddr) -> u128 {
     }
 }
 
+/// The two halves of an address's 128 bits XORed: for a hash, all of an IPv4 address and
+/// what either half of an IPv6 one carries.
+#[inline]
+fn fold(bits: u128) -> u64 {
+    (bits as u64) ^ ((bits >> 64) as u64)
+}
+
 /// The (address, port) end `(a, pa)` sorts at or before `(b, pb)`: the order of the key's two
 /// ends.
 #[inline]
@@ -34,13 +41,7 @@ fn sorts_first(a: u128, pa: u16, b: u128, pb: u16) -> bool {
 }
 
 impl FlowKey {
-    /// The key of `seg`'s flow, whichever way the segment travels.
-    #[inline]
-    pub fn of(seg: &Segment) -> FlowKey {
-        FlowKey::with_source_end(seg).0
-    }
-
-    /// The key of `seg`'s flow, and whether the segment's source is the key's first end.
+    /// The key of `seg`'s flow, whichever way the segment travels, and whether the segment's source is the key's first end.
     #[inline]
     fn with_source_end(seg: &Segment) -> (FlowKey, bool) {
         let (src, dst) = (addr_bits(seg.src), addr_bits(seg.dst));
@@ -65,8 +66,7 @@ impl FlowKey {
     /// mixing step), the ports beside the second address. An IPv4 key's 96 bits reach the
     /// multiply unchanged.
     #[inline]
-    fn table_hash(&self) -> u64 {
-        let fold = |bits: u128| (bits as u64) ^ ((bits >> 64) as u64);
+    pub(super) fn table_hash(&self) -> u64 {
         let x = fold(self.low_addr) ^ 0x243f_6a88_85a3_08d3;
         let y = fold(self.high_addr) ^ (u64::from(self.ports) << 32) ^ 0x1319_8a2e_0370_7344;
         let full = u128::from(x) * u128::from(y);
@@ -91,14 +91,11 @@ pub(super) fn sorts_before(end: &super::Endpoint, other: &super::Endpoint) -> bo
 /// detector's thread.
 #[inline]
 pub fn owner_hash(seg: &Segment) -> u64 {
-    let fold = |addr: IpAddr| {
-        let bits = addr_bits(addr);
-        (bits as u64) ^ ((bits >> 64) as u64)
-    };
     let ports = u64::from(seg.src_port ^ seg.dst_port);
     // XOR is symmetric in the two ends; the multiply (Fibonacci hashing) spreads it to the
     // top bits, which the owner's choice reads.
-    (fold(seg.src) ^ fold(seg.dst) ^ (ports << 48)).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+    (fold(addr_bits(seg.src)) ^ fold(addr_bits(seg.dst)) ^ (ports << 48))
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
 
 /// A segment's flow key with its hash, for the flow table's lookup, and which end of the
@@ -123,12 +120,6 @@ impl HashedKey {
             hash: key.table_hash(),
             source_first,
         }
-    }
-
-    /// The hash of `key` (as [`HashedKey::of`] a segment of its flow gives it).
-    #[inline]
-    pub(super) fn hash_of(key: &FlowKey) -> u64 {
-        key.table_hash()
     }
 
     /// The key's hash, the same for both directions of a flow.

@@ -89,7 +89,7 @@ impl FlowTable {
 
     fn remove_slot(&mut self, slot: u32) -> Option<Flow> {
         let (key, flow) = self.slots.get_mut(slot as usize)?.take()?;
-        let hash = HashedKey::hash_of(&key);
+        let hash = key.table_hash();
         if let Some((pos, _)) = self.index.find(hash, |s| s == slot) {
             self.index.remove_at(pos);
         }
