@@ -117,7 +117,7 @@ fn ms(span: Span) -> f64 {
 /// Microseconds below this are written by [`write_ms_of_us`] as decimals: a number of at most
 /// 15 significant digits is the shortest text that reads back as its `f64` (`DBL_DIG`), so
 /// the decimal is what serde_json's shortest round trip writes.
-const DECIMAL_US_BELOW: f64 = 1e15;
+const DECIMAL_US_BELOW: u64 = 1_000_000_000_000_000;
 /// Spans below this many nanoseconds are rounded to the microsecond in integers (11.6 days).
 const DECIMAL_NS_BELOW: u64 = 1_000_000_000_000_000;
 
@@ -128,20 +128,18 @@ fn write_ms(buf: &mut Vec<u8>, span: Span) -> io::Result<()> {
     if ns < DECIMAL_NS_BELOW {
         // Rounded half up as `f64::round` rounds the quotient: below this, the quotient's
         // own rounding error (at most 2^-53 of it) is far below its distance to a half.
-        write_ms_of_us(buf, ((ns + 500) / 1000) as f64)
+        write_ms_of_us(buf, (ns + 500) / 1000)
     } else {
-        write_ms_of_us(buf, (ns as f64 / 1e3).round())
+        CompactFormatter.write_f64(buf, ms(span))
     }
 }
 
-/// Writes `us` microseconds (a whole number) in milliseconds, as serde_json writes `us / 1e3`:
-/// integer digits, a point, the thousandths without their trailing zeros (`.0` for none).
-fn write_ms_of_us(buf: &mut Vec<u8>, us: f64) -> io::Result<()> {
-    if !(0.0..DECIMAL_US_BELOW).contains(&us) {
-        return CompactFormatter.write_f64(buf, us / 1e3);
+/// Writes `us` microseconds in milliseconds, as serde_json writes `us as f64 / 1e3`: integer
+/// digits, a point, the thousandths without their trailing zeros (`.0` for none).
+fn write_ms_of_us(buf: &mut Vec<u8>, us: u64) -> io::Result<()> {
+    if us >= DECIMAL_US_BELOW {
+        return CompactFormatter.write_f64(buf, us as f64 / 1e3);
     }
-    // Whole and below 10^15: exact as an integer.
-    let us = us as u64;
     let mut digits = itoa::Buffer::new();
     buf.extend_from_slice(digits.format(us / 1000).as_bytes());
     let fraction = (us % 1000) as u32;
@@ -432,7 +430,7 @@ pub fn write_flow(
     ] {
         buf.extend_from_slice(key);
         match value {
-            Some(us) => write_ms_of_us(buf, f64::from(us))?,
+            Some(us) => write_ms_of_us(buf, u64::from(us))?,
             None => buf.extend_from_slice(b"null"),
         }
     }
@@ -704,23 +702,19 @@ mod tests {
                 .expect("written");
             String::from_utf8(buf).expect("ASCII")
         };
-        let fast = |us: f64| {
+        let fast = |us: u64| {
             let mut buf = Vec::new();
             write_ms_of_us(&mut buf, us).expect("written");
             String::from_utf8(buf).expect("ASCII")
         };
-        let mut cases: Vec<f64> = (0..2_000_000u32).map(f64::from).collect();
+        let mut cases: Vec<u64> = (0..2_000_000).collect();
         for exp in 0..=16 {
-            let p = 10f64.powi(exp);
-            cases.extend([p - 1.0, p, p + 1.0, 7.0 * p + 3.0]);
+            let p = 10u64.pow(exp);
+            cases.extend([p - 1, p, p + 1, 7 * p + 3]);
         }
-        cases.extend([
-            DECIMAL_US_BELOW - 1.0,
-            999_999_999_999_999.0,
-            f64::from(u32::MAX),
-        ]);
-        for us in cases.into_iter().filter(|us| *us >= 0.0) {
-            assert_eq!(fast(us), float(us / 1e3), "{us} us");
+        cases.extend([DECIMAL_US_BELOW - 1, u64::from(u32::MAX)]);
+        for us in cases {
+            assert_eq!(fast(us), float(us as f64 / 1e3), "{us} us");
         }
         let by_span = |ns: u64| {
             let mut buf = Vec::new();
